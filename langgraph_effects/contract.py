@@ -1,0 +1,174 @@
+"""The effect contract: what a tool's provider can tell us after a crash.
+
+What the provider can prove decides what recovery may do (DESIGN §5):
+
+* a **dedup key** the provider honours within a window: re-send under the same key;
+* an **authoritative lookup** by our key: confirm with its receipt, or re-send on
+  proven absence (for an eventually consistent lookup, absence counts only after
+  ``settle_after`` seconds, re-polled with bounded backoff);
+* **blind** (neither): never re-send automatically, ask an operator;
+* **read-only**: no ledger at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from .errors import DefiniteFailure
+
+
+@dataclass(frozen=True)
+class Landed:
+    """Lookup outcome: the provider has the effect. ``receipt`` is what it returned."""
+
+    receipt: Any = None
+    withdrawn: bool = False
+    """The item exists but was withdrawn (HTTP 410): it did land, so never re-send."""
+
+
+@dataclass(frozen=True)
+class NotLanded:
+    """Lookup outcome: the provider has no trace of the effect under our key."""
+
+
+@dataclass(frozen=True)
+class Inconclusive:
+    """Lookup outcome: the provider could not say (an error, a timeout, a 5xx)."""
+
+    reason: str = ""
+
+
+LookupOutcome = Landed | NotLanded | Inconclusive
+
+
+@dataclass(frozen=True)
+class LookupRequest:
+    """What a lookup callable receives: everything needed to find our effect."""
+
+    operation_id: str
+    provider_key: str
+    tool: str
+    args: Mapping[str, Any]
+    """The full arguments the model sent (not redacted: the lookup runs in the worker)."""
+    attempt: int
+
+
+Lookup = Callable[[LookupRequest], Awaitable[LookupOutcome]]
+KeyFunction = Callable[[Mapping[str, Any], Mapping[str, Any]], str]
+ApprovalMode = Literal["never", "always"]
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The per-tool contract. Declare one per effectful tool; undeclared tools are blind.
+
+    Args:
+        dedup_window: the provider deduplicates requests carrying our provider key
+            for this long (Stripe keeps keys at least 24 hours). Within the window a
+            crashed call is re-sent under the same key; past it, it goes to review.
+        lookup: ``async (LookupRequest) -> Landed | NotLanded | Inconclusive``, an
+            authoritative query by our key or reference.
+        lookup_consistency: ``"strong"`` (absence is proof) or ``"eventual"``
+            (absence is proof only after ``settle_after`` seconds since dispatch).
+        settle_after: for eventual lookups, how long after dispatch a "not found"
+            becomes believable.
+        lookup_timeout: a lookup that takes longer counts as inconclusive.
+        lookup_attempts: how many times to poll before giving up (bounded backoff).
+        definite_errors: exception types that mean the provider did nothing
+            (e.g. a 422). They make the operation ``failed``. Everything else is
+            ambiguous. :class:`~langgraph_effects.DefiniteFailure` is always definite.
+        key: ``(args, config) -> str``, a logical provider key such as
+            ``"invoice:tenant-7:2026-08-11:send"``. Calls that produce the same key
+            in one tenant are the same operation. Default: derived from the
+            operation id (opaque, unique per tenant).
+        secret_fields: argument names stored redacted in the ledger and hidden
+            from interrupts and the console.
+        approval: ``"always"`` to require a human approval (bound to the
+            arguments' hash, single use) before the first dispatch.
+        max_attempts: the most sends (first dispatch included) reconciliation may
+            make before asking an operator.
+        read_only_tool: see :meth:`read_only`.
+    """
+
+    dedup_window: float | timedelta | None = None
+    lookup: Lookup | None = None
+    lookup_consistency: Literal["strong", "eventual"] = "strong"
+    settle_after: float | timedelta = 0.0
+    lookup_timeout: float | timedelta = 10.0
+    lookup_attempts: int = 5
+    definite_errors: Sequence[type[BaseException]] = ()
+    key: KeyFunction | None = None
+    secret_fields: Sequence[str] = ()
+    approval: ApprovalMode = "never"
+    max_attempts: int = 3
+    read_only_tool: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.lookup_consistency not in ("strong", "eventual"):
+            raise ValueError(
+                f"lookup_consistency must be 'strong' or 'eventual', not {self.lookup_consistency!r}"
+            )
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.lookup_attempts < 1:
+            raise ValueError("lookup_attempts must be at least 1")
+        if self.approval not in ("never", "always"):
+            raise ValueError(f"approval must be 'never' or 'always', not {self.approval!r}")
+        for exc in self.definite_errors:
+            if not (isinstance(exc, type) and issubclass(exc, BaseException)):
+                raise TypeError(f"definite_errors must be exception types, got {exc!r}")
+
+    @classmethod
+    def read_only(cls) -> Effect:
+        """A tool with no side effects: it runs exactly like under ``ToolNode``, unrecorded."""
+        return cls(read_only_tool=True)
+
+    @classmethod
+    def blind(cls, **kwargs: Any) -> Effect:
+        """A provider that can neither dedup nor be queried: ambiguity goes to review."""
+        return cls(**kwargs)
+
+    @property
+    def dedup_seconds(self) -> float | None:
+        return _seconds(self.dedup_window)
+
+    @property
+    def settle_seconds(self) -> float:
+        return _seconds(self.settle_after) or 0.0
+
+    @property
+    def lookup_timeout_seconds(self) -> float:
+        return _seconds(self.lookup_timeout) or 0.0
+
+    @property
+    def kind(self) -> str:
+        """The contract's name as recorded in the ledger."""
+        if self.read_only_tool:
+            return "read-only"
+        if self.lookup is not None:
+            return "lookup-eventual" if self.lookup_consistency == "eventual" else "lookup"
+        if self.dedup_window is not None:
+            return "dedup"
+        return "blind"
+
+    def is_definite(self, error: BaseException) -> bool:
+        """Whether ``error`` proves the provider did nothing."""
+        return isinstance(error, DefiniteFailure) or isinstance(error, tuple(self.definite_errors))
+
+    def replace(self, **changes: Any) -> Effect:
+        return dataclasses.replace(self, **changes)
+
+
+#: The contract of a tool nobody declared: safe by default.
+BLIND = Effect()

@@ -1,0 +1,136 @@
+"""The exception hierarchy.
+
+Everything the package raises on purpose derives from :class:`EffectsError`, so a
+caller can catch the package as a whole or one precise failure::
+
+    EffectsError
+    ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
+    │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
+    │   └── DurabilityError         durability="exit" (or another mode that loses the call)
+    ├── LedgerError                 the durable store cannot be used
+    │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
+    │   ├── SchemaTooNewError       written by a newer langgraph-effects
+    │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
+    ├── TransitionError             a state change the ledger refused; nothing was written
+    │   ├── IllegalTransitionError  the state machine does not allow it
+    │   ├── StaleVersionError       someone moved the operation since you read it
+    │   ├── DecisionConflictError   a decision id reused with different content
+    │   └── OperationNotFoundError
+    ├── ReviewError                 an operator answer that cannot be applied
+    └── DefiniteFailure             raised by a tool: the provider definitely did nothing
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EffectsError(Exception):
+    """Base class of every error langgraph-effects raises on purpose."""
+
+
+class ConfigurationError(EffectsError):
+    """The graph or node is configured in a way the package cannot make crash-safe."""
+
+
+class NoLedgerError(ConfigurationError):
+    """An effectful call ran with no ledger to record it in."""
+
+
+class DurabilityError(ConfigurationError):
+    """The graph's durability mode would let a dispatched call vanish on a crash."""
+
+
+class LedgerError(EffectsError):
+    """The durable operation store cannot be used."""
+
+
+class LedgerCorruptError(LedgerError):
+    """The file is not a database, or holds tables under our names that we did not write."""
+
+
+class SchemaTooNewError(LedgerError):
+    """The ledger was migrated by a newer langgraph-effects than the one running."""
+
+    def __init__(self, found: int, supported: int, where: str) -> None:
+        super().__init__(
+            f"the ledger at {where} has schema version {found}, but this "
+            f"langgraph-effects understands versions up to {supported}. Upgrade "
+            "langgraph-effects on this machine; nothing was changed."
+        )
+        self.found = found
+        self.supported = supported
+
+
+class LedgerUnavailableError(LedgerError):
+    """The store refused the write right now (locked, read-only, disk full, unreachable).
+
+    Nothing was half-written: the transaction was rolled back. Retrying later is safe.
+    """
+
+
+class TransitionError(EffectsError):
+    """A state change that the ledger refused. Nothing was written."""
+
+
+class IllegalTransitionError(TransitionError):
+    """The operation state machine does not allow this event in this state."""
+
+    def __init__(self, op_id: str, state: str, event: str) -> None:
+        super().__init__(
+            f"operation {op_id} is {state!r}; the event {event!r} is not allowed from there "
+            "(see langgraph_effects.operation.TRANSITIONS)"
+        )
+        self.op_id = op_id
+        self.state = state
+        self.event = event
+
+
+class StaleVersionError(TransitionError):
+    """The operation moved on since the caller read it (compare-and-set failed)."""
+
+    def __init__(self, op_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"operation {op_id} is at version {actual}, not {expected}: it changed since "
+            "you read it. Read it again (`langgraph-effects show`) and decide on what it is now."
+        )
+        self.op_id = op_id
+        self.expected = expected
+        self.actual = actual
+
+
+class DecisionConflictError(TransitionError):
+    """A decision id was reused with different content."""
+
+    def __init__(self, op_id: str, decision_id: str) -> None:
+        super().__init__(
+            f"decision {decision_id!r} was already applied to operation {op_id} with different "
+            "content. Use a new decision id for a new decision."
+        )
+        self.op_id = op_id
+        self.decision_id = decision_id
+
+
+class OperationNotFoundError(TransitionError):
+    """No operation with that id exists in this ledger (or in the caller's tenant)."""
+
+    def __init__(self, op_id: str) -> None:
+        super().__init__(f"no operation {op_id!r} in this ledger")
+        self.op_id = op_id
+
+
+class ReviewError(EffectsError):
+    """An operator answer that cannot be applied (unknown operation, wrong shape)."""
+
+
+class DefiniteFailure(EffectsError):
+    """Raise from a tool when the provider definitely did not apply the effect.
+
+    The operation becomes ``failed`` (terminal) and is never reconciled or re-sent:
+    like Temporal's ``non_retryable=True``, it tells the ledger this attempt is settled.
+    Use it for validation errors (HTTP 4xx other than 408/409/429) and the like.
+    """
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(message)
+        self.details = details

@@ -1,0 +1,109 @@
+"""Operation identity: pure functions from durable graph coordinates to ids and keys.
+
+An operation id must come out the same on every later attempt: crash resume, an
+``interrupt()`` re-run, a ``RetryPolicy`` retry, a second worker, and time travel
+to the checkpoint that holds the call. Measured on langgraph 1.2.24, replaying from
+a past checkpoint mints *new* task ids, so the task id cannot be part of the
+identity. What survives all of those is the AIMessage that asked for the call (its
+id is stored in the checkpoint) and the call's ``tool_call_id``. The args hash is
+part of the id too, so an ``update_state`` edit of the arguments is a new operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+REDACTED = "[redacted]"
+_HASH_KEY_ENV = "LANGGRAPH_EFFECTS_HASH_KEY"
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, non-JSON values as ``str``."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def hash_key_from_env() -> bytes | None:
+    """The keyed-hash secret from ``LANGGRAPH_EFFECTS_HASH_KEY``, if set."""
+    value = os.environ.get(_HASH_KEY_ENV)
+    return value.encode() if value else None
+
+
+def args_hash(args: Mapping[str, Any], *, key: bytes | None = None) -> str:
+    """Hash of the canonical JSON of the arguments.
+
+    With ``key`` (a secret kept outside the ledger) it is an HMAC, so low-entropy
+    arguments cannot be recovered from the hash by guessing.
+    """
+    data = canonical_json(args).encode()
+    if key:
+        return "h1k:" + hmac.new(key, data, hashlib.sha256).hexdigest()
+    return "h1:" + hashlib.sha256(data).hexdigest()
+
+
+def redact(args: Mapping[str, Any], secret_fields: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``args`` with each secret field (at any depth) replaced by a marker."""
+    secrets = set(secret_fields)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: (REDACTED if k in secrets else walk(v)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(dict(args))  # type: ignore[no-any-return]
+
+
+def namespace_path(checkpoint_ns: str) -> str:
+    """``"agent:<task>|tools:<task>"`` -> ``"agent|tools"``: the names, without task ids.
+
+    Task ids change under time travel; the names of the nodes do not.
+    """
+    if not checkpoint_ns:
+        return ""
+    return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|"))
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:32]
+
+
+def operation_id(
+    *,
+    thread_id: str,
+    namespace: str,
+    anchor: str,
+    tool_call_id: str,
+    args_hash: str,
+    tenant: str = "",
+) -> str:
+    """The operation id for one tool call.
+
+    ``anchor`` is the id of the AIMessage that holds the call (or, when there is
+    none, the task id). The ``op_`` prefix keeps a bare hex digest from being
+    mistaken for an interrupt id in ``Command(resume=...)`` (DESIGN §6).
+    """
+    return "op_" + _digest("call", tenant, thread_id, namespace, anchor, tool_call_id, args_hash)
+
+
+def logical_operation_id(*, tenant: str, provider_key: str) -> str:
+    """The operation id of a call with a logical key (``Effect(key=...)``).
+
+    Every call that produces the same logical key in one tenant is the same
+    operation, whatever thread or turn it comes from.
+    """
+    return "op_" + _digest("key", tenant, provider_key)
+
+
+def default_provider_key(op_id: str) -> str:
+    """The provider idempotency key when the tool declares none: opaque, per tenant."""
+    return "lge_" + op_id.removeprefix("op_")

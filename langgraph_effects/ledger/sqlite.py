@@ -1,0 +1,416 @@
+"""The embedded default: the ledger in a SQLite file, beside LangGraph's checkpoints.
+
+* WAL with ``synchronous=FULL``: a commit that returned survives power loss.
+* Each transaction is one short ``BEGIN IMMEDIATE ... COMMIT`` run as a single
+  function on aiosqlite's worker thread: one thread hop per transaction, not per
+  statement, and no other writer can interleave between our read and our write.
+* ``busy_timeout`` lets concurrent processes queue for the write lock.
+* Schema migrations are an ordered list; ``effect_migrations`` records which ran.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from ..errors import (
+    LedgerCorruptError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+    SchemaTooNewError,
+)
+from ..operation import Change, Operation, advance, create
+from .base import (
+    COLUMNS,
+    DEFAULT_ACTOR,
+    MUTABLE_COLUMNS,
+    AuditEntry,
+    Ledger,
+    OperationQuery,
+    audit_from_row,
+    audit_row,
+    from_row,
+    now,
+    to_row,
+    unresolved_values,
+)
+
+T = TypeVar("T")
+
+_UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
+
+#: Ordered schema migrations. Append only: never edit a released entry.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE effect_operations (
+        op_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        tenant TEXT NOT NULL DEFAULT '',
+        tool TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        message_id TEXT,
+        task_id TEXT,
+        checkpoint_id TEXT,
+        args TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        provider_key TEXT NOT NULL,
+        contract TEXT NOT NULL,
+        policy_version TEXT,
+        state TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        attempts INTEGER NOT NULL,
+        owner TEXT,
+        lease_expires_at REAL,
+        dispatched_at REAL,
+        result_type TEXT,
+        result BLOB,
+        evidence TEXT,
+        decisions TEXT NOT NULL DEFAULT '[]',
+        extra TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE effect_audit (
+        op_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        event TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        evidence TEXT,
+        PRIMARY KEY (op_id, seq)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX effect_operations_provider_key
+        ON effect_operations (tenant, provider_key);
+    CREATE INDEX effect_operations_payload
+        ON effect_operations (thread_id, tool, args_hash);
+    """,
+    # Partial indexes: finding unresolved work costs O(result), not O(history).
+    f"""
+    CREATE INDEX effect_operations_unresolved
+        ON effect_operations (updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+    CREATE INDEX effect_operations_unresolved_thread
+        ON effect_operations (thread_id, updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_INSERT = (
+    f"INSERT OR IGNORE INTO effect_operations ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in COLUMNS)})"
+)
+_UPDATE = (
+    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in MUTABLE_COLUMNS)} "
+    "WHERE op_id = :op_id AND version = :expected_version"
+)
+_INSERT_AUDIT = (
+    "INSERT INTO effect_audit (op_id, seq, at, actor, from_state, to_state, event, version, "
+    "evidence) VALUES (:op_id, :seq, :at, :actor, :from_state, :to_state, :event, :version, "
+    ":evidence)"
+)
+
+
+def _classify(error: sqlite3.Error, where: str) -> Exception:
+    """Map sqlite3 errors to ours, with a message that says what to do."""
+    text = str(error).lower()
+    if isinstance(error, sqlite3.DatabaseError) and (
+        "not a database" in text or "malformed" in text or "encrypted" in text
+    ):
+        return LedgerCorruptError(
+            f"{where} is not a usable SQLite database ({error}). Point the ledger at the "
+            "right file, or restore it from a backup; nothing was written."
+        )
+    if "locked" in text or "busy" in text:
+        return LedgerUnavailableError(
+            f"{where} stayed locked by another process past the busy timeout ({error}); "
+            "the transaction was rolled back, retrying is safe."
+        )
+    if "readonly" in text or "read-only" in text:
+        return LedgerUnavailableError(
+            f"{where} is read-only ({error}); the transaction was rolled back. Make the file "
+            "and its directory writable, then resume."
+        )
+    if "full" in text or "disk i/o" in text:
+        return LedgerUnavailableError(
+            f"{where} could not be written ({error}); the transaction was rolled back. Free "
+            "disk space, then resume."
+        )
+    return LedgerUnavailableError(f"{where}: {error}; the transaction was rolled back.")
+
+
+class SqliteLedger(Ledger):
+    """The ledger in a SQLite database file, on its own connection.
+
+    Use :meth:`from_conn_string` (an async context manager), or pass an open
+    ``aiosqlite.Connection`` you manage. Call :meth:`setup` once before use.
+    Never share the checkpointer's connection: its commits would swallow ours.
+    """
+
+    def __init__(
+        self, conn: aiosqlite.Connection, *, where: str = "sqlite", busy_timeout_ms: int = 30_000
+    ) -> None:
+        self.conn = conn
+        self.where = where
+        self._busy_timeout_ms = busy_timeout_ms
+        self._configured = False
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, path: str | Path, *, busy_timeout_ms: int = 30_000
+    ) -> AsyncIterator[SqliteLedger]:
+        """Open the ledger at ``path`` (``":memory:"`` for a throw-away one)."""
+        conn = await connect(path)
+        try:
+            yield cls(conn, where=f"sqlite:{path}", busy_timeout_ms=busy_timeout_ms)
+        finally:
+            await conn.close()
+
+    # -- plumbing ------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the connection's worker thread: one hop, one transaction."""
+        if not self._configured:
+            await self._configure()
+        return await run_in_connection_thread(self.conn, self._guard(fn))
+
+    def _guard(self, fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+        where = self.where
+
+        def guarded(db: sqlite3.Connection) -> T:
+            try:
+                return fn(db)
+            except sqlite3.Error as error:
+                if db.in_transaction:
+                    db.rollback()
+                raise _classify(error, where) from error
+
+        return guarded
+
+    async def _configure(self) -> None:
+        def configure(db: sqlite3.Connection) -> None:
+            db.isolation_level = None  # we issue BEGIN IMMEDIATE / COMMIT ourselves
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "memory":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = FULL")
+
+        self._configured = True
+        try:
+            await run_in_connection_thread(self.conn, self._guard(configure))
+        except Exception:
+            self._configured = False
+            raise
+
+    # -- the protocol ----------------------------------------------------------------
+
+    async def setup(self) -> None:
+        where = self.where
+
+        def migrate(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            tables = {
+                r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            if "effect_migrations" not in tables:
+                if "effect_operations" in tables or "effect_audit" in tables:
+                    db.rollback()
+                    raise LedgerCorruptError(
+                        f"{where} has effect_operations/effect_audit tables that "
+                        "langgraph-effects did not create (no effect_migrations table). "
+                        "Use another database file; nothing was changed."
+                    )
+                db.execute(
+                    "CREATE TABLE effect_migrations (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+                )
+                done = 0
+            else:
+                row = db.execute("SELECT MAX(v) FROM effect_migrations").fetchone()
+                done = (row[0] + 1) if row[0] is not None else 0
+            if done > SCHEMA_VERSION:
+                db.rollback()
+                raise SchemaTooNewError(done, SCHEMA_VERSION, where)
+            for v in range(done, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO effect_migrations (v, applied_at) VALUES (?, ?)", (v, now()))
+            db.execute("COMMIT")
+
+        await self._run(migrate)
+
+    async def aclose(self) -> None:
+        await self.conn.close()
+
+    async def record_intents(
+        self,
+        operations: Sequence[Operation],
+        *,
+        change: Change | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> list[Operation]:
+        if not operations:
+            return []
+
+        def record(db: sqlite3.Connection) -> list[Operation]:
+            stamp = now()
+            fresh = [create(op, now=stamp, change=change) for op in operations]
+            db.execute("BEGIN IMMEDIATE")
+            for op in fresh:
+                if db.execute(_INSERT, to_row(op)).rowcount == 1:
+                    db.execute(_INSERT_AUDIT, audit_row(None, op, "intent", actor, op.version))
+            stored = _select(db, [op.op_id for op in operations])
+            db.execute("COMMIT")
+            return [stored[op.op_id] for op in operations if op.op_id in stored]
+
+        return await self._run(record)
+
+    async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
+        if not op_ids:
+            return {}
+        return await self._run(lambda db: _select(db, list(op_ids)))
+
+    async def transition(
+        self,
+        op_id: str,
+        change: Change,
+        *,
+        expected_version: int | None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> Operation:
+        def apply(db: sqlite3.Connection) -> Operation:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                before = _select(db, [op_id]).get(op_id)
+                if before is None:
+                    raise OperationNotFoundError(op_id)
+                after = advance(before, change, expected_version=expected_version, now=now())
+            except Exception:
+                db.rollback()
+                raise
+            if after is None:
+                db.rollback()
+                return before
+            params = to_row(after)
+            params["expected_version"] = before.version
+            db.execute(_UPDATE, params)
+            db.execute(
+                _INSERT_AUDIT, audit_row(before, after, change.event.value, actor, after.version)
+            )
+            db.execute("COMMIT")
+            return after
+
+        return await self._run(apply)
+
+    async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
+        def renew(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
+                "UPDATE effect_operations SET lease_expires_at = ? WHERE op_id = ? "
+                "AND state = 'dispatched' AND json_extract(owner, '$.token') = ?",
+                (lease_expires_at, op_id, token),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(renew)
+
+    async def list_operations(self, query: OperationQuery) -> list[Operation]:
+        where, params = _where(query)
+        sql = (
+            f"SELECT * FROM effect_operations {where} ORDER BY updated_at, op_id LIMIT ?"
+        )
+        params.append(query.limit)
+        return await self._run(lambda db: [from_row(r) for r in db.execute(sql, params)])
+
+    async def audit(self, op_id: str) -> list[AuditEntry]:
+        return await self._run(
+            lambda db: [
+                audit_from_row(r)
+                for r in db.execute(
+                    "SELECT * FROM effect_audit WHERE op_id = ? ORDER BY seq", (op_id,)
+                )
+            ]
+        )
+
+    async def find_by_payload(
+        self, thread_id: str, payloads: Sequence[tuple[str, str]]
+    ) -> list[Operation]:
+        if not payloads:
+            return []
+
+        def find(db: sqlite3.Connection) -> list[Operation]:
+            out: list[Operation] = []
+            for tool, digest in set(payloads):
+                out.extend(
+                    from_row(r)
+                    for r in db.execute(
+                        "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? "
+                        "AND args_hash = ?",
+                        (thread_id, tool, digest),
+                    )
+                )
+            return out
+
+        return await self._run(find)
+
+
+def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:
+    out: dict[str, Operation] = {}
+    for start in range(0, len(op_ids), 500):
+        chunk = op_ids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        for row in db.execute(f"SELECT * FROM effect_operations WHERE op_id IN ({marks})", chunk):
+            op = from_row(row)
+            out[op.op_id] = op
+    return out
+
+
+def _where(query: OperationQuery) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if query.states is not None:
+        values = sorted(s.value for s in query.states)
+        if values == unresolved_values():
+            clauses.append(f"state IN ({_UNRESOLVED_SQL})")  # matches the partial indexes
+        else:
+            clauses.append(f"state IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+    for column in ("thread_id", "tenant", "tool"):
+        value = getattr(query, column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if query.updated_before is not None:
+        clauses.append("updated_at < ?")
+        params.append(query.updated_before)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+async def connect(path: str | Path) -> aiosqlite.Connection:
+    """Open an aiosqlite connection suitable for a ledger (autocommit; we BEGIN ourselves)."""
+    conn = aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        return await conn
+    except sqlite3.Error as error:
+        raise _classify(error, f"sqlite:{path}") from error
+
+
+async def run_in_connection_thread(
+    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``fn(sqlite3_connection)`` on aiosqlite's worker thread.
+
+    aiosqlite exposes one statement per hop; a transaction of several statements
+    would cost a hop each and let other coroutines interleave. ``Connection._execute``
+    (private, stable since aiosqlite 0.17) runs any function on that thread;
+    ``tests/test_langgraph_contract.py`` fails loudly if it moves.
+    """
+    return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return]

@@ -1,0 +1,277 @@
+"""The operation state machine: pure code, no I/O.
+
+Every allowed transition is one row of :data:`TRANSITIONS` ("Rule 1": if it is not
+in the table, it cannot happen). Backends never decide anything: they load an
+:class:`Operation`, call :func:`advance`, and store what it returns under a
+compare-and-set on :attr:`Operation.version`. The README's state diagram is
+generated from the same table (``python -m langgraph_effects.operation``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import DecisionConflictError, IllegalTransitionError, StaleVersionError
+
+
+class State(str, enum.Enum):
+    """Where an operation stands. Only evidence moves it."""
+
+    PENDING = "pending"
+    """Intent recorded; nothing has left the worker (or an operator cleared a re-send)."""
+    DISPATCHED = "dispatched"
+    """Committed immediately before the request left; carries an owner and a lease."""
+    UNKNOWN = "unknown"
+    """The request may or may not have landed: a crash, an expired lease, a timeout."""
+    REVIEW = "review"
+    """Evidence cannot settle it; waiting for an operator's verdict."""
+    CONFIRMED = "confirmed"
+    """The effect landed (tool result, provider lookup, dedup replay or verdict)."""
+    FAILED = "failed"
+    """The provider definitely did not apply it (a definite error)."""
+    ABANDONED = "abandoned"
+    """An operator (or a rejected approval) closed it without confirming the effect."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL: frozenset[State] = frozenset({State.CONFIRMED, State.FAILED, State.ABANDONED})
+UNRESOLVED: frozenset[State] = frozenset(set(State) - TERMINAL)
+
+
+class Event(str, enum.Enum):
+    """What happened to an operation."""
+
+    DISPATCH = "dispatch"
+    """The worker is about to send the request (first send, or after a verdict)."""
+    SUCCEED = "succeed"
+    """The tool returned a result."""
+    FAIL = "fail"
+    """The tool raised a definite error: nothing happened at the provider."""
+    LOSE = "lose"
+    """The outcome is ambiguous: a timeout, an unknown exception, an expired lease."""
+    WITHDRAW = "withdraw"
+    """The tool paused itself with ``interrupt()`` before completing; it re-runs later."""
+    CONFIRM = "confirm"
+    """Reconciliation found evidence that the effect landed (lookup, dedup replay)."""
+    RESEND = "resend"
+    """Reconciliation proved a re-send safe (dedup key in its window, or authoritative absence)."""
+    ESCALATE = "escalate"
+    """Evidence cannot settle it: ask an operator."""
+    LANDED = "landed"
+    """Verdict: the operator checked and the effect landed."""
+    NOT_LANDED = "not_landed"
+    """Verdict: the operator checked and it did not land; cleared to send again."""
+    ABANDON = "abandon"
+    """Verdict (or rejected approval): close without confirming the effect."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Rule 1. (state, event) -> next state. Nothing else is allowed.
+TRANSITIONS: Mapping[tuple[State, Event], State] = {
+    (State.PENDING, Event.DISPATCH): State.DISPATCHED,
+    (State.PENDING, Event.ABANDON): State.ABANDONED,
+    (State.DISPATCHED, Event.SUCCEED): State.CONFIRMED,
+    (State.DISPATCHED, Event.FAIL): State.FAILED,
+    (State.DISPATCHED, Event.LOSE): State.UNKNOWN,
+    (State.DISPATCHED, Event.WITHDRAW): State.PENDING,
+    (State.UNKNOWN, Event.CONFIRM): State.CONFIRMED,
+    (State.UNKNOWN, Event.RESEND): State.DISPATCHED,
+    (State.UNKNOWN, Event.ESCALATE): State.REVIEW,
+    (State.UNKNOWN, Event.LANDED): State.CONFIRMED,
+    (State.UNKNOWN, Event.NOT_LANDED): State.PENDING,
+    (State.UNKNOWN, Event.ABANDON): State.ABANDONED,
+    (State.REVIEW, Event.LANDED): State.CONFIRMED,
+    (State.REVIEW, Event.NOT_LANDED): State.PENDING,
+    (State.REVIEW, Event.ABANDON): State.ABANDONED,
+}
+
+#: Events that put a request on the wire: they take a lease and count an attempt.
+SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND})
+#: Events that are an operator's verdict: they need a decision id.
+VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a dispatch lease: enough to tell, on the same host, that it died."""
+
+    host: str
+    pid: int
+    started: float
+    """The process start time, so a recycled pid is not mistaken for the owner."""
+    token: str
+    """Unique per dispatch: siblings in one process are told apart by it."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Owner:
+        return cls(
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            started=float(data["started"]),
+            token=str(data["token"]),
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One event with what it carries; the input of :func:`advance`."""
+
+    event: Event
+    evidence: Mapping[str, Any] | None = None
+    """What justified it: ``{"kind": "result" | "error" | "lookup" | "dedup" | "verdict"
+    | "lease" | "timeout", ...}``."""
+    owner: Owner | None = None
+    lease_expires_at: float | None = None
+    result_type: str | None = None
+    result: bytes | None = None
+    """The serialized tool output to replay, for ``succeed`` and ``fail``."""
+    decision_id: str | None = None
+    decision: Mapping[str, Any] | None = None
+    """The verdict's content, bound to ``decision_id`` (for idempotency)."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One logical side effect of one tool call: a row of the ledger."""
+
+    op_id: str
+    thread_id: str
+    tool: str
+    tool_call_id: str
+    args: Mapping[str, Any]
+    """The model's arguments, with secret fields redacted."""
+    args_hash: str
+    provider_key: str
+    contract: str
+    """What the provider can tell us: ``dedup``, ``lookup``, ``lookup-eventual`` or ``blind``."""
+    checkpoint_ns: str = ""
+    tenant: str = ""
+    policy_version: str | None = None
+    message_id: str | None = None
+    task_id: str | None = None
+    checkpoint_id: str | None = None
+    state: State = State.PENDING
+    version: int = 1
+    attempts: int = 0
+    owner: Owner | None = None
+    lease_expires_at: float | None = None
+    dispatched_at: float | None = None
+    result_type: str | None = None
+    result: bytes | None = None
+    evidence: Mapping[str, Any] | None = None
+    decisions: tuple[tuple[str, str], ...] = ()
+    """(decision id, content digest) of every verdict applied, for idempotency."""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form context recorded at intent (e.g. approval id); never interpreted here."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def lease_live(self, now: float) -> bool:
+        return (
+            self.state is State.DISPATCHED
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+
+def decision_digest(decision: Mapping[str, Any] | None) -> str:
+    """A stable digest of a verdict's content, to detect a reused decision id."""
+    canonical = json.dumps(decision or {}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def next_state(state: State, event: Event) -> State | None:
+    """The state ``event`` leads to from ``state``, or ``None`` if it is not allowed."""
+    return TRANSITIONS.get((state, event))
+
+
+def create(op: Operation, *, now: float, change: Change | None = None) -> Operation:
+    """The first row of an operation: ``pending``, or ``dispatched`` when ``change``
+    is a ``dispatch`` (intent and dispatch marker in one commit)."""
+    base = dataclasses.replace(
+        op, state=State.PENDING, version=1, attempts=0, created_at=now, updated_at=now
+    )
+    if change is None:
+        return base
+    moved = advance(base, change, expected_version=1, now=now)
+    assert moved is not None
+    return dataclasses.replace(moved, version=1)
+
+
+def advance(
+    op: Operation, change: Change, *, expected_version: int | None, now: float
+) -> Operation | None:
+    """Apply ``change`` to ``op``. Pure.
+
+    Returns the new operation (``version + 1``), or ``None`` when ``change`` is a
+    verdict whose decision id was already applied with the same content (a no-op).
+    Raises :class:`DecisionConflictError` for a reused decision id with other
+    content, :class:`StaleVersionError` if ``expected_version`` does not match, and
+    :class:`IllegalTransitionError` if the table has no such row.
+    """
+    if change.event in VERDICTS and change.decision_id is None:
+        raise ValueError(f"a {change.event} verdict needs a decision_id")
+    if change.decision_id is not None:
+        digest = decision_digest(change.decision)
+        for seen_id, seen_digest in op.decisions:
+            if seen_id == change.decision_id:
+                if seen_digest == digest:
+                    return None
+                raise DecisionConflictError(op.op_id, change.decision_id)
+    if expected_version is not None and expected_version != op.version:
+        raise StaleVersionError(op.op_id, expected_version, op.version)
+    target = next_state(op.state, change.event)
+    if target is None:
+        raise IllegalTransitionError(op.op_id, op.state.value, change.event.value)
+
+    sending = change.event in SENDING
+    if sending and (change.owner is None or change.lease_expires_at is None):
+        raise ValueError(f"a {change.event} needs an owner and a lease")
+    decisions = op.decisions
+    if change.decision_id is not None:
+        decisions = (*decisions, (change.decision_id, decision_digest(change.decision)))
+    return dataclasses.replace(
+        op,
+        state=target,
+        version=op.version + 1,
+        attempts=op.attempts + 1 if sending else op.attempts,
+        owner=change.owner if sending else None,
+        lease_expires_at=change.lease_expires_at if sending else None,
+        dispatched_at=now if sending else op.dispatched_at,
+        result_type=change.result_type if change.result is not None else op.result_type,
+        result=change.result if change.result is not None else op.result,
+        evidence=change.evidence if change.evidence is not None else op.evidence,
+        decisions=decisions,
+        updated_at=now,
+    )
+
+
+def mermaid() -> str:
+    """The state diagram, generated from :data:`TRANSITIONS` (for the README)."""
+    lines = ["stateDiagram-v2", "    [*] --> pending: intent", "    [*] --> dispatched: intent+dispatch"]
+    for (source, event), target in TRANSITIONS.items():
+        lines.append(f"    {source.value} --> {target.value}: {event.value}")
+    for state in sorted(TERMINAL, key=lambda s: s.value):
+        lines.append(f"    {state.value} --> [*]")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - documentation helper
+    print(mermaid())
