@@ -164,7 +164,7 @@ class Effect:
 
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""
-        return isinstance(error, DefiniteFailure) or isinstance(error, tuple(self.definite_errors))
+        return isinstance(error, (DefiniteFailure, *self.definite_errors))
 
     def replace(self, **changes: Any) -> Effect:
         return dataclasses.replace(self, **changes)

@@ -33,7 +33,7 @@ class EffectSqliteSaver(AsyncSqliteSaver):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls, conn_string: str | Path, **kwargs: Any
     ) -> AsyncIterator[EffectSqliteSaver]:
         """Open the checkpoints and the ledger in the SQLite file ``conn_string``."""

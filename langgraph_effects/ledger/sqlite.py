@@ -413,4 +413,4 @@ async def run_in_connection_thread(
     (private, stable since aiosqlite 0.17) runs any function on that thread;
     ``tests/test_langgraph_contract.py`` fails loudly if it moves.
     """
-    return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return]
+    return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return,no-untyped-call]

@@ -1,0 +1,67 @@
+"""Run the async core from sync code (``graph.invoke``) without a second implementation.
+
+The ledger is async. A sync node runs its ledger work on one background event loop
+(a "portal"), passing the caller's ``contextvars`` so LangGraph's config context
+travels with it. A ledger bound to a loop of its own (``ledger.loop``, e.g. a
+Postgres pool opened there) is driven on that loop instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _portal_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="langgraph-effects-portal", daemon=True
+            )
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
+    """Run ``coro`` to completion from sync code, in a copy of the caller's context."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    target = loop if loop is not None and loop.is_running() else _portal_loop()
+    if target is running:
+        coro.close()
+        raise RuntimeError(
+            "a sync LangGraph call (invoke/stream) ran on the event loop that owns the "
+            "ledger; use ainvoke/astream there, or call invoke from another thread"
+        )
+    ctx = contextvars.copy_context()
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def start() -> None:
+        task = asyncio.ensure_future(coro)  # copies the current context: ctx
+
+        def finish(t: asyncio.Future[T]) -> None:
+            if t.cancelled():
+                done.cancel()
+            elif (error := t.exception()) is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(t.result())
+
+        task.add_done_callback(finish)
+
+    target.call_soon_threadsafe(start, context=ctx)
+    return done.result()

@@ -1,0 +1,883 @@
+"""The operator console ``langgraph-effects``: find, inspect and resolve operations.
+
+::
+
+    langgraph-effects --db agent.db list                  # what is unresolved?
+    langgraph-effects --db agent.db show OP               # everything needed to decide
+    langgraph-effects --db agent.db resolve OP --landed --receipt '{"id": "r1"}' \\
+        --expected-version 3                              # record a verdict
+    langgraph-effects lab ...                             # the crash lab
+
+``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``); it
+defaults to ``$LANGGRAPH_EFFECTS_DB`` and may be given before or after the command.
+``--json`` prints machine-readable JSON on stdout (errors too, as
+``{"error": {...}}``); human messages and errors always go to stderr.
+
+A verdict is bound to the version you saw (``--expected-version``, printed by
+``show``): if the operation changed since, it is refused and nothing is written.
+Re-running ``resolve`` with the same ``--decision-id`` is safe (a no-op).
+
+Exit codes (stable, for scripts):
+
+====  ==========================================================================
+0     ok
+1     usage or bad input: unknown option, missing ``--db``, two decision flags,
+      ``--receipt`` that is not JSON, ``--reason`` missing for ``--abandon``
+2     not found: no such operation in this ledger (or not in ``--tenant``)
+3     refused, nothing written: stale ``--expected-version``, decision id reused
+      with other content, a state that takes no verdict (already resolved,
+      pending), or a live lease (someone is sending it right now)
+4     ledger unavailable: the ``--db`` file does not exist (never created for
+      you), is not a ledger, is locked, or the Postgres server is unreachable
+5     internal error (a bug in langgraph-effects): please report it
+====  ==========================================================================
+
+A missing SQLite file exits with 4, not 2, so that 2 always means "the ledger was
+read and has no such operation".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import importlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Annotated, Any, NoReturn, TypeVar, cast
+
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.json import JSON
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .errors import (
+    DecisionConflictError,
+    EffectsError,
+    IllegalTransitionError,
+    LedgerCorruptError,
+    LedgerError,
+    OperationNotFoundError,
+    ReviewError,
+    SchemaTooNewError,
+    StaleVersionError,
+    TransitionError,
+)
+from .ledger.base import AuditEntry
+from .operation import Operation, State
+from .operator import (
+    LeaseLiveError,
+    LeaseStatus,
+    LedgerNotFoundError,
+    OperationView,
+    Resolution,
+    VerdictNotRecordedError,
+    lease_status,
+    list_operations,
+    new_decision_id,
+    open_ledger,
+    operation_to_json,
+    resolve_report,
+    show,
+)
+
+T = TypeVar("T")
+
+ENV_DB = "LANGGRAPH_EFFECTS_DB"
+
+EXIT_OK = 0
+EXIT_USAGE = 1
+EXIT_NOT_FOUND = 2
+EXIT_REFUSED = 3
+EXIT_LEDGER = 4
+EXIT_INTERNAL = 5
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok · 1 usage or bad input · 2 operation not found · "
+    "3 refused, nothing written (stale --expected-version, decision conflict, no verdict "
+    "allowed in this state, live lease) · 4 ledger unavailable (missing --db file, not a "
+    "ledger, locked, server unreachable) · 5 internal error."
+)
+
+STATE_STYLES: dict[State, str] = {
+    State.PENDING: "cyan",
+    State.DISPATCHED: "blue",
+    State.UNKNOWN: "bold yellow",
+    State.REVIEW: "bold magenta",
+    State.CONFIRMED: "green",
+    State.FAILED: "red",
+    State.ABANDONED: "dim",
+}
+
+_LEASE_TEXT: dict[LeaseStatus, tuple[str, str]] = {
+    "live": ("live", "blue"),
+    "expired": ("expired", "bold yellow"),
+    "owner_dead": ("owner dead", "bold yellow"),
+}
+
+_NEXT_STEP = {
+    "landed": "the graph answers the model with an 'effect landed' message on its next resume",
+    "not_landed": (
+        "it is pending again: the graph sends it again under the same provider key on its next resume"
+    ),
+    "abandon": (
+        "the graph tells the model the effect was not confirmed and must not be retried "
+        "unless asked, on its next resume"
+    ),
+}
+
+app = typer.Typer(
+    name="langgraph-effects",
+    help=(
+        "Operator console for langgraph-effects: find operations a crash left unresolved, "
+        "see the evidence, and record a verdict the graph honours on its next resume."
+    ),
+    epilog=EXIT_CODES_HELP,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+# -- options ------------------------------------------------------------------------
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="PATH|DSN",
+        help=f"Ledger: SQLite file path or postgresql:// DSN. Default: the global --db, or ${ENV_DB}.",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+TenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Only operations of this tenant (others count as missing)."),
+]
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            metavar="PATH|DSN",
+            envvar=ENV_DB,
+            help="Ledger: SQLite file path or postgresql:// DSN.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Find, inspect and resolve operations left unresolved by a crash."""
+    ctx.obj = {"db": db, "json": json_output}
+
+
+def _settings(ctx: typer.Context, db: str | None, json_output: bool) -> tuple[str, bool]:
+    """The ledger to use and the output mode: command option, then global option/env."""
+    root: dict[str, Any] = ctx.obj or {}
+    use_json = json_output or bool(root.get("json"))
+    value = db or root.get("db")
+    if not value:
+        _fail(
+            _BadInput(
+                f"no ledger given: pass --db PATH|DSN (the SQLite file or Postgres DSN the "
+                f"graph's ledger uses) or set {ENV_DB}."
+            ),
+            use_json,
+        )
+    return str(value), use_json
+
+
+# -- output helpers -------------------------------------------------------------------
+
+
+def _stdout() -> Console:
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=240 if wide else None)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _ago(seconds: float) -> str:
+    """``42s``, ``5m``, ``2h 5m``, ``3d 4h``."""
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    minutes, s = divmod(s, 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h" if hours else f"{days}d"
+
+
+def _relative(ts: float, now: float) -> str:
+    delta = now - ts
+    return f"in {_ago(delta)}" if delta < 0 else f"{_ago(delta)} ago"
+
+
+def _when(ts: float | None, now: float) -> Text:
+    if ts is None:
+        return Text("-", style="dim")
+    stamp = datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    return Text.assemble(stamp, (f"  ({_relative(ts, now)})", "dim"))
+
+
+def _compact(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _state_text(op: Operation, lease: LeaseStatus | None) -> Text:
+    text = Text(op.state.value, style=STATE_STYLES[op.state])
+    if lease is not None:
+        label, style = _LEASE_TEXT[lease]
+        text.append(f" ({label})", style=style)
+    return text
+
+
+def _field(value: Any) -> Text:
+    if value is None or value == "":
+        return Text("-", style="dim")
+    return Text(str(value))
+
+
+class _BadInput(ValueError):
+    """A command line the console refuses (exit code 1), with what to do instead."""
+
+
+# -- errors -------------------------------------------------------------------------
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The documented exit code for an error raised by a command."""
+    if isinstance(error, VerdictNotRecordedError):
+        return exit_code_for(error.cause) if isinstance(error.cause, EffectsError) else EXIT_REFUSED
+    if isinstance(error, OperationNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(error, TransitionError):
+        return EXIT_REFUSED
+    if isinstance(error, LedgerError):
+        return EXIT_LEDGER
+    if isinstance(error, ReviewError | ValueError):
+        return EXIT_USAGE
+    if type(error).__module__.split(".", 1)[0] == "psycopg":
+        return EXIT_LEDGER
+    return EXIT_INTERNAL
+
+
+def _error_kind(error: BaseException) -> str:
+    kinds: list[tuple[type[BaseException], str]] = [
+        (VerdictNotRecordedError, "verdict_not_recorded"),
+        (OperationNotFoundError, "not_found"),
+        (StaleVersionError, "stale_version"),
+        (DecisionConflictError, "decision_conflict"),
+        (LeaseLiveError, "lease_live"),
+        (IllegalTransitionError, "illegal_transition"),
+        (LedgerNotFoundError, "ledger_not_found"),
+        (LedgerCorruptError, "ledger_corrupt"),
+        (SchemaTooNewError, "schema_too_new"),
+        (LedgerError, "ledger_unavailable"),
+        (ReviewError, "bad_input"),
+        (ValueError, "bad_input"),
+    ]
+    for cls, kind in kinds:
+        if isinstance(error, cls):
+            return kind
+    return "ledger_unavailable" if exit_code_for(error) == EXIT_LEDGER else "internal"
+
+
+_HINTS = {
+    "not_found": "List operations with `langgraph-effects list` (add --all for resolved ones).",
+}
+
+
+def _fail(error: BaseException, use_json: bool) -> NoReturn:
+    """Report ``error`` (stderr; and stdout as JSON with ``--json``) and exit."""
+    code = exit_code_for(error)
+    message = str(error) or type(error).__name__
+    if use_json:
+        payload: dict[str, Any] = {
+            "kind": _error_kind(error),
+            "type": type(error).__name__,
+            "message": message,
+            "exit_code": code,
+        }
+        if isinstance(error, StaleVersionError):
+            payload["expected_version"] = error.expected
+            payload["actual_version"] = error.actual
+        if isinstance(error, VerdictNotRecordedError):
+            payload["operation"] = operation_to_json(error.operation)
+        _print_json({"error": payload})
+    console = _stderr()
+    console.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
+    hint = _HINTS.get(_error_kind(error))
+    if hint:
+        console.print(Text(hint, style="dim"), soft_wrap=True)
+    if code == EXIT_INTERNAL:
+        console.print(
+            Text(
+                "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+                style="dim",
+            )
+        )
+        console.print("This is a bug in langgraph-effects; please report it with the above.")
+    raise typer.Exit(code)
+
+
+def _run(use_json: bool, work: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's async work, mapping errors to documented exit codes."""
+
+    async def runner() -> T:
+        return await work()
+
+    try:
+        return asyncio.run(runner())
+    except Exception as error:  # mapped to a documented exit code (5 if unexpected)
+        _fail(error, use_json)
+
+
+# -- list ---------------------------------------------------------------------------
+
+
+def _parse_duration(value: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d`` -> seconds."""
+    text = value.strip().lower()
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    factor = 1.0
+    if text and text[-1] in units:
+        factor = units[text[-1]]
+        text = text[:-1]
+    try:
+        seconds = float(text) * factor
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also rejects NaN
+        raise _BadInput(f"{value!r} is not a duration: give seconds (e.g. 600) or 15m, 2h, 1d.")
+    return seconds
+
+
+@app.command("list", epilog=EXIT_CODES_HELP)
+def list_command(
+    ctx: typer.Context,
+    state: Annotated[
+        list[State] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            case_sensitive=False,
+            metavar="STATE",
+            help="Only this state (repeatable): pending, dispatched, unknown, review, "
+            "confirmed, failed, abandoned. Default: every unresolved state.",
+            show_default=False,
+        ),
+    ] = None,
+    all_states: Annotated[bool, typer.Option("--all", help="Every state, resolved ones included.")] = False,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread id.")] = None,
+    tenant: TenantOption = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="SECONDS",
+            help="Only operations unchanged for at least this long (600, 15m, 2h, 1d).",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List operations, unresolved ones by default, least recently changed first."""
+    ledger_name, use_json = _settings(ctx, db, json_output)
+    try:
+        if all_states and state:
+            raise _BadInput("give --state or --all, not both.")
+        seconds = _parse_duration(older_than) if older_than is not None else None
+    except _BadInput as error:
+        _fail(error, use_json)
+    states: list[State] | None = list(State) if all_states else (state or None)
+
+    async def work() -> list[Operation]:
+        async with open_ledger(ledger_name) as ledger:
+            return await list_operations(
+                ledger,
+                states=states,
+                thread_id=thread,
+                tenant=tenant,
+                tool=tool,
+                older_than=seconds,
+                limit=limit,
+            )
+
+    ops = _run(use_json, work)
+    now = time.time()
+    if use_json:
+        _print_json(
+            {
+                "count": len(ops),
+                "limit": limit,
+                "truncated": len(ops) >= limit,
+                "operations": [operation_to_json(op, now=now) for op in ops],
+            }
+        )
+        return
+    _render_list(ops, now=now, limit=limit, states=states)
+
+
+def _render_list(ops: list[Operation], *, now: float, limit: int, states: list[State] | None) -> None:
+    console = _stdout()
+    what = "Unresolved operations" if states is None else "Operations"
+    if not ops:
+        console.print(Text(f"{what}: none match.", style="green" if states is None else ""))
+        return
+    console.print(Text(f"{what} ({len(ops)}, least recently changed first)", style="bold"))
+    wide = console.width >= 170
+    table = _wide_table(ops, now) if wide else _narrow_table(ops, now, console.width)
+    console.print(table)
+    if len(ops) >= limit:
+        console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
+    console.print(Text("Inspect one: langgraph-effects show OPERATION", style="dim"))
+
+
+def _wide_table(ops: list[Operation], now: float) -> Table:
+    """One line per operation (a wide terminal, or output to a file or pipe)."""
+    show_tenant = any(op.tenant for op in ops)
+    table = Table(box=box.SIMPLE_HEAVY)
+    table.add_column("operation", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("v", justify="right")
+    table.add_column("tool")
+    table.add_column("thread")
+    if show_tenant:
+        table.add_column("tenant")
+    table.add_column("contract")
+    table.add_column("tries", justify="right")
+    table.add_column("changed", no_wrap=True)
+    table.add_column("provider key", no_wrap=True)
+    table.add_column("args (redacted)", overflow="fold", max_width=50)
+    for op in ops:
+        row: list[RenderableType] = [
+            Text(op.op_id, style="bold"),
+            _state_text(op, lease_status(op, now=now)),
+            Text(str(op.version)),
+            Text(op.tool),
+            Text(op.thread_id),
+        ]
+        if show_tenant:
+            row.append(_field(op.tenant))
+        row += [
+            Text(op.contract),
+            Text(str(op.attempts)),
+            Text(_relative(op.updated_at, now)),
+            Text(op.provider_key),
+            Text(_compact(dict(op.args), 48), style="dim"),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def _narrow_table(ops: list[Operation], now: float, width: int) -> Table:
+    """Two lines per operation, for a narrow terminal: ids stacked, details stacked."""
+    table = Table(box=box.SIMPLE_HEAVY, show_lines=True)
+    table.add_column("operation / provider key", no_wrap=True)
+    table.add_column("state / version, tries, changed", no_wrap=True)
+    table.add_column("tool / thread", overflow="fold")
+    with_args = width >= 110
+    if with_args:
+        table.add_column("args (redacted)", overflow="fold")
+    for op in ops:
+        ids = Text(op.op_id, style="bold")
+        ids.append("\n" + op.provider_key, style="dim")
+        state = _state_text(op, lease_status(op, now=now))
+        tries = "try" if op.attempts == 1 else "tries"
+        state.append(f"\nv{op.version}, {op.attempts} {tries}, {_relative(op.updated_at, now)}", "dim")
+        where = Text(op.tool)
+        where.append("\n" + op.thread_id + (f" ({op.tenant})" if op.tenant else ""), "dim")
+        row: list[RenderableType] = [ids, state, where]
+        if with_args:
+            row.append(Text(_compact(dict(op.args), 90), style="dim"))
+        table.add_row(*row)
+    return table
+
+
+# -- show ---------------------------------------------------------------------------
+
+
+@app.command("show", epilog=EXIT_CODES_HELP)
+def show_command(
+    ctx: typer.Context,
+    operation: Annotated[str, typer.Argument(metavar="OPERATION", help="The operation id (op_...).")],
+    tenant: TenantOption = None,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show one operation: arguments (redacted), keys, lease, evidence and audit trail."""
+    ledger_name, use_json = _settings(ctx, db, json_output)
+
+    async def work() -> OperationView:
+        async with open_ledger(ledger_name) as ledger:
+            return await show(ledger, operation, tenant=tenant)
+
+    view = _run(use_json, work)
+    if use_json:
+        _print_json(view.to_json())
+        return
+    _render_view(view, now=time.time())
+
+
+def _render_view(view: OperationView, *, now: float) -> None:
+    op = view.operation
+    console = _stdout()
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column(overflow="fold")
+    facts.add_row("state", _state_text(op, view.lease))
+    facts.add_row("version", Text(str(op.version)))
+    facts.add_row("tool", Text(op.tool))
+    facts.add_row("contract", Text(op.contract))
+    facts.add_row("thread", Text(op.thread_id))
+    if op.checkpoint_ns:
+        facts.add_row("namespace", Text(op.checkpoint_ns))
+    facts.add_row("tenant", _field(op.tenant))
+    facts.add_row("policy version", _field(op.policy_version))
+    facts.add_row("tool call id", Text(op.tool_call_id))
+    facts.add_row("message id", _field(op.message_id))
+    facts.add_row("checkpoint id", _field(op.checkpoint_id))
+    facts.add_row("provider key", Text(op.provider_key, style="bold"))
+    facts.add_row("args hash", Text(op.args_hash))
+    facts.add_row("attempts", Text(str(op.attempts)))
+    facts.add_row("created", _when(op.created_at, now))
+    facts.add_row("changed", _when(op.updated_at, now))
+    facts.add_row("dispatched", _when(op.dispatched_at, now))
+    if op.owner is not None:
+        facts.add_row(
+            "owner",
+            Text(f"{op.owner.host} pid {op.owner.pid} (dispatch {op.owner.token[:12]})"),
+        )
+    if op.lease_expires_at is not None:
+        facts.add_row("lease until", _when(op.lease_expires_at, now))
+    if op.result is not None:
+        facts.add_row(
+            "result",
+            Text(f"{op.result_type or 'unknown type'}, {len(op.result)} bytes (not shown)"),
+        )
+    if op.decisions:
+        facts.add_row("decisions", Text(", ".join(d for d, _ in op.decisions)))
+    if op.extra:
+        facts.add_row("extra", Text(_compact(dict(op.extra), 200)))
+
+    parts: list[RenderableType] = [facts, Text("\narguments (as stored, secrets redacted)", "bold")]
+    parts.append(JSON.from_data(dict(op.args), default=str))
+    if op.evidence is not None:
+        parts += [Text("\nevidence", "bold"), JSON.from_data(dict(op.evidence), default=str)]
+    console.print(Panel(Group(*parts), title=Text(op.op_id, style="bold"), title_align="left", expand=False))
+    console.print(_audit_table(view.audit, now=now))
+    console.print(_next_steps(view))
+
+
+def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:
+    table = Table(title=Text("audit trail", style="bold"), box=box.SIMPLE_HEAVY, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("when", no_wrap=True)
+    table.add_column("actor")
+    table.add_column("event")
+    table.add_column("transition", no_wrap=True)
+    table.add_column("v", justify="right")
+    table.add_column("evidence", overflow="fold")
+    for entry in trail:
+        move = Text()
+        if entry.from_state is not None:
+            move.append(entry.from_state.value, STATE_STYLES[entry.from_state])
+            move.append(" -> ")
+        move.append(entry.to_state.value, STATE_STYLES[entry.to_state])
+        table.add_row(
+            Text(str(entry.seq)),
+            Text(_relative(entry.at, now)),
+            Text(entry.actor),
+            Text(entry.event),
+            move,
+            Text(str(entry.version)),
+            Text(_compact(dict(entry.evidence), 120) if entry.evidence is not None else "-"),
+        )
+    return table
+
+
+def _next_steps(view: OperationView) -> RenderableType:
+    op = view.operation
+    if view.lease == "live":
+        return Text(
+            "Someone is sending this right now (live lease): wait for the worker or for the "
+            "lease to expire before deciding.",
+            style="blue",
+        )
+    if not view.allowed_decisions:
+        if op.terminal:
+            return Text(f"Resolved ({op.state.value}): nothing to decide.", style="green")
+        return Text(
+            f"{op.state.value}: nothing is in doubt; the graph sends it on its next run.",
+            style="cyan",
+        )
+    base = f"langgraph-effects resolve {op.op_id} --expected-version {op.version}"
+    lines = Text("Decide (after checking the provider for key ", style="bold")
+    lines.append(op.provider_key, style="bold")
+    lines.append("):\n", style="bold")
+    lines.append(f'  {base} --landed --receipt \'{{"id": "..."}}\'\n')
+    lines.append(f"  {base} --not-landed\n")
+    lines.append(f"  {base} --abandon --reason '...'")
+    if view.lease is not None:
+        lines.append(
+            "\n  (its sender is gone: the lost lease is recorded first, then your verdict)",
+            style="dim",
+        )
+    return lines
+
+
+# -- resolve ------------------------------------------------------------------------
+
+
+def _default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "operator"
+    return f"{user}@{socket.gethostname()}"
+
+
+@app.command("resolve", epilog=EXIT_CODES_HELP)
+def resolve_command(
+    ctx: typer.Context,
+    operation: Annotated[str, typer.Argument(metavar="OPERATION", help="The operation id (op_...).")],
+    expected_version: Annotated[
+        int,
+        typer.Option(
+            "--expected-version",
+            min=1,
+            help="The version you saw (`show` prints it). Refused if it changed since.",
+            show_default=False,
+        ),
+    ],
+    landed: Annotated[bool, typer.Option("--landed", help="You checked: the effect landed.")] = False,
+    receipt: Annotated[
+        str | None,
+        typer.Option("--receipt", metavar="JSON", help="With --landed: what the provider shows, as JSON."),
+    ] = None,
+    not_landed: Annotated[
+        bool,
+        typer.Option("--not-landed", help="You checked: it did not land; send again under the same key."),
+    ] = False,
+    abandon: Annotated[
+        bool, typer.Option("--abandon", help="Close it without confirming the effect.")
+    ] = False,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="With --abandon: why (for the audit).")
+    ] = None,
+    decision_id: Annotated[
+        str | None,
+        typer.Option(
+            "--decision-id",
+            help="Idempotency id of this decision; re-run with the same id to retry safely. "
+            "Default: a fresh one (printed).",
+        ),
+    ] = None,
+    actor: Annotated[
+        str | None,
+        typer.Option("--actor", help="Who decides, for the audit trail. Default: user@host."),
+    ] = None,
+    tenant: TenantOption = None,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Record a verdict: --landed [--receipt JSON] | --not-landed | --abandon --reason TEXT."""
+    ledger_name, use_json = _settings(ctx, db, json_output)
+    try:
+        decision = _decision(landed, receipt, not_landed, abandon, reason)
+    except _BadInput as error:
+        _fail(error, use_json)
+    did = decision_id or new_decision_id()
+    who = actor or _default_actor()
+
+    async def work() -> Resolution:
+        async with open_ledger(ledger_name) as ledger:
+            return await resolve_report(
+                ledger,
+                operation,
+                decision,
+                expected_version=expected_version,
+                decision_id=did,
+                actor=who,
+                tenant=tenant,
+                channel="console",
+            )
+
+    report = _run(use_json, work)
+    if use_json:
+        _print_json(
+            {
+                "operation": operation_to_json(report.operation),
+                "decision_id": report.decision_id,
+                "decision": decision,
+                "from_state": report.from_state.value,
+                "replayed": report.replayed,
+                "lease_lost": report.lease_lost,
+            }
+        )
+        return
+    _render_resolution(report, decision)
+
+
+def _decision(
+    landed: bool, receipt: str | None, not_landed: bool, abandon: bool, reason: str | None
+) -> dict[str, Any]:
+    chosen = [
+        name
+        for name, on in (("--landed", landed), ("--not-landed", not_landed), ("--abandon", abandon))
+        if on
+    ]
+    if len(chosen) != 1:
+        got = " and ".join(chosen) if chosen else "none"
+        raise _BadInput(f"give exactly one of --landed, --not-landed, --abandon (got {got}).")
+    if receipt is not None and not landed:
+        raise _BadInput("--receipt goes with --landed only.")
+    if reason is not None and not abandon:
+        raise _BadInput("--reason goes with --abandon only.")
+    if landed:
+        value: Any = None
+        if receipt is not None:
+            try:
+                value = json.loads(receipt)
+            except json.JSONDecodeError as error:
+                raise _BadInput(
+                    f"--receipt is not valid JSON ({error.msg} at column {error.colno}): "
+                    f'{receipt!r}. Quote it for the shell, e.g. --receipt \'{{"id": "r1"}}\'; '
+                    "a plain string needs JSON quotes too: --receipt '\"r1\"'."
+                ) from error
+        return {"type": "landed", "receipt": value}
+    if not_landed:
+        return {"type": "not_landed"}
+    if not reason or not reason.strip():
+        raise _BadInput("--abandon needs --reason TEXT (it goes into the audit trail).")
+    return {"type": "abandon", "reason": reason}
+
+
+def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
+    console = _stdout()
+    op = report.operation
+    if report.replayed:
+        console.print(
+            Text.assemble(
+                ("Already recorded: ", "bold green"),
+                f"decision {report.decision_id} was applied to {op.op_id} before; nothing changed. It is ",
+                (op.state.value, STATE_STYLES[op.state]),
+                f" at version {op.version}.",
+            )
+        )
+        return
+    line = Text.assemble(
+        ("Recorded ", "bold green"),
+        (decision["type"], "bold"),
+        f" for {op.op_id}: ",
+        (report.from_state.value, STATE_STYLES[report.from_state]),
+        " -> ",
+        (op.state.value, STATE_STYLES[op.state]),
+        f", now version {op.version}.",
+    )
+    console.print(line)
+    if report.lease_lost:
+        console.print(
+            Text(
+                "  Its sender was gone: the lost lease was recorded first (dispatched -> unknown).",
+                style="dim",
+            )
+        )
+    console.print(Text(f"  decision id {report.decision_id} (re-run with it to retry safely)"))
+    console.print(Text(f"  Next: {_NEXT_STEP[decision['type']]}.", style="dim"))
+
+
+# -- lab ----------------------------------------------------------------------------
+
+
+@app.command(
+    "lab",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def lab_command(ctx: typer.Context) -> None:
+    """The crash lab: run crash experiments (`langgraph-effects lab --help` for its options)."""
+    try:
+        runner = importlib.import_module("langgraph_effects.lab.runner")
+    except ImportError as error:
+        _stderr().print(Text(f"error: the crash lab is not available in this installation ({error})."))
+        raise typer.Exit(EXIT_USAGE) from error
+    code = runner.main(list(ctx.args))
+    raise typer.Exit(int(code or 0))
+
+
+# -- entry point ----------------------------------------------------------------------
+
+
+def _click_exception_types() -> tuple[type[Exception], type[Exception]]:
+    """Click's ClickException and UsageError (vendored by typer >= 0.26, click before)."""
+    mro = typer.BadParameter.__mro__
+    usage = next(c for c in mro if c.__name__ == "UsageError")
+    base = next(c for c in mro if c.__name__ == "ClickException")
+    return cast(type[Exception], base), cast(type[Exception], usage)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the console; returns the exit code (see the module docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(app)
+    click_error, usage_error = _click_exception_types()
+    try:
+        result = command.main(args=args or ["--help"], prog_name="langgraph-effects", standalone_mode=False)
+    except usage_error as error:
+        _show_click_error(error)
+        return EXIT_USAGE
+    except click_error as error:
+        _show_click_error(error)
+        return EXIT_USAGE
+    except (typer.Abort, KeyboardInterrupt):
+        _stderr().print("Aborted.")
+        return 130
+    if not args:
+        return EXIT_USAGE
+    return result if isinstance(result, int) else EXIT_OK
+
+
+def _show_click_error(error: Exception) -> None:
+    try:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(cast(Any, error))
+    except Exception:
+        show = getattr(error, "show", None)
+        if callable(show):
+            show()
+        else:
+            _stderr().print(Text(f"error: {error}"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""``current_operation()``: the operation a tool is running under, from inside the tool.
+
+Like Temporal's ``activity.info()``: the tool reads its operation id, provider key
+and attempt number without threading them through its arguments. The value is a
+``ContextVar`` set around the call; langchain-core copies the context into the
+executor threads that run sync tools, so it reaches those too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OperationInfo:
+    """What a tool may know about the operation it is executing."""
+
+    operation_id: str
+    provider_key: str
+    """Send this to the provider as its idempotency key / client reference."""
+    attempt: int
+    """1 for the first send; higher when reconciliation re-sends under the same key."""
+    tool: str
+    args_hash: str
+    thread_id: str
+    tenant: str
+
+
+_CURRENT: ContextVar[OperationInfo | None] = ContextVar("langgraph_effects_operation", default=None)
+
+
+def current_operation() -> OperationInfo:
+    """The operation of the effectful tool call running now.
+
+    Raises ``RuntimeError`` outside one (a read-only tool, or code not run by
+    ``EffectToolNode`` / ``EffectMiddleware``).
+    """
+    info = _CURRENT.get()
+    if info is None:
+        raise RuntimeError(
+            "current_operation() is only available inside an effectful tool call run by "
+            "EffectToolNode or EffectMiddleware"
+        )
+    return info
+
+
+def maybe_current_operation() -> OperationInfo | None:
+    """Like :func:`current_operation`, but ``None`` outside an effectful call."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def running(info: OperationInfo) -> Iterator[None]:
+    token = _CURRENT.set(info)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

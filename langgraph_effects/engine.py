@@ -1,0 +1,736 @@
+"""The dispatch protocol shared by ``EffectToolNode`` and ``EffectMiddleware``.
+
+One :class:`Session` serves one node execution (one LangGraph task). It
+
+1. binds every effectful call to its operation: derived from durable graph
+   coordinates, or found again in the ledger (resume, retry, second worker,
+   re-planned duplicate), and records the new ones in one commit before anything
+   is sent (after the checkpoint holding the call is durable);
+2. answers each call by its state (:meth:`Session.begin`): replay a recorded
+   outcome, execute under a dispatch lease, wait for a live lease held by
+   someone else, reconcile ``unknown``, or report that it needs review;
+3. records each outcome (:meth:`Session.finish`): a result confirms, a definite
+   error fails, anything else is ``unknown`` and goes straight to reconciliation;
+4. applies operator verdicts from an ``interrupt()`` answer (:meth:`Session.decide`).
+
+The caller (node or middleware) runs the tool itself, so sync and async tools,
+``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as without
+us; the session only decides whether a call may leave, and remembers what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from . import _faults, _pregel, identity, lease, messages
+from .context import OperationInfo
+from .contract import BLIND, Effect
+from .errors import (
+    DecisionConflictError,
+    DurabilityError,
+    IllegalTransitionError,
+    StaleVersionError,
+    TransitionError,
+)
+from .ledger.base import Ledger
+from .operation import Change, Event, Operation, Owner, State
+from .reconcile import Scope, reconcile
+from .review import decision_change, parse_decision
+
+log = logging.getLogger("langgraph_effects")
+
+_MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not retries)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Node-level options shared by every session."""
+
+    effects: Mapping[str, Effect]
+    hash_key: bytes | None = None
+    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS
+    durable_wait_seconds: float = 30.0
+    detect_replans: bool = True
+
+    def effect_for(self, tool: str) -> Effect:
+        return self.effects.get(tool, BLIND)
+
+
+# -- what a call should do next ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Answer the call with this output; nothing is sent."""
+
+    output: Any
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run the tool now, under this operation's lease."""
+
+    info: OperationInfo
+
+
+@dataclass(frozen=True)
+class NeedsReview:
+    """Evidence cannot settle the call: the node must ask an operator."""
+
+    placeholder: ToolMessage
+
+
+@dataclass(frozen=True)
+class Raise:
+    """Propagate the tool's exception (ToolNode semantics), after recording it."""
+
+    error: BaseException
+
+
+Action = Replay | Execute | NeedsReview | Raise
+
+
+@dataclass
+class _Call:
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    effect: Effect
+    op: Operation
+    owner: Owner | None = None
+    heartbeat: asyncio.Task[None] | None = None
+    conflict: str | None = None
+    batch_token: str | None = None
+
+
+# -- coordinates -----------------------------------------------------------------------
+
+
+def history_of(state: Any, messages_key: str = "messages") -> list[BaseMessage]:
+    """The message history in a node's input, when there is one."""
+    if isinstance(state, dict):
+        if state.get("__type") == "tool_call_with_context":
+            return history_of(state.get("state"), messages_key)
+        found = state.get(messages_key)
+    elif isinstance(state, list):
+        found = state
+    else:
+        found = getattr(state, messages_key, None)
+    return [m for m in found or [] if isinstance(m, BaseMessage)]
+
+
+def _anchors(history: Iterable[BaseMessage]) -> tuple[dict[str, str], set[str]]:
+    """tool_call_id -> id of the AIMessage that asked for it; and every call id seen."""
+    anchors: dict[str, str] = {}
+    seen: set[str] = set()
+    for message in history:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    seen.add(call["id"])  # type: ignore[arg-type]
+                    if message.id:
+                        anchors[call["id"]] = message.id  # type: ignore[index]
+    return anchors, seen
+
+
+def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
+    """The tenant and policy version a call runs under.
+
+    Read from ``config["configurable"]`` (``tenant_id``, ``policy_version``), or from
+    the graph's runtime ``context`` (a mapping or object with those names).
+    """
+    conf = config.get("configurable") or {}
+
+    def pick(name: str) -> Any:
+        if conf.get(name) is not None:
+            return conf[name]
+        if isinstance(context, Mapping):
+            return context.get(name)
+        return getattr(context, name, None)
+
+    tenant = pick("tenant_id")
+    policy = pick("policy_version")
+    return Scope(
+        tenant="" if tenant is None else str(tenant),
+        policy_version=None if policy is None else str(policy),
+    )
+
+
+class Session:
+    """The ledger side of one node execution. Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        settings: Settings,
+        config: Mapping[str, Any],
+        scope: Scope,
+        calls: dict[str, _Call],
+    ) -> None:
+        self.ledger = ledger
+        self.settings = settings
+        self.config = config
+        self.scope = scope
+        self.calls = calls
+        self._batch_refs: dict[str, int] = {}
+        self._batch_owners: dict[str, Owner] = {}
+        self._review: dict[str, _Call] = {}
+        self._fresh: list[_Call] = []
+
+    # -- opening ---------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        *,
+        ledger: Ledger,
+        settings: Settings,
+        tool_calls: Sequence[Mapping[str, Any]],
+        state: Any,
+        config: Mapping[str, Any],
+        context: Any = None,
+        messages_key: str = "messages",
+        sync_checkpointer: bool = False,
+    ) -> Session:
+        """Bind each effectful call to its operation; record new intents in one commit."""
+        thread_id = _pregel.thread_id(config)
+        if thread_id is None:
+            raise DurabilityError(
+                "effectful tool calls need a checkpointer and a thread_id: compile the graph "
+                "with a checkpointer (e.g. EffectSqliteSaver) and pass "
+                "config={'configurable': {'thread_id': ...}}"
+            )
+        scope = scope_from(config, context)
+        ns_full = _pregel.checkpoint_ns(config)
+        namespace = identity.namespace_path(_pregel.parent_namespace(ns_full))
+        history = history_of(state, messages_key)
+        anchors, seen_call_ids = _anchors(history)
+        task_id = _pregel.task_id(config) or ""
+        parent = _pregel.parent_checkpoint(config)
+
+        calls: dict[str, _Call] = {}
+        for tool_call in tool_calls:
+            call_id = str(tool_call["id"])
+            tool = str(tool_call["name"])
+            effect = settings.effect_for(tool)
+            args = dict(tool_call.get("args") or {})
+            digest = identity.args_hash(args, key=settings.hash_key)
+            if effect.key is not None:
+                provider_key = str(effect.key(args, config))
+                op_id = identity.logical_operation_id(tenant=scope.tenant, provider_key=provider_key)
+            else:
+                op_id = identity.operation_id(
+                    thread_id=thread_id,
+                    namespace=namespace,
+                    anchor=anchors.get(call_id, task_id),
+                    tool_call_id=call_id,
+                    args_hash=digest,
+                    tenant=scope.tenant,
+                )
+                provider_key = identity.default_provider_key(op_id)
+            op = Operation(
+                op_id=op_id,
+                thread_id=thread_id,
+                tool=tool,
+                tool_call_id=call_id,
+                args=identity.redact(args, effect.secret_fields),
+                args_hash=digest,
+                provider_key=provider_key,
+                contract=effect.kind,
+                checkpoint_ns=namespace,
+                tenant=scope.tenant,
+                policy_version=scope.policy_version,
+                message_id=anchors.get(call_id),
+                task_id=task_id or None,
+                checkpoint_id=parent[1] if parent else None,
+            )
+            calls[call_id] = _Call(call_id=call_id, tool=tool, args=args, effect=effect, op=op)
+
+        session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
+        await session._bind(history_known=bool(history), seen_call_ids=seen_call_ids)
+        await session._record_new(sync_checkpointer=sync_checkpointer)
+        return session
+
+    async def _bind(self, *, history_known: bool, seen_call_ids: set[str]) -> None:
+        """Find operations already in the ledger: by id, then re-planned duplicates."""
+        wanted = {c.op.op_id for c in self.calls.values()}
+        stored = await self.ledger.get_many(sorted(wanted))
+        fresh: list[_Call] = []
+        for c in self.calls.values():
+            found = stored.get(c.op.op_id)
+            if found is None:
+                fresh.append(c)
+            elif found.args_hash != c.op.args_hash:
+                c.conflict = (
+                    f"the provider key {found.provider_key!r} already belongs to a {found.tool} "
+                    "call with different arguments; the call was not sent. Use a new key for a "
+                    "new effect."
+                )
+                c.op = found
+            else:
+                c.op = found
+        if not (fresh and history_known and self.settings.detect_replans):
+            self._fresh = fresh
+            return
+        candidates = await self.ledger.find_by_payload(
+            fresh[0].op.thread_id, [(c.tool, c.op.args_hash) for c in fresh]
+        )
+        taken: set[str] = set()
+        still_fresh: list[_Call] = []
+        for c in fresh:
+            match = next(
+                (
+                    o
+                    for o in sorted(candidates, key=lambda o: o.created_at)
+                    if o.tool == c.tool
+                    and o.args_hash == c.op.args_hash
+                    and o.tenant == c.op.tenant
+                    and o.checkpoint_ns == c.op.checkpoint_ns
+                    and o.tool_call_id not in seen_call_ids
+                    and o.state not in (State.FAILED, State.ABANDONED)
+                    and o.op_id not in taken
+                ),
+                None,
+            )
+            if match is None:
+                still_fresh.append(c)
+            else:
+                # The call was minted again after its first AIMessage was lost: same effect.
+                log.warning(
+                    "tool call %s (%s) re-plans operation %s whose call %s is no longer in "
+                    "the history; binding to it instead of sending again",
+                    c.call_id,
+                    c.tool,
+                    match.op_id,
+                    match.tool_call_id,
+                )
+                taken.add(match.op_id)
+                c.op = match
+        self._fresh = still_fresh
+
+    async def _record_new(self, *, sync_checkpointer: bool) -> None:
+        fresh = self._fresh
+        if not fresh:
+            return
+        mode = _pregel.durability(self.config)
+        if mode == "exit":
+            raise DurabilityError(
+                "durability='exit' saves the checkpoint only when the run ends, so a crash "
+                "would lose the tool call that was already dispatched; nothing was sent. "
+                "Run the graph with durability='sync' (recommended) or 'async'."
+            )
+        if mode == "async":
+            await self._wait_durable(sync_checkpointer=sync_checkpointer)
+        # Calls that can be reconciled without a human get intent and dispatch marker in
+        # one commit; blind/approval calls first commit ``pending``, so a crash before
+        # the send is provably harmless and needs no operator.
+        direct = [c for c in fresh if c.effect.kind != "blind"]
+        staged = [c for c in fresh if c.effect.kind == "blind"]
+        if direct:
+            owner = lease.new_owner()
+            change = Change(
+                Event.DISPATCH,
+                owner=owner,
+                lease_expires_at=time.time() + self.settings.lease_seconds,
+                evidence={"kind": "intent"},
+            )
+            stored = await self.ledger.record_intents([c.op for c in direct], change=change)
+            self._batch_owners[owner.token] = owner
+            for c, op in zip(direct, stored, strict=True):
+                c.op = op
+                if op.owner is not None and op.owner.token == owner.token:
+                    c.owner = owner
+                    c.batch_token = owner.token
+                    self._batch_refs[owner.token] = self._batch_refs.get(owner.token, 0) + 1
+            if not self._batch_refs.get(owner.token):
+                lease.release(owner)
+        if staged:
+            stored = await self.ledger.record_intents([c.op for c in staged])
+            for c, op in zip(staged, stored, strict=True):
+                c.op = op
+        self._fresh = []
+
+    async def _wait_durable(self, *, sync_checkpointer: bool) -> None:
+        """Under ``durability="async"``, wait until the checkpoint holding the call is saved."""
+        parent = _pregel.parent_checkpoint(self.config)
+        saver = _pregel.checkpointer(self.config)
+        if parent is None or saver is None:
+            return
+        ns, checkpoint_id = parent
+        target = {
+            "configurable": {
+                "thread_id": _pregel.thread_id(self.config),
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+        deadline = time.monotonic() + self.settings.durable_wait_seconds
+        delay = 0.002
+        while True:
+            if sync_checkpointer:
+                found = await asyncio.to_thread(saver.get_tuple, target)
+            else:
+                found = await saver.aget_tuple(target)
+            if found is not None:
+                return
+            if time.monotonic() > deadline:
+                raise DurabilityError(
+                    f"the checkpoint {checkpoint_id} holding this tool call was not saved within "
+                    f"{self.settings.durable_wait_seconds:g}s (durability='async'); nothing "
+                    "was sent. Check the checkpointer, or use durability='sync'."
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    # -- per call --------------------------------------------------------------------
+
+    def manages(self, call_id: str | None) -> bool:
+        return call_id is not None and call_id in self.calls
+
+    async def begin(self, call_id: str) -> Action:
+        """What the call should do now, moving its operation as evidence allows."""
+        c = self.calls[call_id]
+        if c.conflict is not None:
+            return Replay(
+                ToolMessage(
+                    content=c.conflict,
+                    name=c.tool,
+                    tool_call_id=call_id,
+                    status="error",
+                    artifact=messages.effect_artifact(c.op),
+                )
+            )
+        for _ in range(_MAX_STEPS):
+            op = c.op
+            if op.terminal:
+                self._review.pop(call_id, None)
+                return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+            if op.state is State.REVIEW:
+                self._review[call_id] = c
+                return NeedsReview(
+                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                )
+            if op.state is State.PENDING:
+                _faults.fire("after_intent", op)
+                await self._send(c, Event.DISPATCH, {"kind": "intent"})
+                continue
+            if op.state is State.DISPATCHED:
+                if c.owner is not None and op.owner is not None and op.owner.token == c.owner.token:
+                    if c.batch_token is not None:
+                        _faults.fire("after_intent", op)
+                    return Execute(self._info(c))
+                if lease.lease_expired(op):
+                    await self._move(
+                        c,
+                        Change(
+                            Event.LOSE,
+                            evidence={
+                                "kind": "lease",
+                                "owner": op.owner.to_json() if op.owner else None,
+                            },
+                        ),
+                    )
+                else:
+                    await self._wait_for_other(c)
+                continue
+            if op.state is State.UNKNOWN:
+                outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
+                if outcome.action == "resend":
+                    await self._send(c, Event.RESEND, dict(outcome.evidence))
+                else:
+                    await self._move(c, Change(outcome.event, evidence=dict(outcome.evidence)))
+                continue
+        raise TransitionError(
+            f"operation {c.op.op_id} kept changing under concurrent workers; giving up after "
+            f"{_MAX_STEPS} steps. Resume the thread again to settle it."
+        )
+
+    async def finish(
+        self, call_id: str, output: Any, error: BaseException | None
+    ) -> Action:
+        """Record what the dispatched call did, then settle or reconcile it."""
+        c = self.calls[call_id]
+        self._stop_heartbeat(c)
+        op = c.op
+        try:
+            _faults.fire("before_outcome", op)
+            if error is None and not _is_error_message(output):
+                kind, blob = messages.dump(output)
+                await self._move(
+                    c,
+                    Change(
+                        Event.SUCCEED,
+                        evidence={"kind": "result"},
+                        result_type=kind,
+                        result=blob,
+                    ),
+                    expected=op.version,
+                )
+                return Replay(messages.decorate(output, c.op))
+            if error is not None and c.effect.is_definite(error):
+                shown = output if output is not None else _error_message(c, error)
+                kind, blob = messages.dump(shown)
+                await self._move(
+                    c,
+                    Change(
+                        Event.FAIL,
+                        evidence={"kind": "error", "error": _describe(error)},
+                        result_type=kind,
+                        result=blob,
+                    ),
+                    expected=op.version,
+                )
+                if output is None:
+                    return Raise(error)
+                return Replay(messages.decorate(output, c.op))
+            evidence: dict[str, Any] = {
+                "kind": "timeout" if isinstance(error, TimeoutError) else "error",
+                "error": _describe(error) if error is not None else _message_text(output),
+            }
+            await self._move(c, Change(Event.LOSE, evidence=evidence), expected=op.version)
+        finally:
+            self._release(c)
+        return await self.begin(call_id)
+
+    async def withdraw(self, call_id: str) -> None:
+        """The tool paused itself with ``interrupt()``; it will run again on resume."""
+        c = self.calls[call_id]
+        self._stop_heartbeat(c)
+        try:
+            await self._move(
+                c, Change(Event.WITHDRAW, evidence={"kind": "interrupt"}), expected=c.op.version
+            )
+        finally:
+            self._release(c)
+
+    def abort(self, call_id: str) -> None:
+        """The call was cancelled or crashed in-process: leave it ``dispatched``.
+
+        Its lease owner is released, so a resumer in this process sees it dead at
+        once, marks it ``unknown`` and reconciles it.
+        """
+        c = self.calls[call_id]
+        self._stop_heartbeat(c)
+        self._release(c)
+
+    # -- review ------------------------------------------------------------------------
+
+    def reviews(self) -> list[Operation]:
+        """Operations awaiting a verdict, in tool-call order."""
+        return [c.op for c in self.calls.values() if c.call_id in self._review]
+
+    def review_payload(self) -> dict[str, Any]:
+        """The ``interrupt()`` value: everything an operator needs to decide."""
+        return {
+            "type": "effect_review",
+            "operations": [
+                review_entry(c.op) for c in self.calls.values() if c.call_id in self._review
+            ],
+        }
+
+    async def decide(self, answer: Mapping[str, Any], *, round_no: int) -> int:
+        """Write the verdicts of an interrupt answer to the ledger, as soon as read.
+
+        Returns how many were applied. Answers for operations that are not awaiting
+        review here (stale, or unknown ids) are ignored with a warning; those
+        operations, if still unresolved, are asked about again.
+        """
+        by_op = {c.op.op_id: c for c in self.calls.values()}
+        applied = 0
+        for op_id, raw in answer.items():
+            c = by_op.get(op_id)
+            if c is None:
+                log.warning("review answer names operation %s, which is not in this node", op_id)
+                continue
+            decision = parse_decision(raw)
+            change = decision_change(
+                decision,
+                decision_id=f"review:{round_no}:{op_id}",
+                actor="operator (interrupt)",
+                channel="interrupt",
+            )
+            if c.op.decisions and any(d == change.decision_id for d, _ in c.op.decisions):
+                continue
+            if c.op.state not in (State.REVIEW, State.UNKNOWN):
+                log.warning("operation %s is %s, not under review; answer ignored", op_id, c.op.state)
+                continue
+            try:
+                await self._move(c, change, expected=c.op.version)
+            except (StaleVersionError, DecisionConflictError, IllegalTransitionError) as error:
+                log.warning("verdict for %s not applied: %s", op_id, error)
+                c.op = await self._reload(c)
+                continue
+            self._review.pop(c.call_id, None)
+            applied += 1
+        return applied
+
+    async def close(self) -> None:
+        """Release every lease this session still holds (leaving the rows as they are)."""
+        for c in self.calls.values():
+            self._stop_heartbeat(c)
+            self._release(c)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _info(self, c: _Call) -> OperationInfo:
+        return OperationInfo(
+            operation_id=c.op.op_id,
+            provider_key=c.op.provider_key,
+            attempt=c.op.attempts,
+            tool=c.tool,
+            args_hash=c.op.args_hash,
+            thread_id=c.op.thread_id,
+            tenant=c.op.tenant,
+        )
+
+    async def _send(self, c: _Call, event: Event, evidence: dict[str, Any]) -> None:
+        owner = lease.new_owner()
+        try:
+            moved = await self._move(
+                c,
+                Change(
+                    event,
+                    owner=owner,
+                    lease_expires_at=time.time() + self.settings.lease_seconds,
+                    evidence=evidence,
+                ),
+                expected=c.op.version,
+            )
+        except BaseException:
+            lease.release(owner)
+            raise
+        if moved:
+            c.owner = owner
+            c.batch_token = None
+        else:
+            lease.release(owner)
+
+    async def _move(self, c: _Call, change: Change, *, expected: int | None = None) -> bool:
+        """Apply one transition; on a lost race, reload and let the caller look again."""
+        try:
+            c.op = await self.ledger.transition(
+                c.op.op_id, change, expected_version=c.op.version if expected is None else expected
+            )
+            return True
+        except (StaleVersionError, IllegalTransitionError):
+            c.op = await self._reload(c)
+            return False
+
+    async def _reload(self, c: _Call) -> Operation:
+        found = await self.ledger.get(c.op.op_id)
+        return found if found is not None else c.op
+
+    async def _wait_for_other(self, c: _Call) -> None:
+        """Someone else holds a live lease: wait for them, never send or ask a human."""
+        delay = 0.02
+        start_version = c.op.version
+        while True:
+            await asyncio.sleep(delay)
+            c.op = await self._reload(c)
+            if c.op.version != start_version or lease.lease_expired(c.op):
+                return
+            delay = min(delay * 2, 1.0)
+
+    def start_heartbeat(self, call_id: str) -> None:
+        """Keep the lease of a running call alive (call on the session's event loop)."""
+        c = self.calls[call_id]
+        owner = c.owner
+        if owner is None:
+            return
+        interval = self.settings.lease_seconds / 3
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.ledger.renew_lease(
+                        c.op.op_id, owner.token, time.time() + self.settings.lease_seconds
+                    )
+                except Exception as error:  # a missed heartbeat only shortens the lease
+                    log.warning("lease heartbeat for %s failed: %s", c.op.op_id, error)
+
+        c.heartbeat = asyncio.ensure_future(beat())
+
+    def _stop_heartbeat(self, c: _Call) -> None:
+        if c.heartbeat is not None:
+            c.heartbeat.cancel()
+            c.heartbeat = None
+
+    def _release(self, c: _Call) -> None:
+        owner, c.owner = c.owner, None
+        if owner is None:
+            return
+        if c.batch_token is not None:
+            token, c.batch_token = c.batch_token, None
+            left = self._batch_refs.get(token, 1) - 1
+            self._batch_refs[token] = left
+            if left <= 0:
+                lease.release(self._batch_owners.pop(token, owner))
+            return
+        lease.release(owner)
+
+
+def review_entry(op: Operation) -> dict[str, Any]:
+    """One operation as an operator sees it in a review (arguments redacted)."""
+    return {
+        "operation_id": op.op_id,
+        "tool": op.tool,
+        "tool_call_id": op.tool_call_id,
+        "args": dict(op.args),
+        "args_hash": op.args_hash,
+        "provider_key": op.provider_key,
+        "contract": op.contract,
+        "state": op.state.value,
+        "version": op.version,
+        "attempts": op.attempts,
+        "evidence": dict(op.evidence or {}),
+        "thread_id": op.thread_id,
+        "tenant": op.tenant,
+        "allowed_decisions": ["landed", "not_landed", "abandon"],
+    }
+
+
+def _is_error_message(output: Any) -> bool:
+    return isinstance(output, ToolMessage) and output.status == "error"
+
+
+def _message_text(output: Any) -> str:
+    if isinstance(output, ToolMessage):
+        return str(output.content)[:500]
+    return repr(output)[:500]
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:500]
+
+
+def _error_message(c: _Call, error: BaseException) -> ToolMessage:
+    return ToolMessage(
+        content=f"Error: {_describe(error)}",
+        name=c.tool,
+        tool_call_id=c.call_id,
+        status="error",
+    )
+
+
+def effectful_calls(
+    tool_calls: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    known_tools: Callable[[str], bool],
+) -> list[Mapping[str, Any]]:
+    """The calls the ledger must track: registered tools not declared read-only."""
+    return [
+        call
+        for call in tool_calls
+        if call.get("id")
+        and known_tools(str(call.get("name")))
+        and not settings.effect_for(str(call.get("name"))).read_only_tool
+    ]

@@ -1,0 +1,329 @@
+"""``langgraph-effects lab``: run the crash matrix and print what the providers saw.
+
+Rows are strategies (per provider), columns are crash points, and every cell
+reads ``effects / missing`` as counted from the provider's own records for N
+intended operations. The seed rows are expected to duplicate or lose work;
+only rows of this package decide the exit code:
+
+* 0: every row of ours held its invariants (0 duplicates, 0 missing, 0 open);
+* 1: a row of ours broke one;
+* 2: a cell could not be run (a worker died where nothing was injected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .faults import CRASH_POINTS
+from .harness import Cell, CellResult, crash_point, run_cell
+from .strategies import Strategy, registered
+from .worker import ProviderSettings, context
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="langgraph-effects lab",
+        description=(
+            "Crash lab: run N operations per cell through real LangGraph graphs, "
+            "SIGKILL the worker at a crash point on every K-th one, resume, and count "
+            "effects from the provider's own records."
+        ),
+    )
+    parser.add_argument("--ops", type=int, default=100, help="operations per cell (100)")
+    parser.add_argument(
+        "--kill-every", type=int, default=10, metavar="K", help="fault every K-th operation (10)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw which operations are faulted (every K-th from a seeded offset); "
+        "default: operations K, 2K, ...",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write every row as JSON")
+    parser.add_argument(
+        "--strategies", metavar="A,B", help="comma-separated strategy names (default: all)"
+    )
+    parser.add_argument(
+        "--crash-points", metavar="A,B", help="comma-separated crash points (default: all)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the cells' SQLite files under this directory (default: a temp dir, removed)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 2, help="cells run at once (CPU count)"
+    )
+    parser.add_argument(
+        "--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list strategies and crash points, then exit"
+    )
+    return parser
+
+
+def _names(value: str | None, known: Sequence[str], what: str) -> list[str]:
+    if value is None:
+        return list(known)
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+    return names
+
+
+def plan_cells(
+    strategies: Sequence[Strategy],
+    points: Sequence[str],
+    *,
+    ops: int,
+    kill_every: int,
+    phase: int,
+    settings: ProviderSettings,
+) -> list[Cell]:
+    """Every (strategy, provider, crash point) cell, in table order."""
+    return [
+        Cell(strategy, provider, crash_point(point), ops, kill_every, phase, settings)
+        for strategy in strategies
+        for provider in strategy.providers
+        for point in points
+        if point in strategy.columns()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the lab; returns the process exit code (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    available = registered()
+    out = Console()
+    if args.list:
+        _print_catalogue(out, available)
+        return 0
+    if args.ops < 1 or args.kill_every < 1 or args.jobs < 1:
+        raise SystemExit("--ops, --kill-every and --jobs must be at least 1")
+    chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
+    points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
+    phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
+    settings = ProviderSettings(lag=args.lag)
+    cells = plan_cells(
+        chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
+    )
+    if not cells:
+        raise SystemExit("nothing to run: no strategy supports the chosen crash points")
+
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="lge-lab-"))
+    rundir = base / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
+    started = time.perf_counter()
+    try:
+        results = _run(cells, rundir, args.jobs)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+
+    out.print(render_table(results, points, ops=args.ops, kill_every=args.kill_every))
+    for line in _verdict(results, elapsed, args.jobs):
+        out.print(line)
+    if args.json is not None:
+        _write_json(args, results, elapsed, phase, rundir if args.workdir else None)
+    if any(r.error for r in results):
+        return 2
+    return 1 if any(r.ours and r.violations() for r in results) else 0
+
+
+def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
+    ctx = context()
+    progress = Progress(
+        TextColumn("[bold]crash lab[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("operations · {task.fields[cells]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    total = sum(cell.ops for cell in cells)
+    results: dict[int, CellResult] = {}
+    with progress:
+        task = progress.add_task("lab", total=total, cells=f"0/{len(cells)} cells")
+
+        def one(position: int, cell: Cell) -> CellResult:
+            try:
+                return run_cell(
+                    ctx, cell, rundir / cell.name, on_operation=lambda: progress.advance(task)
+                )
+            except Exception:
+                failed = CellResult(
+                    cell.strategy.name, cell.provider, cell.crash_point.name, cell.strategy.ours
+                )
+                failed.error = traceback.format_exc()
+                return failed
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(one, i, cell): i for i, cell in enumerate(cells)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                progress.update(task, cells=f"{len(results)}/{len(cells)} cells")
+    return [results[i] for i in range(len(cells))]
+
+
+def _cell_text(result: CellResult) -> Text:
+    if result.error:
+        return Text("error", style="bold red")
+    text = Text(f"{result.effects} / {result.missing}")
+    if result.duplicates and result.missing:
+        text.stylize("bold magenta")
+    elif result.duplicates:
+        text.stylize("bold red")
+    elif result.missing:
+        text.stylize("bold yellow")
+    else:
+        text.stylize("green")
+    notes = []
+    if result.sent_to_review:
+        notes.append(f"review {result.sent_to_review}")
+    if result.non_terminal:
+        notes.append(f"open {result.non_terminal}")
+    if result.pending_reviews:
+        notes.append(f"unanswered {result.pending_reviews}")
+    if notes:
+        text.append("\n" + " · ".join(notes), style="dim" if result.ours else "")
+    return text
+
+
+def render_table(
+    results: Sequence[CellResult], points: Sequence[str], *, ops: int, kill_every: int
+) -> Table:
+    """Rows: strategy x provider; columns: crash points; cells: effects / missing."""
+    used = [p for p in points if any(r.crash_point == p for r in results)]
+    table = Table(
+        title=(
+            f"Crash lab: {ops} operations per cell, every {kill_every}th faulted — "
+            "effects / missing, counted from the provider's records"
+        ),
+        caption=(
+            "[green]exact[/green]  [red]duplicated[/red]  [yellow]lost work[/yellow]  "
+            "[dim]n/a: the column needs a lookup the strategy never makes[/dim]"
+        ),
+        title_justify="left",
+    )
+    table.add_column("strategy")
+    table.add_column("provider", style="dim")
+    for point in used:
+        table.add_column(point, justify="center")
+    rows: dict[tuple[str, str], dict[str, CellResult]] = {}
+    ours: dict[tuple[str, str], bool] = {}
+    for result in results:
+        key = (result.strategy, result.provider)
+        rows.setdefault(key, {})[result.crash_point] = result
+        ours[key] = result.ours
+    for key, by_point in rows.items():
+        label = Text(key[0], style="bold" if ours[key] else "")
+        cells = [
+            _cell_text(by_point[p]) if p in by_point else Text("n/a", style="dim") for p in used
+        ]
+        table.add_row(label, key[1], *cells)
+    return table
+
+
+def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[str]:
+    seed = [r for r in results if not r.ours and not r.error]
+    lines = []
+    if seed:
+        dup = sum(1 for r in seed if r.duplicates)
+        lost = sum(1 for r in seed if r.missing)
+        lines.append(
+            f"seed strategies: {dup} cells duplicated effects, {lost} cells lost work "
+            "(expected: that is what the seed experiment showed)"
+        )
+    ours = [r for r in results if r.ours]
+    if ours:
+        broken = [r for r in ours if r.violations()]
+        if broken:
+            for r in broken:
+                lines.append(
+                    f"[bold red]FAIL[/bold red] {r.strategy}/{r.provider}/{r.crash_point}: "
+                    + "; ".join(r.violations())
+                )
+        else:
+            lines.append(
+                f"[green]ours: all {len(ours)} cells hold (0 duplicates, 0 missing, "
+                "0 left open)[/green]"
+            )
+    for r in results:
+        if r.error:
+            first = r.error.strip().splitlines()[-1]
+            lines.append(f"[bold red]ERROR[/bold red] {r.strategy}/{r.provider}/{r.crash_point}: {first}")
+    ops = sum(r.intended for r in results)
+    lines.append(f"{len(results)} cells, {ops} operations in {elapsed:.1f} s ({jobs} at a time)")
+    return lines
+
+
+def _write_json(
+    args: argparse.Namespace,
+    results: Sequence[CellResult],
+    elapsed: float,
+    phase: int,
+    kept: Path | None,
+) -> None:
+    document: dict[str, Any] = {
+        "experiment": {
+            "ops": args.ops,
+            "kill_every": args.kill_every,
+            "seed": args.seed,
+            "phase": phase,
+            "lag": args.lag,
+            "jobs": args.jobs,
+            "seconds": round(elapsed, 3),
+            "workdir": str(kept) if kept else None,
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "platform": sys.platform,
+            "cpus": os.cpu_count(),
+            "langgraph": version("langgraph"),
+            "langchain-core": version("langchain-core"),
+        },
+        "crash_points": {name: cp.summary for name, cp in CRASH_POINTS.items()},
+        "rows": [r.to_json() for r in results],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _print_catalogue(out: Console, strategies: dict[str, Strategy]) -> None:
+    table = Table(title="strategies", title_justify="left")
+    for column in ("name", "kind", "providers", "crash points", "summary"):
+        table.add_column(column)
+    for s in strategies.values():
+        table.add_row(
+            s.name, "ours" if s.ours else "seed", ",".join(s.providers), ",".join(s.columns()), s.summary
+        )
+    out.print(table)
+    points = Table(title="crash points", title_justify="left")
+    points.add_column("name")
+    points.add_column("what happens")
+    for name, cp in CRASH_POINTS.items():
+        points.add_row(name, cp.summary + (" (ours only)" if cp.ours_only else ""))
+    out.print(points)

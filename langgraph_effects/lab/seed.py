@@ -1,0 +1,184 @@
+"""The four strategies of the seed experiment, written as a LangGraph user would.
+
+Each is the prebuilt ``ToolNode`` around one async tool, with
+``handle_tool_errors=True`` so that a failed call becomes an error
+``ToolMessage`` the model can react to. The identity a user has at hand inside a
+tool, and which survives a resume, is the thread id plus the ``tool_call_id``;
+the markers and the provider key are built from it. (A re-planned call gets a
+new ``tool_call_id``, so that identity does not survive a re-plan: the
+``timeout`` column shows what that costs.)
+
+The ``faults.reach(...)`` lines are the lab's crash points, not part of the
+strategy: ``enter`` lets two workers meet at the tool's entry, ``C`` sits
+between the provider's answer and the local record. ``A`` and ``B`` are inside
+``client.send``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Annotated
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.prebuilt import ToolNode
+
+from .strategies import TOOL_NAME, BuildContext, Strategy, register
+
+
+class LocalMarkers:
+    """A completion table in the application's own SQLite database.
+
+    Opened per call with plain ``sqlite3``, each write its own durable commit,
+    as a careful user would do it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE IF NOT EXISTS sent (marker TEXT PRIMARY KEY, receipt TEXT)")
+        return db
+
+    def get(self, marker: str) -> str | None:
+        db = self._connect()
+        try:
+            row = db.execute("SELECT receipt FROM sent WHERE marker = ?", (marker,)).fetchone()
+        finally:
+            db.close()
+        return None if row is None else str(row[0])
+
+    def put(self, marker: str, receipt: str) -> None:
+        db = self._connect()
+        try:
+            db.execute("INSERT OR REPLACE INTO sent VALUES (?, ?)", (marker, receipt))
+        finally:
+            db.close()
+
+
+def call_identity(config: RunnableConfig, tool_call_id: str) -> str:
+    """Thread id + tool_call_id: stable across a resume of the same call."""
+    thread_id = config.get("configurable", {}).get("thread_id", "")
+    return f"{thread_id}:{tool_call_id}"
+
+
+def build_retry_only(ctx: BuildContext) -> ToolNode:
+    """Send without a key and keep no record: a resume simply runs the tool again."""
+    client, faults = ctx.client, ctx.faults
+
+    @tool(TOOL_NAME)
+    async def send_notification(operation: str, body: str) -> str:
+        """Send one notification."""
+        faults.reach("enter")
+        receipt = client.send({"operation": operation, "body": body})
+        faults.reach("C")
+        return f"sent {receipt.effect_id}"
+
+    return ToolNode([send_notification], handle_tool_errors=True)
+
+
+def build_record_after(ctx: BuildContext) -> ToolNode:
+    """Send, then record completion; a re-run skips a call already recorded."""
+    client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
+
+    @tool(TOOL_NAME)
+    async def send_notification(
+        operation: str,
+        body: str,
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        config: RunnableConfig,
+    ) -> str:
+        """Send one notification."""
+        faults.reach("enter")
+        marker = call_identity(config, tool_call_id)
+        done = markers.get(marker)
+        if done is not None:
+            return f"already sent {done}"
+        receipt = client.send({"operation": operation, "body": body})
+        faults.reach("C")
+        markers.put(marker, receipt.effect_id)
+        return f"sent {receipt.effect_id}"
+
+    return ToolNode([send_notification], handle_tool_errors=True)
+
+
+def build_record_before(ctx: BuildContext) -> ToolNode:
+    """Record first, then send; a re-run treats the record as completion."""
+    client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
+
+    @tool(TOOL_NAME)
+    async def send_notification(
+        operation: str,
+        body: str,
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        config: RunnableConfig,
+    ) -> str:
+        """Send one notification."""
+        faults.reach("enter")
+        marker = call_identity(config, tool_call_id)
+        done = markers.get(marker)
+        if done is not None:
+            return f"already sent {done}"
+        markers.put(marker, "claimed")
+        receipt = client.send({"operation": operation, "body": body})
+        faults.reach("C")
+        markers.put(marker, receipt.effect_id)
+        return f"sent {receipt.effect_id}"
+
+    return ToolNode([send_notification], handle_tool_errors=True)
+
+
+def build_provider_key(ctx: BuildContext) -> ToolNode:
+    """Send under a stable idempotency key to a provider that deduplicates."""
+    client, faults = ctx.client, ctx.faults
+
+    @tool(TOOL_NAME)
+    async def send_notification(
+        operation: str,
+        body: str,
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        config: RunnableConfig,
+    ) -> str:
+        """Send one notification."""
+        faults.reach("enter")
+        key = call_identity(config, tool_call_id)
+        receipt = client.send({"operation": operation, "body": body}, key=key)
+        faults.reach("C")
+        return f"sent {receipt.effect_id}"
+
+    return ToolNode([send_notification], handle_tool_errors=True)
+
+
+SEED_STRATEGIES: tuple[Strategy, ...] = tuple(
+    register(strategy)
+    for strategy in (
+        Strategy(
+            "retry-only",
+            build_retry_only,
+            providers=("blind",),
+            summary="plain ToolNode; resume re-runs the call, no key, no record",
+        ),
+        Strategy(
+            "record-after",
+            build_record_after,
+            providers=("blind",),
+            summary="send, then write a local completion marker; skip if marked",
+        ),
+        Strategy(
+            "record-before",
+            build_record_before,
+            providers=("blind",),
+            summary="write the marker, then send; skip if marked",
+        ),
+        Strategy(
+            "provider-key",
+            build_provider_key,
+            providers=("dedup",),
+            summary="stable key (thread:tool_call_id) to a deduplicating provider",
+        ),
+    )
+)

@@ -1,0 +1,541 @@
+"""The ledger in PostgreSQL, for workers on several machines.
+
+* psycopg 3 async on its **own** ``AsyncConnectionPool``: sharing the
+  checkpointer's connection is unsafe (our transaction would capture its writes).
+* Each change is one short transaction. ``transition`` locks the row with
+  ``SELECT ... FOR UPDATE``, applies the pure state machine, writes under a
+  compare-and-set on ``version`` and appends the audit row before committing, so
+  concurrent workers queue on the row instead of overwriting each other.
+* ``synchronous_commit`` is left at the server's setting (never turned off): a
+  commit that returned is durable.
+* Schema migrations are an ordered list recorded in ``effect_migrations``;
+  ``setup`` takes a transaction-level advisory lock so processes starting
+  together migrate one after the other. No advisory lock is used anywhere else.
+* JSON columns are ``text`` holding exactly what the SQLite backend stores, not
+  ``jsonb``: jsonb refuses ``\\u0000`` inside strings and ``NaN``, so a model's
+  arguments could make an intent impossible to record. Query them with ``::jsonb``.
+* ``schema=`` qualifies every table name, so the ledger can live in its own
+  schema on any pool (including one you pass in) without touching ``search_path``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from ..errors import (
+    LedgerCorruptError,
+    LedgerError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+    SchemaTooNewError,
+)
+from ..operation import Change, Operation, advance, create
+from .base import (
+    COLUMNS,
+    DEFAULT_ACTOR,
+    MUTABLE_COLUMNS,
+    AuditEntry,
+    Ledger,
+    OperationQuery,
+    audit_from_row,
+    audit_row,
+    from_row,
+    now,
+    to_row,
+    unresolved_values,
+)
+
+_UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
+
+_AUDIT_COLUMNS: tuple[str, ...] = (
+    "op_id",
+    "seq",
+    "at",
+    "actor",
+    "from_state",
+    "to_state",
+    "event",
+    "version",
+    "evidence",
+)
+_OUR_TABLES = ("effect_operations", "effect_audit")
+
+#: Ordered schema migrations. Append only: never edit a released entry.
+#: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}effect_operations (
+        op_id text PRIMARY KEY,
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL DEFAULT '',
+        tenant text NOT NULL DEFAULT '',
+        tool text NOT NULL,
+        tool_call_id text NOT NULL,
+        message_id text,
+        task_id text,
+        checkpoint_id text,
+        args text NOT NULL,
+        args_hash text NOT NULL,
+        provider_key text NOT NULL,
+        contract text NOT NULL,
+        policy_version text,
+        state text NOT NULL,
+        version integer NOT NULL,
+        attempts integer NOT NULL,
+        owner text,
+        lease_expires_at double precision,
+        dispatched_at double precision,
+        result_type text,
+        result bytea,
+        evidence text,
+        decisions text NOT NULL DEFAULT '[]',
+        extra text NOT NULL DEFAULT '{{}}',
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        CONSTRAINT effect_operations_provider_key UNIQUE (tenant, provider_key)
+    );
+    CREATE TABLE {s}effect_audit (
+        op_id text NOT NULL,
+        seq integer NOT NULL,
+        at double precision NOT NULL,
+        actor text NOT NULL,
+        from_state text,
+        to_state text NOT NULL,
+        event text NOT NULL,
+        version integer NOT NULL,
+        evidence text,
+        PRIMARY KEY (op_id, seq)
+    );
+    CREATE INDEX effect_operations_payload
+        ON {s}effect_operations (thread_id, tool, args_hash);
+    """,
+    # Partial indexes: finding unresolved work costs O(result), not O(history).
+    f"""
+    CREATE INDEX effect_operations_unresolved
+        ON {{s}}effect_operations (updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+    CREATE INDEX effect_operations_unresolved_thread
+        ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+#: Rows per INSERT statement: 27 parameters a row stays far below Postgres' 65535.
+_CHUNK = 500
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lock_key(schema: str | None) -> int:
+    """A stable signed 64-bit advisory-lock key for migrating ``schema``."""
+    digest = hashlib.sha256(f"langgraph-effects:migrate:{schema or ''}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def describe(conninfo: str, schema: str | None = None, **kwargs: Any) -> str:
+    """``postgres:<host>/<db>`` for messages: never the password."""
+    try:
+        params = conninfo_to_dict(conninfo, **kwargs)
+    except psycopg.Error:
+        params = {}
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    db = str(params.get("dbname") or params.get("user") or "postgres")
+    where = f"postgres:{host}/{db}"
+    return f"{where} (schema {schema})" if schema else where
+
+
+def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
+    """Map psycopg errors to ours, with a message that says what to do."""
+    if isinstance(error, PoolTimeout):
+        return LedgerUnavailableError(
+            f"could not get a connection to the ledger at {where} in time ({cause or error}). "
+            "Check that "
+            "the server is running and reachable and that the DSN (host, port, database, user) "
+            "is right, or raise max_size if the pool is exhausted; nothing was written, "
+            "retrying later is safe."
+        )
+    if isinstance(error, PoolClosed):
+        return LedgerUnavailableError(
+            f"the connection pool of the ledger at {where} is closed ({error}). Open the pool "
+            "(or the ledger) before use and do not use it after aclose()."
+        )
+    if isinstance(error, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
+        return LedgerUnavailableError(
+            f"the ledger tables do not exist at {where} ({error}). Call setup() once (or "
+            "EffectPostgresSaver.setup()) before use; nothing was written."
+        )
+    if isinstance(error, pg_errors.ReadOnlySqlTransaction):
+        return LedgerUnavailableError(
+            f"{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
+            "ledger at the primary; the transaction was rolled back, retrying there is safe."
+        )
+    if isinstance(error, pg_errors.DiskFull):
+        return LedgerUnavailableError(
+            f"{where} is out of disk space ({error}); the transaction was rolled back. Free "
+            "space on the database server, then resume."
+        )
+    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return LedgerUnavailableError(
+            f"the ledger at {where} is unavailable ({error}). Check that the server is up and "
+            "reachable. Each change is one transaction, so nothing is half-written; if the "
+            "connection dropped while committing, read the operation again before deciding "
+            "(a repeated compare-and-set is refused if the first one landed)."
+        )
+    sqlstate = getattr(error, "sqlstate", None)
+    return LedgerError(f"the ledger at {where} failed ({error}; SQLSTATE {sqlstate}).")
+
+
+class PostgresLedger(Ledger):
+    """The ledger in a PostgreSQL database, on its own connection pool.
+
+    Pass a DSN (the ledger then owns its pool and :meth:`aclose` closes it) or an
+    ``AsyncConnectionPool`` you manage (never the checkpointer's connection). Use
+    :meth:`from_conn_string` as an async context manager, and call :meth:`setup`
+    once before use::
+
+        async with PostgresLedger.from_conn_string("postgresql://...") as ledger:
+            await ledger.setup()
+
+    ``schema`` puts the tables in that schema (created by :meth:`setup`);
+    ``None`` uses the connection's ``search_path``.
+    """
+
+    def __init__(
+        self,
+        conn: str | AsyncConnectionPool[Any],
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if schema is not None and not _SCHEMA_NAME.match(schema):
+            raise ValueError(f"not a plain schema name: {schema!r}")
+        self.schema = schema
+        self._timeout = timeout
+        self._open_lock = asyncio.Lock()
+        self._closed = False
+        extra: dict[str, Any] = {}
+        if isinstance(conn, str):
+            self._dsn: str | None = conn
+            self._sizes = (min_size, max_size)
+            self.pool: AsyncConnectionPool[Any] = self._new_pool()
+            self._owned = True
+            self._opened = False
+            conninfo = conn
+        else:
+            self._dsn = None
+            self.pool = conn
+            self._owned = False
+            self._opened = True  # the caller manages its pool
+            conninfo = conn.conninfo if isinstance(conn.conninfo, str) else ""
+            if isinstance(conn.kwargs, dict):
+                extra = conn.kwargs
+        self.where = describe(conninfo, schema, **extra)
+        prefix = f"{_quote_ident(schema)}." if schema else ""
+        self._prefix = prefix
+        ops = f"{prefix}effect_operations"
+        audit = f"{prefix}effect_audit"
+        self._ops = ops
+        self._audit = audit
+        self._migrations_table = f"{prefix}effect_migrations"
+        self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
+        self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
+        self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
+        self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+        self._audit_head = f"INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) VALUES "
+        self._audit_row = "(" + ", ".join(["%s"] * len(_AUDIT_COLUMNS)) + ")"
+        self._update_sql = (
+            f"UPDATE {ops} SET "
+            + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
+            + " WHERE op_id = %s AND version = %s"
+        )
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        schema: str | None = None,
+        timeout: float = 30.0,
+    ) -> AsyncIterator[PostgresLedger]:
+        """Open a ledger on its own pool to ``dsn``; the pool is closed on exit."""
+        ledger = cls(dsn, schema=schema, min_size=min_size, max_size=max_size, timeout=timeout)
+        try:
+            await ledger._open()
+            yield ledger
+        finally:
+            await ledger.aclose()
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _new_pool(self) -> AsyncConnectionPool[Any]:
+        # Created closed and opened on first use: no event loop is needed here.
+        assert self._dsn is not None
+        return AsyncConnectionPool(
+            self._dsn,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
+            open=False,
+            timeout=self._timeout,
+            kwargs={"autocommit": True},
+            # One empty round trip per checkout: after a server restart or failover a
+            # stale pooled connection is replaced instead of failing a ledger write.
+            check=AsyncConnectionPool.check_connection,
+            name="langgraph-effects-ledger",
+        )
+
+    async def _open(self) -> None:
+        if self._opened:
+            return
+        async with self._open_lock:
+            if self._opened:
+                return
+            if self._closed:
+                raise LedgerUnavailableError(
+                    f"the ledger at {self.where} was closed (aclose()); open a new one."
+                )
+            try:
+                await self.pool.open(wait=True, timeout=self._timeout)
+            except psycopg.Error as error:
+                # A pool that failed to open cannot be reopened: the next call
+                # starts a fresh one, so a server that comes back is picked up.
+                await self.pool.close()
+                self.pool = self._new_pool()
+                raise _classify(error, self.where, await self._why_unreachable()) from error
+            self._opened = True
+
+    async def _why_unreachable(self) -> str | None:
+        """The server's own reason a connection fails (the pool only logs it)."""
+        if self._dsn is None:
+            return None
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._dsn, connect_timeout=max(1, min(10, int(self._timeout)))
+            )
+        except psycopg.Error as error:
+            return " ".join(str(error).split())
+        await conn.close()
+        return None
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection; psycopg errors become ours (after the rollback)."""
+        await self._open()
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.Error as error:
+            raise _classify(error, self.where) from error
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        async with self._connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    # -- the protocol ----------------------------------------------------------------
+
+    async def setup(self) -> None:
+        schema = self.schema
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            # Held until commit: concurrent setups migrate one after the other.
+            await cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(schema)])
+            if schema is not None:
+                await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
+                if await cur.fetchone() is None:
+                    await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
+            await cur.execute(
+                "SELECT tablename FROM pg_tables "
+                "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
+                [schema, [*_OUR_TABLES, "effect_migrations"]],
+            )
+            tables = {row["tablename"] for row in await cur.fetchall()}
+            if "effect_migrations" not in tables:
+                if tables:
+                    raise LedgerCorruptError(
+                        f"{self.where} has {'/'.join(sorted(tables))} tables that "
+                        "langgraph-effects did not create (no effect_migrations table). Use "
+                        "another database or schema; nothing was changed."
+                    )
+                await cur.execute(
+                    f"CREATE TABLE {self._migrations_table} "
+                    "(v integer PRIMARY KEY, applied_at double precision NOT NULL)"
+                )
+                done = 0
+            else:
+                await cur.execute(f"SELECT MAX(v) AS v FROM {self._migrations_table}")
+                row = await cur.fetchone()
+                done = row["v"] + 1 if row is not None and row["v"] is not None else 0
+            if done > SCHEMA_VERSION:
+                raise SchemaTooNewError(done, SCHEMA_VERSION, self.where)
+            for v in range(done, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v].format(s=self._prefix).split(";"):
+                    if statement.strip():
+                        await cur.execute(statement)
+                await cur.execute(
+                    f"INSERT INTO {self._migrations_table} (v, applied_at) VALUES (%s, %s)",
+                    [v, now()],
+                )
+
+    async def aclose(self) -> None:
+        if self._owned:
+            self._closed = True
+            await self.pool.close()
+
+    async def record_intents(
+        self,
+        operations: Sequence[Operation],
+        *,
+        change: Change | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> list[Operation]:
+        if not operations:
+            return []
+        stamp = now()
+        fresh: dict[str, Operation] = {}
+        for op in operations:  # a repeated id is inserted once, like the first occurrence
+            if op.op_id not in fresh:
+                fresh[op.op_id] = create(op, now=stamp, change=change)
+        # Insert in op_id order: two workers recording overlapping batches then
+        # take the row locks in the same order and cannot deadlock.
+        rows = sorted(fresh.values(), key=lambda op: op.op_id)
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            inserted: list[str] = []
+            for start in range(0, len(rows), _CHUNK):
+                chunk = rows[start : start + _CHUNK]
+                params: list[Any] = []
+                for op in chunk:
+                    values = to_row(op)
+                    params.extend(values[c] for c in COLUMNS)
+                # No conflict target: like SQLite's INSERT OR IGNORE, an existing
+                # op_id or a (tenant, provider_key) taken by another operation is kept.
+                await cur.execute(
+                    self._insert_head
+                    + ", ".join([self._insert_row] * len(chunk))
+                    + " ON CONFLICT DO NOTHING RETURNING op_id",
+                    params,
+                )
+                inserted.extend(row["op_id"] for row in await cur.fetchall())
+            for start in range(0, len(inserted), _CHUNK):
+                ids = inserted[start : start + _CHUNK]
+                audit_params: list[Any] = []
+                for op_id in ids:
+                    op = fresh[op_id]
+                    entry = audit_row(None, op, "intent", actor, op.version)
+                    audit_params.extend(entry[c] for c in _AUDIT_COLUMNS)
+                await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(ids)), audit_params)
+            await cur.execute(self._select_sql, [list(fresh)])
+            stored = {row["op_id"]: from_row(row) for row in await cur.fetchall()}
+        return [stored[op.op_id] for op in operations if op.op_id in stored]
+
+    async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
+        if not op_ids:
+            return {}
+        rows = await self._fetch(self._select_sql, [list(op_ids)])
+        return {row["op_id"]: from_row(row) for row in rows}
+
+    async def transition(
+        self,
+        op_id: str,
+        change: Change,
+        *,
+        expected_version: int | None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> Operation:
+        # Any exception inside the transaction block rolls it back: nothing is written.
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._lock_sql, [op_id])
+            row = await cur.fetchone()
+            if row is None:
+                raise OperationNotFoundError(op_id)
+            before = from_row(row)
+            after = advance(before, change, expected_version=expected_version, now=now())
+            if after is None:
+                return before
+            values = to_row(after)
+            await cur.execute(
+                self._update_sql,
+                [*(values[c] for c in MUTABLE_COLUMNS), op_id, before.version],
+            )
+            if cur.rowcount != 1:  # impossible under FOR UPDATE; never audit a lost write
+                raise LedgerError(
+                    f"operation {op_id} changed under a row lock at {self.where}; "
+                    "nothing was written. Read it again."
+                )
+            entry = audit_row(before, after, change.event.value, actor, after.version)
+            await cur.execute(self._audit_head + self._audit_row, [entry[c] for c in _AUDIT_COLUMNS])
+        return after
+
+    async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor()
+            await cur.execute(
+                f"UPDATE {self._ops} SET lease_expires_at = %s WHERE op_id = %s "
+                "AND state = 'dispatched' AND owner::jsonb ->> 'token' = %s",
+                [lease_expires_at, op_id, token],
+            )
+            return cur.rowcount == 1
+
+    async def list_operations(self, query: OperationQuery) -> list[Operation]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if query.states is not None:
+            values = sorted(s.value for s in query.states)
+            if values == unresolved_values():
+                clauses.append(f"state IN ({_UNRESOLVED_SQL})")  # matches the partial indexes
+            else:
+                clauses.append("state = ANY(%s)")
+                params.append(values)
+        for column in ("thread_id", "tenant", "tool"):
+            value = getattr(query, column)
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(value)
+        if query.updated_before is not None:
+            clauses.append("updated_at < %s")
+            params.append(query.updated_before)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        params.append(query.limit)
+        rows = await self._fetch(
+            f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params
+        )
+        return [from_row(row) for row in rows]
+
+    async def audit(self, op_id: str) -> list[AuditEntry]:
+        rows = await self._fetch(f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [op_id])
+        return [audit_from_row(row) for row in rows]
+
+    async def find_by_payload(self, thread_id: str, payloads: Sequence[tuple[str, str]]) -> list[Operation]:
+        if not payloads:
+            return []
+        pairs = sorted(set(payloads))
+        rows = await self._fetch(
+            f"SELECT * FROM {self._ops} WHERE thread_id = %s AND (tool, args_hash) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY updated_at, op_id",
+            [thread_id, [t for t, _ in pairs], [h for _, h in pairs]],
+        )
+        return [from_row(row) for row in rows]
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresLedger"]

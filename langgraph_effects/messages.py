@@ -1,0 +1,128 @@
+"""What the model sees: recorded outcomes replayed, and the truth about settled ambiguity.
+
+Every ToolMessage the package produces carries an ``artifact`` with the operation
+id, its state and the kind of evidence that settled it, so a UI or a later node
+can show what happened. A tool's own artifact is kept under ``tool_artifact``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.types import Command
+
+from .operation import Operation, State
+
+_SERDE = JsonPlusSerializer()
+ToolOutput = ToolMessage | Command  # type: ignore[type-arg]
+
+#: The artifact key a review placeholder carries (never reaches the model).
+PENDING_REVIEW = "langgraph_effects_pending_review"
+
+
+def dump(output: Any) -> tuple[str, bytes]:
+    """Serialize a tool output (ToolMessage, Command or a list of them) for replay."""
+    return _SERDE.dumps_typed(output)
+
+
+def load(type_: str, data: bytes) -> Any:
+    return _SERDE.loads_typed((type_, data))
+
+
+def effect_artifact(op: Operation) -> dict[str, Any]:
+    evidence = dict(op.evidence or {})
+    artifact: dict[str, Any] = {
+        "operation_id": op.op_id,
+        "state": op.state.value,
+        "evidence": evidence.get("kind", "result"),
+        "provider_key": op.provider_key,
+        "attempts": op.attempts,
+    }
+    if "receipt" in evidence:
+        artifact["receipt"] = evidence["receipt"]
+    return artifact
+
+
+def decorate(output: Any, op: Operation) -> Any:
+    """Attach the effect artifact to the ToolMessage(s) of a tool output."""
+    if isinstance(output, ToolMessage):
+        artifact = effect_artifact(op)
+        if output.artifact is not None:
+            artifact["tool_artifact"] = output.artifact
+        return output.model_copy(update={"artifact": artifact})
+    if isinstance(output, list):
+        return [decorate(item, op) for item in output]
+    return output  # a Command: its update is the tool's own business
+
+
+def _receipt_text(receipt: Any) -> str:
+    if receipt is None:
+        return ""
+    text = receipt if isinstance(receipt, str) else json.dumps(receipt, default=str)
+    return f" Receipt: {text}."
+
+
+def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessage:
+    """The message for an operation settled without a tool result of its own."""
+    evidence = dict(op.evidence or {})
+    kind = evidence.get("kind")
+    receipt = _receipt_text(evidence.get("receipt"))
+    status: str = "success"
+    if op.state is State.CONFIRMED and kind == "verdict":
+        content = (
+            f"The {tool} effect landed: an operator checked with the provider and confirmed "
+            f"it after the call was interrupted.{receipt} It is done; do not repeat it."
+        )
+    elif op.state is State.CONFIRMED:
+        withdrawn = " (it has since been withdrawn at the provider)" if evidence.get(
+            "withdrawn"
+        ) else ""
+        content = (
+            f"The {tool} effect landed{withdrawn}: the call was interrupted, and the "
+            f"provider confirms it by lookup.{receipt} It is done; do not repeat it."
+        )
+    elif op.state is State.ABANDONED:
+        status = "error"
+        reason = evidence.get("reason")
+        because = f" Reason: {reason}." if reason else ""
+        content = (
+            f"The {tool} effect was NOT confirmed: the call was interrupted and an operator "
+            f"closed it without confirming that it happened.{because} Do not retry it unless "
+            "the user asks you to."
+        )
+    elif op.state is State.FAILED:
+        status = "error"
+        content = f"The {tool} call failed: {evidence.get('error', 'the provider rejected it')}."
+    else:  # pragma: no cover - callers only pass settled operations
+        raise ValueError(f"operation {op.op_id} is not settled ({op.state})")
+    return ToolMessage(
+        content=content,
+        name=tool,
+        tool_call_id=tool_call_id,
+        status=status,
+        artifact=effect_artifact(op),
+    )
+
+
+def replay(op: Operation, *, tool_call_id: str, tool: str) -> Any:
+    """The outcome of a settled operation, as the model should see it again."""
+    if op.result is not None and op.result_type is not None:
+        output = load(op.result_type, op.result)
+        if isinstance(output, ToolMessage) and output.tool_call_id != tool_call_id:
+            # A re-planned duplicate bound to an earlier call: answer the new call id.
+            output = output.model_copy(update={"tool_call_id": tool_call_id})
+        return decorate(output, op)
+    return settled_message(op, tool_call_id=tool_call_id, tool=tool)
+
+
+def review_placeholder(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessage:
+    """Stands in for a call awaiting a verdict until the node asks the operator."""
+    return ToolMessage(
+        content=f"The {tool} call is awaiting an operator's review.",
+        name=tool,
+        tool_call_id=tool_call_id,
+        artifact={PENDING_REVIEW: op.op_id},
+    )

@@ -1,0 +1,295 @@
+"""``EffectToolNode``: ``ToolNode`` that never sends an effect twice or silently drops one.
+
+A drop-in subclass of :class:`langgraph.prebuilt.ToolNode` (same constructor, plus
+keyword-only ``effects=`` and ``ledger=``). Around ToolNode's own machinery it adds
+the dispatch protocol of :mod:`langgraph_effects.engine`:
+
+* at the node level (``_func``/``_afunc``): open a session that binds every call to
+  its durable operation and records the intents in one commit; run ToolNode as
+  usual; if any call needs an operator, raise **one** ``interrupt()`` listing them,
+  write the verdicts to the ledger and run again (settled calls then replay);
+* at the innermost per-call level (``_execute_tool_sync``/``_execute_tool_async``,
+  below any ``wrap_tool_call`` wrapper, so each attempt a wrapper makes is seen):
+  replay, execute under a lease, reconcile, or stand aside for review.
+
+Those two ToolNode methods are private; the supported langgraph range is pinned
+and ``tests/test_langgraph_contract.py`` fails loudly if their shape changes.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+from pydantic import BaseModel, ValidationError
+
+from . import _portal, _pregel
+from .checkpoint import ledger_of
+from .context import running
+from .contract import Effect
+from .engine import Execute, NeedsReview, Raise, Replay, Session, Settings, effectful_calls
+from .errors import NoLedgerError
+from .identity import hash_key_from_env
+from .lease import DEFAULT_LEASE_SECONDS
+from .ledger.base import Ledger
+from .review import ReviewAnswer
+
+_SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "langgraph_effects_session", default=None
+)
+
+
+class _ErrorCatcher(BaseCallbackHandler):
+    """Sees the exception a tool raised, even when ``handle_tool_errors`` turns it into
+    a message: only the exception tells a definite failure from an ambiguous one."""
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self) -> None:
+        self.root: UUID | None = None
+        self.error: BaseException | None = None
+
+    def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, **kw: Any) -> None:
+        if self.root is None:
+            self.root = run_id
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
+        if run_id == self.root:
+            self.error = error
+
+
+def _with_catcher(config: RunnableConfig, catcher: _ErrorCatcher) -> RunnableConfig:
+    callbacks = config.get("callbacks")
+    if callbacks is None:
+        patched: Any = [catcher]
+    elif isinstance(callbacks, list):
+        patched = [*callbacks, catcher]
+    elif isinstance(callbacks, BaseCallbackManager):
+        patched = callbacks.copy()
+        patched.add_handler(catcher, inherit=True)
+    else:  # pragma: no cover - unknown callback container: run without the catcher
+        return config
+    return {**config, "callbacks": patched}
+
+
+def _args_valid(tool: BaseTool | None, args: Any) -> bool:
+    """Whether the model's arguments pass the tool's schema (invalid ones never dispatch)."""
+    if tool is None:
+        return False
+    schema = tool.tool_call_schema
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            schema.model_validate(args)
+        except ValidationError:
+            return False
+    return True
+
+
+class EffectToolNode(ToolNode):
+    """A ``ToolNode`` whose effectful calls are recorded, reconciled and never duplicated.
+
+    Args:
+        tools: as for ``ToolNode``.
+        effects: tool name -> :class:`~langgraph_effects.Effect`, what each tool's
+            provider can prove after a crash. A tool not listed is a *blind* effect
+            (ambiguity goes to an operator); ``Effect.read_only()`` opts a tool out.
+        ledger: where operations are recorded. Default: the ledger of the graph's
+            checkpointer (``EffectSqliteSaver``, ``EffectPostgresSaver``, or one
+            attached with :func:`~langgraph_effects.attach_ledger`).
+        lease_seconds: how long a dispatch lease lasts without a heartbeat; a live
+            lease makes a second worker wait instead of sending.
+        hash_key: secret for the keyed args hash (default: env
+            ``LANGGRAPH_EFFECTS_HASH_KEY``; unkeyed SHA-256 if unset).
+        detect_replans: bind a call minted again after its AIMessage was lost to
+            the operation it re-plans, instead of sending it twice.
+
+    Every other argument behaves exactly as in ``ToolNode``. Graphs must run with a
+    checkpointer, a ``thread_id``, and ``durability="sync"`` (recommended) or
+    ``"async"``; ``"exit"`` is refused before anything is sent.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Any],
+        *,
+        effects: Mapping[str, Effect] | None = None,
+        ledger: Ledger | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        hash_key: bytes | None = None,
+        detect_replans: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tools, **kwargs)
+        unknown = sorted(set(effects or {}) - set(self.tools_by_name))
+        if unknown:
+            raise ValueError(
+                f"effects= names tools this node does not have: {unknown}; "
+                f"its tools are {sorted(self.tools_by_name)}"
+            )
+        self.effects: dict[str, Effect] = dict(effects or {})
+        self.ledger = ledger
+        self._settings = Settings(
+            effects=self.effects,
+            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
+            lease_seconds=lease_seconds,
+            detect_replans=detect_replans,
+        )
+
+    # -- node level ------------------------------------------------------------------------
+
+    def _ledger_for(self, config: RunnableConfig) -> Ledger:
+        found = self.ledger or ledger_of(_pregel.checkpointer(config))
+        if found is None:
+            raise NoLedgerError(
+                "EffectToolNode has no ledger to record effectful calls in: compile the graph "
+                "with EffectSqliteSaver (or EffectPostgresSaver), attach one with "
+                "attach_ledger(checkpointer, ledger), or pass EffectToolNode(..., ledger=...). "
+                "Nothing was sent."
+            )
+        return found
+
+    def _effectful(self, input: Any) -> list[Mapping[str, Any]]:
+        tool_calls, _ = self._parse_input(input)
+        valid = [c for c in tool_calls if _args_valid(self.tools_by_name.get(c["name"]), c["args"])]
+        return effectful_calls(valid, self._settings, lambda name: name in self.tools_by_name)
+
+    def _open(self, calls: Sequence[Mapping[str, Any]], input: Any, config: RunnableConfig,
+              runtime: Runtime[Any], *, sync: bool) -> Any:
+        return Session.open(
+            ledger=self._ledger_for(config),
+            settings=self._settings,
+            tool_calls=calls,
+            state=input,
+            config=config,
+            context=runtime.context,
+            messages_key=self._messages_key,
+            sync_checkpointer=sync,
+        )
+
+    def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        calls = self._effectful(input)
+        if not calls:
+            return super()._func(input, config, runtime)
+        session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
+        token = _SESSION.set(session)
+        try:
+            round_no = 0
+            while True:
+                output = super()._func(input, config, runtime)
+                if not session.reviews():
+                    return output
+                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
+                _portal.run(session.decide(answer.root, round_no=round_no))
+                round_no += 1
+        finally:
+            _SESSION.reset(token)
+            _portal.run(session.close())
+
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        calls = self._effectful(input)
+        if not calls:
+            return await super()._afunc(input, config, runtime)
+        session: Session = await self._open(calls, input, config, runtime, sync=False)
+        token = _SESSION.set(session)
+        try:
+            round_no = 0
+            while True:
+                output = await super()._afunc(input, config, runtime)
+                if not session.reviews():
+                    return output
+                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
+                await session.decide(answer.root, round_no=round_no)
+                round_no += 1
+        finally:
+            _SESSION.reset(token)
+            await session.close()
+
+    # -- per call (below any wrap_tool_call wrapper) ------------------------------------
+
+    def _execute_tool_sync(
+        self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
+    ) -> Any:
+        session = _SESSION.get()
+        call_id = request.tool_call.get("id")
+        if session is None or request.tool is None or not session.manages(call_id):
+            return super()._execute_tool_sync(request, input_type, config)
+        assert call_id is not None
+        action = _portal.run(session.begin(call_id))
+        while isinstance(action, Execute):
+            catcher = _ErrorCatcher()
+            _portal.run(_start_heartbeat(session, call_id))
+            output: Any = None
+            error: BaseException | None = None
+            try:
+                with running(action.info):
+                    output = super()._execute_tool_sync(
+                        request, input_type, _with_catcher(config, catcher)
+                    )
+            except GraphBubbleUp:
+                _portal.run(session.withdraw(call_id))
+                raise
+            except Exception as raised:
+                error = raised
+            except BaseException:
+                session.abort(call_id)
+                raise
+            action = _portal.run(session.finish(call_id, output, error or catcher.error))
+        return _answer(action)
+
+    async def _execute_tool_async(
+        self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
+    ) -> Any:
+        session = _SESSION.get()
+        call_id = request.tool_call.get("id")
+        if session is None or request.tool is None or not session.manages(call_id):
+            return await super()._execute_tool_async(request, input_type, config)
+        assert call_id is not None
+        action = await session.begin(call_id)
+        while isinstance(action, Execute):
+            catcher = _ErrorCatcher()
+            session.start_heartbeat(call_id)
+            output: Any = None
+            error: BaseException | None = None
+            try:
+                with running(action.info):
+                    output = await super()._execute_tool_async(
+                        request, input_type, _with_catcher(config, catcher)
+                    )
+            except GraphBubbleUp:
+                await session.withdraw(call_id)
+                raise
+            except Exception as raised:
+                error = raised
+            except BaseException:
+                session.abort(call_id)
+                raise
+            action = await session.finish(call_id, output, error or catcher.error)
+        return _answer(action)
+
+
+async def _start_heartbeat(session: Session, call_id: str) -> None:
+    session.start_heartbeat(call_id)
+
+
+def _answer(action: Replay | NeedsReview | Raise | Execute) -> Any:
+    if isinstance(action, Replay):
+        return action.output
+    if isinstance(action, NeedsReview):
+        return action.placeholder
+    if isinstance(action, Raise):
+        raise action.error
+    raise AssertionError(f"unexpected action {action!r}")  # pragma: no cover
+
+
+__all__ = ["EffectToolNode"]

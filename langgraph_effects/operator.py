@@ -1,0 +1,571 @@
+"""The operator API: find unresolved operations, inspect one, record a verdict.
+
+This is what the console (``langgraph-effects list/show/resolve``) is built on, and
+what a service or a notebook can call directly. It is ledger-agnostic (SQLite,
+Postgres, in-memory) and async::
+
+    async with open_ledger("agent.db") as ledger:
+        for op in await list_operations(ledger):  # unresolved ones, oldest first
+            view = await show(ledger, op.op_id)
+        await resolve(
+            ledger, op_id, {"type": "landed", "receipt": {"id": "r1"}},
+            expected_version=view.operation.version, actor="alice",
+        )
+
+A verdict is bound to the version the operator saw (``expected_version``): if the
+operation moved since, it is refused and nothing changes. It is idempotent by its
+decision id. It is written with :func:`langgraph_effects.review.decision_change`, the
+same change an answer to the graph's ``interrupt()`` produces, so the graph honours
+it on its next resume exactly as if it had been given through ``Command(resume=...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import (
+    DecisionConflictError,
+    EffectsError,
+    IllegalTransitionError,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+    StaleVersionError,
+    TransitionError,
+)
+from .lease import lease_expired, owner_alive
+from .ledger.base import AuditEntry, Ledger, OperationQuery
+from .ledger.sqlite import SqliteLedger
+from .operation import UNRESOLVED, Change, Event, Operation, State, decision_digest
+from .review import (
+    AbandonDecision,
+    LandedDecision,
+    NotLandedDecision,
+    decision_change,
+    parse_decision,
+)
+
+__all__ = [
+    "DECISION_TYPES",
+    "LeaseLiveError",
+    "LeaseStatus",
+    "LedgerNotFoundError",
+    "NotResolvableError",
+    "OperationView",
+    "Resolution",
+    "VerdictNotRecordedError",
+    "allowed_decisions",
+    "is_postgres_dsn",
+    "lease_status",
+    "list_operations",
+    "new_decision_id",
+    "open_ledger",
+    "operation_to_json",
+    "redact_dsn",
+    "resolve",
+    "resolve_report",
+    "show",
+]
+
+#: The verdicts an operator can give, in the order the console offers them.
+DECISION_TYPES: tuple[str, ...] = ("landed", "not_landed", "abandon")
+
+#: States an operator may decide on (plus ``dispatched`` once its lease expired).
+RESOLVABLE: frozenset[State] = frozenset({State.UNKNOWN, State.REVIEW})
+
+LeaseStatus = Literal["live", "expired", "owner_dead"]
+"""A ``dispatched`` operation's lease: someone is sending it (``live``), or its sender
+is gone (``expired`` by time, or ``owner_dead``: its process is provably dead)."""
+
+AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
+
+
+# -- opening a ledger ---------------------------------------------------------------
+
+
+def is_postgres_dsn(db: str) -> bool:
+    """Whether ``db`` names a Postgres database (``postgres://`` or ``postgresql://``)."""
+    return db.lower().startswith(("postgres://", "postgresql://"))
+
+
+def redact_dsn(db: str) -> str:
+    """``db`` safe to print: a Postgres DSN's password is replaced by ``***``."""
+    if not is_postgres_dsn(db):
+        return db
+    try:
+        parts = urlsplit(db)
+        if parts.password is None:
+            return db
+        userinfo = f"{parts.username or ''}:***"
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+    except ValueError:
+        return db.split("://", 1)[0] + "://***"
+
+
+def _sqlite_path(db: str) -> str:
+    """A SQLite path from ``db``: a plain path, or ``sqlite:<path>`` as ledgers print it."""
+    return db[len("sqlite:") :] if db.startswith("sqlite:") else db
+
+
+@asynccontextmanager
+async def open_ledger(db: str) -> AsyncIterator[Ledger]:
+    """Open the ledger named by ``db``, set up (migrated), and close it afterwards.
+
+    ``db`` is a SQLite file path (``sqlite:<path>`` also works) or a Postgres DSN
+    (``postgres://...`` / ``postgresql://...``; needs the ``postgres`` extra).
+
+    A SQLite path that does not exist is refused with :class:`LedgerNotFoundError`
+    rather than silently creating a new, empty database: an operator who mistypes a
+    path must not be told "nothing unresolved". ``":memory:"`` opens a throw-away one.
+    Raises :class:`~langgraph_effects.errors.LedgerError` subclasses when the store
+    cannot be used.
+    """
+    async with AsyncExitStack() as stack:
+        if is_postgres_dsn(db):
+            ledger = await _enter_postgres(stack, db)
+        else:
+            path = _sqlite_path(db)
+            if path != ":memory:":
+                where = Path(path)
+                if not where.exists():
+                    raise LedgerNotFoundError(path)
+                if not where.is_file():
+                    raise LedgerCorruptError(
+                        f"{path} is not a file (a directory?). Point --db at the SQLite "
+                        "database file that holds the ledger; nothing was written."
+                    )
+            ledger = await stack.enter_async_context(SqliteLedger.from_conn_string(path))
+            await ledger.setup()
+        yield ledger
+
+
+async def _enter_postgres(stack: AsyncExitStack, db: str) -> Ledger:
+    shown = redact_dsn(db)
+    try:
+        module = importlib.import_module("langgraph_effects.ledger.postgres")
+    except ImportError as error:
+        raise LedgerUnavailableError(
+            f"cannot open {shown}: the Postgres backend is not available ({error}). "
+            "Install it with `pip install 'langgraph-effects[postgres]'`."
+        ) from error
+    try:
+        ledger: Ledger = await stack.enter_async_context(module.PostgresLedger.from_conn_string(db))
+        await ledger.setup()
+    except EffectsError:
+        raise
+    except Exception as error:
+        if type(error).__module__.split(".", 1)[0] != "psycopg":
+            raise
+        raise LedgerUnavailableError(
+            f"cannot use the ledger at {shown}: {type(error).__name__}: {error}. Check that the "
+            "server is up and the DSN (host, port, database, user, password) is right; "
+            "nothing was written."
+        ) from error
+    return ledger
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | None:
+    """The lease of a ``dispatched`` operation (``None`` in any other state).
+
+    Consistent with :func:`langgraph_effects.lease.lease_expired`: ``live`` exactly
+    when it is not expired.
+    """
+    if op.state is not State.DISPATCHED:
+        return None
+    if not lease_expired(op, now=now):
+        return "live"
+    if op.owner is not None and owner_alive(op.owner) is False:
+        return "owner_dead"
+    return "expired"
+
+
+def allowed_decisions(op: Operation, *, now: float | None = None) -> tuple[str, ...]:
+    """The verdicts an operator may give on ``op`` now (empty: nothing to decide)."""
+    if op.state in RESOLVABLE:
+        return DECISION_TYPES
+    if op.state is State.DISPATCHED and lease_expired(op, now=now):
+        return DECISION_TYPES
+    return ()
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """Everything an operator needs to decide on one operation."""
+
+    operation: Operation
+    audit: tuple[AuditEntry, ...]
+    """Every transition, oldest first."""
+    lease: LeaseStatus | None
+    """The dispatch lease, for a ``dispatched`` operation."""
+    allowed_decisions: tuple[str, ...]
+    """``landed``/``not_landed``/``abandon`` when a verdict may be given now, else empty."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the result bytes are summarised, never included)."""
+        return {
+            "operation": operation_to_json(self.operation),
+            "lease": self.lease,
+            "allowed_decisions": list(self.allowed_decisions),
+            "audit": [audit_to_json(entry) for entry in self.audit],
+        }
+
+
+async def list_operations(
+    ledger: Ledger,
+    *,
+    states: Iterable[State | str] | None = None,
+    thread_id: str | None = None,
+    tenant: str | None = None,
+    tool: str | None = None,
+    older_than: float | None = None,
+    limit: int = 100,
+    now: float | None = None,
+) -> list[Operation]:
+    """Operations matching the filters, least recently changed first.
+
+    ``states`` defaults to the unresolved ones (``pending``, ``dispatched``,
+    ``unknown``, ``review``). ``older_than`` (seconds) keeps only operations that
+    have not changed for at least that long. Use :func:`lease_status` to tell a
+    ``dispatched`` operation whose sender is gone from one being sent right now.
+    """
+    wanted = frozenset(State(s) for s in states) if states is not None else UNRESOLVED
+    if not wanted:
+        wanted = UNRESOLVED
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    updated_before = None
+    if older_than is not None:
+        if older_than < 0:
+            raise ValueError(f"older_than must be a number of seconds >= 0, not {older_than}")
+        updated_before = (time.time() if now is None else now) - older_than
+    query = OperationQuery(
+        states=wanted,
+        thread_id=thread_id,
+        tenant=tenant,
+        tool=tool,
+        updated_before=updated_before,
+        limit=limit,
+    )
+    return await ledger.list_operations(query)
+
+
+async def _get_scoped(ledger: Ledger, op_id: str, tenant: str | None) -> Operation:
+    op = await ledger.get(op_id)
+    if op is None or (tenant is not None and op.tenant != tenant):
+        # Another tenant's operation is reported exactly like a missing one.
+        raise OperationNotFoundError(op_id)
+    return op
+
+
+async def show(ledger: Ledger, op_id: str, *, tenant: str | None = None) -> OperationView:
+    """One operation with its audit trail, lease status and the verdicts allowed now.
+
+    With ``tenant``, an operation of another tenant is reported as not found.
+    Arguments are stored redacted; the stored result is never part of the view's
+    JSON (only its type, size and digest).
+    """
+    op = await _get_scoped(ledger, op_id, tenant)
+    trail = await ledger.audit(op_id)
+    stamp = time.time()
+    return OperationView(
+        operation=op,
+        audit=tuple(trail),
+        lease=lease_status(op, now=stamp),
+        allowed_decisions=allowed_decisions(op, now=stamp),
+    )
+
+
+# -- deciding -----------------------------------------------------------------------
+
+
+def new_decision_id() -> str:
+    """A fresh decision id (``dec_`` + a uuid4). Reuse it to retry the same decision."""
+    return f"dec_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What :func:`resolve_report` did."""
+
+    operation: Operation
+    """The operation as stored afterwards."""
+    decision_id: str
+    replayed: bool
+    """The decision id was already applied with this content: nothing changed."""
+    lease_lost: bool
+    """The operation was ``dispatched`` with an expired lease: it was first recorded as
+    lost (``dispatched -> unknown``), then the verdict was applied."""
+    from_state: State
+    """The state the operation was in when the operator decided."""
+
+
+async def resolve(
+    ledger: Ledger,
+    op_id: str,
+    decision: AnyDecision | Mapping[str, Any],
+    *,
+    expected_version: int,
+    decision_id: str | None = None,
+    actor: str,
+    tenant: str | None = None,
+    channel: Literal["console", "api"] = "api",
+) -> Operation:
+    """Record an operator's verdict on ``op_id``; returns the operation afterwards.
+
+    ``decision`` is a review decision model or a mapping such as
+    ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
+    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects.review`).
+
+    Refusals change nothing:
+
+    * ``expected_version`` is not the operation's version:
+      :class:`~langgraph_effects.errors.StaleVersionError` (read it again);
+    * the operation is ``dispatched`` under a live lease: :class:`LeaseLiveError`
+      (someone is sending it right now);
+    * it is ``pending`` or terminal: :class:`NotResolvableError` (an
+      :class:`~langgraph_effects.errors.IllegalTransitionError`);
+    * ``decision_id`` was already used with other content:
+      :class:`~langgraph_effects.errors.DecisionConflictError`;
+    * with ``tenant``, an operation of another tenant:
+      :class:`~langgraph_effects.errors.OperationNotFoundError`.
+
+    The same ``decision_id`` with the same content again is a no-op that returns the
+    stored operation (safe to retry). A ``dispatched`` operation whose lease expired
+    (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
+    ``expected_version``), then decided at ``expected_version + 1``; if that second
+    write fails, :class:`VerdictNotRecordedError` says so (the operation is then
+    ``unknown``, waiting for a verdict at the new version).
+    """
+    report = await resolve_report(
+        ledger,
+        op_id,
+        decision,
+        expected_version=expected_version,
+        decision_id=decision_id,
+        actor=actor,
+        tenant=tenant,
+        channel=channel,
+    )
+    return report.operation
+
+
+async def resolve_report(
+    ledger: Ledger,
+    op_id: str,
+    decision: AnyDecision | Mapping[str, Any],
+    *,
+    expected_version: int,
+    decision_id: str | None = None,
+    actor: str,
+    tenant: str | None = None,
+    channel: Literal["console", "api"] = "api",
+) -> Resolution:
+    """:func:`resolve`, reporting what happened (replayed, lease recorded as lost)."""
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise TypeError(f"expected_version must be an int, not {expected_version!r}")
+    if expected_version < 1:
+        raise ValueError(f"expected_version must be at least 1, not {expected_version}")
+    if not actor:
+        raise ValueError("actor must name who decides (it goes into the audit trail)")
+    parsed = parse_decision(decision)
+    did = decision_id if decision_id is not None else new_decision_id()
+    if not did:
+        raise ValueError("decision_id must not be empty")
+    change = decision_change(parsed, decision_id=did, actor=actor, channel=channel)
+
+    op = await _get_scoped(ledger, op_id, tenant)
+
+    # Idempotency first: retrying a decision that was applied is a success, whatever
+    # version or state the operation has reached since.
+    digest = decision_digest(change.decision)
+    for seen_id, seen_digest in op.decisions:
+        if seen_id == did:
+            if seen_digest != digest:
+                raise DecisionConflictError(op.op_id, did)
+            return Resolution(op, did, replayed=True, lease_lost=False, from_state=op.state)
+
+    if op.version != expected_version:
+        raise StaleVersionError(op.op_id, expected_version, op.version)
+
+    if op.state is State.DISPATCHED:
+        stamp = time.time()
+        if not lease_expired(op, now=stamp):
+            raise LeaseLiveError(op, now=stamp)
+        lost = await ledger.transition(
+            op.op_id,
+            Change(event=Event.LOSE, evidence=_lease_evidence(op, actor, channel, stamp)),
+            expected_version=expected_version,
+            actor=actor,
+        )
+        try:
+            after = await ledger.transition(op.op_id, change, expected_version=lost.version, actor=actor)
+        except Exception as error:
+            raise VerdictNotRecordedError(lost, error) from error
+        return Resolution(after, did, replayed=False, lease_lost=True, from_state=op.state)
+
+    if op.state not in RESOLVABLE:
+        raise NotResolvableError(op, change.event)
+
+    after = await ledger.transition(op.op_id, change, expected_version=expected_version, actor=actor)
+    return Resolution(after, did, replayed=False, lease_lost=False, from_state=op.state)
+
+
+def _lease_evidence(op: Operation, actor: str, channel: str, now: float) -> dict[str, Any]:
+    alive = owner_alive(op.owner) if op.owner is not None else None
+    return {
+        "kind": "lease",
+        "reason": "owner_dead" if alive is False else "expired",
+        "owner": op.owner.to_json() if op.owner is not None else None,
+        "lease_expires_at": op.lease_expires_at,
+        "observed_at": now,
+        "actor": actor,
+        "channel": channel,
+    }
+
+
+# -- JSON -----------------------------------------------------------------------------
+
+
+def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, Any]:
+    """A JSON-ready dict of ``op`` (as stored: arguments redacted).
+
+    The stored tool result is never included, only ``{"type", "bytes", "sha256"}``.
+    """
+    stamp = time.time() if now is None else now
+    result = None
+    if op.result is not None:
+        result = {
+            "type": op.result_type,
+            "bytes": len(op.result),
+            "sha256": hashlib.sha256(op.result).hexdigest(),
+        }
+    return {
+        "op_id": op.op_id,
+        "state": op.state.value,
+        "version": op.version,
+        "terminal": op.terminal,
+        "lease": lease_status(op, now=stamp),
+        "allowed_decisions": list(allowed_decisions(op, now=stamp)),
+        "tool": op.tool,
+        "contract": op.contract,
+        "thread_id": op.thread_id,
+        "checkpoint_ns": op.checkpoint_ns,
+        "tenant": op.tenant,
+        "policy_version": op.policy_version,
+        "tool_call_id": op.tool_call_id,
+        "message_id": op.message_id,
+        "task_id": op.task_id,
+        "checkpoint_id": op.checkpoint_id,
+        "args": dict(op.args),
+        "args_hash": op.args_hash,
+        "provider_key": op.provider_key,
+        "attempts": op.attempts,
+        "owner": op.owner.to_json() if op.owner is not None else None,
+        "lease_expires_at": op.lease_expires_at,
+        "dispatched_at": op.dispatched_at,
+        "result": result,
+        "evidence": dict(op.evidence) if op.evidence is not None else None,
+        "decision_ids": [decision for decision, _ in op.decisions],
+        "extra": dict(op.extra),
+        "created_at": op.created_at,
+        "updated_at": op.updated_at,
+    }
+
+
+def audit_to_json(entry: AuditEntry) -> dict[str, Any]:
+    """A JSON-ready dict of one audit entry."""
+    data = dataclasses.asdict(entry)
+    data["from_state"] = entry.from_state.value if entry.from_state is not None else None
+    data["to_state"] = entry.to_state.value
+    data["evidence"] = dict(entry.evidence) if entry.evidence is not None else None
+    return data
+
+
+# -- operator-specific errors (the lead may move them into errors.py) -----------------
+
+
+class LedgerNotFoundError(LedgerError):
+    """The SQLite file named as the ledger does not exist (nothing was created)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"no ledger database at {path!r}: the file does not exist. Check the path given "
+            "with --db (or LANGGRAPH_EFFECTS_DB); it is the SQLite file the graph's ledger "
+            "uses. langgraph-effects does not create an empty database here."
+        )
+        self.path = path
+
+
+class LeaseLiveError(TransitionError):
+    """The operation is ``dispatched`` under a live lease: someone is sending it right now."""
+
+    def __init__(self, op: Operation, *, now: float | None = None) -> None:
+        stamp = time.time() if now is None else now
+        who = "a worker"
+        if op.owner is not None:
+            who = f"pid {op.owner.pid} on {op.owner.host}"
+        remaining = ""
+        if op.lease_expires_at is not None:
+            remaining = f" for another {max(0.0, op.lease_expires_at - stamp):.0f}s"
+        super().__init__(
+            f"operation {op.op_id} is being sent right now: dispatched by {who}, lease live"
+            f"{remaining}. Nothing was changed. Wait until the worker finishes or its lease "
+            "expires, then `langgraph-effects show` it again."
+        )
+        self.op_id = op.op_id
+        self.owner = op.owner
+        self.lease_expires_at = op.lease_expires_at
+
+
+class NotResolvableError(IllegalTransitionError):
+    """The operation is in a state where an operator's verdict does not apply."""
+
+    def __init__(self, op: Operation, event: Event) -> None:
+        super().__init__(op.op_id, op.state.value, event.value)
+        if op.terminal:
+            why = f"it is already {op.state.value!r} (terminal): there is nothing left to decide"
+        else:
+            why = (
+                f"it is {op.state.value!r}: nothing has been sent yet (the graph sends it on "
+                "its next run), so nothing is in doubt"
+            )
+        self.args = (
+            f"operation {op.op_id} cannot take the verdict {event.value!r}: {why}. Verdicts "
+            "apply to operations in 'unknown' or 'review' (or 'dispatched' with an expired "
+            "lease). Nothing was changed.",
+        )
+
+
+class VerdictNotRecordedError(TransitionError):
+    """An expired lease was recorded as lost, but the verdict that followed was not.
+
+    The operation is now ``unknown`` (:attr:`operation`, at a new version) and still
+    waits for a verdict; :attr:`cause` says why the verdict was refused.
+    """
+
+    def __init__(self, operation: Operation, cause: Exception) -> None:
+        super().__init__(
+            f"operation {operation.op_id}: its expired lease was recorded (dispatched -> "
+            f"unknown, now version {operation.version}), but the verdict was NOT recorded: "
+            f"{cause}. The operation still waits for a verdict: show it again and resolve "
+            f"with --expected-version {operation.version}."
+        )
+        self.operation = operation
+        self.cause = cause

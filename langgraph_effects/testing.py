@@ -1,0 +1,74 @@
+"""A scripted chat model for tests, notebooks and the crash lab: no LLM key needed.
+
+LangChain's fake chat models keep their position per instance, so a resumed
+process (a fresh instance) would replay the script from the start. This one is
+driven by the conversation instead: a function of the messages so far decides
+the next AIMessage, so a crashed and resumed thread continues where it was.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict
+
+Script = Callable[[Sequence[BaseMessage]], AIMessage]
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model whose every answer is ``script(messages)``.
+
+    ``bind_tools`` returns the model itself, so it works with ``create_agent`` and
+    ``create_react_agent``. To swap in a real model, pass e.g. ``ChatOpenAI(...)``
+    wherever this one is used.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    script: Script
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        message = self.script(messages)
+        if message.id is None:
+            message = message.model_copy(update={"id": f"scripted-{uuid.uuid4().hex}"})
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
+        return self
+
+
+def call_each_then_finish(
+    calls: Sequence[tuple[str, dict[str, Any]]], *, final: str = "done", call_prefix: str = "call"
+) -> Script:
+    """A script that asks for all ``calls`` in one AIMessage, then answers ``final``.
+
+    Tool call ids are fixed (``call_prefix-0``, ``-1`` …) so a run is reproducible.
+    """
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return AIMessage(content=final)
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": name, "args": args, "id": f"{call_prefix}-{i}", "type": "tool_call"}
+                for i, (name, args) in enumerate(calls)
+            ],
+        )
+
+    return script

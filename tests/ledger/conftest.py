@@ -1,0 +1,112 @@
+"""Fixtures for the ledger contract: one suite, run against every backend.
+
+The Postgres backend runs in a fresh schema per test in the database named by
+``LANGGRAPH_EFFECTS_TEST_PG_DSN`` and drops it afterwards. If the server cannot
+be reached the Postgres cases are skipped, except under ``CI=true`` where that
+is a failure (CI must not go green by skipping the production backend).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_effects.ledger.base import Ledger
+from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.ledger.postgres import PostgresLedger
+from langgraph_effects.ledger.sqlite import SqliteLedger
+from langgraph_effects.operation import Operation
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+OpFactory = Callable[..., Operation]
+
+
+def pg_dsn() -> str:
+    return os.environ.get("LANGGRAPH_EFFECTS_TEST_PG_DSN", DEFAULT_PG_DSN)
+
+
+_REACHABLE: dict[str, str | None] = {}
+
+
+def require_postgres() -> str:
+    """The test DSN; skips (or fails under ``CI=true``) if the server is unreachable."""
+    dsn = pg_dsn()
+    if dsn not in _REACHABLE:
+        try:
+            with psycopg.connect(dsn, connect_timeout=3) as conn:
+                conn.execute("SELECT 1")
+            _REACHABLE[dsn] = None
+        except psycopg.Error as error:
+            _REACHABLE[dsn] = f"{type(error).__name__}: {error}".strip()
+    problem = _REACHABLE[dsn]
+    if problem is not None:
+        reason = (
+            f"PostgreSQL is not reachable at {dsn} ({problem}); start it or set LANGGRAPH_EFFECTS_TEST_PG_DSN"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason + " (CI=true: Postgres tests must run)")
+        pytest.skip(reason)
+    return dsn
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, not yet existing schema name, dropped (with everything in it) afterwards."""
+    dsn = require_postgres()
+    name = f"lge_test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Ledger]:
+    """A set-up, empty ledger of each backend."""
+    backend: Ledger
+    if request.param == "memory":
+        backend = InMemoryLedger()
+        await backend.setup()
+        yield backend
+        await backend.aclose()
+    elif request.param == "sqlite":
+        async with SqliteLedger.from_conn_string(tmp_path / "ledger.sqlite") as backend:
+            await backend.setup()
+            yield backend
+    else:
+        schema = request.getfixturevalue("pg_schema")
+        async with PostgresLedger.from_conn_string(
+            pg_dsn(), schema=schema, max_size=5, timeout=10
+        ) as backend:
+            await backend.setup()
+            yield backend
+
+
+@pytest.fixture
+def make_op() -> OpFactory:
+    """Build an :class:`Operation` with sensible defaults; every id is unique per call."""
+
+    def factory(**fields: Any) -> Operation:
+        suffix = uuid.uuid4().hex[:10]
+        values: dict[str, Any] = {
+            "op_id": f"op-{suffix}",
+            "thread_id": "thread-1",
+            "tool": "send_email",
+            "tool_call_id": f"call-{suffix}",
+            "args": {"to": "a@example.com", "n": 1},
+            "args_hash": "hash-1",
+            "provider_key": f"key-{suffix}",
+            "contract": "blind",
+        }
+        values.update(fields)
+        return Operation(**values)
+
+    return factory
