@@ -1,7 +1,17 @@
-"""langgraph-effects: crash-safe side effects for LangGraph agents."""
+"""langgraph-effects: crash-safe side effects for LangGraph agents.
+
+The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
+the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
+``Inconclusive``, ``current_operation()``, the ledgers and checkpointer extensions,
+``resume_command`` for answering reviews, and one exception hierarchy rooted at
+``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from .checkpoint import attach_ledger, ledger_of
 from .checkpoint.sqlite import EffectSqliteSaver
+from .context import OperationInfo, current_operation
 from .contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .errors import (
     ConfigurationError,
@@ -21,7 +31,13 @@ from .errors import (
     TransitionError,
 )
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
+from .node import EffectToolNode
 from .operation import Operation, State
+from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
+
+if TYPE_CHECKING:
+    from .checkpoint.postgres import EffectPostgresSaver
+    from .ledger.postgres import PostgresLedger
 
 __version__ = "0.1.0"
 
@@ -33,7 +49,10 @@ __all__ = [
     "DefiniteFailure",
     "DurabilityError",
     "Effect",
+    "AbandonDecision",
+    "EffectPostgresSaver",
     "EffectSqliteSaver",
+    "EffectToolNode",
     "EffectsError",
     "IllegalTransitionError",
     "Inconclusive",
@@ -42,13 +61,17 @@ __all__ = [
     "Ledger",
     "LedgerCorruptError",
     "LedgerError",
+    "LandedDecision",
     "LedgerUnavailableError",
     "LookupRequest",
     "NoLedgerError",
     "NotLanded",
+    "NotLandedDecision",
     "Operation",
+    "OperationInfo",
     "OperationNotFoundError",
     "OperationQuery",
+    "PostgresLedger",
     "ReviewError",
     "SchemaTooNewError",
     "SqliteLedger",
@@ -56,5 +79,20 @@ __all__ = [
     "State",
     "TransitionError",
     "attach_ledger",
+    "current_operation",
     "ledger_of",
+    "resume_command",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The postgres extra is optional: import psycopg only when these are used.
+    if name == "PostgresLedger":
+        from .ledger.postgres import PostgresLedger
+
+        return PostgresLedger
+    if name == "EffectPostgresSaver":
+        from .checkpoint.postgres import EffectPostgresSaver
+
+        return EffectPostgresSaver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import importlib
 import json
+import logging
 import os
 import socket
 import sys
@@ -458,13 +458,13 @@ def _render_list(ops: list[Operation], *, now: float, limit: int, states: list[S
     console.print(table)
     if len(ops) >= limit:
         console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
-    console.print(Text("Inspect one: langgraph-effects show OPERATION", style="dim"))
+    console.print(Text("\nInspect one: langgraph-effects show OPERATION", style="dim"))
 
 
 def _wide_table(ops: list[Operation], now: float) -> Table:
     """One line per operation (a wide terminal, or output to a file or pipe)."""
     show_tenant = any(op.tenant for op in ops)
-    table = Table(box=box.SIMPLE_HEAVY)
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False)
     table.add_column("operation", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("v", justify="right")
@@ -500,7 +500,7 @@ def _wide_table(ops: list[Operation], now: float) -> Table:
 
 def _narrow_table(ops: list[Operation], now: float, width: int) -> Table:
     """Two lines per operation, for a narrow terminal: ids stacked, details stacked."""
-    table = Table(box=box.SIMPLE_HEAVY, show_lines=True)
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, show_lines=True)
     table.add_column("operation / provider key", no_wrap=True)
     table.add_column("state / version, tries, changed", no_wrap=True)
     table.add_column("tool / thread", overflow="fold")
@@ -593,12 +593,19 @@ def _render_view(view: OperationView, *, now: float) -> None:
     if op.evidence is not None:
         parts += [Text("\nevidence", "bold"), JSON.from_data(dict(op.evidence), default=str)]
     console.print(Panel(Group(*parts), title=Text(op.op_id, style="bold"), title_align="left", expand=False))
+    console.print()
     console.print(_audit_table(view.audit, now=now))
+    console.print()
     console.print(_next_steps(view))
 
 
 def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:
-    table = Table(title=Text("audit trail", style="bold"), box=box.SIMPLE_HEAVY, title_justify="left")
+    table = Table(
+        title=Text("audit trail", style="bold"),
+        box=box.SIMPLE_HEAVY,
+        show_edge=False,
+        title_justify="left",
+    )
     table.add_column("#", justify="right")
     table.add_column("when", no_wrap=True)
     table.add_column("actor")
@@ -791,8 +798,16 @@ def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
                 f"decision {report.decision_id} was applied to {op.op_id} before; nothing changed. It is ",
                 (op.state.value, STATE_STYLES[op.state]),
                 f" at version {op.version}.",
-            )
+            ),
+            soft_wrap=True,
         )
+        if lease_status(op) != "live" and op.state.value in ("unknown", "review", "dispatched"):
+            console.print(
+                Text(
+                    "  It is in doubt again: `show` it and decide anew, with a new decision id.",
+                    style="yellow",
+                )
+            )
         return
     line = Text.assemble(
         ("Recorded ", "bold green"),
@@ -826,7 +841,7 @@ def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
 def lab_command(ctx: typer.Context) -> None:
     """The crash lab: run crash experiments (`langgraph-effects lab --help` for its options)."""
     try:
-        runner = importlib.import_module("langgraph_effects.lab.runner")
+        from .lab import runner
     except ImportError as error:
         _stderr().print(Text(f"error: the crash lab is not available in this installation ({error})."))
         raise typer.Exit(EXIT_USAGE) from error
@@ -848,6 +863,8 @@ def _click_exception_types() -> tuple[type[Exception], type[Exception]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the console; returns the exit code (see the module docstring)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    # The pool's own retry warnings would bury our one-line error (which names the cause).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     command = typer.main.get_command(app)
     click_error, usage_error = _click_exception_types()
     try:

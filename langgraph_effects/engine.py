@@ -342,10 +342,10 @@ class Session:
                 lease_expires_at=time.time() + self.settings.lease_seconds,
                 evidence={"kind": "intent"},
             )
-            stored = await self.ledger.record_intents([c.op for c in direct], change=change)
+            stored = _by_id(await self.ledger.record_intents([c.op for c in direct], change=change))
             self._batch_owners[owner.token] = owner
-            for c, op in zip(direct, stored, strict=True):
-                c.op = op
+            for c in direct:
+                op = self._stored_or_conflict(c, stored)
                 if op.owner is not None and op.owner.token == owner.token:
                     c.owner = owner
                     c.batch_token = owner.token
@@ -353,10 +353,22 @@ class Session:
             if not self._batch_refs.get(owner.token):
                 lease.release(owner)
         if staged:
-            stored = await self.ledger.record_intents([c.op for c in staged])
-            for c, op in zip(staged, stored, strict=True):
-                c.op = op
+            stored = _by_id(await self.ledger.record_intents([c.op for c in staged]))
+            for c in staged:
+                self._stored_or_conflict(c, stored)
         self._fresh = []
+
+    def _stored_or_conflict(self, c: _Call, stored: Mapping[str, Operation]) -> Operation:
+        """The row the ledger kept for ``c``; a missing row means its provider key is taken."""
+        op = stored.get(c.op.op_id)
+        if op is None:
+            c.conflict = (
+                f"the provider key {c.op.provider_key!r} already belongs to another operation in "
+                "this tenant; the call was not sent. Use a new key for a new effect."
+            )
+            return c.op
+        c.op = op
+        return op
 
     async def _wait_durable(self, *, sync_checkpointer: bool) -> None:
         """Under ``durability="async"``, wait until the checkpoint holding the call is saved."""
@@ -443,10 +455,12 @@ class Session:
                 continue
             if op.state is State.UNKNOWN:
                 outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
+                # Keep what made it unknown (a crash, a timeout) beside what settled it.
+                evidence = {**outcome.evidence, "cause": dict(op.evidence or {})}
                 if outcome.action == "resend":
-                    await self._send(c, Event.RESEND, dict(outcome.evidence))
+                    await self._send(c, Event.RESEND, evidence)
                 else:
-                    await self._move(c, Change(outcome.event, evidence=dict(outcome.evidence)))
+                    await self._move(c, Change(outcome.event, evidence=evidence))
                 continue
         raise TransitionError(
             f"operation {c.op.op_id} kept changing under concurrent workers; giving up after "
@@ -676,6 +690,10 @@ class Session:
                 lease.release(self._batch_owners.pop(token, owner))
             return
         lease.release(owner)
+
+
+def _by_id(ops: Iterable[Operation]) -> dict[str, Operation]:
+    return {op.op_id: op for op in ops}
 
 
 def review_entry(op: Operation) -> dict[str, Any]:

@@ -18,6 +18,7 @@ and ``tests/test_langgraph_contract.py`` fails loudly if their shape changes.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -205,7 +206,7 @@ class EffectToolNode(ToolNode):
         try:
             round_no = 0
             while True:
-                output = await super()._afunc(input, config, runtime)
+                output = await self._round(input, config, runtime)
                 if not session.reviews():
                     return output
                 answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
@@ -214,6 +215,15 @@ class EffectToolNode(ToolNode):
         finally:
             _SESSION.reset(token)
             await session.close()
+
+    async def _round(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        if self._wrap_tool_call is not None and self._awrap_tool_call is None:
+            # ToolNode runs a sync-only wrapper (and the tools under it) on the event
+            # loop's thread. Blocking the loop there can stall a checkpointer's half-done
+            # transaction on the same database file while we wait for its write lock, so
+            # run the round on a worker thread instead; it behaves the same otherwise.
+            return await asyncio.to_thread(super()._func, input, config, runtime)
+        return await super()._afunc(input, config, runtime)
 
     # -- per call (below any wrap_tool_call wrapper) ------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -148,22 +148,40 @@ async def open_ledger(db: str) -> AsyncIterator[Ledger]:
                         f"{path} is not a file (a directory?). Point --db at the SQLite "
                         "database file that holds the ledger; nothing was written."
                     )
-            ledger = await stack.enter_async_context(SqliteLedger.from_conn_string(path))
-            await ledger.setup()
+            sqlite = await stack.enter_async_context(SqliteLedger.from_conn_string(path))
+            if path != ":memory:" and not await _has_ledger_tables(sqlite):
+                raise LedgerNotFoundError(path, empty=True)
+            await sqlite.setup()
+            ledger = sqlite
         yield ledger
+
+
+async def _has_ledger_tables(ledger: SqliteLedger) -> bool:
+    """Whether the file holds a langgraph-effects ledger (else it is the wrong file).
+
+    A file that is not a database at all answers ``True`` here, so that ``setup()``
+    reports it with its precise error.
+    """
+    try:
+        async with ledger.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effect_migrations'"
+        ) as cursor:
+            return await cursor.fetchone() is not None
+    except sqlite3.Error:
+        return True
 
 
 async def _enter_postgres(stack: AsyncExitStack, db: str) -> Ledger:
     shown = redact_dsn(db)
     try:
-        module = importlib.import_module("langgraph_effects.ledger.postgres")
+        from .ledger.postgres import PostgresLedger
     except ImportError as error:
         raise LedgerUnavailableError(
             f"cannot open {shown}: the Postgres backend is not available ({error}). "
             "Install it with `pip install 'langgraph-effects[postgres]'`."
         ) from error
     try:
-        ledger: Ledger = await stack.enter_async_context(module.PostgresLedger.from_conn_string(db))
+        ledger: Ledger = await stack.enter_async_context(PostgresLedger.from_conn_string(db))
         await ledger.setup()
     except EffectsError:
         raise
@@ -502,15 +520,27 @@ def audit_to_json(entry: AuditEntry) -> dict[str, Any]:
 
 
 class LedgerNotFoundError(LedgerError):
-    """The SQLite file named as the ledger does not exist (nothing was created)."""
+    """The SQLite file named as the ledger does not exist, or holds no ledger.
 
-    def __init__(self, path: str) -> None:
+    Nothing is created: an operator who mistypes a path must not be told "nothing
+    unresolved" by a brand-new empty database.
+    """
+
+    def __init__(self, path: str, *, empty: bool = False) -> None:
+        if empty:
+            what = (
+                f"{path!r} is a SQLite database but holds no langgraph-effects ledger (no "
+                "effect_migrations table): is it the right file? The ledger's tables are "
+                "created when the graph's ledger is set up."
+            )
+        else:
+            what = f"no ledger database at {path!r}: the file does not exist."
         super().__init__(
-            f"no ledger database at {path!r}: the file does not exist. Check the path given "
-            "with --db (or LANGGRAPH_EFFECTS_DB); it is the SQLite file the graph's ledger "
-            "uses. langgraph-effects does not create an empty database here."
+            f"{what} Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the "
+            "SQLite file the graph's ledger uses. Nothing was created or changed."
         )
         self.path = path
+        self.empty = empty
 
 
 class LeaseLiveError(TransitionError):

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import types
@@ -233,9 +234,18 @@ def test_resolve_json_and_idempotent_retry(ledgerfile: Ledgerfile) -> None:
     assert ledgerfile.read(TENANTED) == after_first
 
     conflict = run(
-        "resolve", TENANTED, "--abandon", "--reason", "x", "--expected-version", "3",
-        "--decision-id", "dec-42", "--db", db,
-    )  # fmt: skip
+        "resolve",
+        TENANTED,
+        "--abandon",
+        "--reason",
+        "x",
+        "--expected-version",
+        "3",
+        "--decision-id",
+        "dec-42",
+        "--db",
+        db,
+    )
     assert conflict.returncode == 3
     assert "dec-42" in conflict.stderr
     assert ledgerfile.read(TENANTED) == after_first
@@ -244,9 +254,16 @@ def test_resolve_json_and_idempotent_retry(ledgerfile: Ledgerfile) -> None:
 def test_stale_expected_version_is_refused_and_nothing_changes(ledgerfile: Ledgerfile) -> None:
     before = ledgerfile.read(REVIEW)
     done = run(
-        "resolve", REVIEW, "--landed", "--receipt", '{"id": "r1"}', "--expected-version", "2",
-        "--db", str(ledgerfile.path),
-    )  # fmt: skip
+        "resolve",
+        REVIEW,
+        "--landed",
+        "--receipt",
+        '{"id": "r1"}',
+        "--expected-version",
+        "2",
+        "--db",
+        str(ledgerfile.path),
+    )
     assert done.returncode == 3
     assert "version 3, not 2" in done.stderr
     assert ledgerfile.read(REVIEW) == before
@@ -260,7 +277,7 @@ def test_stale_expected_version_is_refused_and_nothing_changes(ledgerfile: Ledge
             "--db",
             str(ledgerfile.path),
             "--json",
-        )  # fmt: skip
+        )
     )
     assert data["error"]["kind"] == "stale_version"
     assert (data["error"]["expected_version"], data["error"]["actual_version"]) == (1, 3)
@@ -289,9 +306,16 @@ def test_bad_input_exits_1_and_writes_nothing(ledgerfile: Ledgerfile, flags: Seq
 
 def test_invalid_receipt_json_says_what_to_do(ledgerfile: Ledgerfile) -> None:
     done = run(
-        "resolve", REVIEW, "--landed", "--receipt", "{id: r1}", "--expected-version", "3",
-        "--db", str(ledgerfile.path),
-    )  # fmt: skip
+        "resolve",
+        REVIEW,
+        "--landed",
+        "--receipt",
+        "{id: r1}",
+        "--expected-version",
+        "3",
+        "--db",
+        str(ledgerfile.path),
+    )
     assert done.returncode == 1
     assert "--receipt is not valid JSON" in done.stderr
 
@@ -316,9 +340,16 @@ def test_live_lease_refused_expired_lease_resolved(ledgerfile: Ledgerfile) -> No
 def test_terminal_operation_refused(ledgerfile: Ledgerfile) -> None:
     before = ledgerfile.read(DONE)
     done = run(
-        "resolve", DONE, "--abandon", "--reason", "cleanup", "--expected-version", "2",
-        "--db", str(ledgerfile.path),
-    )  # fmt: skip
+        "resolve",
+        DONE,
+        "--abandon",
+        "--reason",
+        "cleanup",
+        "--expected-version",
+        "2",
+        "--db",
+        str(ledgerfile.path),
+    )
     assert done.returncode == 3
     assert "already 'confirmed'" in done.stderr
     assert ledgerfile.read(DONE) == before
@@ -327,9 +358,16 @@ def test_terminal_operation_refused(ledgerfile: Ledgerfile) -> None:
 def test_tenant_scoped_resolve(ledgerfile: Ledgerfile) -> None:
     before = ledgerfile.read(TENANTED)
     done = run(
-        "resolve", TENANTED, "--not-landed", "--expected-version", "2", "--tenant", "globex",
-        "--db", str(ledgerfile.path),
-    )  # fmt: skip
+        "resolve",
+        TENANTED,
+        "--not-landed",
+        "--expected-version",
+        "2",
+        "--tenant",
+        "globex",
+        "--db",
+        str(ledgerfile.path),
+    )
     assert done.returncode == 2
     assert ledgerfile.read(TENANTED) == before
 
@@ -346,6 +384,16 @@ def test_missing_database_exits_4_and_is_not_created(tmp_path: Path) -> None:
     resolved = run("resolve", REVIEW, "--not-landed", "--expected-version", "3", "--db", str(missing))
     assert resolved.returncode == 4
     assert not missing.exists()
+
+
+def test_database_without_a_ledger_exits_4(tmp_path: Path) -> None:
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    done = run("list", "--db", str(other), "--json")
+    assert done.returncode == 4
+    assert as_json(done)["error"]["kind"] == "ledger_not_found"
+    assert "holds no langgraph-effects ledger" in done.stderr
 
 
 def test_not_a_database_exits_4(tmp_path: Path) -> None:
@@ -395,6 +443,12 @@ def test_installed_script() -> None:
 # -- lab (in-process: the runner is replaced by a fake) ------------------------------------
 
 
+def test_lab_reaches_the_runner() -> None:
+    done = run("lab", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "usage: langgraph-effects lab" in done.stdout
+
+
 def test_lab_forwards_every_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
 
@@ -404,7 +458,10 @@ def test_lab_forwards_every_argument(monkeypatch: pytest.MonkeyPatch) -> None:
 
     runner = types.ModuleType("langgraph_effects.lab.runner")
     runner.main = fake_main  # type: ignore[attr-defined]
+    import langgraph_effects.lab
+
     monkeypatch.setitem(sys.modules, "langgraph_effects.lab.runner", runner)
+    monkeypatch.setattr(langgraph_effects.lab, "runner", runner, raising=False)
     argv = ["--crash-at", "dispatch", "-n", "3", "--help", "scenario"]
     assert cli.main(["lab", *argv]) == 7
     assert seen == [argv]

@@ -102,7 +102,8 @@ def test_node_config_carries_the_keys_we_read() -> None:
     ns, checkpoint_id = seen["parent"]
     assert ns == ""
     # The parent checkpoint is the one that holds the AIMessage with the call.
-    saved = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint_id}})
+    target: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
+    saved = saver.get_tuple(target)
     assert saved is not None
     assert saved.checkpoint["channel_values"]["messages"][-1].id == seen["message_id"]
 

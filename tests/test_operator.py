@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -186,6 +187,30 @@ async def test_open_ledger_accepts_sqlite_prefix_and_rejects_non_ledgers(tmp_pat
     with pytest.raises(LedgerCorruptError):
         async with open_ledger(str(garbage)):
             pass
+
+
+async def test_open_ledger_refuses_a_database_without_a_ledger(tmp_path: Path) -> None:
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    for path in (other, empty):
+        with pytest.raises(LedgerNotFoundError, match="holds no langgraph-effects ledger") as caught:
+            async with open_ledger(str(path)):
+                pass
+        assert caught.value.empty
+    with sqlite3.connect(other) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"customers"}  # nothing was added to the operator's other database
+    assert empty.stat().st_size == 0
+
+
+async def test_open_ledger_is_backend_agnostic_in_memory() -> None:
+    async with open_ledger(":memory:") as opened:
+        op = await seed(opened, make_op(), "review")
+        after = await resolve(opened, op.op_id, {"type": "not_landed"}, expected_version=3, actor="a")
+        assert after.state is State.PENDING
 
 
 def test_redact_dsn_hides_the_password() -> None:

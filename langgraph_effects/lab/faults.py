@@ -9,8 +9,8 @@ The points follow the interruption-ledger checklist:
 * ``C``: the caller has the response, but dies before recording the outcome.
 
 Besides kills, an attempt can be armed to lose a response as a ``TimeoutError``
-(the worker lives on), to wait at a rendezvous so that two workers enter the
-tool together, or to have every provider lookup time out.
+(the worker lives on), to wait at a rendezvous at ``A`` so that two workers
+dispatch together, or to have every provider lookup time out.
 """
 
 from __future__ import annotations
@@ -121,20 +121,22 @@ class Faults:
         return True
 
     def reach(self, point: str) -> None:
-        """The worker reached crash point ``point`` (``enter``, ``A``, ``B`` or ``C``).
+        """The worker reached crash point ``point`` (``A``, ``B`` or ``C``).
 
-        ``enter`` is the tool's entry: an attempt armed with a rendezvous waits
-        there until the lab says go. At an armed kill point the worker dies by
-        SIGKILL, for real.
+        At ``A`` (the request is about to leave) an attempt armed with a
+        rendezvous first waits until the lab says go, so that two workers
+        delivered the same resume both stand at the dispatch together, each
+        having made its decision to send. At an armed kill point the worker
+        dies by SIGKILL, for real.
         """
         plan = self._plan
-        if point == "enter" and plan.rendezvous and self._once("enter"):
-            if self._conn is not None:
-                self._conn.send(("arrived", point))
-                reply = self._conn.recv()
-                if reply != "go":
-                    raise RuntimeError(f"unexpected rendezvous reply {reply!r}")
-        elif point == plan.kill_at and self._once(point):
+        rendezvous = point == "A" and plan.rendezvous and self._once("rendezvous")
+        if rendezvous and self._conn is not None:
+            self._conn.send(("arrived", point))
+            reply = self._conn.recv()
+            if reply != "go":
+                raise RuntimeError(f"unexpected rendezvous reply {reply!r}")
+        if point == plan.kill_at and self._once(point):
             if self._conn is not None:
                 self._conn.send(("crash", point))
             os.kill(os.getpid(), signal.SIGKILL)

@@ -54,7 +54,7 @@ class Cell:
     kill_every: int
     phase: int = 0
     """Operation i is faulted when ``i % kill_every == phase``."""
-    settings: ProviderSettings = ProviderSettings()
+    settings: ProviderSettings = field(default_factory=ProviderSettings)
 
     @property
     def name(self) -> str:
@@ -68,29 +68,34 @@ class Cell:
 
 @dataclass
 class CellResult:
-    """One cell's measurements. Counts are from the provider's records."""
+    """One cell's measurements.
+
+    ``sends`` to ``withdrawn`` come from the provider's own records; the review
+    counts from the harness; ``non_terminal`` from the strategy's audit (``None``
+    for strategies that keep no states to audit, i.e. the seed rows).
+    """
 
     strategy: str
     provider: str
     crash_point: str
     ours: bool
     intended: int = 0
-    faulted: int = 0
-    kills: int = 0
-    sends: int = 0
-    lookups: int = 0
-    effects: int = 0
-    duplicates: int = 0
-    missing: int = 0
+    faulted: int = 0  # operations whose first attempt was armed
+    kills: int = 0  # workers that died by SIGKILL at an armed point
+    sends: int = 0  # apply requests the provider received (replays included)
+    lookups: int = 0  # get + list requests
+    effects: int = 0  # effects applied (withdrawn ones included: they landed)
+    duplicates: int = 0  # effects beyond the first of an operation
+    missing: int = 0  # intended operations with no effect at all
     withdrawn: int = 0
-    sent_to_review: int = 0
-    reviews_answered: int = 0
-    pending_reviews: int = 0
+    sent_to_review: int = 0  # operations that ended up waiting on an operator
+    reviews_answered: int = 0  # answers the lab gave (Command(resume=...))
+    pending_reviews: int = 0  # operations still waiting when the lab gave up
     non_terminal: int | None = None
-    tool_errors: int = 0
+    tool_errors: int = 0  # error ToolMessages in the threads' final states
     seconds: float = 0.0
     faulted_operations: list[int] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # why the cell could not run (a harness failure)
 
     def violations(self) -> list[str]:
         """Why this row breaks the product's invariants (0 dup, 0 missing, 0 open)."""
@@ -210,6 +215,8 @@ def _run_operation(
     )
     outcome = workers.run(_with(base, faults=first))
     if isinstance(outcome, Killed):
+        # Whatever runs after the crash runs in the changed world.
+        base = _with(base, policy_version=2 if point.bump_policy else 1)
         result.kills += 1
         if cell.provider == "withdrawn":
             # The provider's back office withdraws what landed while nobody knew:
@@ -221,7 +228,6 @@ def _run_operation(
             base,
             kind="resume",
             faults=AttemptFaults(lookup_timeout=point.lookup_timeout, rendezvous=point.resumers > 1),
-            policy_version=2 if point.bump_policy else 1,
         )
         if point.resumers > 1:
             runs = [(workers.current, resume)] + [
@@ -239,8 +245,7 @@ def _run_operation(
         workers.extra.clear()
     else:
         reports = [outcome.report]
-    for report in reports:
-        _settle_reviews(cell, workers, provider, result, base, report)
+    _settle_reviews(cell, workers, provider, result, base, reports)
 
 
 def _settle_reviews(
@@ -249,12 +254,17 @@ def _settle_reviews(
     provider: Provider,
     result: CellResult,
     base: Attempt,
-    report: AttemptReport,
+    reports: list[AttemptReport],
 ) -> None:
     """Answer the operation's interrupts as an operator who checked the provider."""
+    if not any(r.interrupts for r in reports):
+        # Each report describes the whole thread: count its error messages once.
+        result.tool_errors += max(r.tool_errors for r in reports)
+        return
+    result.sent_to_review += 1
     answer = cell.strategy.answer_review
-    if report.interrupts:
-        result.sent_to_review += 1
+    # Two resumers may report the same interrupt: ask the thread what is pending.
+    report = _finished(workers.run(_with(base, kind="inspect")), base)
     rounds = 0
     while report.interrupts and answer is not None and rounds < MAX_REVIEW_ROUNDS:
         rounds += 1
@@ -268,13 +278,16 @@ def _settle_reviews(
         )
         value = answer(case)
         result.reviews_answered += 1
-        outcome = workers.run(_with(base, kind="answer", resume=value))
-        if isinstance(outcome, Killed):
-            raise WorkerError(f"{base.thread_id}: a review answer was killed")
-        report = outcome.report
+        report = _finished(workers.run(_with(base, kind="answer", resume=value)), base)
     if report.interrupts:
         result.pending_reviews += 1
     result.tool_errors += report.tool_errors
+
+
+def _finished(outcome: Done | Killed, attempt: Attempt) -> AttemptReport:
+    if isinstance(outcome, Killed):
+        raise WorkerError(f"{attempt.thread_id}: an attempt nobody armed was killed")
+    return outcome.report
 
 
 def _with(attempt: Attempt, **changes: Any) -> Attempt:

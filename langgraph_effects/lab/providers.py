@@ -258,9 +258,7 @@ class Provider:
             if row is None:
                 db.execute("INSERT INTO provider_meta VALUES ('mode', ?)", (self.mode,))
             elif row[0] != self.mode:
-                raise ProviderError(
-                    f"{self.path} holds a {row[0]!r} provider, not {self.mode!r}"
-                )
+                raise ProviderError(f"{self.path} holds a {row[0]!r} provider, not {self.mode!r}")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -327,8 +325,7 @@ class Provider:
             raise Unsupported(f"a {self.mode} provider has no single-item lookup")
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT id, operation, key, payload, at, withdrawn_at FROM effects"
-                " WHERE key = ? ORDER BY id",
+                "SELECT id, operation, key, payload, at, withdrawn_at FROM effects WHERE key = ? ORDER BY id",
                 (reference,),
             ).fetchall()
             records = [_record(row) for row in rows]
@@ -378,9 +375,7 @@ class Provider:
 
     # -- internals ------------------------------------------------------------
 
-    def _log(
-        self, db: sqlite3.Connection, kind: str, key: str | None, body: str | None, outcome: str
-    ) -> int:
+    def _log(self, db: sqlite3.Connection, kind: str, key: str | None, body: str | None, outcome: str) -> int:
         cursor = db.execute(
             "INSERT INTO requests (kind, key, payload, outcome, at) VALUES (?, ?, ?, ?, ?)",
             (kind, key, body, outcome, self.clock()),
@@ -427,9 +422,7 @@ class Provider:
         assert isinstance(decision, Receipt)
         return decision
 
-    def _claim(
-        self, db: sqlite3.Connection, key: str, digest: str
-    ) -> _Claim | Receipt | ProviderError:
+    def _claim(self, db: sqlite3.Connection, key: str, digest: str) -> _Claim | Receipt | ProviderError:
         now = self.clock()
         row = db.execute(
             "SELECT payload_hash, state, response, created_at FROM idempotency_keys WHERE key = ?",
@@ -443,9 +436,7 @@ class Provider:
                 if state == "in_flight":
                     return KeyInFlight(f"a request with key {key!r} is still in progress")
                 if payload_hash != digest:
-                    return IdempotencyMismatch(
-                        f"key {key!r} was first used with a different payload"
-                    )
+                    return IdempotencyMismatch(f"key {key!r} was first used with a different payload")
                 return _replay(json.loads(response))
         db.execute(
             "INSERT OR REPLACE INTO idempotency_keys (key, payload_hash, state, response, created_at)"

@@ -7,7 +7,9 @@ only rows of this package decide the exit code:
 
 * 0: every row of ours held its invariants (0 duplicates, 0 missing, 0 open);
 * 1: a row of ours broke one;
-* 2: a cell could not be run (a worker died where nothing was injected).
+* 2: usage error (unknown option, strategy or crash point);
+* 5: a cell could not be run: a worker died where nothing was injected, or an
+  attempt raised (a bug, as the console's exit code 5).
 """
 
 from __future__ import annotations
@@ -60,27 +62,24 @@ def build_parser() -> argparse.ArgumentParser:
         "default: operations K, 2K, ...",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every row as JSON")
-    parser.add_argument(
-        "--strategies", metavar="A,B", help="comma-separated strategy names (default: all)"
-    )
-    parser.add_argument(
-        "--crash-points", metavar="A,B", help="comma-separated crash points (default: all)"
-    )
+    parser.add_argument("--strategies", metavar="A,B", help="comma-separated strategy names (default: all)")
+    parser.add_argument("--crash-points", metavar="A,B", help="comma-separated crash points (default: all)")
     parser.add_argument(
         "--workdir",
         type=Path,
         help="keep the cells' SQLite files under this directory (default: a temp dir, removed)",
     )
-    parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 2, help="cells run at once (CPU count)"
-    )
-    parser.add_argument(
-        "--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags"
-    )
-    parser.add_argument(
-        "--list", action="store_true", help="list strategies and crash points, then exit"
-    )
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="cells run at once (CPU count)")
+    parser.add_argument("--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags")
+    parser.add_argument("--list", action="store_true", help="list strategies and crash points, then exit")
     return parser
+
+
+EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_BROKEN_CELL = 0, 1, 2, 5
+
+
+class _Usage(Exception):
+    pass
 
 
 def _names(value: str | None, known: Sequence[str], what: str) -> list[str]:
@@ -89,7 +88,7 @@ def _names(value: str | None, known: Sequence[str], what: str) -> list[str]:
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+        raise _Usage(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
     return names
 
 
@@ -114,14 +113,30 @@ def plan_cells(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the lab; returns the process exit code (see the module docstring)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, or argparse's own usage error (already printed)
+        return int(exit_.code or 0)
+    try:
+        return _main(args)
+    except _Usage as error:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _main(args: argparse.Namespace) -> int:
     available = registered()
     out = Console()
+    if not out.is_terminal:
+        # Piped into a file or a README: do not squeeze the table into 80 columns.
+        out = Console(width=120)
     if args.list:
         _print_catalogue(out, available)
-        return 0
+        return EXIT_OK
     if args.ops < 1 or args.kill_every < 1 or args.jobs < 1:
-        raise SystemExit("--ops, --kill-every and --jobs must be at least 1")
+        raise _Usage("--ops, --kill-every and --jobs must be at least 1")
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
@@ -130,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
     )
     if not cells:
-        raise SystemExit("nothing to run: no strategy supports the chosen crash points")
+        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points")
 
-    base = args.workdir or Path(tempfile.mkdtemp(prefix="lge-lab-"))
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="lge-lab-", dir=_scratch_dir()))
     rundir = base / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
     started = time.perf_counter()
     try:
@@ -142,14 +157,35 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     elapsed = time.perf_counter() - started
 
-    out.print(render_table(results, points, ops=args.ops, kill_every=args.kill_every))
+    out.print(
+        f"[bold]Crash lab[/bold]: {args.ops} operations per cell, the first attempt of every "
+        f"{_ordinal(args.kill_every)} one faulted. Cells read [bold]effects / missing[/bold], "
+        "counted from the provider's own records."
+    )
+    out.print(render_table(results, points))
+    out.print(
+        "[green]exact[/green] · [red]duplicated[/red] · [yellow]lost work[/yellow] · "
+        "[magenta]both[/magenta] · n/a: the column needs a lookup the strategy never makes"
+    )
     for line in _verdict(results, elapsed, args.jobs):
         out.print(line)
     if args.json is not None:
         _write_json(args, results, elapsed, phase, rundir if args.workdir else None)
     if any(r.error for r in results):
-        return 2
-    return 1 if any(r.ours and r.violations() for r in results) else 0
+        return EXIT_BROKEN_CELL
+    return EXIT_VIOLATED if any(r.ours and r.violations() for r in results) else EXIT_OK
+
+
+def _scratch_dir() -> str | None:
+    """tmpfs when there is one.
+
+    The lab kills processes, not the machine: what a process wrote before its
+    SIGKILL is in the page cache and survives, so tmpfs keeps every crash
+    semantics while making ``synchronous=FULL`` commits cheap (on a disk each
+    costs an fsync, ~10 per operation). ``--workdir`` runs on a real disk.
+    """
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
@@ -170,9 +206,7 @@ def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
 
         def one(position: int, cell: Cell) -> CellResult:
             try:
-                return run_cell(
-                    ctx, cell, rundir / cell.name, on_operation=lambda: progress.advance(task)
-                )
+                return run_cell(ctx, cell, rundir / cell.name, on_operation=lambda: progress.advance(task))
             except Exception:
                 failed = CellResult(
                     cell.strategy.name, cell.provider, cell.crash_point.name, cell.strategy.ours
@@ -212,26 +246,19 @@ def _cell_text(result: CellResult) -> Text:
     return text
 
 
-def render_table(
-    results: Sequence[CellResult], points: Sequence[str], *, ops: int, kill_every: int
-) -> Table:
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def render_table(results: Sequence[CellResult], points: Sequence[str]) -> Table:
     """Rows: strategy x provider; columns: crash points; cells: effects / missing."""
     used = [p for p in points if any(r.crash_point == p for r in results)]
-    table = Table(
-        title=(
-            f"Crash lab: {ops} operations per cell, every {kill_every}th faulted — "
-            "effects / missing, counted from the provider's records"
-        ),
-        caption=(
-            "[green]exact[/green]  [red]duplicated[/red]  [yellow]lost work[/yellow]  "
-            "[dim]n/a: the column needs a lookup the strategy never makes[/dim]"
-        ),
-        title_justify="left",
-    )
-    table.add_column("strategy")
-    table.add_column("provider", style="dim")
+    table = Table()
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("provider", style="dim", no_wrap=True)
     for point in used:
-        table.add_column(point, justify="center")
+        table.add_column(point, justify="center", no_wrap=True)
     rows: dict[tuple[str, str], dict[str, CellResult]] = {}
     ours: dict[tuple[str, str], bool] = {}
     for result in results:
@@ -240,9 +267,7 @@ def render_table(
         ours[key] = result.ours
     for key, by_point in rows.items():
         label = Text(key[0], style="bold" if ours[key] else "")
-        cells = [
-            _cell_text(by_point[p]) if p in by_point else Text("n/a", style="dim") for p in used
-        ]
+        cells = [_cell_text(by_point[p]) if p in by_point else Text("n/a", style="dim") for p in used]
         table.add_row(label, key[1], *cells)
     return table
 
@@ -254,7 +279,7 @@ def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[s
         dup = sum(1 for r in seed if r.duplicates)
         lost = sum(1 for r in seed if r.missing)
         lines.append(
-            f"seed strategies: {dup} cells duplicated effects, {lost} cells lost work "
+            f"seed strategies: {dup} of {len(seed)} cells duplicated effects, {lost} lost work "
             "(expected: that is what the seed experiment showed)"
         )
     ours = [r for r in results if r.ours]
@@ -268,8 +293,7 @@ def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[s
                 )
         else:
             lines.append(
-                f"[green]ours: all {len(ours)} cells hold (0 duplicates, 0 missing, "
-                "0 left open)[/green]"
+                f"[green]ours: all {len(ours)} cells hold (0 duplicates, 0 missing, 0 left open)[/green]"
             )
     for r in results:
         if r.error:

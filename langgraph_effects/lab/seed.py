@@ -8,10 +8,9 @@ the markers and the provider key are built from it. (A re-planned call gets a
 new ``tool_call_id``, so that identity does not survive a re-plan: the
 ``timeout`` column shows what that costs.)
 
-The ``faults.reach(...)`` lines are the lab's crash points, not part of the
-strategy: ``enter`` lets two workers meet at the tool's entry, ``C`` sits
-between the provider's answer and the local record. ``A`` and ``B`` are inside
-``client.send``.
+The ``faults.reach("C")`` lines are the lab's, not the strategy's: crash point
+C sits between the provider's answer and the local record. ``A`` (where two
+duplicate deliveries also meet) and ``B`` are inside ``client.send``.
 """
 
 from __future__ import annotations
@@ -73,7 +72,6 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
     @tool(TOOL_NAME)
     async def send_notification(operation: str, body: str) -> str:
         """Send one notification."""
-        faults.reach("enter")
         receipt = client.send({"operation": operation, "body": body})
         faults.reach("C")
         return f"sent {receipt.effect_id}"
@@ -93,7 +91,6 @@ def build_record_after(ctx: BuildContext) -> ToolNode:
         config: RunnableConfig,
     ) -> str:
         """Send one notification."""
-        faults.reach("enter")
         marker = call_identity(config, tool_call_id)
         done = markers.get(marker)
         if done is not None:
@@ -118,7 +115,6 @@ def build_record_before(ctx: BuildContext) -> ToolNode:
         config: RunnableConfig,
     ) -> str:
         """Send one notification."""
-        faults.reach("enter")
         marker = call_identity(config, tool_call_id)
         done = markers.get(marker)
         if done is not None:
@@ -144,7 +140,6 @@ def build_provider_key(ctx: BuildContext) -> ToolNode:
         config: RunnableConfig,
     ) -> str:
         """Send one notification."""
-        faults.reach("enter")
         key = call_identity(config, tool_call_id)
         receipt = client.send({"operation": operation, "body": body}, key=key)
         faults.reach("C")

@@ -91,8 +91,8 @@ class BuildContext:
     client: LabClient
     """The provider, with the lab's crash points A/B and the timeouts around it."""
     faults: Faults
-    """Call ``faults.reach("enter")`` first thing in the tool and ``faults.reach("C")``
-    right after the response, before recording anything."""
+    """Tool code calls ``faults.reach("C")`` right after the provider answered,
+    before recording anything (A and B are inside ``client.send``)."""
     files: CellFiles
     checkpointer: BaseCheckpointSaver[Any]
 

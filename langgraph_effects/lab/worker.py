@@ -15,12 +15,13 @@ Protocol (parent -> worker): an :class:`Attempt`, ``"go"`` after a rendezvous,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import signal
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkServerContext
 from typing import Any, Literal
@@ -72,15 +73,16 @@ class WorkerSpec:
 class Attempt:
     """One ``graph.ainvoke`` on an operation's thread."""
 
-    kind: Literal["start", "resume", "answer"]
+    kind: Literal["start", "resume", "answer", "inspect"]
     index: int
     operation: str
     body: str
     thread_id: str
-    faults: AttemptFaults = AttemptFaults()
+    faults: AttemptFaults = field(default_factory=AttemptFaults)
     policy_version: int = 1
     resume: Any = None
-    """``answer`` attempts: the value for ``Command(resume=...)``."""
+    """``answer`` attempts: the value for ``Command(resume=...)``. (``inspect``
+    runs nothing: it reports the thread's pending interrupts.)"""
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,15 @@ class AttemptReport:
 
 @dataclass(frozen=True)
 class Done:
+    """The attempt returned (finished, or stopped at an interrupt)."""
+
     report: AttemptReport
 
 
 @dataclass(frozen=True)
 class Killed:
+    """The worker died by SIGKILL at the armed crash point ``point``."""
+
     point: str
 
 
@@ -155,19 +161,23 @@ async def _run(graph: Any, attempt: Attempt) -> AttemptReport:
             "policy_version": attempt.policy_version,
         }
     }
-    payload: Any
-    if attempt.kind == "start":
-        payload = {
-            "messages": [HumanMessage(f"Send notification {attempt.index}.")],
-            "index": attempt.index,
-            "operation": attempt.operation,
-            "body": attempt.body,
-        }
-    elif attempt.kind == "resume":
-        payload = None
+    if attempt.kind == "inspect":
+        snapshot = await graph.aget_state(config)
+        result = {**snapshot.values, "__interrupt__": list(snapshot.interrupts)}
     else:
-        payload = Command(resume=attempt.resume)
-    result = await graph.ainvoke(payload, config, durability="sync")
+        payload: Any
+        if attempt.kind == "start":
+            payload = {
+                "messages": [HumanMessage(f"Send notification {attempt.index}.")],
+                "index": attempt.index,
+                "operation": attempt.operation,
+                "body": attempt.body,
+            }
+        elif attempt.kind == "resume":
+            payload = None
+        else:
+            payload = Command(resume=attempt.resume)
+        result = await graph.ainvoke(payload, config, durability="sync")
     interrupts = [(i.id, i.value) for i in result.get("__interrupt__", [])]
     messages = result.get("messages", [])
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
@@ -218,19 +228,15 @@ class WorkerHandle:
         self.process.join(10)
         code = self.process.exitcode
         if code != -signal.SIGKILL or self.crash_point is None:
-            raise WorkerError(
-                f"worker died unexpectedly (exit code {code}, crash point {self.crash_point})"
-            )
+            raise WorkerError(f"worker died unexpectedly (exit code {code}, crash point {self.crash_point})")
         self.conn.close()
         return Killed(self.crash_point)
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
         if self.process.is_alive():
-            try:
+            with contextlib.suppress(OSError):  # it may be dying already
                 self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             self.process.join(5)
         if self.process.is_alive():
             self.process.kill()
@@ -238,9 +244,7 @@ class WorkerHandle:
         self.conn.close()
 
 
-def drive(
-    runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0
-) -> list[Outcome]:
+def drive(runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0) -> list[Outcome]:
     """Run attempts on several workers at once and collect each one's outcome.
 
     Workers armed with a rendezvous are released together once every worker
@@ -255,8 +259,7 @@ def drive(
     while len(outcomes) < len(handles):
         active = [i for i in range(len(handles)) if i not in outcomes]
         if waiting and (
-            set(active) <= set(waiting)
-            or time.monotonic() - min(waiting.values()) > RENDEZVOUS_TIMEOUT
+            set(active) <= set(waiting) or time.monotonic() - min(waiting.values()) > RENDEZVOUS_TIMEOUT
         ):
             for i in waiting:
                 handles[i].send("go")

@@ -281,19 +281,25 @@ def from_row(row: Mapping[str, Any]) -> Operation:
 
 
 def audit_row(
-    before: Operation | None, after: Operation, event: str, actor: str, seq: int
+    before: Operation | None, after: Operation, change: Change | None, actor: str
 ) -> dict[str, Any]:
-    """The audit-table values for one transition (or creation, ``before=None``)."""
+    """The audit-table values for one transition, or for creation (``before=None``).
+
+    The evidence is the step's own (``change.evidence``), not whatever the operation
+    carried from an earlier step; ``seq`` is the version the step produced.
+    """
+    event = change.event.value if change is not None and before is not None else "intent"
+    evidence = change.evidence if change is not None else after.evidence
     return {
         "op_id": after.op_id,
-        "seq": seq,
+        "seq": after.version,
         "at": after.updated_at,
         "actor": actor,
         "from_state": before.state.value if before else None,
         "to_state": after.state.value,
         "event": event,
         "version": after.version,
-        "evidence": _dumps(dict(after.evidence)) if after.evidence is not None else None,
+        "evidence": _dumps(dict(evidence)) if evidence is not None else None,
     }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ..errors import OperationNotFoundError
 from ..operation import Change, Operation, advance, create
-from .base import DEFAULT_ACTOR, AuditEntry, Ledger, OperationQuery, now
+from .base import DEFAULT_ACTOR, AuditEntry, Ledger, OperationQuery, audit_from_row, audit_row, now
 
 
 class InMemoryLedger(Ledger):
@@ -19,6 +19,7 @@ class InMemoryLedger(Ledger):
     def __init__(self) -> None:
         self._ops: dict[str, Operation] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
+        self._keys: set[tuple[str, str]] = set()
         self._lock = asyncio.Lock()
         #: Transactions that would be durable commits in a real backend.
         self.commits = 0
@@ -29,21 +30,11 @@ class InMemoryLedger(Ledger):
     async def aclose(self) -> None:
         return None
 
-    def _append_audit(self, before: Operation | None, after: Operation, event: str, actor: str) -> None:
-        trail = self._audit.setdefault(after.op_id, [])
-        trail.append(
-            AuditEntry(
-                op_id=after.op_id,
-                seq=len(trail) + 1,
-                at=after.updated_at,
-                actor=actor,
-                from_state=before.state if before else None,
-                to_state=after.state,
-                event=event,
-                version=after.version,
-                evidence=after.evidence,
-            )
-        )
+    def _append_audit(
+        self, before: Operation | None, after: Operation, change: Change | None, actor: str
+    ) -> None:
+        row = audit_row(before, after, change, actor)
+        self._audit.setdefault(after.op_id, []).append(audit_from_row(row))
 
     async def record_intents(
         self,
@@ -58,9 +49,12 @@ class InMemoryLedger(Ledger):
             for op in operations:
                 stored = self._ops.get(op.op_id)
                 if stored is None:
+                    if (op.tenant, op.provider_key) in self._keys:
+                        continue  # UNIQUE (tenant, provider_key), as in the SQL backends
                     stored = create(op, now=stamp, change=change)
                     self._ops[op.op_id] = stored
-                    self._append_audit(None, stored, "intent", actor)
+                    self._keys.add((op.tenant, op.provider_key))
+                    self._append_audit(None, stored, change, actor)
                 out.append(stored)
             self.commits += 1
             return out
@@ -84,7 +78,7 @@ class InMemoryLedger(Ledger):
             if after is None:
                 return before
             self._ops[op_id] = after
-            self._append_audit(before, after, change.event.value, actor)
+            self._append_audit(before, after, change, actor)
             self.commits += 1
             return after
 

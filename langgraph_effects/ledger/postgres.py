@@ -163,10 +163,9 @@ def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> Led
     if isinstance(error, PoolTimeout):
         return LedgerUnavailableError(
             f"could not get a connection to the ledger at {where} in time ({cause or error}). "
-            "Check that "
-            "the server is running and reachable and that the DSN (host, port, database, user) "
-            "is right, or raise max_size if the pool is exhausted; nothing was written, "
-            "retrying later is safe."
+            "Check that the server is running and reachable and that the DSN (host, port, "
+            "database, user) is right, or raise max_size if the pool is exhausted; nothing "
+            "was written, retrying later is safe."
         )
     if isinstance(error, PoolClosed):
         return LedgerUnavailableError(
@@ -176,7 +175,8 @@ def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> Led
     if isinstance(error, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
         return LedgerUnavailableError(
             f"the ledger tables do not exist at {where} ({error}). Call setup() once (or "
-            "EffectPostgresSaver.setup()) before use; nothing was written."
+            "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
+            "search_path names no existing schema: pass schema=. Nothing was written."
         )
     if isinstance(error, pg_errors.ReadOnlySqlTransaction):
         return LedgerUnavailableError(
@@ -441,7 +441,7 @@ class PostgresLedger(Ledger):
                 audit_params: list[Any] = []
                 for op_id in ids:
                     op = fresh[op_id]
-                    entry = audit_row(None, op, "intent", actor, op.version)
+                    entry = audit_row(None, op, change, actor)
                     audit_params.extend(entry[c] for c in _AUDIT_COLUMNS)
                 await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(ids)), audit_params)
             await cur.execute(self._select_sql, [list(fresh)])
@@ -483,7 +483,7 @@ class PostgresLedger(Ledger):
                     f"operation {op_id} changed under a row lock at {self.where}; "
                     "nothing was written. Read it again."
                 )
-            entry = audit_row(before, after, change.event.value, actor, after.version)
+            entry = audit_row(before, after, change, actor)
             await cur.execute(self._audit_head + self._audit_row, [entry[c] for c in _AUDIT_COLUMNS])
         return after
 

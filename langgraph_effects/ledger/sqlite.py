@@ -267,7 +267,7 @@ class SqliteLedger(Ledger):
             db.execute("BEGIN IMMEDIATE")
             for op in fresh:
                 if db.execute(_INSERT, to_row(op)).rowcount == 1:
-                    db.execute(_INSERT_AUDIT, audit_row(None, op, "intent", actor, op.version))
+                    db.execute(_INSERT_AUDIT, audit_row(None, op, change, actor))
             stored = _select(db, [op.op_id for op in operations])
             db.execute("COMMIT")
             return [stored[op.op_id] for op in operations if op.op_id in stored]
@@ -304,7 +304,7 @@ class SqliteLedger(Ledger):
             params["expected_version"] = before.version
             db.execute(_UPDATE, params)
             db.execute(
-                _INSERT_AUDIT, audit_row(before, after, change.event.value, actor, after.version)
+                _INSERT_AUDIT, audit_row(before, after, change, actor)
             )
             db.execute("COMMIT")
             return after

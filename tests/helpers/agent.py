@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.types import Command, RetryPolicy
+from langgraph.types import RetryPolicy
 
 from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, NotLanded, _faults
 from langgraph_effects.context import current_operation
@@ -60,7 +60,12 @@ def model_for(spec: Spec) -> Any:
         if any(isinstance(m, ToolMessage) for m in state["messages"]):
             return {"messages": [AIMessage("done", id="final")]}
         calls = [
-            {"name": "send", "args": {"operation": f"{spec.thread}:{i}"}, "id": f"call-{i}", "type": "tool_call"}
+            {
+                "name": "send",
+                "args": {"operation": f"{spec.thread}:{i}"},
+                "id": f"call-{i}",
+                "type": "tool_call",
+            }
             for i in range(spec.calls)
         ]
         return {"messages": [AIMessage("", tool_calls=calls, id=f"ai-{spec.thread}")]}

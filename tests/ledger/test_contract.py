@@ -22,7 +22,6 @@ from langgraph_effects.errors import (
     StaleVersionError,
 )
 from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
-from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.operation import (
     TERMINAL,
     UNRESOLVED,
@@ -204,15 +203,8 @@ async def test_get_many_leaves_out_missing_ids(ledger: Ledger, make_op: OpFactor
 
 
 async def test_provider_key_is_unique_per_tenant(
-    ledger: Ledger, make_op: OpFactory, request: pytest.FixtureRequest
+    ledger: Ledger, make_op: OpFactory
 ) -> None:
-    if isinstance(ledger, InMemoryLedger):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="InMemoryLedger does not enforce UNIQUE (tenant, provider_key) yet",
-            )
-        )
     first = make_op(tenant="acme", provider_key="invoice:acme:2026-08-11:send")
     clash = make_op(tenant="acme", provider_key="invoice:acme:2026-08-11:send")
     elsewhere = make_op(tenant="globex", provider_key="invoice:acme:2026-08-11:send")
