@@ -26,7 +26,9 @@ _live_lock = threading.Lock()
 
 @cache
 def _host() -> str:
-    return socket.gethostname()
+    # LANGGRAPH_EFFECTS_HOST names the worker's host where hostnames are not unique
+    # (containers cloned from one image); the tests use it to play "another machine".
+    return os.environ.get("LANGGRAPH_EFFECTS_HOST") or socket.gethostname()
 
 
 def process_start_time(pid: int) -> float | None:
