@@ -23,14 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.errors import GraphBubbleUp
 
 from . import _faults, _pregel, identity, lease, messages
-from .context import OperationInfo
+from .context import OperationInfo, running
 from .contract import BLIND, Effect
 from .errors import (
     DecisionConflictError,
@@ -694,6 +695,67 @@ class Session:
 
 def _by_id(ops: Iterable[Operation]) -> dict[str, Operation]:
     return {op.op_id: op for op in ops}
+
+
+# -- driving one call: shared by the node's hooks and the middleware ------------------
+
+AsyncExecutor = Callable[[], Awaitable[tuple[Any, BaseException | None]]]
+SyncExecutor = Callable[[], tuple[Any, BaseException | None]]
+PortalRun = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+def answer(action: Action) -> Any:
+    """The value a call returns for a final action (raising for ``Raise``)."""
+    if isinstance(action, Replay):
+        return action.output
+    if isinstance(action, NeedsReview):
+        return action.placeholder
+    if isinstance(action, Raise):
+        raise action.error
+    raise AssertionError(f"not a final action: {action!r}")  # pragma: no cover
+
+
+async def drive(session: Session, call_id: str, execute: AsyncExecutor) -> Any:
+    """Run one call through the protocol: begin, execute under a lease, finish, repeat
+    while reconciliation allows a re-send. ``execute`` runs the tool once and returns
+    ``(output, exception)``."""
+    action = await session.begin(call_id)
+    while isinstance(action, Execute):
+        session.start_heartbeat(call_id)
+        try:
+            with running(action.info):
+                output, error = await execute()
+        except GraphBubbleUp:
+            await session.withdraw(call_id)
+            raise
+        except BaseException:
+            session.abort(call_id)
+            raise
+        action = await session.finish(call_id, output, error)
+    return answer(action)
+
+
+def drive_sync(session: Session, call_id: str, execute: SyncExecutor, run: PortalRun) -> Any:
+    """:func:`drive` for sync code: ledger work goes through ``run`` (the portal), the
+    tool runs in the calling thread."""
+    action = run(session.begin(call_id))
+    while isinstance(action, Execute):
+        run(_start_heartbeat(session, call_id))
+        try:
+            with running(action.info):
+                output, error = execute()
+        except GraphBubbleUp:
+            run(session.withdraw(call_id))
+            raise
+        except BaseException:
+            session.abort(call_id)
+            raise
+        action = run(session.finish(call_id, output, error))
+    return answer(action)
+
+
+async def _start_heartbeat(session: Session, call_id: str) -> None:
+    session.start_heartbeat(call_id)
 
 
 def review_entry(op: Operation) -> dict[str, Any]:

@@ -36,9 +36,8 @@ from pydantic import BaseModel, ValidationError
 
 from . import _portal, _pregel
 from .checkpoint import ledger_of
-from .context import running
 from .contract import Effect
-from .engine import Execute, NeedsReview, Raise, Replay, Session, Settings, effectful_calls
+from .engine import Session, Settings, drive, drive_sync, effectful_calls
 from .errors import NoLedgerError
 from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
@@ -235,27 +234,20 @@ class EffectToolNode(ToolNode):
         if session is None or request.tool is None or not session.manages(call_id):
             return super()._execute_tool_sync(request, input_type, config)
         assert call_id is not None
-        action = _portal.run(session.begin(call_id))
-        while isinstance(action, Execute):
+
+        def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            _portal.run(_start_heartbeat(session, call_id))
-            output: Any = None
-            error: BaseException | None = None
             try:
-                with running(action.info):
-                    output = super()._execute_tool_sync(
-                        request, input_type, _with_catcher(config, catcher)
-                    )
+                output = super(EffectToolNode, self)._execute_tool_sync(
+                    request, input_type, _with_catcher(config, catcher)
+                )
             except GraphBubbleUp:
-                _portal.run(session.withdraw(call_id))
                 raise
-            except Exception as raised:
-                error = raised
-            except BaseException:
-                session.abort(call_id)
-                raise
-            action = _portal.run(session.finish(call_id, output, error or catcher.error))
-        return _answer(action)
+            except Exception as error:
+                return None, error
+            return output, catcher.error
+
+        return drive_sync(session, call_id, execute, _portal.run)
 
     async def _execute_tool_async(
         self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
@@ -265,41 +257,20 @@ class EffectToolNode(ToolNode):
         if session is None or request.tool is None or not session.manages(call_id):
             return await super()._execute_tool_async(request, input_type, config)
         assert call_id is not None
-        action = await session.begin(call_id)
-        while isinstance(action, Execute):
+
+        async def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            session.start_heartbeat(call_id)
-            output: Any = None
-            error: BaseException | None = None
             try:
-                with running(action.info):
-                    output = await super()._execute_tool_async(
-                        request, input_type, _with_catcher(config, catcher)
-                    )
+                output = await super(EffectToolNode, self)._execute_tool_async(
+                    request, input_type, _with_catcher(config, catcher)
+                )
             except GraphBubbleUp:
-                await session.withdraw(call_id)
                 raise
-            except Exception as raised:
-                error = raised
-            except BaseException:
-                session.abort(call_id)
-                raise
-            action = await session.finish(call_id, output, error or catcher.error)
-        return _answer(action)
+            except Exception as error:
+                return None, error
+            return output, catcher.error
 
-
-async def _start_heartbeat(session: Session, call_id: str) -> None:
-    session.start_heartbeat(call_id)
-
-
-def _answer(action: Replay | NeedsReview | Raise | Execute) -> Any:
-    if isinstance(action, Replay):
-        return action.output
-    if isinstance(action, NeedsReview):
-        return action.placeholder
-    if isinstance(action, Raise):
-        raise action.error
-    raise AssertionError(f"unexpected action {action!r}")  # pragma: no cover
+        return await drive(session, call_id, execute)
 
 
 __all__ = ["EffectToolNode"]

@@ -27,8 +27,10 @@ from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, N
 from langgraph_effects.context import current_operation
 from langgraph_effects.contract import LookupRequest
 from langgraph_effects.lab.providers import EffectRecord, Provider, Withdrawn
+from langgraph_effects.middleware import EffectMiddleware
 from langgraph_effects.node import EffectToolNode
 from langgraph_effects.review import resume_command
+from langgraph_effects.testing import ScriptedChatModel
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Spec:
     durability: str = "sync"
     retry: bool = False
     sync: bool = False
+    kind: str = "graph"  # graph | create_agent | react
 
 
 class State(TypedDict):
@@ -123,6 +126,8 @@ def effect_for(spec: Spec, provider: Provider) -> dict[str, Effect]:
 
 
 def build(spec: Spec, saver: Any, provider: Provider) -> Any:
+    if spec.kind != "graph":
+        return build_agent(spec, saver, provider)
     builder = StateGraph(State)
     builder.add_node("model", model_for(spec))
     node = EffectToolNode([send_tool(spec, provider)], effects=effect_for(spec, provider))
@@ -136,6 +141,24 @@ def build(spec: Spec, saver: Any, provider: Provider) -> Any:
     )
     builder.add_edge("tools", "model")
     return builder.compile(checkpointer=saver)
+
+
+def build_agent(spec: Spec, saver: Any, provider: Provider) -> Any:
+    """The same agent through ``create_agent`` + ``EffectMiddleware`` (one task per call),
+    or ``create_react_agent(tools=EffectToolNode(...))``."""
+    node_fn = model_for(spec)
+    model = ScriptedChatModel(script=lambda messages: node_fn({"messages": list(messages)})["messages"][0])
+    send = send_tool(spec, provider)
+    effects = effect_for(spec, provider)
+    if spec.kind == "create_agent":
+        from langchain.agents import create_agent
+
+        return create_agent(
+            model, tools=[send], middleware=[EffectMiddleware(effects)], checkpointer=saver
+        )
+    from langgraph.prebuilt import create_react_agent
+
+    return create_react_agent(model, tools=EffectToolNode([send], effects=effects), checkpointer=saver)
 
 
 def describe(result: Any, state: Any) -> dict[str, Any]:

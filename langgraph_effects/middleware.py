@@ -1,0 +1,165 @@
+"""``EffectMiddleware``: the same guarantees for ``langchain.agents.create_agent``.
+
+``create_agent`` does not take a ToolNode; it takes middleware, and it runs one
+task per tool call. ``EffectMiddleware`` wraps each call with the same
+:class:`~langgraph_effects.engine.Session` as ``EffectToolNode``: bind the call to
+its durable operation, replay, execute under a lease, reconcile, and, when
+evidence cannot settle it, raise one ``interrupt()`` for that task.
+
+Put it **last** in ``middleware=[...]`` (innermost), so it sees every real
+dispatch, including each attempt ``ToolRetryMiddleware`` makes: under it, a retry
+of an ambiguous call goes through reconciliation instead of a blind re-send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, interrupt
+
+from . import _portal, _pregel
+from .checkpoint import ledger_of
+from .contract import Effect
+from .engine import Session, Settings, drive, drive_sync, effectful_calls
+from .errors import NoLedgerError
+from .identity import hash_key_from_env
+from .lease import DEFAULT_LEASE_SECONDS
+from .ledger.base import Ledger
+from .node import _args_valid
+from .review import ReviewAnswer
+
+ToolResult = ToolMessage | Command[Any]
+
+
+class EffectMiddleware(AgentMiddleware):
+    """Crash-safe effectful tool calls for ``create_agent``.
+
+    Args:
+        effects: tool name -> :class:`~langgraph_effects.Effect`; undeclared tools are
+            blind effects, ``Effect.read_only()`` opts a tool out.
+        ledger: default: the ledger of the agent's checkpointer.
+        lease_seconds, hash_key, detect_replans: as for ``EffectToolNode``.
+
+    Example::
+
+        agent = create_agent(
+            model, tools=[send_invoice],
+            middleware=[ToolRetryMiddleware(), EffectMiddleware({"send_invoice": Effect(...)})],
+            checkpointer=saver,
+        )
+    """
+
+    def __init__(
+        self,
+        effects: Mapping[str, Effect] | None = None,
+        *,
+        ledger: Ledger | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        hash_key: bytes | None = None,
+        detect_replans: bool = True,
+    ) -> None:
+        super().__init__()
+        self.effects: dict[str, Effect] = dict(effects or {})
+        self.ledger = ledger
+        self._settings = Settings(
+            effects=self.effects,
+            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
+            lease_seconds=lease_seconds,
+            detect_replans=detect_replans,
+        )
+
+    @property
+    def name(self) -> str:
+        return "EffectMiddleware"
+
+    def _tracked(self, request: ToolCallRequest) -> bool:
+        call = request.tool_call
+        return bool(
+            request.tool is not None
+            and _args_valid(request.tool, call.get("args"))
+            and effectful_calls([call], self._settings, lambda _: True)
+        )
+
+    def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
+        config = request.runtime.config
+        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        if ledger is None:
+            raise NoLedgerError(
+                "EffectMiddleware has no ledger: pass create_agent(checkpointer=EffectSqliteSaver(...)) "
+                "(or EffectPostgresSaver, or attach_ledger(...)), or EffectMiddleware(ledger=...). "
+                "Nothing was sent."
+            )
+        return Session.open(
+            ledger=ledger,
+            settings=self._settings,
+            tool_calls=[request.tool_call],
+            state=request.state,
+            config=config,
+            context=request.runtime.context,
+            sync_checkpointer=sync,
+        )
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        """Sync path (``agent.invoke``)."""
+        if not self._tracked(request):
+            return handler(request)
+        call_id = str(request.tool_call["id"])
+        session: Session = _portal.run(self._open(request, sync=True))
+
+        def execute() -> tuple[Any, BaseException | None]:
+            try:
+                return handler(request), None
+            except GraphBubbleUp:
+                raise
+            except Exception as error:
+                return None, error
+
+        try:
+            round_no = 0
+            while True:
+                output = drive_sync(session, call_id, execute, _portal.run)
+                if not session.reviews():
+                    return output  # type: ignore[no-any-return]
+                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
+                _portal.run(session.decide(answer.root, round_no=round_no))
+                round_no += 1
+        finally:
+            _portal.run(session.close())
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        """Async path (``agent.ainvoke``)."""
+        if not self._tracked(request):
+            return await handler(request)
+        call_id = str(request.tool_call["id"])
+        session: Session = await self._open(request, sync=False)
+
+        async def execute() -> tuple[Any, BaseException | None]:
+            try:
+                return await handler(request), None
+            except GraphBubbleUp:
+                raise
+            except Exception as error:
+                return None, error
+
+        try:
+            round_no = 0
+            while True:
+                output = await drive(session, call_id, execute)
+                if not session.reviews():
+                    return output  # type: ignore[no-any-return]
+                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
+                await session.decide(answer.root, round_no=round_no)
+                round_no += 1
+        finally:
+            await session.close()
