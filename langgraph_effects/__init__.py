@@ -14,6 +14,7 @@ from .checkpoint.sqlite import EffectSqliteSaver
 from .context import OperationInfo, current_operation
 from .contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .errors import (
+    ApprovalError,
     ConfigurationError,
     DecisionConflictError,
     DefiniteFailure,
@@ -31,6 +32,7 @@ from .errors import (
     TransitionError,
 )
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
+from .middleware import EffectMiddleware
 from .node import EffectToolNode
 from .operation import Operation, State
 from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
@@ -50,6 +52,8 @@ __all__ = [
     "DurabilityError",
     "Effect",
     "AbandonDecision",
+    "ApprovalError",
+    "EffectMiddleware",
     "EffectPostgresSaver",
     "EffectSqliteSaver",
     "EffectToolNode",

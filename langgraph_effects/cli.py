@@ -6,6 +6,8 @@
     langgraph-effects --db agent.db show OP               # everything needed to decide
     langgraph-effects --db agent.db resolve OP --landed --receipt '{"id": "r1"}' \\
         --expected-version 3                              # record a verdict
+    langgraph-effects --db agent.db recover --graph myapp.agent:make_graph
+                                                          # resume threads a crash left mid-effect
     langgraph-effects lab ...                             # the crash lab
 
 ``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``); it
@@ -30,6 +32,11 @@ Exit codes (stable, for scripts):
 4     ledger unavailable: the ``--db`` file does not exist (never created for
       you), is not a ledger, is locked, or the Postgres server is unreachable
 5     internal error (a bug in langgraph-effects): please report it
+6     ``recover`` only: done, but something waits for a human (an operation awaits
+      an operator's verdict or approval, a thread is paused at another interrupt,
+      or unresolved operations sit in a thread with no pending work)
+7     ``recover`` only: resuming at least one thread raised (see its ``error``);
+      takes precedence over 6
 ====  ==========================================================================
 
 A missing SQLite file exits with 4, not 2, so that 2 always means "the ledger was
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import inspect
 import json
 import logging
 import os
@@ -47,9 +55,10 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 from rich import box
@@ -80,6 +89,7 @@ from .operator import (
     OperationView,
     Resolution,
     VerdictNotRecordedError,
+    is_postgres_dsn,
     lease_status,
     list_operations,
     new_decision_id,
@@ -88,6 +98,9 @@ from .operator import (
     resolve_report,
     show,
 )
+
+if TYPE_CHECKING:
+    from .recovery import RecoveryReport, ThreadReport
 
 T = TypeVar("T")
 
@@ -99,6 +112,8 @@ EXIT_NOT_FOUND = 2
 EXIT_REFUSED = 3
 EXIT_LEDGER = 4
 EXIT_INTERNAL = 5
+EXIT_NEEDS_OPERATOR = 6
+EXIT_RESUME_FAILED = 7
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok · 1 usage or bad input · 2 operation not found · "
@@ -828,6 +843,296 @@ def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
         )
     console.print(Text(f"  decision id {report.decision_id} (re-run with it to retry safely)"))
     console.print(Text(f"  Next: {_NEXT_STEP[decision['type']]}.", style="dim"))
+
+
+# -- recover ------------------------------------------------------------------------
+
+RECOVER_EXIT_CODES_HELP = (
+    "Exit codes: 0 done (also: nothing to do, or left alone because a worker is sending it "
+    "now) · 1 usage or bad input (bad --graph, a factory that fails) · 4 ledger unavailable · "
+    "5 internal error · 6 done, but something waits for a human (an operation awaits review "
+    "or approval, a thread is paused at another interrupt, or cannot be resumed) · 7 resuming "
+    "a thread raised (takes precedence over 6)."
+)
+
+_HOW_TEXT = {
+    "confirmed_by_lookup": ("confirmed by lookup", "green"),
+    "settled_by_dedup": ("settled by dedup", "green"),
+    "resent_under_key": ("re-sent under key", "green"),
+    "sent": ("sent", "green"),
+    "confirmed": ("confirmed", "green"),
+    "sent_to_review": ("sent to review", "bold magenta"),
+    "awaiting_review": ("awaiting review", "bold magenta"),
+    "decided_by_operator": ("decided by operator", "green"),
+    "replayed": ("replayed", "green"),
+    "failed": ("failed", "red"),
+    "in_flight_elsewhere": ("in flight elsewhere", "blue"),
+    "unsettled": ("unsettled", "bold yellow"),
+    "not_resumed": ("not resumed", "dim"),
+    "would_resume": ("would resume", "cyan"),
+}
+
+_ACTION_STYLES = {
+    "resumed": "bold green",
+    "would_resume": "bold cyan",
+    "in_flight_elsewhere": "bold blue",
+    "recently_active": "bold yellow",
+    "awaiting_review": "bold magenta",
+    "paused_at_other_interrupt": "bold yellow",
+    "not_resumable": "bold yellow",
+    "failed": "bold red",
+    "nothing_to_do": "dim",
+}
+
+
+def _load_graph_factory(target: str) -> Callable[[Any], Any]:
+    """The factory named by ``--graph MODULE:ATTR`` (the current directory is importable)."""
+    import importlib
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise _BadInput(
+            f"--graph takes MODULE:ATTR naming a factory `def make_graph(checkpointer)` that returns "
+            f"the compiled graph, e.g. --graph myapp.agent:make_graph (got {target!r})."
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as error:
+        raise _BadInput(
+            f"--graph {target}: cannot import {module_name!r} ({type(error).__name__}: {error}). "
+            "Run from the directory that holds it, or set PYTHONPATH."
+        ) from error
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise _BadInput(f"--graph {target}: {module_name!r} has no attribute {attr!r}.")
+        found = getattr(found, part)
+    if not callable(found):
+        raise _BadInput(
+            f"--graph {target} is not callable: it must name a factory `def make_graph(checkpointer)` "
+            "that compiles and returns the graph with that checkpointer."
+        )
+    return cast(Callable[[Any], Any], found)
+
+
+def _parse_configurable(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise _BadInput(
+                f"--configurable takes KEY=VALUE, e.g. --configurable policy_version=v7 (got {pair!r})."
+            )
+        if key.strip() in ("thread_id", "tenant_id"):
+            raise _BadInput(
+                f"--configurable {key.strip()}=...: recovery sets it per thread (use --thread / --tenant)."
+            )
+        out[key.strip()] = value
+    return out
+
+
+@asynccontextmanager
+async def _open_checkpointer(db: str) -> AsyncIterator[Any]:
+    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``."""
+    async with open_ledger(db):
+        pass  # refuses a missing file, a non-ledger, an unreachable server; migrates the ledger
+    if is_postgres_dsn(db):
+        from .checkpoint.postgres import EffectPostgresSaver
+
+        async with EffectPostgresSaver.from_conn_string(db) as saver:
+            await saver.setup()
+            yield saver
+        return
+    from .checkpoint.sqlite import EffectSqliteSaver
+
+    path = db[len("sqlite:") :] if db.startswith("sqlite:") else db
+    async with EffectSqliteSaver.from_conn_string(path) as sqlite_saver:
+        await sqlite_saver.setup()
+        yield sqlite_saver
+
+
+@app.command("recover", epilog=RECOVER_EXIT_CODES_HELP)
+def recover_command(
+    ctx: typer.Context,
+    graph: Annotated[
+        str,
+        typer.Option(
+            "--graph",
+            metavar="MODULE:ATTR",
+            help="A factory `def make_graph(checkpointer)` returning the compiled graph that ran the "
+            "threads, compiled with the checkpointer it is given (the console opens it for --db).",
+            show_default=False,
+        ),
+    ],
+    thread: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--thread",
+            help="Only this thread (repeatable). Default: every thread with an unresolved operation "
+            "or an out-of-band verdict not yet answered.",
+            show_default=False,
+        ),
+    ] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only operations of this tenant.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be resumed; resume and write nothing.")
+    ] = False,
+    min_idle: Annotated[
+        str,
+        typer.Option(
+            "--min-idle",
+            metavar="SECONDS",
+            help="Leave a thread alone until it has been still this long, unless an expired lease "
+            "proves its worker gone (30, 2m; 0 when no other worker can be running).",
+        ),
+    ] = "30s",
+    lease_grace: Annotated[
+        str,
+        typer.Option(
+            "--lease-grace",
+            metavar="SECONDS",
+            help="Extra time past a lease's expiry before its sender counts as gone (clock skew).",
+        ),
+    ] = "0",
+    configurable: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--configurable",
+            "-c",
+            metavar="KEY=VALUE",
+            help="A configurable entry for the resumes, e.g. policy_version=v7 (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Resume threads a crash left mid-effect, once each, and report what settled them."""
+    from .recovery import recover
+
+    ledger_name, use_json = _settings(ctx, db, json_output)
+    try:
+        factory = _load_graph_factory(graph)
+        idle = _parse_duration(min_idle)
+        grace = _parse_duration(lease_grace)
+        extra = _parse_configurable(configurable or [])
+    except _BadInput as error:
+        _fail(error, use_json)
+
+    async def work() -> RecoveryReport:
+        async with _open_checkpointer(ledger_name) as saver:
+            ledger = saver.ledger
+            try:
+                built = factory(saver)
+                if inspect.isawaitable(built):
+                    built = await built
+            except Exception as error:
+                raise _BadInput(
+                    f"--graph {graph}: the factory raised {type(error).__name__}: {error}"
+                ) from error
+            if not (hasattr(built, "ainvoke") and hasattr(built, "aget_state")):
+                raise _BadInput(
+                    f"--graph {graph} returned {type(built).__name__}, not a compiled graph "
+                    "(builder.compile(checkpointer=checkpointer))."
+                )
+            if getattr(built, "checkpointer", None) is not saver:
+                raise _BadInput(
+                    f"--graph {graph}: the factory must compile the graph with the checkpointer it "
+                    "is given (builder.compile(checkpointer=checkpointer)), so the resumes read and "
+                    "write the threads in --db."
+                )
+            return await recover(
+                built,
+                ledger=ledger,
+                tenant=tenant,
+                thread_ids=thread or None,
+                dry_run=dry_run,
+                min_idle=idle,
+                lease_grace=grace,
+                config={"configurable": extra} if extra else None,
+            )
+
+    report = _run(use_json, work)
+    if use_json:
+        _print_json(report.to_json())
+    else:
+        _render_recovery(report)
+    if report.failed:
+        raise typer.Exit(EXIT_RESUME_FAILED)
+    if report.needs_operator:
+        raise typer.Exit(EXIT_NEEDS_OPERATOR)
+
+
+def _render_recovery(report: RecoveryReport) -> None:
+    console = _stdout()
+    head = "Recovery (dry run)" if report.dry_run else "Recovery"
+    if not report.threads:
+        console.print(
+            Text.assemble((f"{head}: ", "bold"), ("nothing to do", "green"), f" in {report.ledger}: "
+                          "no thread needs recovery.")
+        )
+        return
+    counts = report.counts()
+    verb = "would resume" if report.dry_run else "resumed"
+    moved = counts.get("resumed", 0) + counts.get("would_resume", 0)
+    line = Text.assemble(
+        (f"{head} of {report.ledger}: ", "bold"),
+        f"{len(report.threads)} thread(s) looked at, {moved} {verb}",
+    )
+    if report.nothing_to_do:
+        line.append(" (nothing to do)", "green")
+    console.print(line)
+    for t in report.threads:
+        console.print()
+        title = Text.assemble(("thread ", "bold"), (t.thread_id, "bold"))
+        if t.tenant:
+            title.append(f" (tenant {t.tenant})", "dim")
+        title.append(": ")
+        title.append(t.action.replace("_", " "), _ACTION_STYLES.get(t.action, "bold"))
+        if t.outcome:
+            title.append(f" -> {t.outcome}", "bold red" if t.outcome == "error" else "bold")
+            title.append(f" in {t.seconds:.1f}s", "dim")
+        console.print(title)
+        console.print(Text(f"  {t.reason}", style="dim"), soft_wrap=True)
+        if t.error:
+            console.print(Text.assemble(("  error: ", "bold red"), t.error), soft_wrap=True)
+        if t.operations:
+            console.print(_recovery_table(t))
+    needs = report.awaiting_review
+    if needs:
+        console.print()
+        console.print(
+            Text(
+                f"{len(needs)} operation(s) wait for an operator: check the provider, then\n"
+                + "\n".join(f"  langgraph-effects show {op_id}" for op_id in needs)
+                + "\nand record a verdict with `langgraph-effects resolve`; run recover again to "
+                "resume the thread.",
+                style="bold magenta",
+            )
+        )
+
+
+def _recovery_table(t: ThreadReport) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
+    table.add_column("operation", no_wrap=True)
+    table.add_column("tool")
+    table.add_column("before -> after", no_wrap=True)
+    table.add_column("how", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for op in t.operations:
+        move = Text()
+        if op.before is None:
+            move.append("new", "dim")
+        else:
+            move.append(op.before.state.value, STATE_STYLES[op.before.state])
+            move.append(f" v{op.before.version}", "dim")
+        move.append(" -> ")
+        move.append(op.after.state.value, STATE_STYLES[op.after.state])
+        move.append(f" v{op.after.version}", "dim")
+        label, style = _HOW_TEXT.get(op.how, (op.how, "bold"))
+        table.add_row(Text(op.op_id), Text(op.tool), move, Text(label, style=style), Text(op.detail))
+    return table
 
 
 # -- lab ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ us; the session only decides whether a call may leave, and remembers what happen
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -41,9 +42,18 @@ from .errors import (
     TransitionError,
 )
 from .ledger.base import Ledger
-from .operation import Change, Event, Operation, Owner, State
+from .operation import Change, Event, Operation, Owner, State, needs_approval
 from .reconcile import Scope, reconcile
-from .review import decision_change, parse_decision
+from .review import (
+    APPROVAL_TYPE,
+    ApprovalAnswer,
+    ApproveAction,
+    EffectAnswer,
+    RejectAction,
+    ReviewAnswer,
+    decision_change,
+    parse_decision,
+)
 
 log = logging.getLogger("langgraph_effects")
 
@@ -109,6 +119,7 @@ class _Call:
     heartbeat: asyncio.Task[None] | None = None
     conflict: str | None = None
     batch_token: str | None = None
+    edited: bool = False
 
 
 # -- coordinates -----------------------------------------------------------------------
@@ -184,6 +195,7 @@ class Session:
         self._batch_refs: dict[str, int] = {}
         self._batch_owners: dict[str, Owner] = {}
         self._review: dict[str, _Call] = {}
+        self._approval: dict[str, _Call] = {}
         self._fresh: list[_Call] = []
 
     # -- opening ---------------------------------------------------------------------
@@ -252,6 +264,7 @@ class Session:
                 message_id=anchors.get(call_id),
                 task_id=task_id or None,
                 checkpoint_id=parent[1] if parent else None,
+                extra={"approval": "required"} if effect.approval == "always" else {},
             )
             calls[call_id] = _Call(call_id=call_id, tool=tool, args=args, effect=effect, op=op)
 
@@ -278,6 +291,7 @@ class Session:
                 c.op = found
             else:
                 c.op = found
+        await self._follow_edits()
         if not (fresh and history_known and self.settings.detect_replans):
             self._fresh = fresh
             return
@@ -331,10 +345,10 @@ class Session:
         if mode == "async":
             await self._wait_durable(sync_checkpointer=sync_checkpointer)
         # Calls that can be reconciled without a human get intent and dispatch marker in
-        # one commit; blind/approval calls first commit ``pending``, so a crash before
-        # the send is provably harmless and needs no operator.
-        direct = [c for c in fresh if c.effect.kind != "blind"]
-        staged = [c for c in fresh if c.effect.kind == "blind"]
+        # one commit; blind and approval-gated calls first commit ``pending``, so a crash
+        # before the send is provably harmless and needs no operator.
+        direct = [c for c in fresh if not _staged(c.effect)]
+        staged = [c for c in fresh if _staged(c.effect)]
         if direct:
             owner = lease.new_owner()
             change = Change(
@@ -425,6 +439,7 @@ class Session:
             op = c.op
             if op.terminal:
                 self._review.pop(call_id, None)
+                self._approval.pop(call_id, None)
                 return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
             if op.state is State.REVIEW:
                 self._review[call_id] = c
@@ -432,6 +447,11 @@ class Session:
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
             if op.state is State.PENDING:
+                if needs_approval(op):
+                    self._approval[call_id] = c
+                    return NeedsReview(
+                        messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                    )
                 _faults.fire("after_intent", op)
                 await self._send(c, Event.DISPATCH, {"kind": "intent"})
                 continue
@@ -536,7 +556,160 @@ class Session:
         self._stop_heartbeat(c)
         self._release(c)
 
-    # -- review ------------------------------------------------------------------------
+    # -- asking a human ------------------------------------------------------------------
+
+    def pending_interrupt(self) -> dict[str, Any] | None:
+        """The value for the node's one ``interrupt()``, or ``None`` if nobody needs asking.
+
+        Approvals come first (nothing was sent for those calls yet); reviews next.
+        """
+        if self._approval:
+            return self.approval_payload()
+        if self._review:
+            return self.review_payload()
+        return None
+
+    async def apply_answer(self, answer: Any, *, round_no: int) -> int:
+        """Record the answer to the ``round_no``-th interrupt of this node execution."""
+        if isinstance(answer, EffectAnswer):
+            answer = answer.root
+        if isinstance(answer, ApprovalAnswer):
+            return await self.approve(answer, round_no=round_no)
+        root = answer.root if isinstance(answer, ReviewAnswer) else answer
+        return await self.decide(root, round_no=round_no)
+
+    def approvals(self) -> list[Operation]:
+        """Operations waiting for an approval before their first dispatch, in call order."""
+        return [c.op for c in self.calls.values() if c.call_id in self._approval]
+
+    def approval_payload(self) -> dict[str, Any]:
+        """The approval ``interrupt()`` value, in LangChain's HITL request shape."""
+        gated = [c for c in self.calls.values() if c.call_id in self._approval]
+        return {
+            "type": APPROVAL_TYPE,
+            "action_requests": [
+                {
+                    "name": c.tool,
+                    "args": dict(c.op.args),
+                    "description": (
+                        f"{c.tool} changes the outside world and needs approval before it is "
+                        f"sent (operation {c.op.op_id}, args hash {c.op.args_hash})."
+                    ),
+                }
+                for c in gated
+            ],
+            "review_configs": [
+                {"action_name": c.tool, "allowed_decisions": ["approve", "edit", "reject"]}
+                for c in gated
+            ],
+            "operations": [
+                {
+                    "operation_id": c.op.op_id,
+                    "tool_call_id": c.call_id,
+                    "args_hash": c.op.args_hash,
+                    "version": c.op.version,
+                }
+                for c in gated
+            ],
+        }
+
+    async def approve(self, answer: ApprovalAnswer, *, round_no: int) -> int:
+        """Apply approval decisions (positional, as in LangChain's HITL response).
+
+        The approval is consumed in the dispatch commit, bound to the args hash. An
+        answer whose length does not match the calls awaiting approval is ignored
+        (it answered an earlier question); they are asked about again.
+        """
+        gated = [c for c in self.calls.values() if c.call_id in self._approval]
+        if len(answer.decisions) != len(gated):
+            log.warning(
+                "approval answer has %d decisions for %d calls awaiting approval; ignored",
+                len(answer.decisions),
+                len(gated),
+            )
+            return 0
+        applied = 0
+        for c, decision in zip(gated, answer.decisions, strict=True):
+            approval_id = f"approval:{round_no}:{c.op.op_id}"
+            content = decision.model_dump(mode="json")
+            if isinstance(decision, ApproveAction):
+                await self._send(
+                    c,
+                    Event.DISPATCH,
+                    {"kind": "approval", "decision": "approve", "args_hash": c.op.args_hash},
+                    decision_id=approval_id,
+                    decision=content,
+                )
+            elif isinstance(decision, RejectAction):
+                evidence = {"kind": "approval", "decision": "reject", "message": decision.message}
+                change = Change(
+                    Event.ABANDON, evidence=evidence, decision_id=approval_id, decision=content
+                )
+                await self._move(c, change)
+            else:
+                if decision.edited_action.name != c.tool:
+                    log.warning(
+                        "an edit may not switch %s to %s; ignored", c.tool, decision.edited_action.name
+                    )
+                    continue
+                await self._edit(c, dict(decision.edited_action.args), approval_id, content)
+            self._approval.pop(c.call_id, None)
+            applied += 1
+        return applied
+
+    async def _edit(
+        self, c: _Call, args: dict[str, Any], approval_id: str, content: Mapping[str, Any]
+    ) -> None:
+        """An approver changed the payload: a new payload is a new operation."""
+        digest = identity.args_hash(args, key=self.settings.hash_key)
+        new_id = identity.edited_operation_id(c.op.op_id, digest)
+        provider_key = (
+            str(c.effect.key(args, self.config))
+            if c.effect.key is not None
+            else identity.default_provider_key(new_id)
+        )
+        edited = dataclasses.replace(
+            c.op,
+            op_id=new_id,
+            args=identity.redact(args, c.effect.secret_fields),
+            args_hash=digest,
+            provider_key=provider_key,
+            extra={**c.op.extra, "edited_from": c.op.op_id},
+        )
+        stored = _by_id(await self.ledger.record_intents([edited]))
+        old = c.op
+        superseded = Change(
+            Event.ABANDON,
+            evidence={"kind": "approval", "decision": "edit", "superseded_by": new_id},
+            decision_id=approval_id,
+            decision=content,
+        )
+        await self.ledger.transition(old.op_id, superseded, expected_version=old.version)
+        c.op = edited
+        self._stored_or_conflict(c, stored)
+        c.args, c.edited = args, True
+        if c.conflict is None and c.op.state is State.PENDING:
+            await self._send(
+                c,
+                Event.DISPATCH,
+                {"kind": "approval", "decision": "edit", "args_hash": digest},
+                decision_id=approval_id + ":edited",
+                decision=content,
+            )
+
+    async def _follow_edits(self) -> None:
+        """A call whose payload an approver edited now stands for the edited operation."""
+        for c in self.calls.values():
+            successor = (c.op.evidence or {}).get("superseded_by")
+            if c.op.state is State.ABANDONED and successor:
+                found = await self.ledger.get(str(successor))
+                if found is not None:
+                    c.op, c.args, c.edited = found, dict(found.args), True
+
+    def edited_args(self, call_id: str) -> dict[str, Any] | None:
+        """The arguments to send instead of the model's, when an approver edited them."""
+        c = self.calls[call_id]
+        return c.args if c.edited else None
 
     def reviews(self) -> list[Operation]:
         """Operations awaiting a verdict, in tool-call order."""
@@ -606,7 +779,15 @@ class Session:
             tenant=c.op.tenant,
         )
 
-    async def _send(self, c: _Call, event: Event, evidence: dict[str, Any]) -> None:
+    async def _send(
+        self,
+        c: _Call,
+        event: Event,
+        evidence: dict[str, Any],
+        *,
+        decision_id: str | None = None,
+        decision: Mapping[str, Any] | None = None,
+    ) -> None:
         owner = lease.new_owner()
         try:
             moved = await self._move(
@@ -616,6 +797,8 @@ class Session:
                     owner=owner,
                     lease_expires_at=time.time() + self.settings.lease_seconds,
                     evidence=evidence,
+                    decision_id=decision_id,
+                    decision=decision,
                 ),
                 expected=c.op.version,
             )
@@ -691,6 +874,12 @@ class Session:
                 lease.release(self._batch_owners.pop(token, owner))
             return
         lease.release(owner)
+
+
+def _staged(effect: Effect) -> bool:
+    """Calls whose intent is committed ``pending`` first (a false ``unknown`` would cost
+    a human): blind ones, and ones that need an approval before dispatch."""
+    return effect.kind == "blind" or effect.approval == "always"
 
 
 def _by_id(ops: Iterable[Operation]) -> dict[str, Operation]:

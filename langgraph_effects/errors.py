@@ -13,6 +13,7 @@ caller can catch the package as a whole or one precise failure::
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
     │   ├── IllegalTransitionError  the state machine does not allow it
+    │   ├── ApprovalError           a gated dispatch without a matching, unused approval
     │   ├── StaleVersionError       someone moved the operation since you read it
     │   ├── DecisionConflictError   a decision id reused with different content
     │   └── OperationNotFoundError
@@ -84,6 +85,18 @@ class IllegalTransitionError(TransitionError):
         self.op_id = op_id
         self.state = state
         self.event = event
+
+
+class ApprovalError(TransitionError):
+    """A dispatch that needs a human approval did not carry a valid one.
+
+    The approval is missing, was given for other arguments (its args hash differs),
+    or was already used. Nothing was written.
+    """
+
+    def __init__(self, op_id: str, why: str) -> None:
+        super().__init__(f"operation {op_id} cannot be dispatched: {why}")
+        self.op_id = op_id
 
 
 class StaleVersionError(TransitionError):

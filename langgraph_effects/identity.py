@@ -95,6 +95,12 @@ def operation_id(
     return "op_" + _digest("call", tenant, thread_id, namespace, anchor, tool_call_id, args_hash)
 
 
+def edited_operation_id(original_op_id: str, args_hash: str) -> str:
+    """The operation an approver's edit creates: derived from the original and the new
+    payload, so every re-run of the same edit finds the same operation."""
+    return "op_" + _digest("edit", original_op_id, args_hash)
+
+
 def logical_operation_id(*, tenant: str, provider_key: str) -> str:
     """The operation id of a call with a logical key (``Effect(key=...)``).
 

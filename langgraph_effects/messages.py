@@ -84,6 +84,14 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
             f"The {tool} effect landed{withdrawn}: the call was interrupted, and the "
             f"provider confirms it by lookup.{receipt} It is done; do not repeat it."
         )
+    elif op.state is State.ABANDONED and evidence.get("kind") == "approval":
+        status = "error"
+        note = evidence.get("message")
+        because = f" The approver said: {note}." if note else ""
+        content = (
+            f"The {tool} call was rejected by the approver and was not sent.{because} Do not "
+            "retry it unless the user asks you to."
+        )
     elif op.state is State.ABANDONED:
         status = "error"
         reason = evidence.get("reason")

@@ -30,8 +30,8 @@ from .errors import NoLedgerError
 from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
-from .node import _args_valid
-from .review import ReviewAnswer
+from .node import _args_valid, _as_approved
+from .review import EffectAnswer
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -115,7 +115,7 @@ class EffectMiddleware(AgentMiddleware):
 
         def execute() -> tuple[Any, BaseException | None]:
             try:
-                return handler(request), None
+                return handler(_as_approved(request, session, call_id)), None
             except GraphBubbleUp:
                 raise
             except Exception as error:
@@ -125,10 +125,11 @@ class EffectMiddleware(AgentMiddleware):
             round_no = 0
             while True:
                 output = drive_sync(session, call_id, execute, _portal.run)
-                if not session.reviews():
+                question = session.pending_interrupt()
+                if question is None:
                     return output  # type: ignore[no-any-return]
-                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
-                _portal.run(session.decide(answer.root, round_no=round_no))
+                answer = interrupt(question, response_schema=EffectAnswer)
+                _portal.run(session.apply_answer(answer, round_no=round_no))
                 round_no += 1
         finally:
             _portal.run(session.close())
@@ -146,7 +147,7 @@ class EffectMiddleware(AgentMiddleware):
 
         async def execute() -> tuple[Any, BaseException | None]:
             try:
-                return await handler(request), None
+                return await handler(_as_approved(request, session, call_id)), None
             except GraphBubbleUp:
                 raise
             except Exception as error:
@@ -156,10 +157,11 @@ class EffectMiddleware(AgentMiddleware):
             round_no = 0
             while True:
                 output = await drive(session, call_id, execute)
-                if not session.reviews():
+                question = session.pending_interrupt()
+                if question is None:
                     return output  # type: ignore[no-any-return]
-                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
-                await session.decide(answer.root, round_no=round_no)
+                answer = interrupt(question, response_schema=EffectAnswer)
+                await session.apply_answer(answer, round_no=round_no)
                 round_no += 1
         finally:
             await session.close()

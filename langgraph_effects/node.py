@@ -42,7 +42,7 @@ from .errors import NoLedgerError
 from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
-from .review import ReviewAnswer
+from .review import EffectAnswer
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None
@@ -94,6 +94,14 @@ def _args_valid(tool: BaseTool | None, args: Any) -> bool:
         except ValidationError:
             return False
     return True
+
+
+def _as_approved(request: ToolCallRequest, session: Session, call_id: str) -> ToolCallRequest:
+    """The request with an approver's edited arguments, if they edited them."""
+    edited = session.edited_args(call_id)
+    if edited is None:
+        return request
+    return request.override(tool_call={**request.tool_call, "args": edited})
 
 
 class EffectToolNode(ToolNode):
@@ -187,10 +195,11 @@ class EffectToolNode(ToolNode):
             round_no = 0
             while True:
                 output = super()._func(input, config, runtime)
-                if not session.reviews():
+                question = session.pending_interrupt()
+                if question is None:
                     return output
-                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
-                _portal.run(session.decide(answer.root, round_no=round_no))
+                answer = interrupt(question, response_schema=EffectAnswer)
+                _portal.run(session.apply_answer(answer, round_no=round_no))
                 round_no += 1
         finally:
             _SESSION.reset(token)
@@ -206,10 +215,11 @@ class EffectToolNode(ToolNode):
             round_no = 0
             while True:
                 output = await self._round(input, config, runtime)
-                if not session.reviews():
+                question = session.pending_interrupt()
+                if question is None:
                     return output
-                answer = interrupt(session.review_payload(), response_schema=ReviewAnswer)
-                await session.decide(answer.root, round_no=round_no)
+                answer = interrupt(question, response_schema=EffectAnswer)
+                await session.apply_answer(answer, round_no=round_no)
                 round_no += 1
         finally:
             _SESSION.reset(token)
@@ -239,7 +249,7 @@ class EffectToolNode(ToolNode):
             catcher = _ErrorCatcher()
             try:
                 output = super(EffectToolNode, self)._execute_tool_sync(
-                    request, input_type, _with_catcher(config, catcher)
+                    _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
             except GraphBubbleUp:
                 raise
@@ -262,7 +272,7 @@ class EffectToolNode(ToolNode):
             catcher = _ErrorCatcher()
             try:
                 output = await super(EffectToolNode, self)._execute_tool_async(
-                    request, input_type, _with_catcher(config, catcher)
+                    _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
             except GraphBubbleUp:
                 raise

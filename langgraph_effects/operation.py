@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import DecisionConflictError, IllegalTransitionError, StaleVersionError
+from .errors import (
+    ApprovalError,
+    DecisionConflictError,
+    IllegalTransitionError,
+    StaleVersionError,
+)
 
 
 class State(str, enum.Enum):
@@ -244,6 +249,8 @@ def advance(
     sending = change.event in SENDING
     if sending and (change.owner is None or change.lease_expires_at is None):
         raise ValueError(f"a {change.event} needs an owner and a lease")
+    if change.event is Event.DISPATCH and needs_approval(op):
+        _check_approval(op, change)
     decisions = op.decisions
     if change.decision_id is not None:
         decisions = (*decisions, (change.decision_id, decision_digest(change.decision)))
@@ -261,6 +268,24 @@ def advance(
         decisions=decisions,
         updated_at=now,
     )
+
+
+def needs_approval(op: Operation) -> bool:
+    """Whether the operation's first dispatch still needs a human approval."""
+    return op.extra.get("approval") == "required" and op.attempts == 0
+
+
+def _check_approval(op: Operation, change: Change) -> None:
+    """An approval is bound to the arguments' hash and used once, in the dispatch commit."""
+    evidence = change.evidence or {}
+    if evidence.get("kind") != "approval" or evidence.get("decision") not in ("approve", "edit"):
+        raise ApprovalError(op.op_id, "it needs a human approval before its first dispatch")
+    if evidence.get("args_hash") != op.args_hash:
+        raise ApprovalError(
+            op.op_id, "the approval was given for other arguments (args hash differs)"
+        )
+    if change.decision_id is None:
+        raise ApprovalError(op.op_id, "the approval carries no approval id")
 
 
 def mermaid() -> str:

@@ -55,6 +55,55 @@ class ReviewAnswer(RootModel[dict[str, Decision]]):
     """The resume value of an ``effect_review`` interrupt: operation id -> decision."""
 
 
+APPROVAL_TYPE = "effect_approval"
+
+
+class EditedAction(BaseModel):
+    """LangChain HITL shape: the tool and the arguments an approver changed."""
+
+    name: str
+    args: dict[str, Any]
+
+
+class ApproveAction(BaseModel):
+    """Approve the call as the model asked for it."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["approve"] = "approve"
+
+
+class EditAction(BaseModel):
+    """Approve a changed payload: a new payload, so a new operation."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["edit"] = "edit"
+    edited_action: EditedAction
+
+
+class RejectAction(BaseModel):
+    """Do not send; the model is told, with the approver's message."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["reject"] = "reject"
+    message: str | None = None
+
+
+ApprovalDecision = Annotated[ApproveAction | EditAction | RejectAction, Field(discriminator="type")]
+
+
+class ApprovalAnswer(BaseModel):
+    """The resume value of an ``effect_approval`` interrupt, in LangChain's HITL shape:
+    one decision per entry of ``action_requests``, in the same order."""
+
+    model_config = ConfigDict(extra="forbid")
+    decisions: list[ApprovalDecision]
+
+
+class EffectAnswer(RootModel[ApprovalAnswer | ReviewAnswer]):
+    """What the node's interrupt accepts: an approval answer or a review answer (an
+    answer of the other kind, replayed from an earlier question, is told apart)."""
+
+
 def parse_decision(value: Any) -> LandedDecision | NotLandedDecision | AbandonDecision:
     """Validate one decision (a mapping like ``{"type": "landed", "receipt": ...}``)."""
     if isinstance(value, LandedDecision | NotLandedDecision | AbandonDecision):

@@ -120,6 +120,19 @@ class Faults:
         self._fired.add(name)
         return True
 
+    def meet(self, point: str = "A") -> None:
+        """Wait at the duplicate-delivery rendezvous until the lab says go.
+
+        Only an attempt armed with a rendezvous waits, and only at the first
+        place it calls this (``reach("A")`` calls it; a strategy may call it
+        earlier, to line its twins up before they decide anything).
+        """
+        if self._plan.rendezvous and self._once("rendezvous") and self._conn is not None:
+            self._conn.send(("arrived", point))
+            reply = self._conn.recv()
+            if reply != "go":
+                raise RuntimeError(f"unexpected rendezvous reply {reply!r}")
+
     def reach(self, point: str) -> None:
         """The worker reached crash point ``point`` (``A``, ``B`` or ``C``).
 
@@ -130,12 +143,8 @@ class Faults:
         dies by SIGKILL, for real.
         """
         plan = self._plan
-        rendezvous = point == "A" and plan.rendezvous and self._once("rendezvous")
-        if rendezvous and self._conn is not None:
-            self._conn.send(("arrived", point))
-            reply = self._conn.recv()
-            if reply != "go":
-                raise RuntimeError(f"unexpected rendezvous reply {reply!r}")
+        if point == "A":
+            self.meet(point)
         if point == plan.kill_at and self._once(point):
             if self._conn is not None:
                 self._conn.send(("crash", point))

@@ -21,7 +21,7 @@ from typing import Any
 
 from .faults import CRASH_POINTS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
-from .strategies import CellFiles, ReviewCase, Strategy
+from .strategies import CellFiles, CellReport, ReviewCase, Strategy
 from .worker import (
     Attempt,
     AttemptReport,
@@ -95,6 +95,8 @@ class CellResult:
     tool_errors: int = 0  # error ToolMessages in the threads' final states
     seconds: float = 0.0
     faulted_operations: list[int] = field(default_factory=list)
+    audit: dict[str, int] = field(default_factory=dict)  # the strategy's audit details
+    check_failures: list[str] = field(default_factory=list)  # the strategy's own invariants
     error: str | None = None  # why the cell could not run (a harness failure)
 
     def violations(self) -> list[str]:
@@ -112,6 +114,7 @@ class CellResult:
             problems.append(f"{self.non_terminal} operations left non-terminal")
         if self.pending_reviews:
             problems.append(f"{self.pending_reviews} reviews left unanswered")
+        problems.extend(self.check_failures)
         return problems
 
     def to_json(self) -> dict[str, Any]:
@@ -186,8 +189,27 @@ def run_cell(
         tally.missing,
     )
     result.withdrawn = tally.withdrawn
-    if strategy.audit is not None and result.error is None:
-        result.non_terminal = strategy.audit(files).non_terminal
+    if result.error is None:
+        audit = strategy.audit(files) if strategy.audit is not None else None
+        if audit is not None:
+            result.non_terminal = audit.non_terminal
+            result.audit = dict(audit.details)
+        if strategy.check is not None:
+            report = CellReport(
+                files=files,
+                provider_mode=cell.provider,
+                crash_point=point.name,
+                intended=result.intended,
+                faulted=result.faulted,
+                kills=result.kills,
+                sends=result.sends,
+                effects=result.effects,
+                sent_to_review=result.sent_to_review,
+                reviews_answered=result.reviews_answered,
+                tool_errors=result.tool_errors,
+                audit=audit,
+            )
+            result.check_failures = list(strategy.check(report))
     provider.close()
     result.seconds = round(time.perf_counter() - started, 3)
     return result

@@ -20,14 +20,17 @@ To add a row, write a module-level builder and register it::
 
 and list its module in :data:`BUILTIN_MODULES` so workers and the CLI import it.
 The builder runs inside the worker process (it must be importable by name, so
-no lambdas); ``answer_review`` and ``audit`` run in the lab's parent process.
+no lambdas); it may be ``async`` (to open a ledger, say) and register cleanups on
+``ctx.exits``. ``answer_review``, ``audit`` and ``check`` run in the lab's parent
+process.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from .faults import CRASH_POINTS, Faults, LabClient
 from .providers import EffectRecord, ProviderMode
 
 #: Modules that register strategies when imported (the workers preload them).
-BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed"]
+BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
 
 TOOL_NAME = "send_notification"
 #: The first call plus one re-planned retry after an error ToolMessage.
@@ -68,7 +71,8 @@ class CellFiles:
     local: Path
     """A database the strategy may use for its own local records (markers)."""
     ledger: Path
-    """Where an effect ledger should live, for strategies that keep one."""
+    """Where an effect ledger lives, for strategies that keep one: the checkpoints'
+    own database (on its own connection), as ``EffectSqliteSaver`` keeps it."""
 
     @classmethod
     def under(cls, workdir: Path) -> CellFiles:
@@ -77,7 +81,7 @@ class CellFiles:
             checkpoints=workdir / "checkpoints.sqlite",
             provider=workdir / "provider.sqlite",
             local=workdir / "local.sqlite",
-            ledger=workdir / "ledger.sqlite",
+            ledger=workdir / "checkpoints.sqlite",
         )
 
 
@@ -95,9 +99,12 @@ class BuildContext:
     before recording anything (A and B are inside ``client.send``)."""
     files: CellFiles
     checkpointer: BaseCheckpointSaver[Any]
+    exits: AsyncExitStack = field(default_factory=AsyncExitStack)
+    """Closed when the worker exits cleanly (a killed worker closes nothing)."""
 
 
-#: ``build(ctx) -> tools node``: anything ``StateGraph.add_node`` accepts.
+#: ``build(ctx) -> tools node`` (or an awaitable of one): anything
+#: ``StateGraph.add_node`` accepts.
 ToolsBuilder = Callable[[BuildContext], Any]
 
 
@@ -127,10 +134,38 @@ class AuditCounts:
 
     non_terminal: int
     """Operations left in a non-terminal state (must be 0 for ours)."""
+    details: Mapping[str, int] = field(default_factory=dict)
+    """Anything else the records tell (kept in the JSON rows), e.g. automatic re-sends."""
 
 
 #: ``audit(files) -> AuditCounts``, run in the parent after the cell finished.
 CellAudit = Callable[[CellFiles], AuditCounts]
+
+
+@dataclass(frozen=True)
+class CellReport:
+    """A finished cell, handed to a strategy's ``check`` in the parent."""
+
+    files: CellFiles
+    provider_mode: ProviderMode
+    crash_point: str
+    intended: int
+    faulted: int
+    """Operations whose first attempt was armed with the cell's fault."""
+    kills: int
+    sends: int
+    """``apply`` requests the provider received."""
+    effects: int
+    sent_to_review: int
+    reviews_answered: int
+    tool_errors: int
+    """Error ToolMessages left in the threads (each one is a call the model saw fail)."""
+    audit: AuditCounts | None
+
+
+#: ``check(report) -> problems``: the strategy's own invariants for one cell; any
+#: problem is a violation (it decides the exit code for rows of ours).
+CellCheck = Callable[[CellReport], Sequence[str]]
 
 
 @dataclass(frozen=True)
@@ -150,6 +185,8 @@ class Strategy:
             the provider would. Without it an interrupt is left pending.
         audit: counts non-terminal operations in the strategy's own records.
             Required for ours: an unaudited row cannot prove its invariant.
+        check: the strategy's own invariants beyond 0 duplicates / 0 missing /
+            0 non-terminal (e.g. "a blind provider is never re-sent to").
         summary: one line for ``--list``.
     """
 
@@ -160,6 +197,7 @@ class Strategy:
     crash_points: tuple[str, ...] | None = None
     answer_review: ReviewAnswerer | None = None
     audit: CellAudit | None = None
+    check: CellCheck | None = None
     summary: str = ""
 
     def columns(self) -> tuple[str, ...]:

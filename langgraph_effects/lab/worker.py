@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import multiprocessing
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -127,7 +129,10 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
 async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
-    async with AsyncSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver:
+    async with (
+        AsyncSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver,
+        contextlib.AsyncExitStack() as exits,
+    ):
         ctx = BuildContext(
             strategy=spec.strategy,
             provider_mode=spec.provider_mode,
@@ -136,8 +141,12 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             faults=faults,
             files=spec.files,
             checkpointer=saver,
+            exits=exits,
         )
-        graph = lab_graph(spec.build(ctx), saver)
+        tools = spec.build(ctx)
+        if inspect.isawaitable(tools):
+            tools = await tools
+        graph = lab_graph(tools, saver)
         while True:
             # Idle between attempts: blocking here holds nothing the loop needs.
             attempt = conn.recv()
@@ -157,7 +166,8 @@ async def _run(graph: Any, attempt: Attempt) -> AttemptReport:
     config = {
         "configurable": {
             "thread_id": attempt.thread_id,
-            "tenant": TENANT,
+            # The keys EffectToolNode reads its scope from (engine.scope_from).
+            "tenant_id": TENANT,
             "policy_version": attempt.policy_version,
         }
     }
@@ -191,6 +201,14 @@ async def _run(graph: Any, attempt: Attempt) -> AttemptReport:
 
 # -- parent side -------------------------------------------------------------------
 
+#: Serialises everything that may read a worker's exit status. With a fork server
+#: that status is 8 bytes on the process's sentinel pipe, read by whichever thread
+#: polls first: ``Process.start()`` polls *every* child (multiprocessing's
+#: ``_cleanup``), so a cell starting a worker on one thread could race the join of
+#: a just-killed worker on another, and the loser records exit code 255
+#: (CPython gh-130895). Cells run on several threads, so every poll takes this lock.
+_PROCESS_LOCK = threading.Lock()
+
 
 def context() -> ForkServerContext:
     """The multiprocessing context: a fork server with the heavy imports preloaded."""
@@ -205,7 +223,8 @@ class WorkerHandle:
     def __init__(self, ctx: ForkServerContext, spec: WorkerSpec) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, args=(child, spec), daemon=True)
-        self.process.start()
+        with _PROCESS_LOCK:
+            self.process.start()
         # Drop our copy of the child's end, or its death would never read as EOF.
         child.close()
         self.crash_point: str | None = None
@@ -225,22 +244,32 @@ class WorkerHandle:
 
     def reap(self) -> Killed:
         """The worker is gone: prove it was our SIGKILL at an armed point."""
-        self.process.join(10)
-        code = self.process.exitcode
+        code = self._join(10)
         if code != -signal.SIGKILL or self.crash_point is None:
             raise WorkerError(f"worker died unexpectedly (exit code {code}, crash point {self.crash_point})")
         self.conn.close()
         return Killed(self.crash_point)
 
+    def _join(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` for the worker to end; its exit code, or ``None``."""
+        wait([self.process.sentinel], timeout)  # select only: reads nothing
+        with _PROCESS_LOCK:
+            self.process.join(0)
+            return self.process.exitcode
+
+    def _alive(self) -> bool:
+        with _PROCESS_LOCK:
+            return self.process.is_alive()
+
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
-        if self.process.is_alive():
+        if self._alive():
             with contextlib.suppress(OSError):  # it may be dying already
                 self.conn.send(None)
-            self.process.join(5)
-        if self.process.is_alive():
+            self._join(5)
+        if self._alive():
             self.process.kill()
-            self.process.join(5)
+            self._join(5)
         self.conn.close()
 
 

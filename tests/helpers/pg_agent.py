@@ -65,6 +65,7 @@ class PgSpec:
     lease_seconds: float | None = None  # EffectToolNode(lease_seconds=...)
     order_seed: int = 0  # race: how this worker shuffles the threads
     invoke_timeout: float = 60.0  # race: per ainvoke; a hang is reported, not waited out
+    send_delay: float = 0.0  # seconds each request spends "at the provider" before applying
 
 
 def spec_json(spec: PgSpec) -> str:
@@ -72,12 +73,19 @@ def spec_json(spec: PgSpec) -> str:
 
 
 class CountingProvider(Provider):
-    """The provider, counting in this process how many requests this worker sent."""
+    """The provider, counting in this process how many requests this worker sent.
+
+    ``delay`` keeps each request in flight a while first (a slow provider), which
+    widens the window in which a second worker finds the operation dispatched.
+    """
 
     sent = 0
+    delay = 0.0
 
     def apply(self, payload: Any, *, key: str | None = None) -> Receipt:
         CountingProvider.sent += 1
+        if self.delay:
+            time.sleep(self.delay)
         return super().apply(payload, key=key)
 
 
@@ -186,6 +194,7 @@ def seed(spec: PgSpec) -> dict[str, Any]:
 async def race(spec: PgSpec) -> dict[str, Any]:
     _count_waits()
     provider = CountingProvider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
+    provider.delay = spec.send_delay
     order = list(spec.threads)
     random.Random(spec.order_seed).shuffle(order)
     ran: list[str] = []
@@ -210,10 +219,9 @@ async def race(spec: PgSpec) -> dict[str, Any]:
                 raise SystemExit(
                     f"worker {spec.order_seed}: resuming {thread} took over {spec.invoke_timeout}s"
                 ) from None
-            final = await graph.aget_state(config)
-            last = final.values["messages"][-1]
-            if final.next or last.content != "done":
-                raise SystemExit(f"worker {spec.order_seed}: {thread} did not finish: {final.next}")
+            # Not checked here: a worker that loaded an older checkpoint may still be
+            # writing its own branch of this thread. The test checks every thread's
+            # final state once all workers are done.
         finished = time.time()
     return {
         "worker": spec.order_seed,

@@ -1,0 +1,259 @@
+"""Shared pieces of the benchmarks: statistics, commit counters, realistic rows, Postgres.
+
+Imported by ``benchmarks/run.py`` and its scenario modules (``bench_*.py``); nothing here
+changes the package, it only observes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from langgraph_effects import messages
+from langgraph_effects.operation import Change, Event, Operation, Owner, advance, create
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+OWNER = Owner(host="bench-host", pid=os.getpid(), started=0.0, token="bench-token")
+
+
+# -- statistics ------------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """The lower and upper quartile (a robust "how noisy was it")."""
+    if len(values) < 2:
+        v = values[0] if values else float("nan")
+        return v, v
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+# -- counting commits --------------------------------------------------------------------
+
+
+@dataclass
+class SqlCounter:
+    """Counts commits in a stream of SQL statements (a SQLite trace callback).
+
+    Every ``COMMIT``/``END`` is counted; it is a *durable* commit when its transaction
+    wrote (an INSERT/UPDATE/DELETE/REPLACE ran since ``BEGIN``): a commit with nothing
+    to write appends no WAL frame and needs no fsync. A write outside ``BEGIN``
+    (autocommit) is a durable commit of its own.
+    """
+
+    commits: int = 0
+    write_commits: int = 0
+    autocommit_writes: int = 0
+    statements: int = 0
+    _open: bool = False
+    _wrote: bool = False
+
+    def __call__(self, sql: str) -> None:
+        self.statements += 1
+        text = sql.lstrip()
+        head = text.split(None, 1)[0].upper() if text else ""
+        if head == "BEGIN":
+            self._open, self._wrote = True, False
+        elif head in ("COMMIT", "END"):
+            self.commits += 1
+            if self._wrote:
+                self.write_commits += 1
+            self._open = self._wrote = False
+        elif head == "ROLLBACK":
+            self._open = self._wrote = False
+        elif head in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+            if self._open:
+                self._wrote = True
+            else:
+                self.autocommit_writes += 1
+
+    @property
+    def durable(self) -> int:
+        return self.write_commits + self.autocommit_writes
+
+    @property
+    def empty_commits(self) -> int:
+        return self.commits - self.write_commits
+
+
+@dataclass
+class LibpqTraceCounter:
+    """Counts committed write transactions in libpq trace files (``PQtrace`` output).
+
+    Reads the server's ``CommandComplete`` tags and ``ReadyForQuery`` status: a
+    ``COMMIT`` after at least one INSERT/UPDATE/DELETE is a durable commit; a write
+    completed while no transaction was open (autocommit) is one too. Read-only
+    transactions (a ``SELECT`` in autocommit mode, the pool's connection check) are
+    counted separately: Postgres does not flush WAL for them.
+    """
+
+    files: list[str] = field(default_factory=list)
+
+    def new_file(self) -> Any:
+        handle = tempfile.NamedTemporaryFile(prefix="lge-pqtrace-", suffix=".log", delete=False)  # noqa: SIM115
+        self.files.append(handle.name)
+        return handle
+
+    def count(self) -> dict[str, int]:
+        write_commits = read_commits = autocommit_writes = 0
+        for name in self.files:
+            in_tx = False
+            wrote = False
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    parts = line.rstrip("\n").split("\t")
+                    if len(parts) < 4 or parts[0] != "B":
+                        continue
+                    kind, payload = parts[2], parts[3].strip()
+                    if kind == "CommandComplete":
+                        tag = payload.strip('"').split(" ", 1)[0].upper()
+                        if tag == "BEGIN":
+                            in_tx, wrote = True, False
+                        elif tag == "COMMIT":
+                            if wrote:
+                                write_commits += 1
+                            else:
+                                read_commits += 1
+                            in_tx = wrote = False
+                        elif tag == "ROLLBACK":
+                            in_tx = wrote = False
+                        elif tag in ("INSERT", "UPDATE", "DELETE", "MERGE"):
+                            if in_tx:
+                                wrote = True
+                            else:
+                                autocommit_writes += 1
+                    elif kind == "ReadyForQuery" and payload == "I":
+                        in_tx = wrote = False
+        return {
+            "write_commits": write_commits,
+            "autocommit_writes": autocommit_writes,
+            "durable": write_commits + autocommit_writes,
+            "read_only_commits": read_commits,
+        }
+
+    def cleanup(self) -> None:
+        for name in self.files:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        self.files.clear()
+
+
+def trace_pg_connection(conn: Any, counter: LibpqTraceCounter) -> None:
+    """Send libpq's protocol trace of ``conn`` to a new file of ``counter``."""
+    from psycopg import pq
+
+    handle = counter.new_file()
+    conn.pgconn.trace(handle.fileno())
+    conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+    # Keep the file object alive as long as the connection: libpq writes to its fd.
+    conn._lge_trace_handle = handle
+
+
+# -- realistic ledger rows -------------------------------------------------------------------
+
+
+def make_op(op_id: str, *, thread_id: str = "thread-bench", n: int = 0) -> Operation:
+    """An operation shaped like one ``EffectToolNode`` records for a small tool call."""
+    return Operation(
+        op_id=op_id,
+        thread_id=thread_id,
+        tool="send_email",
+        tool_call_id=f"call_{n:08d}",
+        args={"to": f"customer-{n}@example.com", "subject": "Your invoice", "amount": 1200 + n % 97},
+        args_hash="h1:" + uuid.uuid5(uuid.NAMESPACE_OID, op_id).hex * 2,
+        provider_key=f"lge:{op_id}",
+        contract="dedup",
+        checkpoint_ns="",
+        tenant="tenant-7",
+        policy_version="v1",
+        message_id=f"msg-{thread_id}",
+        task_id=uuid.uuid5(uuid.NAMESPACE_URL, op_id).hex,
+        checkpoint_id="1f0c2d4e-aaaa-6bbb-8000-" + f"{n:012d}"[-12:],
+    )
+
+
+def dispatch_change() -> Change:
+    return Change(Event.DISPATCH, owner=OWNER, lease_expires_at=2e9, evidence={"kind": "intent"})
+
+
+def succeed_change(tool_call_id: str) -> Change:
+    """The outcome ``Session.finish`` records for a successful call (a dumped ToolMessage)."""
+    kind, blob = messages.dump(
+        ToolMessage(content="sent msg_0123456789", name="send_email", tool_call_id=tool_call_id)
+    )
+    return Change(Event.SUCCEED, evidence={"kind": "result"}, result_type=kind, result=blob)
+
+
+def confirmed(op: Operation, *, at: float) -> Operation:
+    """``op`` after intent+dispatch and a successful outcome, via the real state machine."""
+    dispatched = create(op, now=at, change=dispatch_change())
+    done = advance(dispatched, succeed_change(op.tool_call_id), expected_version=dispatched.version, now=at)
+    assert done is not None
+    return done
+
+
+def dispatched(op: Operation, *, at: float) -> Operation:
+    return create(op, now=at, change=dispatch_change())
+
+
+# -- Postgres --------------------------------------------------------------------------------
+
+
+def pg_problem(dsn: str) -> str | None:
+    """``None`` if a server answers at ``dsn``, else why not (one line)."""
+    try:
+        import psycopg
+    except ImportError as error:  # pragma: no cover - the postgres extra is not installed
+        return f"psycopg is not installed ({error}); pip install 'langgraph-effects[postgres]'"
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as error:
+        return " ".join(f"{type(error).__name__}: {error}".split())
+    return None
+
+
+@asynccontextmanager
+async def fresh_pg_database(dsn: str) -> AsyncIterator[str]:
+    """A DSN for a new, empty database on the server of ``dsn`` (dropped afterwards).
+
+    Falls back to a fresh schema in the given database (through ``search_path``) if
+    the user may not create databases.
+    """
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    name = f"lge_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+            kind = "database"
+        except psycopg.errors.InsufficientPrivilege:
+            await admin.execute(f'CREATE SCHEMA "{name}"')
+            kind = "schema"
+    target = (
+        make_conninfo(dsn, dbname=name)
+        if kind == "database"
+        else make_conninfo(dsn, options=f"-c search_path={name}")
+    )
+    try:
+        yield target
+    finally:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+            if kind == "database":
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            else:
+                await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

@@ -1,0 +1,303 @@
+"""Our rows: ``EffectToolNode`` under each provider, with the contract it really offers.
+
+One strategy, one row per provider. The tool is the seed's ``send_notification``;
+what changes is that it runs under :class:`~langgraph_effects.EffectToolNode`
+with the :class:`~langgraph_effects.Effect` a user would declare for that provider
+after reading its documentation:
+
+``dedup``
+    ``Effect(dedup_window=<the provider's retention>)``; the tool sends
+    ``current_operation().provider_key`` as the idempotency key.
+``lookup``
+    ``Effect(lookup=get)``: the tool sends the provider key as its reference, and
+    a single-item get by it is strongly consistent.
+``lagging``
+    ``Effect(lookup=listing, lookup_consistency="eventual", settle_after=lag + margin)``:
+    the only lookup is a search that lags, so "not found" is believed only once
+    the listing has had time to catch up.
+``withdrawn``
+    ``Effect(lookup=get)`` on the single-item route, which answers 410 for a
+    withdrawn record (``Landed(withdrawn=True)``). The listing is not used: it
+    hides withdrawn records, so it would read a landed effect as absent.
+``blind``
+    Nothing declared (an undeclared tool is blind): every ambiguity goes to an
+    operator, and the lab answers as one would after checking the provider.
+
+Crash points map onto the product's own fault points: ``A`` is the engine's
+``after_intent`` (the intent is durable, nothing was sent), ``C`` its
+``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
+and the lost response (``timeout``) are inside the lab's client.
+
+The ledger lives in the checkpoints' database on its own connection, attached
+to the graph's checkpointer with :func:`~langgraph_effects.attach_ledger`. The
+audit counts operations left non-terminal from that file with plain SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import closing
+from types import SimpleNamespace
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from .. import _faults
+from ..checkpoint import attach_ledger
+from ..context import current_operation
+from ..contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from ..ledger.base import unresolved_values
+from ..ledger.sqlite import SqliteLedger, connect
+from ..node import EffectToolNode
+from ..operation import Operation
+from ..review import REVIEW_TYPE, resume_command
+from .faults import CRASH_POINTS
+from .providers import (
+    KEYED_MODES,
+    MODES,
+    EffectRecord,
+    IdempotencyMismatch,
+    ProviderMode,
+    ProviderRejected,
+    Withdrawn,
+)
+from .strategies import (
+    TOOL_NAME,
+    AuditCounts,
+    BuildContext,
+    CellFiles,
+    CellReport,
+    ReviewCase,
+    Strategy,
+    register,
+)
+
+NAME = "EffectToolNode"
+
+#: The eventual contract believes "not found" this long after the listing's lag.
+SETTLE_MARGIN = 0.3
+#: A lookup slower than this is inconclusive (the contract's ``lookup_timeout``).
+LOOKUP_TIMEOUT = 0.1
+#: How often an inconclusive lookup is retried before the operation goes to review.
+LOOKUP_ATTEMPTS = 2
+#: How long a lookup "hangs" in the ``lookup-timeout`` column: far past the timeout.
+LOOKUP_HANG = 3600.0
+#: Provider errors that prove nothing was applied (a 422, a key reused with another payload).
+DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch)
+
+ToolOutput = ToolMessage | Command[Any]
+
+#: Crash points where the outcome of a send is ambiguous (the effect may have landed).
+AMBIGUOUS = frozenset({"B", "C", "timeout", "duplicate", "policy", "lookup-timeout"})
+
+
+# -- the worker side ---------------------------------------------------------------
+
+
+def effect_for(ctx: BuildContext) -> Effect | None:
+    """The contract the cell's provider really offers (``None``: blind, undeclared)."""
+    client, faults = ctx.client, ctx.faults
+    provider = client.provider
+
+    async def unanswered() -> None:
+        # The provider never answers: only the contract's lookup_timeout ends the wait.
+        if faults.lookups_time_out:
+            await asyncio.sleep(LOOKUP_HANG)
+
+    async def get(request: LookupRequest) -> Landed | NotLanded | Inconclusive:
+        await unanswered()
+        found = client.get(request.provider_key)
+        if isinstance(found, Withdrawn):
+            return Landed(receipt={"effect_id": found.record.effect_id}, withdrawn=True)
+        if isinstance(found, EffectRecord):
+            return Landed(receipt={"effect_id": found.effect_id})
+        return NotLanded()
+
+    async def listing(request: LookupRequest) -> Landed | NotLanded | Inconclusive:
+        await unanswered()
+        found = client.list_by_reference(request.provider_key)
+        return Landed(receipt={"effect_id": found[0].effect_id}) if found else NotLanded()
+
+    common: dict[str, Any] = {
+        "definite_errors": DEFINITE_ERRORS,
+        "lookup_timeout": LOOKUP_TIMEOUT,
+        "lookup_attempts": LOOKUP_ATTEMPTS,
+    }
+    mode = ctx.provider_mode
+    if mode == "dedup":
+        return Effect(dedup_window=provider.retention, definite_errors=DEFINITE_ERRORS)
+    if mode in ("lookup", "withdrawn"):
+        return Effect(lookup=get, **common)
+    if mode == "lagging":
+        return Effect(
+            lookup=listing,
+            lookup_consistency="eventual",
+            settle_after=provider.lag + SETTLE_MARGIN,
+            **common,
+        )
+    return None
+
+
+def send_tool(ctx: BuildContext) -> BaseTool:
+    """The seed's tool, sending our provider key as the key or reference."""
+    client = ctx.client
+    keyed = ctx.provider_mode in KEYED_MODES
+
+    @tool(TOOL_NAME)
+    async def send_notification(operation: str, body: str) -> str:
+        """Send one notification."""
+        key = current_operation().provider_key if keyed else None
+        receipt = client.send({"operation": operation, "body": body}, key=key)
+        return f"sent {receipt.effect_id}"
+
+    return send_notification
+
+
+async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
+    """``EffectToolNode`` over the cell's provider, its ledger beside the checkpoints."""
+    ledger = SqliteLedger(await connect(ctx.files.ledger), where=f"sqlite:{ctx.files.ledger}")
+    ctx.exits.push_async_callback(ledger.aclose)
+    await ledger.setup()
+    attach_ledger(ctx.checkpointer, ledger)
+
+    faults = ctx.faults
+
+    def at_point(point: str) -> _faults.Hook:
+        def hook(name: str, op: Operation) -> None:
+            faults.reach(point)
+
+        return hook
+
+    # The engine's own fault points are the lab's A and C for our rows.
+    _faults.install("after_intent", at_point("A"))
+    _faults.install("before_outcome", at_point("C"))
+
+    async def line_up(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutput]]
+    ) -> ToolOutput:
+        # Two workers delivered the same resume meet here, before either has looked
+        # at the ledger, so they reconcile and dispatch truly at once. (The seed rows
+        # meet at A instead: for them, deciding to send is the whole protocol.)
+        faults.meet()
+        return await execute(request)
+
+    effect = effect_for(ctx)
+    return EffectToolNode(
+        [send_tool(ctx)],
+        effects={TOOL_NAME: effect} if effect is not None else {},
+        handle_tool_errors=True,
+        awrap_tool_call=line_up,
+    )
+
+
+# -- the parent side ---------------------------------------------------------------
+
+
+def verdict(effects: Sequence[EffectRecord]) -> dict[str, Any]:
+    """What an operator who checked the provider answers."""
+    if not effects:
+        return {"type": "not_landed"}
+    first = effects[0]
+    return {"type": "landed", "receipt": {"effect_id": first.effect_id, "withdrawn": first.withdrawn}}
+
+
+def answer_from_provider(case: ReviewCase) -> Any:
+    """Answer every pending effect review with the provider's truth for the operation."""
+    pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in case.interrupts]
+    decisions = {
+        entry["operation_id"]: verdict(case.effects)
+        for _, value in case.interrupts
+        if isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE
+        for entry in value.get("operations", ())
+    }
+    return resume_command(pending, decisions).resume
+
+
+def audit_ledger(files: CellFiles) -> AuditCounts:
+    """Count from the ledger file: states of ``effect_operations``, events of ``effect_audit``."""
+    with closing(sqlite3.connect(files.ledger)) as db:
+        states = dict(db.execute("SELECT state, COUNT(*) FROM effect_operations GROUP BY state"))
+        events = dict(db.execute("SELECT event, COUNT(*) FROM effect_audit GROUP BY event"))
+        escalations = [
+            json.loads(evidence or "{}")
+            for (evidence,) in db.execute("SELECT evidence FROM effect_audit WHERE event = 'escalate'")
+        ]
+    open_states = set(unresolved_values())
+    details = {
+        "operations": sum(states.values()),
+        "confirmed": states.get("confirmed", 0),
+        "resends": events.get("resend", 0),
+        "escalations": len(escalations),
+        "escalations_naming_change": sum(1 for e in escalations if e.get("changed")),
+        "verdicts_landed": events.get("landed", 0),
+        "verdicts_not_landed": events.get("not_landed", 0),
+    }
+    return AuditCounts(
+        non_terminal=sum(n for state, n in states.items() if state in open_states),
+        details=details,
+    )
+
+
+def expected_reviews(mode: ProviderMode, point: str, faulted: int) -> int:
+    """Operations that must reach an operator: exactly those evidence cannot settle."""
+    if point not in AMBIGUOUS:
+        return 0  # nothing was sent, or it was sent and the answer recorded
+    if mode == "blind":
+        return faulted  # no evidence at all
+    if point == "policy":
+        # A lookup that finds the effect confirms it (no authority needed); only a
+        # re-send needs the policy in force at intent, and the dedup row re-sends.
+        return faulted if mode == "dedup" else 0
+    if point == "lookup-timeout":
+        return 0 if mode == "dedup" else faulted  # dedup needs no lookup: it re-sends
+    return 0
+
+
+def check_cell(report: CellReport) -> list[str]:
+    """Our invariants beyond 0 duplicates / 0 missing / 0 left non-terminal."""
+    problems = []
+    details = report.audit.details if report.audit is not None else {}
+    expected = expected_reviews(report.provider_mode, report.crash_point, report.faulted)
+    if report.sent_to_review != expected:
+        problems.append(
+            f"{report.sent_to_review} operations sent to review, expected {expected} "
+            "(an operator is asked exactly when evidence cannot settle it)"
+        )
+    if report.tool_errors:
+        problems.append(f"{report.tool_errors} error ToolMessages: the model was told a call failed")
+    if report.provider_mode == "blind":
+        if report.sends != report.effects:
+            problems.append(
+                f"blind provider got {report.sends} requests for {report.effects} effects: "
+                "something was re-sent without an operator"
+            )
+        if details.get("resends"):
+            problems.append(f"{details['resends']} automatic re-sends to a blind provider")
+    if report.crash_point == "policy":
+        if details.get("resends"):
+            problems.append(f"{details['resends']} automatic re-sends under a changed policy version")
+        unnamed = details.get("escalations", 0) - details.get("escalations_naming_change", 0)
+        if unnamed:
+            problems.append(f"{unnamed} reviews under a changed policy whose evidence does not say what changed")
+    return problems
+
+
+STRATEGY = register(
+    Strategy(
+        NAME,
+        build_effect_node,
+        providers=MODES,
+        ours=True,
+        crash_points=tuple(CRASH_POINTS),
+        answer_review=answer_from_provider,
+        audit=audit_ledger,
+        check=check_cell,
+        summary="EffectToolNode with the contract each provider offers (blind: undeclared)",
+    )
+)

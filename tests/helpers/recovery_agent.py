@@ -1,0 +1,124 @@
+"""The agent of ``tests/helpers/agent.py``, made for the recovery tests.
+
+Three additions:
+
+* ``gate``: the tool applies its effect, then waits (asynchronously, so the
+  lease heartbeat keeps running) until the file ``gate`` exists. A worker started
+  with ``LANGGRAPH_EFFECTS_HOST=other-host`` and a gate plays "a worker on another
+  machine, sending right now": its lease is live and can only expire by time.
+  It touches ``gate + ".inside"`` once the effect has landed.
+* ``tenant`` / ``policy_version``: run under ``configurable`` tenant and policy.
+* :func:`make_graph`: the factory the console's ``recover --graph`` imports
+  (``tests.helpers.recovery_agent:make_graph``); it reads its spec from the
+  environment variable ``RECOVERY_AGENT_SPEC`` (JSON of :class:`RecoverySpec`).
+
+As a worker: ``python -m tests.helpers.recovery_agent SPEC_JSON`` prints one JSON
+line (the messages and pending interrupts), like ``tests.helpers.agent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_effects import EffectSqliteSaver, _faults
+from langgraph_effects.context import current_operation
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.node import EffectToolNode
+from tests.helpers.agent import Spec, State, describe, effect_for, model_for, provider_for
+
+SPEC_ENV = "RECOVERY_AGENT_SPEC"
+
+
+@dataclass
+class RecoverySpec(Spec):
+    gate: str | None = None
+    lease_seconds: float = 30.0
+    tenant: str | None = None
+    policy_version: str | None = None
+
+
+def send_tool(spec: RecoverySpec, provider: Provider) -> BaseTool:
+    keyed = spec.provider_mode != "blind"
+
+    @tool
+    async def send(operation: str) -> str:
+        """Send the notification for ``operation``."""
+        op = current_operation()
+        receipt = provider.apply({"operation": operation}, key=op.provider_key if keyed else None)
+        if spec.gate:
+            Path(spec.gate + ".inside").touch()
+            while not os.path.exists(spec.gate):
+                await asyncio.sleep(0.05)
+        return f"sent {receipt.effect_id}"
+
+    return send
+
+
+def build(spec: RecoverySpec, saver: Any, provider: Provider | None = None) -> Any:
+    provider = provider or provider_for(spec)
+    builder = StateGraph(State)
+    builder.add_node("model", model_for(spec))
+    builder.add_node(
+        "tools",
+        EffectToolNode(
+            [send_tool(spec, provider)],
+            effects=effect_for(spec, provider),
+            lease_seconds=spec.lease_seconds,
+        ),
+    )
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges(
+        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=saver)
+
+
+def make_graph(checkpointer: Any) -> Any:
+    """The factory for ``langgraph-effects recover --graph tests.helpers.recovery_agent:make_graph``."""
+    return build(RecoverySpec(**json.loads(os.environ[SPEC_ENV])), checkpointer)
+
+
+def config_for(spec: RecoverySpec) -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": spec.thread}
+    if spec.tenant is not None:
+        configurable["tenant_id"] = spec.tenant
+    if spec.policy_version is not None:
+        configurable["policy_version"] = spec.policy_version
+    return {"configurable": configurable}
+
+
+async def run(spec: RecoverySpec) -> dict[str, Any]:
+    if spec.crash:
+        _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
+    config = config_for(spec)
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        graph = build(spec, saver)
+        payload = None if spec.resume else {"messages": [HumanMessage("go")]}
+        result = await graph.ainvoke(payload, config, durability=spec.durability)
+        return describe(result, await graph.aget_state(config))
+
+
+def spec_json(spec: RecoverySpec) -> str:
+    return json.dumps(asdict(spec))
+
+
+def main() -> None:
+    spec = RecoverySpec(**json.loads(sys.argv[1]))
+    print(json.dumps(asyncio.run(run(spec)), default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,468 @@
+"""Crash recovery (``recover()`` and ``langgraph-effects recover``) under real crashes.
+
+Workers are real processes (``python -m tests.helpers.recovery_agent``) SIGKILLed at a
+fault point; ledgers and checkpoints are real SQLite files; effects are counted at a
+provider that keeps its own records in its own SQLite file. A worker started with
+``LANGGRAPH_EFFECTS_HOST=other-host`` and blocked inside its tool plays a worker on
+another machine that is sending right now: its lease is live and heartbeated, and
+can only expire by time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger.base import OperationQuery
+from langgraph_effects.ledger.sqlite import SqliteLedger
+from langgraph_effects.operation import Operation, State
+from langgraph_effects.operator import resolve
+from langgraph_effects.recovery import RecoveryReport, recover
+from tests.helpers.agent import describe
+from tests.helpers.recovery_agent import SPEC_ENV, RecoverySpec, build, config_for, spec_json
+
+pytestmark = pytest.mark.crash
+ROOT = Path(__file__).resolve().parents[1]
+FACTORY = "tests.helpers.recovery_agent:make_graph"
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def spec(tmp_path: Path, **kw: Any) -> RecoverySpec:
+    return RecoverySpec(db=str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"), **kw)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"LANGGRAPH_EFFECTS_DB", "LANGGRAPH_EFFECTS_HOST", "COLUMNS", SPEC_ENV}
+    }
+    env.update(extra)
+    return env
+
+
+def worker_cmd(s: RecoverySpec) -> list[str]:
+    return [sys.executable, "-m", "tests.helpers.recovery_agent", spec_json(s)]
+
+
+def crash(s: RecoverySpec, point: str = "before_outcome") -> None:
+    """Run a worker until it SIGKILLs itself at ``point``."""
+    proc = subprocess.run(
+        worker_cmd(replace(s, crash=point)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-3000:])
+
+
+def cli(*args: str, s: RecoverySpec | None = None) -> subprocess.CompletedProcess[str]:
+    """The console in a fresh interpreter, as an operator runs it."""
+    env = clean_env(**({SPEC_ENV: spec_json(s)} if s is not None else {}))
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_effects.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+
+
+def effects(s: RecoverySpec) -> dict[str, int]:
+    return Provider(s.provider, s.provider_mode).count_effects()  # type: ignore[arg-type]
+
+
+def requests(s: RecoverySpec, key: str | None = None) -> int:
+    """``apply`` requests the provider received (under ``key``, if given)."""
+    if key is None:
+        return Provider(s.provider, s.provider_mode).count_requests("apply")  # type: ignore[arg-type]
+    with sqlite3.connect(s.provider) as db:
+        [(count,)] = db.execute("SELECT count(*) FROM requests WHERE kind = 'apply' AND key = ?", (key,))
+    return int(count)
+
+
+def operations(s: RecoverySpec) -> dict[str, tuple[Operation, int]]:
+    """Every stored operation with the length of its audit trail."""
+
+    async def go() -> dict[str, tuple[Operation, int]]:
+        async with SqliteLedger.from_conn_string(s.db) as ledger:
+            await ledger.setup()
+            found = await ledger.list_operations(OperationQuery(limit=10_000))
+            return {op.op_id: (op, len(await ledger.audit(op.op_id))) for op in found}
+
+    return asyncio.run(go())
+
+
+async def recover_in_process(s: RecoverySpec, **kw: Any) -> RecoveryReport:
+    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+        await saver.setup()
+        return await recover(build(s, saver), **kw)
+
+
+def thread_view(s: RecoverySpec, thread: str | None = None) -> dict[str, Any]:
+    """The thread's messages and pending interrupts, as the model and the app see them."""
+
+    async def go() -> dict[str, Any]:
+        async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+            await saver.setup()
+            graph = build(s, saver)
+            state = await graph.aget_state(config_for(replace(s, thread=thread or s.thread)))
+            return describe(None, state)
+
+    return asyncio.run(go())
+
+
+def tool_messages(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in view["messages"] if m["type"] == "tool"]
+
+
+def wait_for(path: Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+# -- the operator's path: console resolve, then recover ----------------------------------
+
+
+def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="blind", provider_mode="blind")
+    crash(s)
+    assert effects(s) == {"t1:0": 1}  # it landed; the worker died before recording it
+    db = ("--db", s.db)
+
+    listed = cli("list", *db, "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)["operations"]
+    op_id = row["op_id"]
+    assert row["state"] == "dispatched" and row["lease"] == "owner_dead"
+
+    shown = cli("show", op_id, *db, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    version = view["operation"]["version"]
+    assert view["allowed_decisions"] == ["landed", "not_landed", "abandon"]
+
+    stale = cli("resolve", op_id, "--landed", "--expected-version", str(version + 1), *db)
+    assert stale.returncode == 3, stale.stderr
+    assert operations(s)[op_id][0].version == version  # refused: nothing changed
+
+    resolved = cli(
+        "resolve",
+        op_id,
+        "--landed",
+        "--receipt",
+        '{"id": "r1"}',
+        "--expected-version",
+        str(version),
+        *db,
+        "--json",
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    decided = json.loads(resolved.stdout)
+    assert decided["lease_lost"] is True  # dispatched with a dead owner: LOSE first, then the verdict
+    assert decided["operation"]["state"] == "confirmed"
+
+    # The verdict is in the ledger; the thread still sits mid-run. recover finds it.
+    done = cli("recover", *db, "--graph", FACTORY, "--min-idle", "0", "--json", s=s)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [thread] = report["threads"]
+    assert thread["thread_id"] == "t1" and thread["action"] == "resumed"
+    assert thread["outcome"] == "completed"
+    [op] = thread["operations"]
+    assert op["op_id"] == op_id and op["how"] == "replayed"
+    assert op["before"]["state"] == op["after"]["state"] == "confirmed" and op["steps"] == []
+
+    [message] = tool_messages(thread_view(s))
+    assert message["status"] == "success"
+    assert "landed" in message["content"] and "operator" in message["content"]
+    assert message["artifact"]["state"] == "confirmed"
+    assert message["artifact"]["evidence"] == "verdict"
+    assert message["artifact"]["receipt"] == {"id": "r1"}
+    assert effects(s) == {"t1:0": 1} and requests(s) == 1
+
+    again = cli("recover", *db, "--graph", FACTORY, "--min-idle", "0", s=s)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" in again.stdout
+
+
+# -- recover after a crash, twice -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("contract", "how"),
+    [("dedup", "settled_by_dedup"), ("lookup", "confirmed_by_lookup")],
+)
+def test_recover_settles_a_crash_and_a_second_run_does_nothing(
+    tmp_path: Path, contract: str, how: str
+) -> None:
+    s = spec(tmp_path, contract=contract, provider_mode=contract, calls=2)
+    crash(s)
+    before = operations(s)
+    assert {op.state for op, _ in before.values()} == {State.DISPATCHED}
+
+    dry = asyncio.run(recover_in_process(s, dry_run=True))
+    assert [t.action for t in dry.threads] == ["would_resume"]
+    assert operations(s) == before  # a dry run writes nothing
+
+    report = asyncio.run(recover_in_process(s))  # the owner is provably dead: no min_idle wait
+    [thread] = report.threads
+    assert thread.action == "resumed" and thread.outcome == "completed" and thread.error is None
+    assert {op.op_id for op in thread.operations} == set(before)
+    for op in thread.operations:
+        assert op.before is not None and op.before.state is State.DISPATCHED
+        assert op.after.state is State.CONFIRMED
+        assert op.how == how, op.detail
+        assert op.steps[0].event == "lose" and op.steps[0].evidence["kind"] == "lease"  # type: ignore[index]
+        assert op.steps[-1].to_state is State.CONFIRMED
+        if contract == "lookup":
+            assert "receipt" in op.detail and [s.event for s in op.steps] == ["lose", "confirm"]
+        else:
+            assert [s.event for s in op.steps] == ["lose", "resend", "succeed"]
+    data = report.to_json()
+    assert data["counts"]["resumed"] == 1 and data["nothing_to_do"] is False
+    assert json.loads(json.dumps(data)) == data  # JSON-ready as it is
+
+    assert effects(s) == {"t1:0": 1, "t1:1": 1}
+    assert len(tool_messages(thread_view(s))) == 2
+    settled = operations(s)
+
+    second = asyncio.run(recover_in_process(s))
+    assert second.nothing_to_do and second.threads == ()
+    assert "nothing to do" in second.summary()
+    assert operations(s) == settled
+    assert effects(s) == {"t1:0": 1, "t1:1": 1}
+
+
+def test_blind_crash_goes_to_review_then_an_out_of_band_verdict_is_honoured(tmp_path: Path) -> None:
+    # Declared blind, but the provider happens to dedup on our key (so not_landed re-sends once).
+    s = spec(tmp_path, contract="blind", provider_mode="dedup")
+    crash(s)
+
+    first = asyncio.run(recover_in_process(s))
+    [thread] = first.threads
+    assert thread.action == "resumed" and thread.outcome == "interrupted"
+    [op] = thread.operations
+    assert op.how == "sent_to_review" and op.after.state is State.REVIEW
+    assert first.awaiting_review == (op.op_id,)
+    [interrupt_id] = thread.interrupts
+
+    # Run again: only a human can move it now; the thread is not resumed, the interrupt stays.
+    second = asyncio.run(recover_in_process(s))
+    [waiting] = second.threads
+    assert waiting.action == "awaiting_review" and second.nothing_to_do
+    assert second.awaiting_review == (op.op_id,)
+    assert thread_view(s)["interrupts"][0]["id"] == interrupt_id
+
+    async def not_landed() -> None:
+        async with SqliteLedger.from_conn_string(s.db) as ledger:
+            await ledger.setup()
+            stored = await ledger.get(op.op_id)
+            assert stored is not None
+            await resolve(
+                ledger, op.op_id, {"type": "not_landed"}, expected_version=stored.version, actor="ops"
+            )
+
+    asyncio.run(not_landed())
+
+    third = asyncio.run(recover_in_process(s))  # paused at the review: resumed without an answer
+    [resumed] = third.threads
+    assert resumed.action == "resumed" and resumed.outcome == "completed" and resumed.interrupts == ()
+    [settled] = resumed.operations
+    assert settled.how == "resent_under_key" and settled.after.state is State.CONFIRMED
+    assert [step.event for step in settled.steps] == ["dispatch", "succeed"]
+    assert settled.after.attempts == 2
+    assert effects(s) == {"t1:0": 1} and requests(s) == 2
+    [message] = tool_messages(thread_view(s))
+    assert message["artifact"]["state"] == "confirmed"
+    assert asyncio.run(recover_in_process(s)).threads == ()
+
+
+def test_a_pending_intent_waits_for_min_idle(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="blind", provider_mode="blind")
+    crash(s, "after_intent")  # a blind intent is committed pending: nothing was sent
+    before = operations(s)
+
+    report = asyncio.run(recover_in_process(s))  # default min_idle: it may be running elsewhere
+    [thread] = report.threads
+    assert thread.action == "recently_active" and "min_idle" in thread.reason
+    assert operations(s) == before and effects(s) == {}
+
+    report = asyncio.run(recover_in_process(s, min_idle=0))
+    [thread] = report.threads
+    assert thread.action == "resumed"
+    [op] = thread.operations
+    assert op.how == "sent" and op.after.state is State.CONFIRMED
+    assert effects(s) == {"t1:0": 1}
+
+
+def test_recover_resumes_under_the_recorded_tenant(tmp_path: Path) -> None:
+    # The tenant is part of the operation id: a resume without it would mint a new operation
+    # and send again. recover() resumes under the tenant recorded with the operations.
+    s = spec(tmp_path, contract="lookup", provider_mode="lookup", tenant="acme")
+    crash(s)
+    [op_id] = operations(s)
+
+    assert asyncio.run(recover_in_process(replace(s, tenant=None), tenant="globex")).threads == ()
+    report = asyncio.run(recover_in_process(replace(s, tenant=None), tenant="acme"))
+    [thread] = report.threads
+    assert thread.tenant == "acme" and thread.action == "resumed"
+    [op] = thread.operations
+    assert op.op_id == op_id and op.how == "confirmed_by_lookup"
+    assert list(operations(s)) == [op_id]  # no new operation
+    assert effects(s) == {"t1:0": 1} and requests(s) == 1
+
+
+# -- a live lease elsewhere is never touched -------------------------------------------------
+
+
+def test_recover_leaves_a_live_lease_alone(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    live = spec(
+        tmp_path, contract="dedup", provider_mode="dedup", thread="live", gate=str(gate), lease_seconds=3.0
+    )
+    crashed = replace(live, thread="crashed", gate=None, lease_seconds=30.0)
+
+    worker = subprocess.Popen(
+        worker_cmd(live),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(LANGGRAPH_EFFECTS_HOST="other-host"),
+    )
+    try:
+        wait_for(Path(str(gate) + ".inside"))  # its effect landed; it is still inside the tool
+        crash(crashed)  # meanwhile another thread of the same database crashed here
+        time.sleep(4.0)  # longer than its lease: only its heartbeats keep it live
+        before = operations(live)
+        [(live_op, live_audit)] = [v for v in before.values() if v[0].thread_id == "live"]
+        assert live_op.state is State.DISPATCHED and live_op.owner is not None
+        assert live_op.owner.host == "other-host"
+        assert live_op.lease_expires_at is not None and live_op.lease_expires_at > time.time()
+        assert requests(live, live_op.provider_key) == 1
+
+        report = asyncio.run(recover_in_process(crashed))
+        by_thread = {t.thread_id: t for t in report.threads}
+        assert set(by_thread) == {"live", "crashed"}
+        elsewhere = by_thread["live"]
+        assert elsewhere.action == "in_flight_elsewhere" and "other-host" in elsewhere.reason
+        [untouched] = elsewhere.operations
+        assert untouched.how == "in_flight_elsewhere" and untouched.steps == ()
+        assert by_thread["crashed"].action == "resumed"
+        assert [op.how for op in by_thread["crashed"].operations] == ["settled_by_dedup"]
+        assert report.in_flight == (elsewhere,)
+
+        after = operations(live)[live_op.op_id]
+        assert after[0].state is State.DISPATCHED
+        assert after[0].version == live_op.version and after[1] == live_audit
+        assert effects(live) == {"live:0": 1, "crashed:0": 1}
+        assert requests(live, live_op.provider_key) == 1  # nothing was sent for it
+        assert worker.poll() is None  # still sending
+
+        gate.touch()
+        _, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    finished = operations(live)[live_op.op_id][0]
+    assert finished.state is State.CONFIRMED and finished.attempts == 1
+    assert effects(live) == {"live:0": 1, "crashed:0": 1}
+    [message] = tool_messages(thread_view(live))
+    assert message["content"].startswith("sent eff_")
+    assert asyncio.run(recover_in_process(crashed)).threads == ()
+
+
+# -- the console ---------------------------------------------------------------------------
+
+
+def test_cli_recover_json_then_nothing_to_do(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="dedup", provider_mode="dedup")
+    crash(s)
+    db = ("--db", s.db)
+
+    dry = cli("recover", *db, "--graph", FACTORY, "--dry-run", "--json", s=s)
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert planned["dry_run"] is True and planned["counts"] == {
+        "would_resume": 1,
+        "threads": 1,
+        "operations_awaiting_review": 0,
+    }
+    assert planned["threads"][0]["operations"][0]["how"] == "would_resume"
+
+    done = cli("recover", *db, "--graph", FACTORY, "--json", s=s)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["nothing_to_do"] is False and report["ledger"] == f"sqlite:{s.db}"
+    [thread] = report["threads"]
+    assert (thread["thread_id"], thread["action"], thread["outcome"]) == ("t1", "resumed", "completed")
+    [op] = thread["operations"]
+    assert op["how"] == "settled_by_dedup"
+    assert (op["before"]["state"], op["after"]["state"]) == ("dispatched", "confirmed")
+    assert [step["event"] for step in op["steps"]] == ["lose", "resend", "succeed"]
+    assert op["steps"][0]["evidence"]["kind"] == "lease"
+    assert effects(s) == {"t1:0": 1}
+
+    again = cli("recover", *db, "--graph", FACTORY, "--json", s=s)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["nothing_to_do"] is True and second["threads"] == []
+
+    human = cli("recover", *db, "--graph", FACTORY, s=s)
+    assert human.returncode == 0, human.stderr
+    assert "nothing to do" in human.stdout
+
+
+def test_cli_recover_exits_6_while_a_review_waits(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="blind", provider_mode="blind")
+    crash(s)
+    done = cli("recover", "--db", s.db, "--graph", FACTORY, s=s)
+    assert done.returncode == 6, done.stderr
+    assert "sent to review" in done.stdout and "langgraph-effects show op_" in done.stdout
+    again = cli("recover", "--db", s.db, "--graph", FACTORY, "--json", s=s)
+    assert again.returncode == 6, again.stderr
+    report = json.loads(again.stdout)
+    assert report["threads"][0]["action"] == "awaiting_review" and len(report["awaiting_review"]) == 1
+    assert effects(s) == {"t1:0": 1}
+
+
+def test_cli_recover_refuses_bad_input(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="dedup", provider_mode="dedup")
+    missing = cli("recover", "--db", str(tmp_path / "nope.sqlite"), "--graph", FACTORY, "--json")
+    assert missing.returncode == 4
+    assert json.loads(missing.stdout)["error"]["kind"] == "ledger_not_found"
+    assert not (tmp_path / "nope.sqlite").exists()
+
+    crash(s)
+    no_colon = cli("recover", "--db", s.db, "--graph", "tests.helpers.recovery_agent")
+    assert no_colon.returncode == 1 and "MODULE:ATTR" in no_colon.stderr
+    no_module = cli("recover", "--db", s.db, "--graph", "no_such_module_xyz:make_graph")
+    assert no_module.returncode == 1 and "cannot import" in no_module.stderr
+    no_attr = cli("recover", "--db", s.db, "--graph", "tests.helpers.recovery_agent:nope")
+    assert no_attr.returncode == 1 and "no attribute" in no_attr.stderr
+    bad_set = cli("recover", "--db", s.db, "--graph", FACTORY, "-c", "thread_id=x", s=s)
+    assert bad_set.returncode == 1 and "--thread" in bad_set.stderr
+    assert {op.state for op, _ in operations(s).values()} == {State.DISPATCHED}  # nothing touched
