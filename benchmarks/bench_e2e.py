@@ -370,7 +370,26 @@ class _Timed:
     seconds: float = 0.0
 
 
-def _instrument(ledger: Ledger) -> dict[str, _Timed]:
+@dataclass
+class _Busy:
+    """Wall time during which at least one ledger call was pending (overlaps counted once)."""
+
+    active: int = 0
+    since: float = 0.0
+    seconds: float = 0.0
+
+    def enter(self) -> None:
+        if self.active == 0:
+            self.since = time.perf_counter()
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.seconds += time.perf_counter() - self.since
+
+
+def _instrument(ledger: Ledger, busy: _Busy) -> dict[str, _Timed]:
     """Wall time spent awaiting each ledger method (instance attributes, removed after)."""
     timings: dict[str, _Timed] = {}
     for name in _LEDGER_METHODS:
@@ -382,9 +401,11 @@ def _instrument(ledger: Ledger) -> dict[str, _Timed]:
         ) -> Callable[..., Awaitable[Any]]:
             async def timed(*args: Any, **kwargs: Any) -> Any:
                 start = time.perf_counter()
+                busy.enter()
                 try:
                     return await fn(*args, **kwargs)
                 finally:
+                    busy.leave()
                     slot.calls += 1
                     slot.seconds += time.perf_counter() - start
 
@@ -459,7 +480,8 @@ async def profile_sqlite(
         await run_once(effect, "prof-warm")
 
     # 1. Wall time inside ledger calls (no profiler running).
-    timings = _instrument(effect_saver.ledger)
+    busy = _Busy()
+    timings = _instrument(effect_saver.ledger, busy)
     try:
         start = time.perf_counter()
         for _ in range(runs):
@@ -477,7 +499,7 @@ async def profile_sqlite(
         for name, t in timings.items()
         if t.calls
     }
-    ledger_total = sum(v["ms_per_run"] for v in ledger_ms.values())
+    ledger_total = busy.seconds * 1e3 / runs
 
     # 2. cProfile of the event loop's thread, baseline and candidate.
     profiles: dict[str, pstats.Stats] = {}
@@ -511,9 +533,21 @@ async def profile_sqlite(
         g = _group(key)
         groups[g] = groups.get(g, 0.0) + d
     top_self = [
-        {"function": _label(key), "added_self_ms_per_run": d, "share": d / total_added if total_added else 0}
+        {
+            "function": _label(key),
+            "added_self_ms_per_run": d,
+            "share": d / total_added if total_added else 0,
+            "calls_per_run": [base.get(key, (0, 0, 0))[2] / runs, cand.get(key, (0, 0, 0))[2] / runs],
+        }
         for d, key in diffs[:15]
     ]
+    added_calls = sorted(
+        (
+            (cand.get(key, (0, 0, 0))[2] - base.get(key, (0, 0, 0))[2]) / runs,
+            key,
+        )
+        for key in set(base) | set(cand)
+    )[::-1][:15]
     ours = sorted(
         (
             (ct * 1e3, key)
@@ -534,7 +568,15 @@ async def profile_sqlite(
             del effect_saver.setup
         what_if.pop("samples", None)
     thread_stats = _per_run(pstats.Stats(thread_prof), runs)
-    thread_top = sorted(((tt * 1e3, key) for key, (tt, _ct, _nc) in thread_stats.items()), reverse=True)[:10]
+    idle = ("SimpleQueue", "_queue")  # aiosqlite's worker waiting for the next request
+    thread_top = sorted(
+        (
+            (tt * 1e3, key)
+            for key, (tt, _ct, _nc) in thread_stats.items()
+            if not any(marker in key[2] for marker in idle)
+        ),
+        reverse=True,
+    )[:10]
     return {
         "backend": "sqlite",
         "fanout": fanout,
@@ -550,6 +592,9 @@ async def profile_sqlite(
             "added_self_ms_per_run": total_added,
             "added_by_package": dict(sorted(groups.items(), key=lambda kv: -kv[1])),
             "top_added_self": top_self,
+            "most_added_calls": [
+                {"function": _label(key), "added_calls_per_run": n} for n, key in added_calls
+            ],
             "langgraph_effects_cumulative": [
                 {"function": _label(key), "cumulative_ms_per_run": ms} for ms, key in ours
             ],

@@ -385,32 +385,39 @@ def render(report: dict[str, Any]) -> str:
             loop = prof["event_loop_thread"]
             share = prof["awaiting_ledger_share_of_added"]
             add(
-                f"  {name}: adds {prof['added_ms_per_run_unprofiled']:.2f} ms per run; awaiting the ledger "
-                f"{prof['awaiting_ledger_ms_per_run']:.2f} ms per run"
-                + (f" ({share:.0%} of it)" if share is not None else "")
-                + ": "
+                f"  {name}: adds {prof['added_ms_per_run_unprofiled']:.2f} ms per run; "
+                f"a ledger call is pending {prof['awaiting_ledger_ms_per_run']:.2f} ms per run"
+                + (f" ({share:.0%} of the added time)" if share is not None else "")
+            )
+            add(
+                "    ledger calls per run (count, summed wait): "
                 + ", ".join(
                     f"{m} {v['calls_per_run']:.0f}x {v['ms_per_run']:.2f} ms"
                     for m, v in prof["ledger_methods"].items()
                 )
             )
             groups = ", ".join(
-                f"{g} {ms:+.2f}" for g, ms in list(loop["added_by_package"].items())[:6] if abs(ms) >= 0.05
+                f"{g} {ms:+.2f}" for g, ms in list(loop["added_by_package"].items())[:5] if abs(ms) >= 0.05
             )
             add(
-                f"    event-loop thread CPU (profiled): {loop['self_ms_per_run_toolnode']:.2f} -> "
+                f"    event-loop thread, profiled self time: {loop['self_ms_per_run_toolnode']:.2f} -> "
                 f"{loop['self_ms_per_run_effect']:.2f} ms per run; added by package (ms): {groups}"
             )
+            add("    most added self time per run (calls per run ToolNode -> Effect):")
             for item in loop["top_added_self"][:6]:
-                add(f"      {item['added_self_ms_per_run']:+.3f} ms  {item['function']}")
-            add("    ledger thread (profiled), self time per run:")
+                before, after = item["calls_per_run"]
+                add(
+                    f"      {item['added_self_ms_per_run']:+.3f} ms  {item['function']} "
+                    f"({before:g} -> {after:g})"
+                )
+            add("    ledger's own thread, self time per run (idle wait excluded):")
             for item in prof["ledger_thread_top_self"][:4]:
                 add(f"      {item['self_ms_per_run']:.3f} ms  {item['function']}")
             what_if = prof.get("what_if_ledger_setup_once")
             if what_if:
                 add(
-                    f"    what-if, ledger schema checked once instead of per checkpointer call: overhead "
-                    f"{what_if['overhead']:.3f}x "
+                    "    what-if, ledger schema checked once instead of on every checkpointer call: "
+                    f"overhead {what_if['overhead']:.3f}x "
                     f"({what_if['toolnode_ms']:.2f} -> {what_if['effect_ms']:.2f} ms)"
                 )
         add("")

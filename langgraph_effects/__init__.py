@@ -32,6 +32,7 @@ from .errors import (
     TransitionError,
 )
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
+from .functional import effectful
 from .middleware import EffectMiddleware
 from .node import EffectToolNode
 from .operation import Operation, State
@@ -84,6 +85,7 @@ __all__ = [
     "TransitionError",
     "attach_ledger",
     "current_operation",
+    "effectful",
     "ledger_of",
     "resume_command",
 ]

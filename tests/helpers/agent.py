@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -49,7 +49,7 @@ class Spec:
     durability: str = "sync"
     retry: bool = False
     sync: bool = False
-    kind: str = "graph"  # graph | create_agent | react
+    kind: str = "graph"  # graph | subgraph | create_agent | react
 
 
 class State(TypedDict):
@@ -126,6 +126,14 @@ def effect_for(spec: Spec, provider: Provider) -> dict[str, Effect]:
 
 
 def build(spec: Spec, saver: Any, provider: Provider) -> Any:
+    if spec.kind == "subgraph":
+        # The same agent as a subgraph of a parent graph; resumed from the parent.
+        inner = build(replace(spec, kind="graph"), None, provider)
+        parent = StateGraph(State)
+        parent.add_node("agent", inner)
+        parent.add_edge(START, "agent")
+        parent.add_edge("agent", END)
+        return parent.compile(checkpointer=saver)
     if spec.kind != "graph":
         return build_agent(spec, saver, provider)
     builder = StateGraph(State)

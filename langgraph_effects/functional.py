@@ -1,0 +1,156 @@
+"""The Functional API: ``@effectful`` gives a ``@task`` the same protection.
+
+LangGraph re-runs an unfinished ``@task`` on resume, exactly like an unfinished
+tool call. Put ``@effectful(...)`` under ``@task`` and the call is bound to a
+durable operation (derived from the task's id, which resume reproduces), replayed
+once recorded, reconciled after a crash, and sent to review through
+``interrupt()`` when evidence cannot settle it::
+
+    @task
+    @effectful(Effect(dedup_window=timedelta(hours=24)))
+    async def send_invoice(customer: str, amount: int) -> str:
+        key = current_operation().provider_key
+        return (await billing.create(customer, amount, idempotency_key=key)).id
+
+The task returns the function's value when it ran (or its recorded value on
+replay). When the outcome was settled without a value of its own (confirmed by a
+lookup or an operator's verdict, or abandoned), it returns the ToolMessage the
+agent node would have shown, whose ``artifact`` says what happened.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, cast
+
+from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
+
+from . import _portal, _pregel
+from .checkpoint import ledger_of
+from .contract import Effect
+from .engine import Session, Settings, drive, drive_sync
+from .errors import ConfigurationError, NoLedgerError
+from .identity import hash_key_from_env
+from .lease import DEFAULT_LEASE_SECONDS
+from .ledger.base import Ledger
+from .review import EffectAnswer
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def effectful(
+    effect: Effect | None = None,
+    *,
+    name: str | None = None,
+    ledger: Ledger | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    hash_key: bytes | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Protect a Functional API ``@task`` (sync or async) that performs an effect.
+
+    Args:
+        effect: the provider's contract (default: blind).
+        name: the operation's tool name (default: the function's name).
+        ledger: default: the ledger of the entrypoint's checkpointer.
+    """
+    contract = effect or Effect()
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        tool = name or fn.__name__
+        settings = Settings(
+            effects={tool: contract},
+            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
+            lease_seconds=lease_seconds,
+        )
+        signature = inspect.signature(fn)
+
+        def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
+            config = get_config()
+            task_id = _pregel.task_id(config)
+            if task_id is None:
+                raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
+            found = ledger or ledger_of(_pregel.checkpointer(config))
+            if found is None:
+                raise NoLedgerError(
+                    f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
+                    "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
+                )
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
+            return call, dict(config), found
+
+        def open_session(call: dict[str, Any], config: dict[str, Any], found: Ledger, sync: bool) -> Any:
+            return Session.open(
+                ledger=found,
+                settings=settings,
+                tool_calls=[call],
+                state=None,
+                config=config,
+                sync_checkpointer=sync,
+            )
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                call, config, found = prepare(args, kwargs)
+                session: Session = await open_session(call, config, found, False)
+
+                async def execute() -> tuple[Any, BaseException | None]:
+                    try:
+                        return await fn(*args, **kwargs), None
+                    except GraphBubbleUp:
+                        raise
+                    except Exception as error:
+                        return None, error
+
+                try:
+                    round_no = 0
+                    while True:
+                        output = await drive(session, call["id"], execute)
+                        question = session.pending_interrupt()
+                        if question is None:
+                            return output
+                        answer = interrupt(question, response_schema=EffectAnswer)
+                        await session.apply_answer(answer, round_no=round_no)
+                        round_no += 1
+                finally:
+                    await session.close()
+
+            return cast(Callable[P, R], run_async)
+
+        @functools.wraps(fn)
+        def run_sync(*args: Any, **kwargs: Any) -> Any:
+            call, config, found = prepare(args, kwargs)
+            session: Session = _portal.run(open_session(call, config, found, True))
+
+            def execute() -> tuple[Any, BaseException | None]:
+                try:
+                    return fn(*args, **kwargs), None
+                except GraphBubbleUp:
+                    raise
+                except Exception as error:
+                    return None, error
+
+            try:
+                round_no = 0
+                while True:
+                    output = drive_sync(session, call["id"], execute, _portal.run)
+                    question = session.pending_interrupt()
+                    if question is None:
+                        return output
+                    answer = interrupt(question, response_schema=EffectAnswer)
+                    _portal.run(session.apply_answer(answer, round_no=round_no))
+                    round_no += 1
+            finally:
+                _portal.run(session.close())
+
+        return cast(Callable[P, R], run_sync)
+
+    return decorate
