@@ -31,8 +31,8 @@ from .errors import (
     StaleVersionError,
     TransitionError,
 )
-from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
 from .functional import effectful
+from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
 from .middleware import EffectMiddleware
 from .node import EffectToolNode
 from .operation import Operation, State
