@@ -85,8 +85,8 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
         "quick": quick,
         "repeats": args.repeats or (3 if quick else 15),
         "runs_per_batch": args.runs or (3 if quick else 16),
-        "count_runs": 3 if quick else 20,
-        "profile_runs": 5 if quick else 60,
+        "count_runs": 2 if quick else 20,
+        "profile_runs": 3 if quick else 60,
         "scan_rows": args.rows or (20_000 if quick else TARGET_SCAN_ROWS),
         "scan_unresolved": 1_000,
         # A small ledger with the same 1,000 unresolved rows: the scan is O(result), not O(history).

@@ -175,6 +175,39 @@ def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
     )
 
 
+def identify(
+    tool_call: Mapping[str, Any],
+    *,
+    effect: Effect,
+    settings: Settings,
+    scope: Scope,
+    thread_id: str,
+    namespace: str,
+    anchor: str,
+    config: Mapping[str, Any],
+) -> tuple[str, str, str]:
+    """(operation id, provider key, args hash) of one call: pure, so anyone holding the
+    same coordinates (a resumed node, a middleware patching history) finds the same row."""
+    args = dict(tool_call.get("args") or {})
+    digest = identity.args_hash(args, key=settings.hash_key)
+    if effect.key is not None:
+        provider_key = str(effect.key(args, config))
+        return (
+            identity.logical_operation_id(tenant=scope.tenant, provider_key=provider_key),
+            provider_key,
+            digest,
+        )
+    op_id = identity.operation_id(
+        thread_id=thread_id,
+        namespace=namespace,
+        anchor=anchor,
+        tool_call_id=str(tool_call["id"]),
+        args_hash=digest,
+        tenant=scope.tenant,
+    )
+    return op_id, identity.default_provider_key(op_id), digest
+
+
 class Session:
     """The ledger side of one node execution. Create with :meth:`open`."""
 
@@ -235,20 +268,16 @@ class Session:
             tool = str(tool_call["name"])
             effect = settings.effect_for(tool)
             args = dict(tool_call.get("args") or {})
-            digest = identity.args_hash(args, key=settings.hash_key)
-            if effect.key is not None:
-                provider_key = str(effect.key(args, config))
-                op_id = identity.logical_operation_id(tenant=scope.tenant, provider_key=provider_key)
-            else:
-                op_id = identity.operation_id(
-                    thread_id=thread_id,
-                    namespace=namespace,
-                    anchor=anchors.get(call_id, task_id),
-                    tool_call_id=call_id,
-                    args_hash=digest,
-                    tenant=scope.tenant,
-                )
-                provider_key = identity.default_provider_key(op_id)
+            op_id, provider_key, digest = identify(
+                tool_call,
+                effect=effect,
+                settings=settings,
+                scope=scope,
+                thread_id=thread_id,
+                namespace=namespace,
+                anchor=anchors.get(call_id, task_id),
+                config=config,
+            )
             op = Operation(
                 op_id=op_id,
                 thread_id=thread_id,

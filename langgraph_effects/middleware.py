@@ -17,14 +17,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
+from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
+from .dangling import answer_dangling
 from .engine import Session, Settings, drive, drive_sync, effectful_calls
 from .errors import NoLedgerError
 from .identity import hash_key_from_env
@@ -34,6 +37,16 @@ from .node import _args_valid, _as_approved
 from .review import EffectAnswer
 
 ToolResult = ToolMessage | Command[Any]
+
+
+def _has_dangling(history: list[Any]) -> bool:
+    answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
+    return any(
+        call.get("id") and call["id"] not in answered
+        for m in history
+        if isinstance(m, AIMessage)
+        for call in m.tool_calls
+    )
 
 
 class EffectMiddleware(AgentMiddleware):
@@ -76,6 +89,31 @@ class EffectMiddleware(AgentMiddleware):
     @property
     def name(self) -> str:
         return "EffectMiddleware"
+
+    # -- dangling calls: the truth from the ledger before the model reads the history --
+
+    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Answer tool calls left without a ToolMessage from the ledger (see ``dangling``)."""
+        history = list(state.get("messages", []))
+        if not _has_dangling(history):
+            return None
+        config = get_config()
+        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        if ledger is None:
+            return None
+        patched = await answer_dangling(
+            history, ledger=ledger, settings=self._settings, config=config, context=runtime.context
+        )
+        if patched is None:
+            return None
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *patched]}
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Sync path of :meth:`abefore_model`."""
+        if not _has_dangling(list(state.get("messages", []))):
+            return None
+        result: dict[str, Any] | None = _portal.run(self.abefore_model(state, runtime))
+        return result
 
     def _tracked(self, request: ToolCallRequest) -> bool:
         call = request.tool_call

@@ -145,3 +145,41 @@ async def test_several_review_interrupts_resume_together(tmp_path: Path) -> None
         messages = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
         assert sorted(m.artifact["state"] for m in messages) == ["abandoned", "confirmed"]
         assert provider.count_requests("apply") == 2
+
+
+async def test_dangling_calls_are_answered_from_the_ledger(tmp_path: Path) -> None:
+    """The user moves on instead of answering the review: the model is told the truth
+    (outcome not known yet), not that the call was cancelled."""
+    provider = Provider(tmp_path / "provider.sqlite", "blind")
+    seen: list[list[Any]] = []
+
+    @tool
+    def send(operation: str) -> str:
+        """Send."""
+        provider.apply({"operation": operation})
+        raise TimeoutError("read timed out")
+
+    def script(messages: Any) -> Any:
+        seen.append(list(messages))
+        if isinstance(messages[-1], HumanMessage) and messages[-1].content == "go":
+            return call_each_then_finish([("send", {"operation": "t1:0"})])(messages)
+        from langchain_core.messages import AIMessage
+
+        return AIMessage("ok")
+
+    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        await saver.setup()
+        agent = create_agent(
+            ScriptedChatModel(script=script),
+            tools=[send],
+            middleware=[EffectMiddleware()],
+            checkpointer=saver,
+        )
+        await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
+        assert (await agent.aget_state(CONFIG)).interrupts  # the blind call awaits review
+        await agent.ainvoke({"messages": [HumanMessage("never mind, what's next?")]}, CONFIG)
+    last_view = seen[-1]
+    [patch] = [m for m in last_view if isinstance(m, ToolMessage)]
+    assert patch.status == "error" and "not known yet" in patch.content
+    assert patch.artifact["state"] == "review"
+    assert provider.count_requests("apply") == 1

@@ -49,7 +49,7 @@ class ProviderProcess:
         in_flight_timeout: float = 30.0,
         host: str = "127.0.0.1",
     ) -> None:
-        self.db = str(db)
+        self.db = str(Path(db).resolve())  # the service process has its own working directory
         self.options = {"retention": retention, "lag": lag, "in_flight_timeout": in_flight_timeout}
         self.log_path = Path(self.db).with_suffix(".log")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
