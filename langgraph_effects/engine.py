@@ -546,7 +546,7 @@ class Session:
                     c,
                     Change(
                         Event.FAIL,
-                        evidence={"kind": "error", "error": _describe(error)},
+                        evidence={"kind": "error", "error": self._scrub(c, _describe(error))},
                         result_type=kind,
                         result=blob,
                     ),
@@ -555,9 +555,10 @@ class Session:
                 if output is None:
                     return Raise(error)
                 return Replay(messages.decorate(output, c.op))
+            what = _describe(error) if error is not None else _message_text(output)
             evidence: dict[str, Any] = {
                 "kind": "timeout" if isinstance(error, TimeoutError) else "error",
-                "error": _describe(error) if error is not None else _message_text(output),
+                "error": self._scrub(c, what),
             }
             await self._move(c, Change(Event.LOSE, evidence=evidence), expected=op.version)
         finally:
@@ -797,6 +798,9 @@ class Session:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _scrub(self, c: _Call, text: str) -> str:
+        return identity.scrub(text, c.args, c.effect.secret_fields)
+
     def _info(self, c: _Call) -> OperationInfo:
         return OperationInfo(
             operation_id=c.op.op_id,
@@ -1023,12 +1027,35 @@ def effectful_calls(
     tool_calls: Sequence[Mapping[str, Any]],
     settings: Settings,
     known_tools: Callable[[str], bool],
-) -> list[Mapping[str, Any]]:
-    """The calls the ledger must track: registered tools not declared read-only."""
-    return [
+) -> tuple[list[Mapping[str, Any]], set[str]]:
+    """Split effectful calls (registered tools not declared read-only) into those the
+    ledger tracks and the ids of those refused: a call with no id, or whose id another
+    call of the same message shares, has no identity to bind, so it is never sent."""
+    effectful = [
         call
         for call in tool_calls
-        if call.get("id")
-        and known_tools(str(call.get("name")))
+        if known_tools(str(call.get("name")))
         and not settings.effect_for(str(call.get("name"))).read_only_tool
     ]
+    counts: dict[str, int] = {}
+    for call in tool_calls:
+        key = str(call.get("id") or "")
+        counts[key] = counts.get(key, 0) + 1
+    refused = {key for key, n in counts.items() if not key or n > 1}
+    tracked = [call for call in effectful if str(call.get("id") or "") not in refused]
+    return tracked, refused & {str(call.get("id") or "") for call in effectful}
+
+
+def refusal(tool_call: Mapping[str, Any]) -> ToolMessage:
+    """The answer to an effectful call that has no usable identity: not sent."""
+    call_id = str(tool_call.get("id") or "")
+    why = "has no id" if not call_id else f"shares its id {call_id!r} with another call"
+    return ToolMessage(
+        content=(
+            f"The {tool_call.get('name')} call was not sent: it {why}, so it cannot be tracked "
+            "safely. Call the tool again, one call per id."
+        ),
+        name=str(tool_call.get("name")),
+        tool_call_id=call_id,
+        status="error",
+    )

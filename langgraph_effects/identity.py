@@ -59,6 +59,30 @@ def redact(args: Mapping[str, Any], secret_fields: Sequence[str]) -> dict[str, A
     return walk(dict(args))  # type: ignore[no-any-return]
 
 
+def scrub(text: str, args: Mapping[str, Any], secret_fields: Sequence[str]) -> str:
+    """``text`` (an error message, say) with every secret argument's value blanked out,
+    so evidence stored in the ledger or shown to an operator cannot leak it."""
+    if not secret_fields:
+        return text
+    secrets: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                if k in secret_fields and v is not None:
+                    secrets.append(v if isinstance(v, str) else canonical_json(v))
+                walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+
+    walk(args)
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= 3:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def namespace_path(checkpoint_ns: str) -> str:
     """``"agent:<task>|tools:<task>"`` -> ``"agent|tools"``: the names, without task ids.
 

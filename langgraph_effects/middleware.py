@@ -28,7 +28,7 @@ from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
 from .dangling import answer_dangling
-from .engine import Session, Settings, drive, drive_sync, effectful_calls
+from .engine import Session, Settings, drive, drive_sync, effectful_calls, refusal
 from .errors import NoLedgerError
 from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
@@ -115,13 +115,13 @@ class EffectMiddleware(AgentMiddleware):
         result: dict[str, Any] | None = _portal.run(self.abefore_model(state, runtime))
         return result
 
-    def _tracked(self, request: ToolCallRequest) -> bool:
+    def _tracked(self, request: ToolCallRequest) -> bool | None:
+        """True: track it; False: run it as is; None: refuse it (no usable identity)."""
         call = request.tool_call
-        return bool(
-            request.tool is not None
-            and _args_valid(request.tool, call.get("args"))
-            and effectful_calls([call], self._settings, lambda _: True)
-        )
+        if request.tool is None or not _args_valid(request.tool, call.get("args")):
+            return False
+        tracked, refused = effectful_calls([call], self._settings, lambda _: True)
+        return None if refused else bool(tracked)
 
     def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
         config = request.runtime.config
@@ -146,7 +146,10 @@ class EffectMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         """Sync path (``agent.invoke``)."""
-        if not self._tracked(request):
+        tracked = self._tracked(request)
+        if tracked is None:
+            return refusal(request.tool_call)
+        if not tracked:
             return handler(request)
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, sync=True))
@@ -178,7 +181,10 @@ class EffectMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         """Async path (``agent.ainvoke``)."""
-        if not self._tracked(request):
+        tracked = self._tracked(request)
+        if tracked is None:
+            return refusal(request.tool_call)
+        if not tracked:
             return await handler(request)
         call_id = str(request.tool_call["id"])
         session: Session = await self._open(request, sync=False)

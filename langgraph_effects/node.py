@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
-from .engine import Session, Settings, drive, drive_sync, effectful_calls
+from .engine import Session, Settings, drive, drive_sync, effectful_calls, refusal
 from .errors import NoLedgerError
 from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
@@ -46,6 +46,10 @@ from .review import EffectAnswer
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None
+)
+#: Ids of effectful calls of this node execution that have no usable identity.
+_REFUSED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "langgraph_effects_refused", default=frozenset()
 )
 
 
@@ -167,10 +171,18 @@ class EffectToolNode(ToolNode):
             )
         return found
 
-    def _effectful(self, input: Any) -> list[Mapping[str, Any]]:
+    def _effectful(self, input: Any) -> tuple[list[Mapping[str, Any]], set[str]]:
         tool_calls, _ = self._parse_input(input)
-        valid = [c for c in tool_calls if _args_valid(self.tools_by_name.get(c["name"]), c["args"])]
+        valid = [c for c in tool_calls if _args_valid(self.tools_by_name.get(c["name"]), c.get("args"))]
         return effectful_calls(valid, self._settings, lambda name: name in self.tools_by_name)
+
+    def _refused(self, request: ToolCallRequest) -> bool:
+        call_id = str(request.tool_call.get("id") or "")
+        return (
+            call_id in _REFUSED.get()
+            and request.tool is not None
+            and not self._settings.effect_for(request.tool.name).read_only_tool
+        )
 
     def _open(self, calls: Sequence[Mapping[str, Any]], input: Any, config: RunnableConfig,
               runtime: Runtime[Any], *, sync: bool) -> Any:
@@ -186,9 +198,13 @@ class EffectToolNode(ToolNode):
         )
 
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = self._effectful(input)
+        calls, refused = self._effectful(input)
+        refusals = _REFUSED.set(frozenset(refused))
         if not calls:
-            return super()._func(input, config, runtime)
+            try:
+                return super()._func(input, config, runtime)
+            finally:
+                _REFUSED.reset(refusals)
         session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
         token = _SESSION.set(session)
         try:
@@ -203,12 +219,17 @@ class EffectToolNode(ToolNode):
                 round_no += 1
         finally:
             _SESSION.reset(token)
+            _REFUSED.reset(refusals)
             _portal.run(session.close())
 
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = self._effectful(input)
+        calls, refused = self._effectful(input)
+        refusals = _REFUSED.set(frozenset(refused))
         if not calls:
-            return await super()._afunc(input, config, runtime)
+            try:
+                return await self._round(input, config, runtime)
+            finally:
+                _REFUSED.reset(refusals)
         session: Session = await self._open(calls, input, config, runtime, sync=False)
         token = _SESSION.set(session)
         try:
@@ -223,6 +244,7 @@ class EffectToolNode(ToolNode):
                 round_no += 1
         finally:
             _SESSION.reset(token)
+            _REFUSED.reset(refusals)
             await session.close()
 
     async def _round(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
@@ -241,6 +263,8 @@ class EffectToolNode(ToolNode):
     ) -> Any:
         session = _SESSION.get()
         call_id = request.tool_call.get("id")
+        if self._refused(request):
+            return refusal(request.tool_call)
         if session is None or request.tool is None or not session.manages(call_id):
             return super()._execute_tool_sync(request, input_type, config)
         assert call_id is not None
@@ -264,6 +288,8 @@ class EffectToolNode(ToolNode):
     ) -> Any:
         session = _SESSION.get()
         call_id = request.tool_call.get("id")
+        if self._refused(request):
+            return refusal(request.tool_call)
         if session is None or request.tool is None or not session.manages(call_id):
             return await super()._execute_tool_async(request, input_type, config)
         assert call_id is not None

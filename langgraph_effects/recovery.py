@@ -558,18 +558,28 @@ class _Run:
         ops = await self._ops(thread_id)
         read_config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
         snapshot = await self.graph.aget_state(read_config)
-        asked, answered = _calls_in(snapshot.values)
         pending_work = bool(snapshot.next) or bool(snapshot.interrupts)
+        ours = [i for i in snapshot.interrupts if _interrupt_type(i) in _OUR_INTERRUPTS]
+        others = [i for i in snapshot.interrupts if _interrupt_type(i) not in _OUR_INTERRUPTS]
+        paused = bool(snapshot.interrupts)
         unresolved = [o for o in ops if not o.terminal]
-        unanswered = [
-            o
-            for o in ops
-            if o.terminal
-            and pending_work
-            and not o.checkpoint_ns
-            and o.tool_call_id in asked
-            and o.tool_call_id not in answered
-        ]
+        # Settled operations whose answer the thread still lacks: a resume replays them.
+        if paused:
+            # Only those our interrupts still list: a resume then re-raises the interrupt for
+            # the rest, listing only them, so a second run finds nothing to do.
+            listed = _listed_operations(ours)
+            unanswered = [o for o in ops if o.terminal and o.op_id in listed]
+        else:
+            asked, answered = _calls_in(snapshot.values)
+            unanswered = [
+                o
+                for o in ops
+                if o.terminal
+                and pending_work
+                and not o.checkpoint_ns
+                and o.tool_call_id in asked
+                and o.tool_call_id not in answered
+            ]
         involved = unresolved + unanswered
         tenant = _tenant_of(involved or ops, self.tenant)
 
@@ -623,9 +633,6 @@ class _Run:
                 "settle these operations; decide them with `langgraph-effects resolve`",
             )
 
-        ours = [i for i in snapshot.interrupts if _interrupt_type(i) in _OUR_INTERRUPTS]
-        others = [i for i in snapshot.interrupts if _interrupt_type(i) not in _OUR_INTERRUPTS]
-        paused = bool(snapshot.interrupts)
         if others:
             return quiet(
                 "paused_at_other_interrupt",
@@ -826,6 +833,18 @@ def _interrupt_type(pending: Any) -> str | None:
         kind = value.get("type")
         return str(kind) if kind is not None else None
     return None
+
+
+def _listed_operations(interrupts: Iterable[Any]) -> set[str]:
+    """The operation ids our pending interrupts ask about."""
+    listed: set[str] = set()
+    for pending in interrupts:
+        value = getattr(pending, "value", None)
+        entries = value.get("operations") if isinstance(value, Mapping) else None
+        for entry in entries or ():
+            if isinstance(entry, Mapping) and entry.get("operation_id"):
+                listed.add(str(entry["operation_id"]))
+    return listed
 
 
 def _awaiting_approval(op: Operation) -> bool:

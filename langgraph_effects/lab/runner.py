@@ -30,6 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -158,15 +159,13 @@ def _main(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
 
     out.print(
-        f"[bold]Crash lab[/bold]: {args.ops} operations per cell, the first attempt of every "
-        f"{_ordinal(args.kill_every)} one faulted. Cells read [bold]effects / missing[/bold], "
-        "counted from the provider's own records."
+        f"[bold]Crash lab[/bold]: {args.ops} operations per cell; the first attempt of every "
+        f"{_ordinal(args.kill_every)} one is faulted, then its thread is resumed. Each cell reads "
+        "[bold]effects / missing[/bold], counted from the provider's own records."
     )
     out.print(render_table(results, points))
-    out.print(
-        "[green]exact[/green] · [red]duplicated[/red] · [yellow]lost work[/yellow] · "
-        "[magenta]both[/magenta] · n/a: the column needs a lookup the strategy never makes"
-    )
+    for line in legend(results, points):
+        out.print(line, style="dim", highlight=False)
     for line in _verdict(results, elapsed, args.jobs):
         out.print(line)
     if args.json is not None:
@@ -236,13 +235,19 @@ def _cell_text(result: CellResult) -> Text:
         text.stylize("green")
     notes = []
     if result.sent_to_review:
-        notes.append(f"review {result.sent_to_review}")
+        answered = result.reviews_answered
+        notes.append(
+            f"review {result.sent_to_review}"
+            if answered >= result.sent_to_review
+            else f"review {result.sent_to_review}, {answered} answered"
+        )
     if result.non_terminal:
         notes.append(f"open {result.non_terminal}")
     if result.pending_reviews:
         notes.append(f"unanswered {result.pending_reviews}")
     if notes:
-        text.append("\n" + " · ".join(notes), style="dim" if result.ours else "")
+        failing = result.ours and bool(result.violations())
+        text.append("\n" + " · ".join(notes), style="bold red" if failing else "cyan")
     return text
 
 
@@ -252,24 +257,45 @@ def _ordinal(n: int) -> str:
 
 
 def render_table(results: Sequence[CellResult], points: Sequence[str]) -> Table:
-    """Rows: strategy x provider; columns: crash points; cells: effects / missing."""
+    """Rows: strategy x provider (the seed's rows, then ours); columns: crash points;
+    cells: effects / missing, and how many operations went to an operator."""
     used = [p for p in points if any(r.crash_point == p for r in results)]
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("strategy", no_wrap=True)
     table.add_column("provider", style="dim", no_wrap=True)
     for point in used:
-        table.add_column(point, justify="center", no_wrap=True)
+        table.add_column(point.replace("-", "\n", 1), justify="center", no_wrap=True)
     rows: dict[tuple[str, str], dict[str, CellResult]] = {}
     ours: dict[tuple[str, str], bool] = {}
     for result in results:
         key = (result.strategy, result.provider)
         rows.setdefault(key, {})[result.crash_point] = result
         ours[key] = result.ours
-    for key, by_point in rows.items():
-        label = Text(key[0], style="bold" if ours[key] else "")
+    # The seed's rows first, then ours; each strategy named once, on its first row.
+    ordered = sorted(rows, key=lambda key: ours[key])
+    previous: tuple[str, bool] | None = None
+    for key in ordered:
+        if previous is not None and previous[1] != ours[key]:
+            table.add_section()
+        first = previous is None or previous[0] != key[0]
+        label = Text(key[0] if first else "", style="bold" if ours[key] else "")
+        by_point = rows[key]
         cells = [_cell_text(by_point[p]) if p in by_point else Text("n/a", style="dim") for p in used]
         table.add_row(label, key[1], *cells)
+        previous = (key[0], ours[key])
     return table
+
+
+def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
+    """The lines under the table: how to read a cell, and what each column injects."""
+    used = [p for p in points if any(r.crash_point == p for r in results)]
+    lines = [
+        "effects / missing: green exact, red duplicated, yellow lost work, magenta both · "
+        "review N: operations sent to an operator, answered from the provider's records · "
+        "n/a: the seed rows never look anything up"
+    ]
+    lines.append(" · ".join(f"{p}: {CRASH_POINTS[p].summary}" for p in used if p in CRASH_POINTS))
+    return lines
 
 
 def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[str]:
@@ -293,8 +319,15 @@ def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[s
                 )
         else:
             lines.append(
-                f"[green]ours: all {len(ours)} cells hold (0 duplicates, 0 missing, 0 left open)[/green]"
+                f"[green]ours: all {len(ours)} cells hold: 0 duplicates, 0 missing, "
+                "0 operations left non-terminal in the ledger[/green]"
             )
+        reviewed = sum(r.sent_to_review for r in ours)
+        answered = sum(r.reviews_answered for r in ours)
+        lines.append(
+            f"ours: {reviewed} operations sent to review ({answered} answers given); "
+            + _blind_summary(ours)
+        )
     for r in results:
         if r.error:
             first = r.error.strip().splitlines()[-1]
@@ -302,6 +335,19 @@ def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[s
     ops = sum(r.intended for r in results)
     lines.append(f"{len(results)} cells, {ops} operations in {elapsed:.1f} s ({jobs} at a time)")
     return lines
+
+
+def _blind_summary(ours: Sequence[CellResult]) -> str:
+    blind = [r for r in ours if r.provider == "blind" and not r.error]
+    if not blind:
+        return "no blind provider ran"
+    ambiguous = sum(r.faulted for r in blind if r.crash_point not in ("none", "A"))
+    reviewed = sum(r.sent_to_review for r in blind)
+    resent = sum(r.sends - r.effects for r in blind)
+    return (
+        f"blind provider: {ambiguous} ambiguous crashes, {reviewed} surfaced to review, "
+        f"{resent} re-sent automatically"
+    )
 
 
 def _write_json(

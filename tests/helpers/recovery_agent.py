@@ -7,7 +7,9 @@ Three additions:
   with ``LANGGRAPH_EFFECTS_HOST=other-host`` and a gate plays "a worker on another
   machine, sending right now": its lease is live and can only expire by time.
   It touches ``gate + ".inside"`` once the effect has landed.
-* ``tenant`` / ``policy_version``: run under ``configurable`` tenant and policy.
+* ``tenant`` / ``policy_version``: run under ``configurable`` tenant and policy;
+  ``timeout_after_effect`` as in ``tests.helpers.agent`` (the call times out after
+  its effect landed, on its first attempt).
 * :func:`make_graph`: the factory the console's ``recover --graph`` imports
   (``tests.helpers.recovery_agent:make_graph``); it reads its spec from the
   environment variable ``RECOVERY_AGENT_SPEC`` (JSON of :class:`RecoverySpec`).
@@ -60,6 +62,8 @@ def send_tool(spec: RecoverySpec, provider: Provider) -> BaseTool:
             Path(spec.gate + ".inside").touch()
             while not os.path.exists(spec.gate):
                 await asyncio.sleep(0.05)
+        if int(operation.rsplit(":", 1)[1]) in spec.timeout_after_effect and op.attempt == 1:
+            raise TimeoutError("the provider did not answer in time")
         return f"sent {receipt.effect_id}"
 
     return send
