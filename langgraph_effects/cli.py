@@ -64,6 +64,7 @@ import typer
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.json import JSON
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -100,7 +101,7 @@ from .operator import (
 )
 
 if TYPE_CHECKING:
-    from .recovery import RecoveryReport, ThreadReport
+    from .recovery import OperationReport, RecoveryReport
 
 T = TypeVar("T")
 
@@ -1097,8 +1098,9 @@ def _render_recovery(report: RecoveryReport) -> None:
         console.print(Text(f"  {t.reason}", style="dim"), soft_wrap=True)
         if t.error:
             console.print(Text.assemble(("  error: ", "bold red"), t.error), soft_wrap=True)
-        if t.operations:
-            console.print(_recovery_table(t))
+        for op in t.operations:
+            console.print(_recovery_line(op))
+            console.print(Padding(Text(op.detail, style="dim"), (0, 0, 0, 4)))
     needs = report.awaiting_review
     if needs:
         console.print()
@@ -1113,26 +1115,21 @@ def _render_recovery(report: RecoveryReport) -> None:
         )
 
 
-def _recovery_table(t: ThreadReport) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
-    table.add_column("operation", no_wrap=True)
-    table.add_column("tool")
-    table.add_column("before -> after", no_wrap=True)
-    table.add_column("how", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for op in t.operations:
-        move = Text()
-        if op.before is None:
-            move.append("new", "dim")
-        else:
-            move.append(op.before.state.value, STATE_STYLES[op.before.state])
-            move.append(f" v{op.before.version}", "dim")
-        move.append(" -> ")
-        move.append(op.after.state.value, STATE_STYLES[op.after.state])
-        move.append(f" v{op.after.version}", "dim")
-        label, style = _HOW_TEXT.get(op.how, (op.how, "bold"))
-        table.add_row(Text(op.op_id), Text(op.tool), move, Text(label, style=style), Text(op.detail))
-    return table
+def _recovery_line(op: OperationReport) -> Text:
+    line = Text("  ")
+    line.append(op.op_id, "bold")
+    line.append(f"  {op.tool}  ")
+    if op.before is None:
+        line.append("new", "dim")
+    else:
+        line.append(op.before.state.value, STATE_STYLES[op.before.state])
+        line.append(f" v{op.before.version}", "dim")
+    line.append(" -> ")
+    line.append(op.after.state.value, STATE_STYLES[op.after.state])
+    line.append(f" v{op.after.version}  ", "dim")
+    label, style = _HOW_TEXT.get(op.how, (op.how, "bold"))
+    line.append(label, style)
+    return line
 
 
 # -- lab ----------------------------------------------------------------------------

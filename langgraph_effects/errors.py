@@ -10,11 +10,15 @@ caller can catch the package as a whole or one precise failure::
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
+    │   ├── LedgerNotFoundError     the console was pointed at a file that holds no ledger
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
     │   ├── IllegalTransitionError  the state machine does not allow it
     │   ├── ApprovalError           a gated dispatch without a matching, unused approval
+    │   ├── NotResolvableError      a verdict for an operation with nothing in doubt
     │   ├── StaleVersionError       someone moved the operation since you read it
+    │   ├── LeaseLiveError          a verdict while a worker is sending it right now
+    │   ├── VerdictNotRecordedError an expired lease was recorded, the verdict was not
     │   ├── DecisionConflictError   a decision id reused with different content
     │   └── OperationNotFoundError
     ├── ReviewError                 an operator answer that cannot be applied
@@ -23,7 +27,11 @@ caller can catch the package as a whole or one precise failure::
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .operation import Event, Operation
 
 
 class EffectsError(Exception):
@@ -147,3 +155,88 @@ class DefiniteFailure(EffectsError):
     def __init__(self, message: str, *, details: Any = None) -> None:
         super().__init__(message)
         self.details = details
+
+
+# -- raised by the operator API and console --------------------------------------------
+
+
+class LedgerNotFoundError(LedgerError):
+    """The SQLite file named as the ledger does not exist, or holds no ledger.
+
+    Nothing is created: an operator who mistypes a path must not be told "nothing
+    unresolved" by a brand-new empty database.
+    """
+
+    def __init__(self, path: str, *, empty: bool = False) -> None:
+        if empty:
+            what = (
+                f"{path!r} is a SQLite database but holds no langgraph-effects ledger (no "
+                "effect_migrations table): is it the right file? The ledger's tables are "
+                "created when the graph's ledger is set up."
+            )
+        else:
+            what = f"no ledger database at {path!r}: the file does not exist."
+        super().__init__(
+            f"{what} Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the "
+            "SQLite file the graph's ledger uses. Nothing was created or changed."
+        )
+        self.path = path
+        self.empty = empty
+
+
+class LeaseLiveError(TransitionError):
+    """The operation is ``dispatched`` under a live lease: someone is sending it right now."""
+
+    def __init__(self, op: Operation, *, now: float | None = None) -> None:
+        stamp = time.time() if now is None else now
+        who = "a worker"
+        if op.owner is not None:
+            who = f"pid {op.owner.pid} on {op.owner.host}"
+        remaining = ""
+        if op.lease_expires_at is not None:
+            remaining = f" for another {max(0.0, op.lease_expires_at - stamp):.0f}s"
+        super().__init__(
+            f"operation {op.op_id} is being sent right now: dispatched by {who}, lease live"
+            f"{remaining}. Nothing was changed. Wait until the worker finishes or its lease "
+            "expires, then `langgraph-effects show` it again."
+        )
+        self.op_id = op.op_id
+        self.owner = op.owner
+        self.lease_expires_at = op.lease_expires_at
+
+
+class NotResolvableError(IllegalTransitionError):
+    """The operation is in a state where an operator's verdict does not apply."""
+
+    def __init__(self, op: Operation, event: Event) -> None:
+        super().__init__(op.op_id, op.state.value, event.value)
+        if op.terminal:
+            why = f"it is already {op.state.value!r} (terminal): there is nothing left to decide"
+        else:
+            why = (
+                f"it is {op.state.value!r}: nothing has been sent yet (the graph sends it on "
+                "its next run), so nothing is in doubt"
+            )
+        self.args = (
+            f"operation {op.op_id} cannot take the verdict {event.value!r}: {why}. Verdicts "
+            "apply to operations in 'unknown' or 'review' (or 'dispatched' with an expired "
+            "lease). Nothing was changed.",
+        )
+
+
+class VerdictNotRecordedError(TransitionError):
+    """An expired lease was recorded as lost, but the verdict that followed was not.
+
+    The operation is now ``unknown`` (:attr:`operation`, at a new version) and still
+    waits for a verdict; :attr:`cause` says why the verdict was refused.
+    """
+
+    def __init__(self, operation: Operation, cause: Exception) -> None:
+        super().__init__(
+            f"operation {operation.op_id}: its expired lease was recorded (dispatched -> "
+            f"unknown, now version {operation.version}), but the verdict was NOT recorded: "
+            f"{cause}. The operation still waits for a verdict: show it again and resolve "
+            f"with --expected-version {operation.version}."
+        )
+        self.operation = operation
+        self.cause = cause

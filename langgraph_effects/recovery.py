@@ -48,6 +48,7 @@ workers run and safe to run twice: a second run finds nothing to do and says so.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -668,11 +669,12 @@ class _Run:
                 f"under tenant {tenant!r}; resuming under another tenant would make new operations",
             )
 
-        why = (
-            "paused at the effect review, and a verdict was recorded out of band"
-            if paused
-            else "a crash left it mid-run"
-        )
+        why = "paused at the effect review" if paused else "a crash left it mid-run"
+        decided = [o for o in involved if _decided_out_of_band(o)]
+        if decided:
+            why += f"; {len(decided)} verdict(s) recorded out of band wait to be answered"
+        elif paused:
+            why += "; a resume can move some of its operations"
         if self.dry_run:
             return ThreadReport(
                 thread_id=thread_id,
@@ -947,7 +949,9 @@ def _report(
 
 def _receipt(evidence: Mapping[str, Any] | None) -> str:
     receipt = (evidence or {}).get("receipt")
-    return f" (receipt {receipt})" if receipt is not None else ""
+    if receipt is None:
+        return ""
+    return f" (receipt {json.dumps(receipt, sort_keys=True, default=str)})"
 
 
 def _forecast(op: Operation, now: float) -> str:

@@ -284,7 +284,9 @@ def check_cell(report: CellReport) -> list[str]:
             problems.append(f"{details['resends']} automatic re-sends under a changed policy version")
         unnamed = details.get("escalations", 0) - details.get("escalations_naming_change", 0)
         if unnamed:
-            problems.append(f"{unnamed} reviews under a changed policy whose evidence does not say what changed")
+            problems.append(
+                f"{unnamed} reviews under a changed policy whose evidence does not say what changed"
+            )
     return problems
 
 

@@ -1,0 +1,73 @@
+"""The notebooks: each one is executed with nbclient in a fresh kernel (on a copy, so the
+stored outputs stay as committed); a cell that raises, an asserted count included,
+fails the test. The committed notebooks must carry their outputs, so they read well
+on GitHub.
+
+Needs the ``notebooks`` and ``examples`` extras. Without them these tests skip,
+except under ``CI=true``, where a missing extra is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+NAMES = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def require(module: str) -> Any:
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason='needs the notebooks extra: pip install -e ".[notebooks]"')
+
+
+for _module in ("nbformat", "nbclient", "ipykernel", "matplotlib", "starlette", "uvicorn", "httpx"):
+    require(_module)
+
+import nbformat  # noqa: E402
+from nbclient.exceptions import CellExecutionError  # noqa: E402
+
+
+def load_executor() -> Any:
+    spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_there_are_three_notebooks() -> None:
+    assert NAMES == ["01_quickstart.ipynb", "02_operator_review.ipynb", "03_crash_lab.ipynb"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_committed_notebook_carries_its_outputs(name: str) -> None:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(cell.execution_count is not None for cell in code), "execute it: notebooks/execute.py"
+    outputs = [output for cell in code for output in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    if name == "03_crash_lab.ipynb":
+        assert any("image/png" in o.get("data", {}) for o in outputs), "the chart is missing"
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes(name: str, tmp_path: Path) -> None:
+    execute = load_executor().execute
+    try:
+        notebook = execute(NOTEBOOKS / name, write_to=tmp_path / name, cell_timeout=300)
+    except CellExecutionError as error:
+        pytest.fail(f"{name}: a cell failed:\n{str(error)[-4000:]}")
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    if name == "03_crash_lab.ipynb":
+        assert any("image/png" in o.get("data", {}) for o in outputs), "the run produced no chart"
