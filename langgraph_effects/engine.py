@@ -528,16 +528,13 @@ class Session:
             _faults.fire("before_outcome", op)
             if error is None and not _is_error_message(output):
                 kind, blob = messages.dump(output)
-                await self._move(
-                    c,
-                    Change(
-                        Event.SUCCEED,
-                        evidence={"kind": "result"},
-                        result_type=kind,
-                        result=blob,
-                    ),
-                    expected=op.version,
-                )
+                done = Change(Event.SUCCEED, evidence={"kind": "result"}, result_type=kind, result=blob)
+                moved = await self._move(c, done, expected=op.version)
+                if not moved and c.op.state is State.UNKNOWN:
+                    # Another worker took our lease for lost while we ran; the result is
+                    # still the best evidence there is.
+                    late = {"kind": "result", "late": True}
+                    await self._move(c, dataclasses.replace(done, event=Event.CONFIRM, evidence=late))
                 return Replay(messages.decorate(output, c.op))
             if error is not None and c.effect.is_definite(error):
                 shown = output if output is not None else _error_message(c, error)

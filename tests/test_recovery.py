@@ -516,3 +516,43 @@ def test_cli_recover_refuses_bad_input(tmp_path: Path) -> None:
     bad_set = cli("recover", "--db", s.db, "--graph", FACTORY, "-c", "thread_id=x", s=s)
     assert bad_set.returncode == 1 and "--thread" in bad_set.stderr
     assert {op.state for op, _ in operations(s).values()} == {State.DISPATCHED}  # nothing touched
+
+
+@pytest.mark.postgres
+def test_cli_recover_on_postgres(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from tests.ledger.conftest import require_postgres
+
+    base = require_postgres()
+    schema = f"lge_recover_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    dsn = make_conninfo(base, options=f"-c search_path={schema}")
+    if not dsn.startswith("postgresql://"):  # the console recognises a DSN by its scheme
+        dsn = base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}"
+    try:
+
+        async def setup() -> None:
+            async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+                await saver.setup()
+
+        asyncio.run(setup())
+        s = replace(spec(tmp_path, contract="dedup", provider_mode="dedup"), db=dsn)
+        crash(s)
+        done = cli("recover", "--db", dsn, "--graph", FACTORY, "--json", s=s)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["ledger"].startswith("postgres:")
+        [thread] = report["threads"]
+        assert thread["action"] == "resumed" and thread["outcome"] == "completed"
+        assert [op["how"] for op in thread["operations"]] == ["settled_by_dedup"]
+        assert effects(s) == {"t1:0": 1}
+        again = cli("recover", "--db", dsn, "--graph", FACTORY, "--json", s=s)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["threads"] == []
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

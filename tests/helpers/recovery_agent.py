@@ -10,6 +10,7 @@ Three additions:
 * ``tenant`` / ``policy_version``: run under ``configurable`` tenant and policy;
   ``timeout_after_effect`` as in ``tests.helpers.agent`` (the call times out after
   its effect landed, on its first attempt).
+* ``db`` may be a Postgres DSN (set up beforehand), for the console's Postgres path.
 * :func:`make_graph`: the factory the console's ``recover --graph`` imports
   (``tests.helpers.recovery_agent:make_graph``); it reads its spec from the
   environment variable ``RECOVERY_AGENT_SPEC`` (JSON of :class:`RecoverySpec`).
@@ -103,12 +104,22 @@ def config_for(spec: RecoverySpec) -> dict[str, Any]:
     return {"configurable": configurable}
 
 
+def open_saver(db: str) -> Any:
+    """``EffectPostgresSaver`` for a Postgres DSN (already set up), else ``EffectSqliteSaver``."""
+    if db.startswith(("postgres://", "postgresql://")):
+        from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+
+        return EffectPostgresSaver.from_conn_string(db, ledger_max_size=2)
+    return EffectSqliteSaver.from_conn_string(db)
+
+
 async def run(spec: RecoverySpec) -> dict[str, Any]:
     if spec.crash:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config = config_for(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
+    async with open_saver(spec.db) as saver:
+        if isinstance(saver, EffectSqliteSaver):
+            await saver.setup()
         graph = build(spec, saver)
         payload = None if spec.resume else {"messages": [HumanMessage("go")]}
         result = await graph.ainvoke(payload, config, durability=spec.durability)
