@@ -217,11 +217,19 @@ def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[s
     return {"backend": backend, "setting": setting, "rows": rows, "confirmed_rows": confirmed}
 
 
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def print_table(report: dict[str, Any]) -> None:
     setup = report["setup"]
     print(
         f"\nLedger throughput: intent+outcome pairs per second, {setup['pairs']} pairs per worker, "
-        f"median of {setup['repeats']} repeats; {setup['cpus']} CPUs, Python {setup['python']}"
+        f"median of {setup['repeats']} repeats; {setup['cpus']} CPUs, Python {setup['python']}; "
+        f"load average before {setup['loadavg_before']}, after {setup['loadavg_after']}"
     )
     header = (
         f"{'backend':<10}{'workers':>8}{'pairs/s':>10}{'ops/s':>9}{'scaling':>9}"
@@ -274,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "loadavg_before": _loadavg(),
         },
         "backends": [],
         "skipped": {},
@@ -289,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
             print(f"{backend}:", flush=True)
             report["backends"].append(run_backend(backend, args, Path(tmp)))
+    report["setup"]["loadavg_after"] = _loadavg()
     print_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -37,7 +37,6 @@ from .errors import (
 )
 from .functional import effectful
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
-from .middleware import EffectMiddleware
 from .node import EffectToolNode
 from .operation import Operation, State
 from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
@@ -45,6 +44,7 @@ from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_c
 if TYPE_CHECKING:
     from .checkpoint.postgres import EffectPostgresSaver
     from .ledger.postgres import PostgresLedger
+    from .middleware import EffectMiddleware
 
 __version__ = "0.1.0"
 
@@ -100,7 +100,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The postgres extra is optional: import psycopg only when these are used.
+    # Optional extras import on first use: psycopg (postgres), langchain (agents).
+    if name == "EffectMiddleware":
+        from .middleware import EffectMiddleware
+
+        return EffectMiddleware
     if name == "PostgresLedger":
         from .ledger.postgres import PostgresLedger
 

@@ -970,6 +970,7 @@ def recover_command(
         list[str] | None,
         typer.Option(
             "--thread",
+            metavar="THREAD",
             help="Only this thread (repeatable). Default: every thread with an unresolved operation "
             "or an out-of-band verdict not yet answered.",
             show_default=False,
@@ -1009,7 +1010,16 @@ def recover_command(
     db: DbOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Resume threads a crash left mid-effect, once each, and report what settled them."""
+    """Resume threads a crash left mid-effect, once each, and report what settled them.
+
+    --graph names a factory in your code, `def make_graph(checkpointer)`, that builds the
+    graph that ran the threads and compiles it with the checkpointer it is given
+    (`builder.compile(checkpointer=checkpointer)`); it may be async. The console opens
+    that checkpointer for --db (EffectSqliteSaver for a SQLite path, EffectPostgresSaver
+    for a postgresql:// DSN) and resumes each thread once, with durability="sync", under
+    the tenant its operations were recorded with. A thread with an operation under a live
+    lease is left alone (someone is sending it right now).
+    """
     from .recovery import recover
 
     ledger_name, use_json = _settings(ctx, db, json_output)

@@ -521,18 +521,18 @@ def test_cli_recover_refuses_bad_input(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_cli_recover_on_postgres(tmp_path: Path) -> None:
     import psycopg
-    from psycopg.conninfo import make_conninfo
 
     from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
     from tests.ledger.conftest import require_postgres
 
     base = require_postgres()
+    if not base.startswith(("postgres://", "postgresql://")):
+        pytest.skip("the console recognises a Postgres DSN by its URL scheme")
     schema = f"lge_recover_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    dsn = make_conninfo(base, options=f"-c search_path={schema}")
-    if not dsn.startswith("postgresql://"):  # the console recognises a DSN by its scheme
-        dsn = base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}"
+    # Checkpoints and ledger both land in the fresh schema, through search_path.
+    dsn = base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}"
     try:
 
         async def setup() -> None:
@@ -540,6 +540,14 @@ def test_cli_recover_on_postgres(tmp_path: Path) -> None:
                 await saver.setup()
 
         asyncio.run(setup())
+        with psycopg.connect(base) as conn:
+            tables = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+                )
+            }
+        assert {"checkpoints", "effect_operations"} <= tables
         s = replace(spec(tmp_path, contract="dedup", provider_mode="dedup"), db=dsn)
         crash(s)
         done = cli("recover", "--db", dsn, "--graph", FACTORY, "--json", s=s)

@@ -403,7 +403,8 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse(asdict(faults))
 
     async def clear_faults(request: Request) -> Response:
-        faults.__init__()  # type: ignore[misc]
+        for name, value in asdict(Faults()).items():
+            setattr(faults, name, value)
         return JSONResponse(asdict(faults))
 
     @contextlib.asynccontextmanager

@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ class ProviderProcess:
 
     def start(self, timeout: float = 30.0) -> ProviderProcess:
         command = [sys.executable, "-m", "provider", "--fd", str(self.sock.fileno()), "--db", self.db]
+        command += ["--exit-with-parent"]  # never outlive the program that started it
         for name, value in self.options.items():
             command += [f"--{name.replace('_', '-')}", str(value)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
@@ -177,6 +179,12 @@ def run_in_background(
         raise
 
 
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
@@ -189,7 +197,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retention", type=float, default=24 * 3600.0, help="seconds keys are kept")
     parser.add_argument("--lag", type=float, default=0.0, help="seconds the listing lags")
     parser.add_argument("--in-flight-timeout", type=float, default=30.0)
+    parser.add_argument("--exit-with-parent", action="store_true", help="exit when the parent process dies")
     args = parser.parse_args(argv)
+    if args.exit_with_parent:
+        threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     app = create_app(
         Settings(db=args.db, retention=args.retention, lag=args.lag, in_flight_timeout=args.in_flight_timeout)
     )

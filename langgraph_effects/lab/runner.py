@@ -213,8 +213,11 @@ def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
                 failed.error = traceback.format_exc()
                 return failed
 
+        # Rows of ours first: their cells wait longer (settle times, hanging lookups),
+        # so the short seed cells fill the gaps at the end instead of leaving a tail.
+        order = sorted(range(len(cells)), key=lambda i: not cells[i].strategy.ours)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(one, i, cell): i for i, cell in enumerate(cells)}
+            futures = {pool.submit(one, i, cells[i]): i for i in order}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 progress.update(task, cells=f"{len(results)}/{len(cells)} cells")

@@ -36,6 +36,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -132,7 +133,11 @@ waits = 0
 
 
 def _count_waits() -> None:
-    """Count how often this worker found another worker's live lease and waited."""
+    """Count how often this worker found another worker's live lease and waited.
+
+    Wraps the engine's private wait; if it is renamed, ``waits`` stays 0 and the
+    lease test's ``waits >= 1`` says so.
+    """
     original = engine.Session._wait_for_other
 
     async def counted(self: engine.Session, c: Any) -> None:
@@ -178,6 +183,8 @@ def seed(spec: PgSpec) -> dict[str, Any]:
             try:
                 _faults.install("after_intent", lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
                 asyncio.run(_seed_crash_one(spec, thread))
+            except BaseException:
+                traceback.print_exc()
             finally:
                 os._exit(3)  # reaching here means the fault point was never hit
         _, status = os.waitpid(pid, 0)  # reaped: its pid is provably dead to a resumer

@@ -1,0 +1,821 @@
+"""Property tests (hypothesis) over malformed input: tool calls and review answers.
+
+Tool calls. One AIMessage carries generated calls: missing, empty and duplicated
+ids, wrong-typed and missing arguments, extra fields with nested junk, huge (200 KB)
+arguments, unknown tool names, and a mix of a dedup tool, a blind tool and a
+read-only tool whose calls time out, fail before the request leaves, or fail
+definitely. Each runs in-process through ``EffectToolNode`` (sync and async) and a
+subset through ``create_agent`` + ``EffectMiddleware``; reviews are answered with
+the truth read from the providers, which keep their own records. Properties:
+
+* no effect runs twice (counted at the providers, by a unique label per call);
+* no effect vanishes: a call the node accepted and the model got a success for has
+  exactly one effect and exactly one operation; a refused or invalid call has none;
+* no operation is left non-terminal without appearing in ``ledger.unresolved()``;
+* every tool call gets exactly one ToolMessage;
+* replaying the thread from the checkpoint before the tools sends nothing.
+
+Review answers. A thread paused on an ``effect_review`` interrupt gets generated
+resume payloads: unknown operation ids, ids that look like interrupt ids, wrong
+decision types, decisions for an operation that is not under review, ``abandon``
+without a reason, extra fields, non-dict values, approval-shaped answers, mixtures
+with one valid decision, wrapped by interrupt id or bare. Properties: an invalid
+answer keeps the interrupt pending (a pydantic ValidationError, or the interrupt is
+still there) and changes nothing; a valid decision is applied exactly once; nothing
+is sent twice; re-sending the same answer changes nothing; and a valid answer after
+any amount of garbage still settles the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+from langgraph_effects import (
+    DefiniteFailure,
+    Effect,
+    InMemoryLedger,
+    Operation,
+    OperationQuery,
+    State,
+    attach_ledger,
+    current_operation,
+    resume_command,
+)
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.middleware import EffectMiddleware
+from langgraph_effects.node import EffectToolNode
+from langgraph_effects.testing import ScriptedChatModel
+from tests.helpers.agent import State as AgentState
+
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+EFFECTFUL = ("send", "notify")
+HUGE = 200_000
+ALL_STATES = frozenset(State)
+
+
+# -- tools over providers that keep their own records ------------------------------------
+
+
+def _behave(fail: str, apply: Callable[[], str]) -> str:
+    """``fail`` decides what the first attempt does; later attempts always succeed."""
+    first = current_operation().attempt == 1
+    if fail == "definite":
+        raise DefiniteFailure("the provider rejected the request (422)")
+    if fail == "error_before" and first:
+        raise ConnectionError("connection reset before the request was sent")
+    receipt = apply()
+    if fail == "timeout_after" and first:
+        raise TimeoutError("the provider did not answer in time")
+    return receipt
+
+
+def make_tools(dedup: Provider, blind: Provider) -> list[BaseTool]:
+    @tool
+    def send(label: str, body: str = "", fail: str = "none") -> str:
+        """Send ``label`` through a provider that dedups on our key."""
+        key = current_operation().provider_key
+        return _behave(fail, lambda: dedup.apply({"operation": label}, key=key).effect_id)
+
+    @tool
+    def notify(label: str, body: str = "", fail: str = "none") -> str:
+        """Notify ``label`` through a provider that neither dedups nor can be queried."""
+        return _behave(fail, lambda: blind.apply({"operation": label}).effect_id)
+
+    @tool
+    def peek(q: str) -> str:
+        """Read something; changes nothing."""
+        return f"seen {q[:20]}"
+
+    return [send, notify, peek]
+
+
+EFFECTS = {"send": Effect(dedup_window=3600), "peek": Effect.read_only()}  # notify: blind
+
+
+# -- generated calls -------------------------------------------------------------------
+
+JUNK = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+NOT_A_STRING = JUNK.filter(lambda v: not isinstance(v, str))
+
+
+@dataclass
+class CallSpec:
+    index: int
+    tool: str  # send | notify | peek | an unknown name
+    id_mode: str  # unique | missing | empty | dup0 | dup1
+    args_mode: str  # valid | wrong_type | extra | huge | missing_field | not_a_dict
+    fail: str  # none | timeout_after | error_before | definite
+    junk: Any
+    junk_key: str
+
+    @property
+    def label(self) -> str:
+        return f"L{self.index}"
+
+    @property
+    def known(self) -> bool:
+        return self.tool in ("send", "notify", "peek")
+
+    @property
+    def effectful(self) -> bool:
+        return self.tool in EFFECTFUL
+
+    @property
+    def args_valid(self) -> bool:
+        return self.known and self.args_mode in ("valid", "extra", "huge")
+
+    def args(self) -> Any:
+        main = {"q": self.label} if self.tool == "peek" else {"label": self.label, "fail": self.fail}
+        if self.args_mode == "wrong_type":
+            wrong = "q" if self.tool == "peek" else "body"
+            return {**main, wrong: self.junk}
+        if self.args_mode == "extra":
+            return {**main, "x_" + self.junk_key: self.junk}
+        if self.args_mode == "huge":
+            return {**main, ("q" if self.tool == "peek" else "body"): "x" * HUGE}
+        if self.args_mode == "missing_field":
+            return {"body": "no label"}
+        if self.args_mode == "not_a_dict":
+            return self.junk
+        return main
+
+    def raw_id(self) -> str | None:
+        return {
+            "unique": f"call_{self.index}",
+            "missing": None,
+            "empty": "",
+            "dup0": "dup_0",
+            "dup1": "dup_1",
+        }[self.id_mode]
+
+    @property
+    def crashes_toolnode(self) -> bool:
+        """Input LangGraph's own ToolNode cannot answer (it raises): arguments that are
+        not a dict, or no id on a call it runs itself (read-only, unknown, invalid)."""
+        if self.args_mode == "not_a_dict":
+            return True
+        return self.raw_id() is None and not (self.effectful and self.args_valid)
+
+
+@st.composite
+def call_specs(draw: st.DrawFn, *, crashing: bool = False, max_calls: int = 6) -> list[CallSpec]:
+    n = draw(st.integers(1, max_calls))
+    specs = []
+    for i in range(n):
+        args_modes = ["valid"] * 5 + ["wrong_type", "extra", "huge", "missing_field"]
+        if crashing:
+            args_modes.append("not_a_dict")
+        mode = draw(st.sampled_from(args_modes))
+        specs.append(
+            CallSpec(
+                index=i,
+                tool=draw(st.sampled_from(["send", "send", "notify", "notify", "peek", "unknown_tool"])),
+                id_mode=draw(st.sampled_from(["unique"] * 4 + ["missing", "empty", "dup0", "dup1"])),
+                args_mode=mode,
+                fail=draw(st.sampled_from(["none"] * 3 + ["timeout_after", "error_before", "definite"])),
+                junk=draw(NOT_A_STRING) if mode in ("wrong_type", "not_a_dict") else draw(JUNK),
+                junk_key=draw(st.text(min_size=0, max_size=8)),
+            )
+        )
+    if crashing and not any(s.crashes_toolnode for s in specs):
+        victim = specs[draw(st.integers(0, n - 1))]
+        if draw(st.booleans()):
+            victim.args_mode, victim.junk = "not_a_dict", draw(NOT_A_STRING)
+        else:
+            victim.tool, victim.id_mode = draw(st.sampled_from(["peek", "unknown_tool"])), "missing"
+    return specs
+
+
+def call_id(spec: CallSpec, *, safe: bool) -> str | None:
+    """The id the model sends; ``safe`` keeps ToolNode's own crash inputs out."""
+    raw = spec.raw_id()
+    if raw is None and safe and spec.crashes_toolnode:
+        return ""
+    return raw
+
+
+def ai_message(specs: list[CallSpec], *, safe: bool) -> AIMessage:
+    calls = [
+        {
+            "name": s.tool,
+            "args": s.args() if s.args_mode != "not_a_dict" else {},
+            "id": call_id(s, safe=safe),
+            "type": "tool_call",
+        }
+        for s in specs
+    ]
+    message = AIMessage("", tool_calls=calls, id=f"ai-{uuid.uuid4().hex[:8]}")
+    for s, call in zip(specs, message.tool_calls, strict=True):
+        if s.args_mode == "not_a_dict":
+            call["args"] = s.args()  # what a broken model integration might hand over
+    return message
+
+
+def refused_ids(specs: list[CallSpec], *, safe: bool, per_message: bool) -> tuple[set[int], set[int]]:
+    """Indexes of effectful, valid calls that must be refused (no usable identity), and
+    of those that may be refused or tracked.
+
+    ``per_message``: duplicate ids are seen across the message (EffectToolNode);
+    EffectMiddleware sees one call per task and refuses only a missing id. A valid call
+    whose id only an unknown-tool or invalid sibling shares is refused by the contract
+    (``engine.effectful_calls``), but EffectToolNode counts ids among valid calls only
+    (see test_hardening::test_node_refuses_an_id_shared_with_an_invalid_sibling); both
+    are safe, so the properties here accept either and check whichever happened.
+    """
+    every = Counter(call_id(s, safe=safe) or "" for s in specs)
+    valid = Counter(call_id(s, safe=safe) or "" for s in specs if s.known and s.args_valid)
+    must, may = set(), set()
+    for s in specs:
+        if not (s.effectful and s.args_valid):
+            continue
+        cid = call_id(s, safe=safe) or ""
+        if not cid or (per_message and valid[cid] > 1):
+            must.add(s.index)
+        elif per_message and every[cid] > 1:
+            may.add(s.index)
+    return must, may
+
+
+# -- harness -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    dedup: Provider
+    blind: Provider
+    ledger: InMemoryLedger
+    graph: Any
+    config: RunnableConfig
+    rounds: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+
+    def effects(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for provider in (self.dedup, self.blind):
+            counts.update(provider.count_effects())
+        return counts
+
+    def requests(self) -> int:
+        return self.dedup.count_requests("apply") + self.blind.count_requests("apply")
+
+
+@contextmanager
+def providers() -> Iterator[tuple[Provider, Provider]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        dedup = Provider(Path(tmp) / "dedup.sqlite", "dedup").setup()
+        blind = Provider(Path(tmp) / "blind.sqlite", "blind").setup()
+        try:
+            yield dedup, blind
+        finally:
+            dedup.close()
+            blind.close()
+
+
+def node_graph(message: AIMessage, tools: list[BaseTool], saver: Any) -> Any:
+    def model(state: AgentState) -> dict[str, Any]:
+        if any(isinstance(m, ToolMessage) for m in state["messages"]):
+            return {}
+        return {"messages": [message]}
+
+    builder = StateGraph(AgentState)
+    builder.add_node("model", model)
+    # handle_tool_errors=True: the model sees a definite failure as an error message
+    # (ToolNode's default re-raises it and fails the run).
+    builder.add_node("tools", EffectToolNode(tools, effects=EFFECTS, handle_tool_errors=True))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    return builder.compile(checkpointer=saver)
+
+
+def agent_graph(message: AIMessage, tools: list[BaseTool], saver: Any) -> Any:
+    from langchain.agents import create_agent
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return AIMessage("done", id=f"final-{uuid.uuid4().hex[:8]}")
+        return message
+
+    return create_agent(
+        ScriptedChatModel(script=script),
+        tools=tools,
+        middleware=[EffectMiddleware(EFFECTS)],
+        checkpointer=saver,
+    )
+
+
+async def all_ops(ledger: InMemoryLedger) -> list[Operation]:
+    return await ledger.list_operations(OperationQuery(states=ALL_STATES, limit=10_000))
+
+
+async def check_accounted(ledger: InMemoryLedger) -> None:
+    """No operation is non-terminal without appearing in ``ledger.unresolved()``."""
+    unresolved = {op.op_id for op in await ledger.unresolved(limit=10_000)}
+    for op in await all_ops(ledger):
+        assert op.terminal or op.op_id in unresolved, (op.op_id, op.state)
+
+
+async def truthful_answer(run: Run, interrupts: Any) -> Any:
+    """Answer every pending review with what the providers' records say."""
+    effects = run.effects()
+    decisions: dict[str, Any] = {}
+    for pending in interrupts:
+        for entry in pending.value["operations"]:
+            op = await run.ledger.get(entry["operation_id"])
+            assert op is not None
+            label = op.args["label"]
+            decisions[entry["operation_id"]] = (
+                {"type": "landed", "receipt": "checked"} if effects[label] else {"type": "not_landed"}
+            )
+    return resume_command(interrupts, decisions)
+
+
+class Driver:
+    """Invoke a graph sync or async with the same code."""
+
+    def __init__(self, run: Run, use_async: bool) -> None:
+        self.run = run
+        self.use_async = use_async
+
+    async def invoke(self, payload: Any, config: RunnableConfig | None = None) -> None:
+        config = config or self.run.config
+        if self.use_async:
+            await self.run.graph.ainvoke(payload, config)
+        else:
+            await asyncio.to_thread(self.run.graph.invoke, payload, config)
+
+    async def state(self) -> Any:
+        if self.use_async:
+            return await self.run.graph.aget_state(self.run.config)
+        return await asyncio.to_thread(self.run.graph.get_state, self.run.config)
+
+    async def history(self) -> list[Any]:
+        if self.use_async:
+            return [s async for s in self.run.graph.aget_state_history(self.run.config)]
+        return await asyncio.to_thread(lambda: list(self.run.graph.get_state_history(self.run.config)))
+
+
+async def drive_to_the_end(driver: Driver, first: Any) -> Any:
+    """Invoke, then answer reviews truthfully until nothing is pending."""
+    run = driver.run
+    await driver.invoke(first)
+    for _ in range(6):
+        state = await driver.state()
+        await check_accounted(run.ledger)
+        assert max(run.effects().values(), default=0) <= 1
+        if not state.interrupts:
+            return state
+        for pending in state.interrupts:
+            assert pending.value["type"] == "effect_review"
+            for entry in pending.value["operations"]:
+                assert entry["state"] in ("review", "unknown")
+        await driver.invoke(await truthful_answer(run, state.interrupts))
+        run.rounds += 1
+    raise AssertionError("reviews kept coming back after truthful answers")
+
+
+def check_final(
+    specs: list[CallSpec], state: Any, run: Run, ops: list[Operation], *, safe: bool, per_message: bool
+) -> None:
+    effects = run.effects()
+    refused, either = refused_ids(specs, safe=safe, per_message=per_message)
+    messages = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+
+    # Every tool call gets exactly one ToolMessage (duplicated ids: one per call).
+    wanted = Counter(call_id(s, safe=safe) or "" for s in specs)
+    got = Counter(m.tool_call_id or "" for m in messages)
+    assert got == wanted, (got, wanted)
+
+    # No effect twice, none without a call that asked for it.
+    assert all(n == 1 for n in effects.values()), effects
+    assert set(effects) <= {s.label for s in specs}
+
+    ops_by_label: dict[str, list[Operation]] = {}
+    for op in ops:
+        ops_by_label.setdefault(str(op.args.get("label")), []).append(op)
+        assert op.terminal, (op.op_id, op.state)  # everything was settled
+
+    by_id: dict[str, list[ToolMessage]] = {}
+    for m in messages:
+        by_id.setdefault(m.tool_call_id or "", []).append(m)
+    for s in specs:
+        cid = call_id(s, safe=safe) or ""
+        mine = by_id[cid]
+        label_ops = ops_by_label.get(s.label, [])
+        if s.index in either and not label_ops:
+            refused.add(s.index)  # refused after all: check it as such
+        tracked = s.effectful and s.args_valid and s.index not in refused
+        if not tracked:
+            # Refused, invalid, unknown or read-only: never sent, never recorded.
+            assert effects[s.label] == 0, s
+            assert label_ops == [], s
+            if s.index in refused or not s.known or (s.effectful and not s.args_valid):
+                assert any(m.status == "error" for m in mine), s
+            continue
+        [op] = label_ops  # exactly one operation per accepted call
+        [message] = [m for m in mine if (m.artifact or {}).get("operation_id") == op.op_id]
+        if s.fail == "definite":
+            assert message.status == "error" and op.state is State.FAILED
+            assert effects[s.label] == 0
+        else:
+            # The model got a success: the effect happened exactly once.
+            assert message.status == "success", (s, message)
+            assert op.state is State.CONFIRMED
+            assert effects[s.label] == 1, (s, effects)
+
+
+async def replay_sends_nothing(driver: Driver) -> None:
+    """Time travel to the checkpoint before the tools: everything replays."""
+    run = driver.run
+    before = (run.requests(), run.effects())
+    history = await driver.history()
+    first = next(s for s in reversed(history) if s.next == ("tools",))  # oldest: before any review
+    await driver.invoke(None, first.config)
+    assert (run.requests(), run.effects()) == before
+
+
+# -- tool-call properties ---------------------------------------------------------------
+
+
+@FUZZ
+@given(specs=call_specs(), use_async=st.booleans())
+def test_generated_tool_calls_through_the_node(specs: list[CallSpec], use_async: bool) -> None:
+    with providers() as (dedup, blind):
+        ledger = InMemoryLedger()
+        graph = node_graph(ai_message(specs, safe=True), make_tools(dedup, blind),
+                           attach_ledger(InMemorySaver(), ledger))
+        run = Run(dedup, blind, ledger, graph, {"configurable": {"thread_id": "fuzz"}})
+        driver = Driver(run, use_async)
+
+        async def go() -> None:
+            state = await drive_to_the_end(driver, {"messages": [HumanMessage("go")]})
+            ops = await all_ops(ledger)
+            check_final(specs, state, run, ops, safe=True, per_message=True)
+            assert await ledger.unresolved() == []
+            await replay_sends_nothing(driver)
+
+        asyncio.run(go())
+
+
+@settings(FUZZ, max_examples=15)
+@given(specs=call_specs(max_calls=4))
+def test_generated_tool_calls_through_create_agent(specs: list[CallSpec]) -> None:
+    for s in specs:  # create_agent re-raises a definite failure: the run fails (ToolNode semantics)
+        s.fail = "none" if s.fail == "definite" else s.fail
+    with providers() as (dedup, blind):
+        ledger = InMemoryLedger()
+        graph = agent_graph(ai_message(specs, safe=True), make_tools(dedup, blind),
+                            attach_ledger(InMemorySaver(), ledger))
+        run = Run(dedup, blind, ledger, graph, {"configurable": {"thread_id": "fuzz"}})
+        driver = Driver(run, use_async=True)
+
+        async def go() -> None:
+            state = await drive_to_the_end(driver, {"messages": [HumanMessage("go")]})
+            ops = await all_ops(ledger)
+            check_final(specs, state, run, ops, safe=True, per_message=False)
+            assert await ledger.unresolved() == []
+
+        asyncio.run(go())
+
+
+@settings(FUZZ, max_examples=20)
+@given(
+    specs=call_specs(crashing=True),
+    use_async=st.booleans(),
+)
+def test_input_toolnode_itself_rejects_is_still_safe(specs: list[CallSpec], use_async: bool) -> None:
+    """Arguments that are not a dict, or no id on a call ToolNode runs itself, make
+    LangGraph's ToolNode raise. Whatever ran of the siblings stays accounted for and
+    is never sent twice, however often the thread is resumed."""
+    with providers() as (dedup, blind):
+        ledger = InMemoryLedger()
+        graph = node_graph(ai_message(specs, safe=False), make_tools(dedup, blind),
+                           attach_ledger(InMemorySaver(), ledger))
+        run = Run(dedup, blind, ledger, graph, {"configurable": {"thread_id": "fuzz"}})
+        driver = Driver(run, use_async)
+        refused, _ = refused_ids(specs, safe=False, per_message=True)
+
+        async def go() -> None:
+            payload: Any = {"messages": [HumanMessage("go")]}
+            for _ in range(3):
+                try:
+                    await driver.invoke(payload)
+                except Exception as error:
+                    run.errors.append(error)
+                payload = None
+                await check_accounted(ledger)
+                effects = run.effects()
+                assert all(n <= 1 for n in effects.values()), effects
+                ops = await all_ops(ledger)
+                recorded = {str(op.args.get("label")) for op in ops}
+                for s in specs:
+                    if not (s.effectful and s.args_valid) or s.index in refused:
+                        assert effects[s.label] == 0, s
+                    if effects[s.label]:
+                        assert s.label in recorded  # no effect the ledger does not know
+            assert run.errors, "ToolNode was expected to reject this input"
+
+        asyncio.run(go())
+
+
+# -- review-answer properties ------------------------------------------------------------
+
+VALID_DECISIONS = [
+    {"type": "landed"},
+    {"type": "landed", "receipt": {"id": "R-1"}},
+    {"type": "not_landed"},
+    {"type": "abandon", "reason": "operator closed it"},
+]
+INVALID_DECISIONS = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["approve", "edit", "reject", "maybe", "LANDED", ""])}),
+    st.fixed_dictionaries({"type": st.text(max_size=8)}).filter(
+        lambda d: d["type"] not in ("landed", "not_landed", "abandon")
+    ),
+    st.just({"type": "abandon"}),  # a reason is required
+    st.just({"type": "abandon", "reason": ""}),
+    st.just({"type": "abandon", "reason": 7}),
+    st.just({"type": "not_landed", "receipt": "x"}),  # extra field
+    st.just({"type": "landed", "note": "extra"}),
+    st.just({"receipt": "no type"}),
+    NOT_A_STRING.filter(lambda v: not isinstance(v, dict)),
+    st.text(max_size=10),
+)
+KEYS = ["review0", "review1", "confirmed", "unknown_op", "hex"]
+HEX = re.compile(r"^[0-9a-f]{32}$")
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> tuple[str, Any]:
+    """(wrapping, answer) with symbolic operation keys resolved later."""
+    shape = draw(st.sampled_from(["mapping"] * 6 + ["junk", "approval"]))
+    if shape == "junk":
+        # (a bare ``None`` is left out: LangGraph itself fails on Command(resume=None))
+        answer: Any = draw(
+            NOT_A_STRING.filter(lambda v: v is not None and not isinstance(v, dict)) | st.text(max_size=10)
+        )
+    elif shape == "approval":
+        answer = {
+            "decisions": draw(
+                st.lists(st.sampled_from([{"type": "approve"}, {"type": "reject"}, {"type": "bogus"}]),
+                         max_size=2)
+            )
+        }
+    else:
+        answer = draw(
+            st.dictionaries(
+                st.sampled_from(KEYS),
+                st.sampled_from(VALID_DECISIONS) | INVALID_DECISIONS,
+                max_size=4,
+            )
+        )
+    wrapping = draw(st.sampled_from(["by_interrupt", "by_interrupt", "bare", "stale_interrupt"]))
+    return wrapping, answer
+
+
+def valid_decision(value: Any) -> bool:
+    """The answer schema, written out independently of the package's models."""
+    if not isinstance(value, dict):
+        return False
+    kind = value.get("type")
+    allowed = {"landed": {"type", "receipt"}, "not_landed": {"type"}, "abandon": {"type", "reason"}}
+    if kind not in allowed or not set(value) <= allowed[kind]:
+        return False
+    if kind == "abandon":
+        return isinstance(value.get("reason"), str) and len(value["reason"]) >= 1
+    return True
+
+
+def valid_approval(value: Any) -> bool:
+    if not (isinstance(value, dict) and set(value) == {"decisions"} and isinstance(value["decisions"], list)):
+        return False
+    return all(isinstance(d, dict) and d.get("type") in ("approve", "reject") for d in value["decisions"])
+
+
+@dataclass
+class ReviewHarness:
+    """One graph, checkpointer and ledger for every example; a fresh thread each time."""
+
+    dedup: Provider
+    blind: Provider
+    saver: InMemorySaver
+    graph: Any
+    ledger: InMemoryLedger = field(default_factory=InMemoryLedger)
+
+    def fresh_ledger(self) -> None:
+        """A new ledger per example: an asyncio.Lock must not outlive its event loop."""
+        self.ledger = InMemoryLedger()
+        attach_ledger(self.saver, self.ledger)
+
+
+_REVIEW: dict[str, ReviewHarness] = {}
+_TMP = tempfile.TemporaryDirectory()
+
+
+def review_harness() -> ReviewHarness:
+    if "h" not in _REVIEW:
+        dedup = Provider(Path(_TMP.name) / "dedup.sqlite", "dedup").setup()
+        blind = Provider(Path(_TMP.name) / "blind.sqlite", "blind").setup()
+        tools = make_tools(dedup, blind)
+
+        def model(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+            if any(isinstance(m, ToolMessage) for m in state["messages"]):
+                return {}
+            thread = config["configurable"]["thread_id"]
+            calls = [
+                # Fails before the request leaves: the truth is "not landed".
+                {"name": "notify", "args": {"label": f"{thread}:0", "fail": "error_before"}, "id": "c0"},
+                {"name": "notify", "args": {"label": f"{thread}:1", "fail": "error_before"}, "id": "c1"},
+                {"name": "notify", "args": {"label": f"{thread}:2"}, "id": "c2"},  # confirmed
+            ]
+            return {"messages": [AIMessage("", tool_calls=calls, id=f"ai-{thread}")]}
+
+        saver = InMemorySaver()
+        builder = StateGraph(AgentState)
+        builder.add_node("model", model)
+        builder.add_node("tools", EffectToolNode(tools, effects=EFFECTS))
+        builder.add_edge(START, "model")
+        builder.add_edge("model", "tools")
+        builder.add_edge("tools", END)
+        _REVIEW["h"] = ReviewHarness(dedup, blind, saver, builder.compile(checkpointer=saver))
+    return _REVIEW["h"]
+
+
+async def snapshot(h: ReviewHarness, thread: str) -> tuple[dict[str, tuple[str, int, int]], int]:
+    """(label -> (state, version, audit length)) for the thread, and the blind provider's
+    request count for it."""
+    out = {}
+    for op in await all_ops(h.ledger):
+        if op.thread_id == thread:
+            out[str(op.args["label"])] = (op.state.value, op.version, len(await h.ledger.audit(op.op_id)))
+    sent = sum(1 for e in h.blind.effects() if e.operation.startswith(f"{thread}:"))
+    return out, sent
+
+
+def verdicts(trail: list[Any]) -> int:
+    return sum(1 for entry in trail if (entry.evidence or {}).get("kind") == "verdict")
+
+
+@settings(FUZZ, max_examples=60)
+@given(sequence=st.lists(answers(), min_size=1, max_size=3), hexes=st.lists(
+    st.text(alphabet="0123456789abcdef", min_size=32, max_size=32), min_size=2, max_size=2))
+def test_generated_review_answers(sequence: list[tuple[str, Any]], hexes: list[str]) -> None:
+    h = review_harness()
+    h.fresh_ledger()
+    thread = f"r-{uuid.uuid4().hex[:12]}"
+    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+
+    async def go() -> None:
+        await h.graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+        state = await h.graph.aget_state(config)
+        [pending] = state.interrupts
+        under_review = [e["operation_id"] for e in pending.value["operations"]]
+        assert len(under_review) == 2
+        confirmed = next(
+            op.op_id
+            for op in await all_ops(h.ledger)
+            if op.thread_id == thread and op.state is State.CONFIRMED
+        )
+        ids = {
+            "review0": under_review[0],
+            "review1": under_review[1],
+            "confirmed": confirmed,
+            "unknown_op": "op_" + "0" * 31 + "1",
+            "hex": hexes[0],
+        }
+        decided: dict[str, str] = {}  # op id -> decision type, as applied
+
+        for wrapping, symbolic in sequence:
+            state = await h.graph.aget_state(config)
+            before, sent_before = await snapshot(h, thread)
+            answer = (
+                {ids[k]: v for k, v in symbolic.items()}
+                if isinstance(symbolic, dict) and "decisions" not in symbolic
+                else symbolic
+            )
+            if not state.interrupts:
+                break
+            [pending] = state.interrupts
+            if wrapping == "by_interrupt":
+                payload: Any = {pending.id: answer}
+            elif wrapping == "stale_interrupt":
+                payload = {hexes[1]: answer}
+            else:
+                payload = answer
+
+            # What the graph should make of it (an independent reading of the schema).
+            reaches_node = wrapping == "by_interrupt" or (
+                wrapping == "bare"
+                and not (isinstance(answer, dict) and answer and all(
+                    isinstance(k, str) and HEX.match(k) for k in answer))
+            )
+            schema_ok = valid_approval(answer) or (
+                isinstance(answer, dict) and all(valid_decision(v) for v in answer.values())
+                and "decisions" not in answer
+            )
+            if reaches_node and not schema_ok and isinstance(answer, dict) and not answer:
+                schema_ok = True  # {} is an empty review answer
+            listed = {e["operation_id"] for e in pending.value["operations"]}
+            applies = (
+                {k: v for k, v in answer.items() if k in listed}
+                if reaches_node and schema_ok and isinstance(answer, dict) and not valid_approval(answer)
+                else {}
+            )
+
+            raised: BaseException | None = None
+            try:
+                await h.graph.ainvoke(Command(resume=payload), config)
+            except pydantic.ValidationError as error:
+                raised = error
+            after, sent_after = await snapshot(h, thread)
+            state_after = await h.graph.aget_state(config)
+
+            if raised is not None:
+                assert reaches_node and not schema_ok, (payload, raised)
+            if not applies:
+                # Invalid, misaddressed, or naming nothing under review: nothing changes
+                # and the same operations are still waiting.
+                assert after == before, (payload, before, after)
+                assert sent_after == sent_before
+                [still] = state_after.interrupts
+                assert {e["operation_id"] for e in still.value["operations"]} == listed
+                continue
+            for op_id, decision in applies.items():
+                decided[op_id] = decision["type"]
+            for op_id in listed:
+                op = await h.ledger.get(op_id)
+                assert op is not None
+                trail = await h.ledger.audit(op_id)
+                if op_id in decided:
+                    assert verdicts(trail) == 1, trail  # applied exactly once
+                    expected = {"landed": State.CONFIRMED, "not_landed": State.CONFIRMED,
+                                "abandon": State.ABANDONED}[decided[op_id]]
+                    assert op.state is expected
+                else:
+                    assert op.state is State.REVIEW and verdicts(trail) == 0
+            remaining = listed - set(decided)
+            if remaining:
+                [still] = state_after.interrupts
+                assert {e["operation_id"] for e in still.value["operations"]} == remaining
+            else:
+                assert state_after.interrupts == ()
+
+            # Re-sending the very same payload changes nothing.
+            again_before = await snapshot(h, thread)
+            with suppress(pydantic.ValidationError):
+                await h.graph.ainvoke(Command(resume=payload), config)
+            assert await snapshot(h, thread) == again_before
+
+        # Nothing was sent twice: only a "not landed" verdict sends, and only once.
+        _, sent = await snapshot(h, thread)
+        effects = Counter(e.operation for e in h.blind.effects() if e.operation.startswith(f"{thread}:"))
+        assert all(n == 1 for n in effects.values()), effects
+        assert sent == 1 + sum(1 for kind in decided.values() if kind == "not_landed")
+
+        # After any amount of garbage, a valid answer still settles the thread.
+        state = await h.graph.aget_state(config)
+        if state.interrupts:
+            entries = state.interrupts[0].value["operations"]
+            rest = {e["operation_id"]: {"type": "not_landed"} for e in entries}
+            await h.graph.ainvoke(resume_command(state.interrupts, rest), config)
+            state = await h.graph.aget_state(config)
+        assert state.interrupts == ()
+        messages = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+        assert sorted(m.tool_call_id for m in messages) == ["c0", "c1", "c2"]
+        assert all(
+            op.terminal for op in await all_ops(h.ledger) if op.thread_id == thread
+        )
+        effects = Counter(e.operation for e in h.blind.effects() if e.operation.startswith(f"{thread}:"))
+        assert all(n == 1 for n in effects.values()), effects
+
+    asyncio.run(go())
