@@ -5,22 +5,26 @@
 
 One *pair* is what one effectful tool call costs the ledger: ``record_intents([op],
 change=dispatch)`` (intent and dispatch marker in one commit) then
-``transition(op, succeed)`` (the outcome, one commit), the row built by
-``ledger_pairs.make_op`` so both benchmarks write the same rows.
+``transition(op, succeed)`` (the outcome, one commit), on the row
+``ledger_pairs.make_op`` builds, so both benchmarks write the same rows.
 
-For each backend and each worker count W, W separate **processes** each open their
-own ledger (SQLite: their own connection to one shared file, WAL,
-``synchronous=FULL``; Postgres: their own pool to one shared schema, the server's
-``synchronous_commit``), warm up, then meet at a barrier and each write ``--pairs``
-pairs as fast as they can. A repeat's figure is all W workers' pairs divided by the
-wall time from the barrier to the last worker's finish; the figure reported is the
-median of ``--repeats`` repeats. "Scaling" is that figure over the same backend's
-1-worker figure (the smallest worker count if 1 is not measured).
+Each backend gets max(W) worker **processes**, each with its own ledger (SQLite: its
+own connection to one shared file, WAL, ``synchronous=FULL``; Postgres: its own
+one-connection pool to one shared schema, at the server's ``synchronous_commit``).
+They connect and warm up once, then the parent runs rounds: in a round, the first
+W workers start together (a start time a moment ahead, sent to each) and each
+writes ``--pairs`` pairs as fast as it can; the round's figure is all their pairs
+divided by the wall time from the start to the last worker's finish. Rounds are
+interleaved (repeat, then worker count, then backend), so load drifting on the
+machine touches every figure alike; each reported figure is the median of
+``--repeats`` rounds. "Scaling" is a figure over the same backend's 1-worker figure
+(the smallest worker count if 1 is not measured). The load average before and
+after is printed: on a shared machine, read the figures with it.
 
 Postgres: ``--dsn``, else env ``LANGGRAPH_EFFECTS_TEST_PG_DSN``, else
-``postgresql://postgres@127.0.0.1:5432/test``. The ledger goes in a fresh schema,
+``postgresql://postgres@127.0.0.1:5432/test``; the ledger goes in a fresh schema,
 dropped afterwards. If the server cannot be reached, that is said in one line and
-the SQLite figures are still measured.
+SQLite is still measured.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import json
 import multiprocessing
 import os
 import platform
+import queue
 import socket
 import statistics
 import sys
@@ -55,6 +60,8 @@ except ImportError:  # imported as benchmarks.ledger_throughput
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 WARMUP = 20
 RESULT = b'{"id": "msg_123"}'
+START_AHEAD = 0.3  # seconds between sending a round's start time and the start itself
+TIMEOUT = 900.0  # seconds to wait for any one worker message before giving up
 
 
 # -- one worker process -------------------------------------------------------------------
@@ -85,27 +92,28 @@ async def _pairs(ledger: Ledger, owner: Owner, prefix: str, n: int) -> list[floa
     return latencies
 
 
-async def _worker_async(
-    target: dict[str, str], run_id: str, wid: int, pairs: int, repeats: int, barrier: Any, out: Any
-) -> None:
-    owner = Owner(host=socket.gethostname(), pid=os.getpid(), started=0.0, token=f"{run_id}-{wid}")
+async def _worker_async(target: dict[str, str], wid: int, commands: Any, out: Any) -> None:
+    token = f"{target['backend']}-{wid}-{uuid.uuid4().hex[:8]}"
+    owner = Owner(host=socket.gethostname(), pid=os.getpid(), started=0.0, token=token)
     async with _open(target) as ledger:
-        await _pairs(ledger, owner, f"{run_id}-w{wid}-warm", WARMUP)
-        for rep in range(repeats):
-            await asyncio.to_thread(barrier.wait)
+        await _pairs(ledger, owner, f"{token}-warm", WARMUP)
+        out.put({"wid": wid, "ready": True})
+        while True:
+            command = await asyncio.to_thread(commands.get)
+            if command is None:
+                return
+            tag, pairs, start_at = command
+            await asyncio.sleep(max(0.0, start_at - time.time()))
             started = time.time()
-            latencies = await _pairs(ledger, owner, f"{run_id}-w{wid}-r{rep}", pairs)
-            out.put({"wid": wid, "rep": rep, "started": started, "finished": time.time(),
+            latencies = await _pairs(ledger, owner, f"{token}-{tag}", pairs)
+            out.put({"wid": wid, "tag": tag, "started": started, "finished": time.time(),
                      "latencies": latencies})
 
 
-def worker(
-    target: dict[str, str], run_id: str, wid: int, pairs: int, repeats: int, barrier: Any, out: Any
-) -> None:
+def worker(target: dict[str, str], wid: int, commands: Any, out: Any) -> None:
     try:
-        asyncio.run(_worker_async(target, run_id, wid, pairs, repeats, barrier, out))
+        asyncio.run(_worker_async(target, wid, commands, out))
     except BaseException as error:
-        barrier.abort()  # the others must not wait for this one forever
         out.put({"wid": wid, "error": f"{type(error).__name__}: {error}"})
         raise
 
@@ -113,46 +121,50 @@ def worker(
 # -- the parent -----------------------------------------------------------------------------
 
 
-def measure(target: dict[str, str], workers: int, pairs: int, repeats: int) -> dict[str, Any]:
-    """W processes, ``repeats`` barrier-started rounds of ``pairs`` pairs each."""
-    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited loops or pools
-    barrier = ctx.Barrier(workers)
-    out = ctx.Queue()
-    run_id = f"{target['backend']}-{workers}-{uuid.uuid4().hex[:8]}"
-    procs = [
-        ctx.Process(target=worker, args=(target, run_id, w, pairs, repeats, barrier, out), daemon=True)
-        for w in range(workers)
-    ]
-    for proc in procs:
-        proc.start()
-    rounds: dict[int, list[dict[str, Any]]] = {rep: [] for rep in range(repeats)}
-    try:
-        for _ in range(workers * repeats):
-            item = out.get(timeout=600)
-            if "error" in item:
-                raise RuntimeError(f"{target['backend']} worker {item['wid']} failed: {item['error']}")
-            rounds[item["rep"]].append(item)
-    finally:
-        for proc in procs:
+class Fleet:
+    """``size`` worker processes on one backend, started once and driven round by round."""
+
+    def __init__(self, target: dict[str, str], size: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited loops or pools
+        self.target = target
+        self.out = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(size)]
+        self.procs = [
+            ctx.Process(target=worker, args=(target, w, self.commands[w], self.out), daemon=True)
+            for w in range(size)
+        ]
+        for proc in self.procs:
+            proc.start()
+
+    def _get(self) -> dict[str, Any]:
+        try:
+            item: dict[str, Any] = self.out.get(timeout=TIMEOUT)
+        except queue.Empty:
+            raise RuntimeError(f"{self.target['backend']}: no word from a worker in {TIMEOUT:.0f}s") from None
+        if "error" in item:
+            raise RuntimeError(f"{self.target['backend']} worker {item['wid']} failed: {item['error']}")
+        return item
+
+    def wait_ready(self) -> None:
+        for _ in self.procs:
+            self._get()
+
+    def round(self, workers: int, pairs: int, tag: str) -> tuple[float, list[float]]:
+        """The first ``workers`` workers write ``pairs`` pairs each, starting together."""
+        start_at = time.time() + START_AHEAD
+        for w in range(workers):
+            self.commands[w].put((tag, pairs, start_at))
+        items = [self._get() for _ in range(workers)]
+        wall = max(i["finished"] for i in items) - min(i["started"] for i in items)
+        return workers * pairs / wall, [x for i in items for x in i["latencies"]]
+
+    def close(self) -> None:
+        for q in self.commands:
+            q.put(None)
+        for proc in self.procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-    per_second: list[float] = []
-    latencies: list[float] = []
-    for rep in range(repeats):
-        items = rounds[rep]
-        wall = max(i["finished"] for i in items) - min(i["started"] for i in items)
-        per_second.append(workers * pairs / wall)
-        for i in items:
-            latencies.extend(i["latencies"])
-    ordered = sorted(latencies)
-    return {
-        "workers": workers,
-        "pairs_per_second": statistics.median(per_second),
-        "repeats_pairs_per_second": per_second,
-        "pair_median_ms": statistics.median(ordered) * 1e3,
-        "pair_p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1e3,
-    }
 
 
 def postgres_problem(dsn: str) -> str | None:
@@ -164,23 +176,9 @@ def postgres_problem(dsn: str) -> str | None:
     return None
 
 
-async def _setup(target: dict[str, str]) -> None:
-    async with _open(target) as ledger:
-        await ledger.setup()
-
-
-def _count_rows(target: dict[str, str]) -> int:
-    async def count() -> int:
-        async with _open(target) as ledger:
-            ops = await ledger.list_operations(OperationQuery(limit=10_000_000))
-            return sum(1 for op in ops if op.state is State.CONFIRMED)
-
-    return asyncio.run(count())
-
-
-def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+def prepare(backend: str, args: argparse.Namespace, workdir: Path) -> tuple[dict[str, str], str]:
+    """Where the backend's ledger lives (set up, empty) and a line describing it."""
     target: dict[str, str] = {"backend": backend}
-    setting = ""
     if backend == "sqlite":
         target["path"] = str(workdir / "ledger.sqlite")
         setting = "WAL, synchronous=FULL, one shared file"
@@ -190,31 +188,91 @@ def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[s
         with psycopg.connect(args.dsn) as conn:
             sync = conn.execute("SHOW synchronous_commit").fetchone()
             version = conn.execute("SHOW server_version").fetchone()
-        setting = f"server {version[0] if version else '?'}, synchronous_commit={sync[0] if sync else '?'}"
-    asyncio.run(_setup(target))
+        setting = (
+            f"server {version[0] if version else '?'}, synchronous_commit={sync[0] if sync else '?'}, "
+            "one shared schema, one connection per worker"
+        )
+
+    async def setup() -> None:
+        async with _open(target) as ledger:
+            await ledger.setup()
+
+    asyncio.run(setup())
+    return target, setting
+
+
+def confirmed_rows(target: dict[str, str]) -> int:
+    async def count() -> int:
+        async with _open(target) as ledger:
+            ops = await ledger.list_operations(OperationQuery(limit=10_000_000))
+            return sum(1 for op in ops if op.state is State.CONFIRMED)
+
+    return asyncio.run(count())
+
+
+def drop(target: dict[str, str]) -> None:
+    if target["backend"] == "postgres":
+        with psycopg.connect(target["dsn"], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{target["schema"]}" CASCADE')
+
+
+def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[dict[str, Any]]:
+    size = max(args.workers)
+    targets: dict[str, dict[str, str]] = {}
+    settings: dict[str, str] = {}
+    fleets: dict[str, Fleet] = {}
+    rounds: dict[tuple[str, int], list[float]] = {}
+    latencies: dict[tuple[str, int], list[float]] = {}
     try:
-        rows = []
-        for w in args.workers:
-            result = measure(target, w, args.pairs, args.repeats)
-            rows.append(result)
-            print(
-                f"  {backend:<9}{w:>3} workers: {result['pairs_per_second']:>8.0f} pairs/s "
-                f"(repeats: {', '.join(f'{x:.0f}' for x in result['repeats_pairs_per_second'])})",
-                flush=True,
+        for backend in backends:
+            targets[backend], settings[backend] = prepare(backend, args, workdir)
+            fleets[backend] = Fleet(targets[backend], size)
+        for fleet in fleets.values():
+            fleet.wait_ready()
+        for rep in range(args.repeats):
+            for w in args.workers:
+                for backend in backends:
+                    figure, lat = fleets[backend].round(w, args.pairs, f"r{rep}-w{w}")
+                    rounds.setdefault((backend, w), []).append(figure)
+                    latencies.setdefault((backend, w), []).extend(lat)
+                    line = f"  repeat {rep + 1}: {backend:<9}{w:>3} workers {figure:>8.0f} pairs/s"
+                    print(line, flush=True)
+        for fleet in fleets.values():
+            fleet.close()
+        results = []
+        for backend in backends:
+            rows = []
+            for w in args.workers:
+                ordered = sorted(latencies[(backend, w)])
+                rows.append(
+                    {
+                        "workers": w,
+                        "pairs_per_second": statistics.median(rounds[(backend, w)]),
+                        "repeats_pairs_per_second": rounds[(backend, w)],
+                        "pair_median_ms": statistics.median(ordered) * 1e3,
+                        "pair_p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1e3,
+                    }
+                )
+            base = next((r for r in rows if r["workers"] == 1), rows[0])
+            for r in rows:
+                r["scaling"] = r["pairs_per_second"] / base["pairs_per_second"]
+                r["scaling_base_workers"] = base["workers"]
+            # Every pair really went intent -> confirmed, and nothing else is in the ledger.
+            confirmed = confirmed_rows(targets[backend])
+            expected = size * WARMUP + args.repeats * args.pairs * sum(args.workers)
+            if confirmed != expected:
+                raise RuntimeError(f"{backend}: {confirmed} confirmed operations, expected {expected}")
+            results.append(
+                {"backend": backend, "setting": settings[backend], "rows": rows, "confirmed_rows": confirmed}
             )
-        confirmed = _count_rows(target)
-        expected = sum(w * (WARMUP + args.pairs * args.repeats) for w in args.workers)
-        if confirmed != expected:
-            raise RuntimeError(f"{backend}: {confirmed} confirmed operations, expected {expected}")
+        return results
     finally:
-        if backend == "postgres":
-            with psycopg.connect(args.dsn, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{target["schema"]}" CASCADE')
-    base = next((r for r in rows if r["workers"] == 1), rows[0])
-    for r in rows:
-        r["scaling"] = r["pairs_per_second"] / base["pairs_per_second"]
-        r["scaling_base_workers"] = base["workers"]
-    return {"backend": backend, "setting": setting, "rows": rows, "confirmed_rows": confirmed}
+        for fleet in fleets.values():
+            for proc in fleet.procs:
+                if proc.is_alive():
+                    proc.kill()
+        for target in targets.values():
+            drop(target)
 
 
 def _loadavg() -> list[float] | None:
@@ -228,35 +286,36 @@ def print_table(report: dict[str, Any]) -> None:
     setup = report["setup"]
     print(
         f"\nLedger throughput: intent+outcome pairs per second, {setup['pairs']} pairs per worker, "
-        f"median of {setup['repeats']} repeats; {setup['cpus']} CPUs, Python {setup['python']}; "
-        f"load average before {setup['loadavg_before']}, after {setup['loadavg_after']}"
+        f"median of {setup['repeats']} repeats\n{setup['cpus']} CPUs, Python {setup['python']}; "
+        f"load average before {setup['loadavg_before']}, after {setup['loadavg_after']}\n"
     )
     header = (
-        f"{'backend':<10}{'workers':>8}{'pairs/s':>10}{'ops/s':>9}{'scaling':>9}"
-        f"{'pair ms p50':>13}{'p95':>8}"
+        f"{'backend':<10}{'workers':>8}{'pairs/s':>10}{'scaling':>9}"
+        f"{'pair ms p50':>13}{'p95':>8}   repeats (pairs/s)"
     )
     print(header)
     print("-" * len(header))
     for result in report["backends"]:
         for r in result["rows"]:
+            repeats = ", ".join(f"{x:.0f}" for x in r["repeats_pairs_per_second"])
             print(
                 f"{result['backend']:<10}{r['workers']:>8}{r['pairs_per_second']:>10.0f}"
-                f"{r['pairs_per_second'] * 2:>9.0f}{r['scaling']:>8.2f}x"
-                f"{r['pair_median_ms']:>13.2f}{r['pair_p95_ms']:>8.2f}"
+                f"{r['scaling']:>8.2f}x{r['pair_median_ms']:>13.2f}{r['pair_p95_ms']:>8.2f}   {repeats}"
             )
+    print()
     for result in report["backends"]:
         print(f"{result['backend']}: {result['setting']}")
     for backend, problem in report["skipped"].items():
         print(f"{backend}: not measured ({problem})")
-    print("ops/s counts the two ledger writes of a pair (intent+dispatch, outcome) separately.")
+    print("A pair is two durable commits: intent+dispatch marker, then the outcome.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=300, help="pairs per worker per repeat (300)")
+    parser.add_argument("--pairs", type=int, default=300, help="pairs per worker per round (300)")
     parser.add_argument("--workers", default="1,4,8", help="worker counts, comma-separated (1,4,8)")
-    parser.add_argument("--backends", default="sqlite,postgres", help="sqlite,postgres")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per figure (3)")
+    parser.add_argument("--backends", default="sqlite,postgres", help="sqlite,postgres (both)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per figure, median reported (3)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--dsn", default=os.environ.get("LANGGRAPH_EFFECTS_TEST_PG_DSN", DEFAULT_DSN), help="Postgres DSN"
@@ -267,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         args.workers = sorted({int(w) for w in args.workers.split(",") if w.strip()})
     except ValueError:
         parser.error("--workers takes comma-separated integers, e.g. 1,4,8")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    backends = list(dict.fromkeys(b.strip() for b in args.backends.split(",") if b.strip()))
     if not backends or set(backends) - {"sqlite", "postgres"}:
         parser.error("--backends takes sqlite and/or postgres")
     if args.pairs < 1 or args.repeats < 1 or not args.workers or min(args.workers) < 1:
@@ -287,17 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         "backends": [],
         "skipped": {},
     }
-    with tempfile.TemporaryDirectory(prefix="lge-throughput-", dir=args.dir) as tmp:
-        for backend in backends:
-            if backend == "postgres":
-                problem = postgres_problem(args.dsn)
-                if problem is not None:
-                    line = f"PostgreSQL is not reachable at {args.dsn} ({problem}); skipping it"
-                    print(line, flush=True)
-                    report["skipped"]["postgres"] = line
-                    continue
-            print(f"{backend}:", flush=True)
-            report["backends"].append(run_backend(backend, args, Path(tmp)))
+    if "postgres" in backends:
+        problem = postgres_problem(args.dsn)
+        if problem is not None:
+            line = f"PostgreSQL is not reachable at {args.dsn} ({problem}); measuring SQLite only"
+            print(line, flush=True)
+            report["skipped"]["postgres"] = line
+            backends.remove("postgres")
+    if backends:
+        with tempfile.TemporaryDirectory(prefix="lge-throughput-", dir=args.dir) as tmp:
+            report["backends"] = run(args, backends, Path(tmp))
     report["setup"]["loadavg_after"] = _loadavg()
     print_table(report)
     if args.json:

@@ -39,6 +39,7 @@ from .functional import effectful
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
 from .node import EffectToolNode
 from .operation import Operation, State
+from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
 from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
 
 if TYPE_CHECKING:
@@ -91,10 +92,14 @@ __all__ = [
     "LedgerNotFoundError",
     "NotResolvableError",
     "VerdictNotRecordedError",
+    "OperationReport",
+    "RecoveryReport",
+    "ThreadReport",
     "attach_ledger",
     "current_operation",
     "effectful",
     "ledger_of",
+    "recover",
     "resume_command",
 ]
 

@@ -197,13 +197,16 @@ def identify(
             provider_key,
             digest,
         )
+    # The tenant is recorded on the operation but is not part of a graph-derived id:
+    # the thread already names the conversation, and a resume that forgot its tenant
+    # must find the same operation (then refuse to re-send under the changed scope),
+    # not mint a new one and send again.
     op_id = identity.operation_id(
         thread_id=thread_id,
         namespace=namespace,
         anchor=anchor,
         tool_call_id=str(tool_call["id"]),
         args_hash=digest,
-        tenant=scope.tenant,
     )
     return op_id, identity.default_provider_key(op_id), digest
 
@@ -993,6 +996,7 @@ def review_entry(op: Operation) -> dict[str, Any]:
         "evidence": dict(op.evidence or {}),
         "thread_id": op.thread_id,
         "tenant": op.tenant,
+        "policy_version": op.policy_version,
         "allowed_decisions": ["landed", "not_landed", "abandon"],
     }
 

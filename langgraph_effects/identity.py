@@ -108,7 +108,6 @@ def operation_id(
     anchor: str,
     tool_call_id: str,
     args_hash: str,
-    tenant: str = "",
 ) -> str:
     """The operation id for one tool call.
 
@@ -116,7 +115,7 @@ def operation_id(
     none, the task id). The ``op_`` prefix keeps a bare hex digest from being
     mistaken for an interrupt id in ``Command(resume=...)`` (DESIGN §6).
     """
-    return "op_" + _digest("call", tenant, thread_id, namespace, anchor, tool_call_id, args_hash)
+    return "op_" + _digest("call", thread_id, namespace, anchor, tool_call_id, args_hash)
 
 
 def edited_operation_id(original_op_id: str, args_hash: str) -> str:

@@ -95,7 +95,27 @@ async def reconcile(
     sleep: Sleep = asyncio.sleep,
     clock: Callable[[], float] = time.time,
 ) -> Outcome:
-    """Decide what the evidence allows for an ``unknown`` operation."""
+    """Decide what the evidence allows for an ``unknown`` operation.
+
+    Every escalation says what changed in the authority since intent, if anything,
+    so the operator sees it beside the evidence.
+    """
+    outcome = await _reconcile(op, effect, args=args, scope=scope, sleep=sleep, clock=clock)
+    changes = scope_changes(op, scope)
+    if outcome.action == "escalate" and changes and "changed" not in outcome.evidence:
+        return Outcome("escalate", {**outcome.evidence, "changed": changes})
+    return outcome
+
+
+async def _reconcile(
+    op: Operation,
+    effect: Effect,
+    *,
+    args: Mapping[str, Any],
+    scope: Scope,
+    sleep: Sleep,
+    clock: Callable[[], float],
+) -> Outcome:
     if effect.lookup is not None:
         outcome = await _reconcile_by_lookup(op, effect, args=args, sleep=sleep, clock=clock)
         if isinstance(outcome, Outcome):
@@ -161,6 +181,7 @@ async def _reconcile_by_lookup(
         else:
             inconclusive += 1
             reasons.append(found.reason)
-            await sleep(delay)
+            if inconclusive < effect.lookup_attempts:
+                await sleep(delay)
         delay = min(delay * 2, 2.0)
     return "; ".join(dict.fromkeys(reasons)) or "lookup inconclusive"

@@ -62,8 +62,8 @@ from .checkpoint import ledger_of
 from .errors import ConfigurationError, NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS, lease_expired, owner_alive
 from .ledger.base import AuditEntry, Ledger, OperationQuery
-from .operation import UNRESOLVED, Operation, State
-from .review import REVIEW_TYPE
+from .operation import UNRESOLVED, Operation, State, needs_approval
+from .review import APPROVAL_TYPE, REVIEW_TYPE
 
 __all__ = [
     "OperationReport",
@@ -76,7 +76,6 @@ __all__ = [
 log = logging.getLogger("langgraph_effects.recovery")
 
 #: The approval interrupt's ``type`` (see :mod:`langgraph_effects.review`).
-APPROVAL_TYPE = "effect_approval"
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 _SCAN_LIMIT = 1_000_000
 
@@ -850,8 +849,8 @@ def _listed_operations(interrupts: Iterable[Any]) -> set[str]:
 
 
 def _awaiting_approval(op: Operation) -> bool:
-    """A gated call that waits for its approval (as ``operation.needs_approval`` says)."""
-    return op.state is State.PENDING and op.extra.get("approval") == "required" and op.attempts == 0
+    """A gated call that waits for its approval."""
+    return op.state is State.PENDING and needs_approval(op)
 
 
 def _waits_for_human(op: Operation) -> bool:

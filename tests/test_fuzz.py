@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -127,6 +128,7 @@ JUNK = st.recursive(
     max_leaves=8,
 )
 NOT_A_STRING = JUNK.filter(lambda v: not isinstance(v, str))
+NOT_A_DICT = JUNK.filter(lambda v: not isinstance(v, dict))  # "not json" strings included
 
 
 @dataclass
@@ -204,14 +206,23 @@ def call_specs(draw: st.DrawFn, *, crashing: bool = False, max_calls: int = 6) -
                 id_mode=draw(st.sampled_from(["unique"] * 4 + ["missing", "empty", "dup0", "dup1"])),
                 args_mode=mode,
                 fail=draw(st.sampled_from(["none"] * 3 + ["timeout_after", "error_before", "definite"])),
-                junk=draw(NOT_A_STRING) if mode in ("wrong_type", "not_a_dict") else draw(JUNK),
+                junk=draw({"wrong_type": NOT_A_STRING, "not_a_dict": NOT_A_DICT}.get(mode, JUNK)),
                 junk_key=draw(st.text(min_size=0, max_size=8)),
             )
         )
+    # A valid effectful call whose id only an unknown-tool or invalid sibling shares is a
+    # known EffectToolNode bug (see test_hardening::test_node_refuses_an_id_shared_with_an_
+    # invalid_sibling); keep such groups out so the properties here check everything else.
+    for group in ("dup0", "dup1"):
+        members = [s for s in specs if s.id_mode == group]
+        if any(s.effectful and s.args_valid for s in members):
+            for s in members:
+                if not (s.known and s.args_valid):
+                    s.id_mode = "unique"
     if crashing and not any(s.crashes_toolnode for s in specs):
         victim = specs[draw(st.integers(0, n - 1))]
         if draw(st.booleans()):
-            victim.args_mode, victim.junk = "not_a_dict", draw(NOT_A_STRING)
+            victim.args_mode, victim.junk = "not_a_dict", draw(NOT_A_DICT)
         else:
             victim.tool, victim.id_mode = draw(st.sampled_from(["peek", "unknown_tool"])), "missing"
     return specs
@@ -242,29 +253,22 @@ def ai_message(specs: list[CallSpec], *, safe: bool) -> AIMessage:
     return message
 
 
-def refused_ids(specs: list[CallSpec], *, safe: bool, per_message: bool) -> tuple[set[int], set[int]]:
-    """Indexes of effectful, valid calls that must be refused (no usable identity), and
-    of those that may be refused or tracked.
+def refused_ids(specs: list[CallSpec], *, safe: bool, per_message: bool) -> set[int]:
+    """Indexes of effectful, valid calls that must be refused (no usable identity).
 
     ``per_message``: duplicate ids are seen across the message (EffectToolNode);
-    EffectMiddleware sees one call per task and refuses only a missing id. A valid call
-    whose id only an unknown-tool or invalid sibling shares is refused by the contract
-    (``engine.effectful_calls``), but EffectToolNode counts ids among valid calls only
-    (see test_hardening::test_node_refuses_an_id_shared_with_an_invalid_sibling); both
-    are safe, so the properties here accept either and check whichever happened.
+    EffectMiddleware sees one call per task and refuses only a missing id (see
+    test_hardening::test_middleware_refuses_duplicate_ids_like_the_node).
     """
-    every = Counter(call_id(s, safe=safe) or "" for s in specs)
-    valid = Counter(call_id(s, safe=safe) or "" for s in specs if s.known and s.args_valid)
-    must, may = set(), set()
+    ids = Counter(call_id(s, safe=safe) or "" for s in specs)
+    out = set()
     for s in specs:
         if not (s.effectful and s.args_valid):
             continue
         cid = call_id(s, safe=safe) or ""
-        if not cid or (per_message and valid[cid] > 1):
-            must.add(s.index)
-        elif per_message and every[cid] > 1:
-            may.add(s.index)
-    return must, may
+        if not cid or (per_message and ids[cid] > 1):
+            out.add(s.index)
+    return out
 
 
 # -- harness -----------------------------------------------------------------------------
@@ -409,7 +413,7 @@ def check_final(
     specs: list[CallSpec], state: Any, run: Run, ops: list[Operation], *, safe: bool, per_message: bool
 ) -> None:
     effects = run.effects()
-    refused, either = refused_ids(specs, safe=safe, per_message=per_message)
+    refused = refused_ids(specs, safe=safe, per_message=per_message)
     messages = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
 
     # Every tool call gets exactly one ToolMessage (duplicated ids: one per call).
@@ -433,8 +437,6 @@ def check_final(
         cid = call_id(s, safe=safe) or ""
         mine = by_id[cid]
         label_ops = ops_by_label.get(s.label, [])
-        if s.index in either and not label_ops:
-            refused.add(s.index)  # refused after all: check it as such
         tracked = s.effectful and s.args_valid and s.index not in refused
         if not tracked:
             # Refused, invalid, unknown or read-only: never sent, never recorded.
@@ -509,6 +511,7 @@ def test_generated_tool_calls_through_create_agent(specs: list[CallSpec]) -> Non
         asyncio.run(go())
 
 
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
 @settings(FUZZ, max_examples=20)
 @given(
     specs=call_specs(crashing=True),
@@ -516,15 +519,16 @@ def test_generated_tool_calls_through_create_agent(specs: list[CallSpec]) -> Non
 )
 def test_input_toolnode_itself_rejects_is_still_safe(specs: list[CallSpec], use_async: bool) -> None:
     """Arguments that are not a dict, or no id on a call ToolNode runs itself, make
-    LangGraph's ToolNode raise. Whatever ran of the siblings stays accounted for and
-    is never sent twice, however often the thread is resumed."""
+    LangGraph's ToolNode raise (unless the call is refused first). Whatever ran of the
+    siblings stays accounted for and is never sent twice, however often the thread is
+    resumed."""
     with providers() as (dedup, blind):
         ledger = InMemoryLedger()
         graph = node_graph(ai_message(specs, safe=False), make_tools(dedup, blind),
                            attach_ledger(InMemorySaver(), ledger))
         run = Run(dedup, blind, ledger, graph, {"configurable": {"thread_id": "fuzz"}})
         driver = Driver(run, use_async)
-        refused, _ = refused_ids(specs, safe=False, per_message=True)
+        refused = refused_ids(specs, safe=False, per_message=True)
 
         async def go() -> None:
             payload: Any = {"messages": [HumanMessage("go")]}
@@ -544,7 +548,6 @@ def test_input_toolnode_itself_rejects_is_still_safe(specs: list[CallSpec], use_
                         assert effects[s.label] == 0, s
                     if effects[s.label]:
                         assert s.label in recorded  # no effect the ledger does not know
-            assert run.errors, "ToolNode was expected to reject this input"
 
         asyncio.run(go())
 
@@ -769,6 +772,12 @@ def test_generated_review_answers(sequence: list[tuple[str, Any]], hexes: list[s
                 assert sent_after == sent_before
                 [still] = state_after.interrupts
                 assert {e["operation_id"] for e in still.value["operations"]} == listed
+                if raised is not None and wrapping == "bare":
+                    # LangGraph keeps an invalid bare answer as a pending resume value and
+                    # hands it to the node's next interrupt() (see test_hardening::
+                    # test_invalid_bare_answer_does_not_poison_the_next_round); only an
+                    # answer that settles every listed operation at once gets past it.
+                    break
                 continue
             for op_id, decision in applies.items():
                 decided[op_id] = decision["type"]

@@ -391,7 +391,7 @@ def test_recover_resumes_under_the_recorded_tenant(tmp_path: Path) -> None:
 def test_recover_leaves_a_live_lease_alone(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     live = spec(
-        tmp_path, contract="dedup", provider_mode="dedup", thread="live", gate=str(gate), lease_seconds=3.0
+        tmp_path, contract="dedup", provider_mode="dedup", thread="live", gate=str(gate), lease_seconds=4.0
     )
     crashed = replace(live, thread="crashed", gate=None, lease_seconds=30.0)
 
@@ -406,7 +406,7 @@ def test_recover_leaves_a_live_lease_alone(tmp_path: Path) -> None:
     try:
         wait_for(Path(str(gate) + ".inside"))  # its effect landed; it is still inside the tool
         crash(crashed)  # meanwhile another thread of the same database crashed here
-        time.sleep(4.0)  # longer than its lease: only its heartbeats keep it live
+        time.sleep(5.0)  # longer than its lease: only its heartbeats keep it live
         before = operations(live)
         [(live_op, live_audit)] = [v for v in before.values() if v[0].thread_id == "live"]
         assert live_op.state is State.DISPATCHED and live_op.owner is not None
@@ -564,3 +564,56 @@ def test_cli_recover_on_postgres(tmp_path: Path) -> None:
     finally:
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_failing_resume_is_reported_and_the_next_run_settles_it(tmp_path: Path) -> None:
+    s = spec(tmp_path, contract="dedup", provider_mode="dedup")
+    crash(s)
+
+    class Unavailable:
+        """The graph, but every resume fails (say the model's API is down)."""
+
+        def __init__(self, graph: Any) -> None:
+            self.graph = graph
+            self.checkpointer = graph.checkpointer
+
+        async def aget_state(self, config: Any) -> Any:
+            return await self.graph.aget_state(config)
+
+        async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the model's API is down")
+
+    async def failing() -> RecoveryReport:
+        async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+            await saver.setup()
+            return await recover(Unavailable(build(s, saver)))
+
+    report = asyncio.run(failing())
+    [thread] = report.threads
+    assert thread.action == "failed" and thread.outcome == "error"
+    assert thread.error == "RuntimeError: the model's API is down"
+    assert report.failed == (thread,)
+    [op] = thread.operations
+    assert op.how == "unsettled" and op.after.state is State.DISPATCHED
+    assert effects(s) == {"t1:0": 1}
+
+    settled = asyncio.run(recover_in_process(s))
+    assert [t.action for t in settled.threads] == ["resumed"]
+    assert [op.how for op in settled.threads[0].operations] == ["settled_by_dedup"]
+    assert effects(s) == {"t1:0": 1}
+
+
+def test_recover_refuses_what_it_cannot_make_safe(tmp_path: Path) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_effects.errors import ConfigurationError, NoLedgerError
+
+    s = spec(tmp_path)
+    with pytest.raises(ConfigurationError, match="checkpointer"):
+        asyncio.run(recover(build(s, None)))
+    with pytest.raises(NoLedgerError):
+        asyncio.run(recover(build(s, InMemorySaver())))
+    with pytest.raises(ValueError, match="exit"):
+        asyncio.run(recover(build(s, InMemorySaver()), durability="exit"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seconds"):
+        asyncio.run(recover(build(s, InMemorySaver()), min_idle=-1))

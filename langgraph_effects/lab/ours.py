@@ -184,9 +184,9 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     async def line_up(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutput]]
     ) -> ToolOutput:
-        # Two workers delivered the same resume meet here, before either has looked
-        # at the ledger, so they reconcile and dispatch truly at once. (The seed rows
-        # meet at A instead: for them, deciding to send is the whole protocol.)
+        # Two workers delivered the same resume meet here, before either has decided
+        # anything about the call (lease, reconciliation, dispatch), so they race for
+        # it truly at once. (The seed rows meet at A: deciding to send is all they do.)
         faults.meet()
         return await execute(request)
 

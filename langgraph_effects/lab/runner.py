@@ -70,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="keep the cells' SQLite files under this directory (default: a temp dir, removed)",
     )
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="cells run at once (CPU count)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=(os.cpu_count() or 2) + 1,
+        help="cells run at once (CPU count + 1: cells also wait, on settle times and hanging lookups)",
+    )
     parser.add_argument("--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags")
     parser.add_argument("--list", action="store_true", help="list strategies and crash points, then exit")
     return parser
