@@ -107,13 +107,19 @@ async def run_once(graph: Any, label: str) -> None:
         raise RuntimeError(f"the agent loop did not finish: {result['messages'][-1]!r}")
 
 
-async def run_batch(graph: Any, label: str, runs: int) -> float:
-    """Milliseconds per agent run, over ``runs`` sequential runs."""
+async def run_batch(graph: Any, label: str, runs: int) -> tuple[float, float]:
+    """Wall and process CPU milliseconds per agent run, over ``runs`` sequential runs.
+
+    CPU time (all threads of this process, including the ledger's) barely moves with the
+    machine's load; it leaves out waiting for fsync, which wall time includes.
+    """
     gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     for _ in range(runs):
         await run_once(graph, label)
-    return (time.perf_counter() - start) * 1e3 / runs
+    wall = (time.perf_counter() - start) * 1e3 / runs
+    return wall, (time.process_time() - cpu) * 1e3 / runs
 
 
 async def compare(
@@ -126,16 +132,23 @@ async def compare(
     base: list[float] = []
     cand: list[float] = []
     ratios: list[float] = []
+    cpu_base: list[float] = []
+    cpu_cand: list[float] = []
+    cpu_ratios: list[float] = []
     for rep in range(repeats):
         if rep % 2 == 0:
-            b = await run_batch(plain, "plain", runs)
-            c = await run_batch(effect, "effect", runs)
+            b, bc = await run_batch(plain, "plain", runs)
+            c, cc = await run_batch(effect, "effect", runs)
         else:
-            c = await run_batch(effect, "effect", runs)
-            b = await run_batch(plain, "plain", runs)
+            c, cc = await run_batch(effect, "effect", runs)
+            b, bc = await run_batch(plain, "plain", runs)
         base.append(b)
         cand.append(c)
         ratios.append(c / b)
+        cpu_base.append(bc)
+        cpu_cand.append(cc)
+        if bc > 0:
+            cpu_ratios.append(cc / bc)
     b_med, c_med = median(base), median(cand)
     lo, hi = spread(ratios)
     return {
@@ -148,7 +161,15 @@ async def compare(
         "ratio_of_medians": c_med / b_med,
         "added_ms_per_run": c_med - b_med,
         "added_ms_per_call": (c_med - b_med) / fanout,
-        "samples": {"toolnode_ms": base, "effect_ms": cand},
+        "cpu_toolnode_ms": median(cpu_base),
+        "cpu_effect_ms": median(cpu_cand),
+        "cpu_overhead": median(cpu_ratios),
+        "samples": {
+            "toolnode_ms": base,
+            "effect_ms": cand,
+            "cpu_toolnode_ms": cpu_base,
+            "cpu_effect_ms": cpu_cand,
+        },
     }
 
 

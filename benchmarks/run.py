@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +68,25 @@ def redact(dsn: str) -> str:
         return make_conninfo(**{k: str(v) for k, v in params.items()})
     except Exception:
         return "<dsn>"
+
+
+def git_state() -> dict[str, Any]:
+    """The commit measured, and whether the work tree differed from it (read-only git)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "langgraph_effects"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "package_modified": None}
+    return {"commit": commit or None, "package_modified": bool(dirty)}
 
 
 def version(name: str) -> str:
@@ -129,6 +149,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 )
             },
             "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]]),
+            "git": git_state(),
         },
         "settings": cfg,
         "postgres": {"dsn": redact(dsn), "available": pg_skip is None, "skipped": pg_skip},
@@ -289,6 +310,10 @@ def render(report: dict[str, Any]) -> str:
         f"langgraph {meta['versions']['langgraph']}, Python {meta['python']}, SQLite {meta['sqlite']}, "
         f"{meta['cpus']} CPUs, load {_load(meta)}{' (quick)' if cfg['quick'] else ''}"
     )
+    git = meta.get("git") or {}
+    if git.get("commit"):
+        modified = " + uncommitted package changes" if git.get("package_modified") else ""
+        add(f"commit {git['commit'][:12]}{modified}; {meta['command']}")
     add("")
     if report["e2e"]:
         add(
@@ -297,7 +322,7 @@ def render(report: dict[str, Any]) -> str:
         )
         header = (
             f"{'backend':<9}{'tool':>6}{'fan-out':>8}{'ToolNode':>10}{'Effect':>9}"
-            f"{'overhead':>10}{'IQR':>14}{'+ms/call':>10}  target"
+            f"{'overhead':>10}{'IQR':>13}{'+ms/call':>10}{'CPU':>8}  target"
         )
         add(header)
         add("-" * len(header))
@@ -309,9 +334,14 @@ def render(report: dict[str, Any]) -> str:
             lo, hi = row["overhead_iqr"]
             add(
                 f"{row['backend']:<9}{row['tool_ms']:>4g}ms{row['fanout']:>8}{row['toolnode_ms']:>10.2f}"
-                f"{row['effect_ms']:>9.2f}{row['overhead']:>9.3f}x{f'{lo:.2f}-{hi:.2f}x':>14}"
-                f"{row['added_ms_per_call']:>10.2f}  {verdict}"
+                f"{row['effect_ms']:>9.2f}{row['overhead']:>9.3f}x{f'{lo:.2f}-{hi:.2f}x':>13}"
+                f"{row['added_ms_per_call']:>10.2f}{row['cpu_overhead']:>7.2f}x  {verdict}"
             )
+        add("  overhead: median of the paired ratios Effect/ToolNode (IQR: their quartiles)")
+        add(
+            "  CPU: the same ratio for process CPU time (all threads): the machine's load barely moves it, "
+            "but it leaves out fsync"
+        )
         add("")
     if report["commits"]:
         add("Durable commits, counted (not inferred)")
@@ -412,6 +442,9 @@ def render(report: dict[str, Any]) -> str:
                     f"      {item['added_self_ms_per_run']:+.3f} ms  {item['function']} "
                     f"({before:g} -> {after:g})"
                 )
+            add("    langgraph_effects on the event loop, cumulative CPU per run:")
+            for item in loop["langgraph_effects_cumulative"][:4]:
+                add(f"      {item['cumulative_ms_per_run']:.3f} ms  {item['function']}")
             add("    ledger's own thread, self time per run (idle wait excluded):")
             for item in prof["ledger_thread_top_self"][:4]:
                 add(f"      {item['self_ms_per_run']:.3f} ms  {item['function']}")
