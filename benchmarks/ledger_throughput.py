@@ -104,10 +104,10 @@ async def _worker_async(target: dict[str, str], wid: int, commands: Any, out: An
                 return
             tag, pairs, start_at = command
             await asyncio.sleep(max(0.0, start_at - time.time()))
-            started = time.time()
+            started, cpu = time.time(), time.process_time()
             latencies = await _pairs(ledger, owner, f"{token}-{tag}", pairs)
             out.put({"wid": wid, "tag": tag, "started": started, "finished": time.time(),
-                     "latencies": latencies})
+                     "cpu": time.process_time() - cpu, "latencies": latencies})
 
 
 def worker(target: dict[str, str], wid: int, commands: Any, out: Any) -> None:
@@ -149,14 +149,27 @@ class Fleet:
         for _ in self.procs:
             self._get()
 
-    def round(self, workers: int, pairs: int, tag: str) -> tuple[float, list[float]]:
+    def round(self, workers: int, pairs: int, tag: str) -> dict[str, Any]:
         """The first ``workers`` workers write ``pairs`` pairs each, starting together."""
         start_at = time.time() + START_AHEAD
         for w in range(workers):
             self.commands[w].put((tag, pairs, start_at))
+        time.sleep(max(0.0, start_at - time.time()))
+        machine0, server0 = machine_cpu(), server_cpu()
         items = [self._get() for _ in range(workers)]
+        machine1, server1 = machine_cpu(), server_cpu()
         wall = max(i["finished"] for i in items) - min(i["started"] for i in items)
-        return workers * pairs / wall, [x for i in items for x in i["latencies"]]
+        n = workers * pairs
+        busy, total = machine1[0] - machine0[0], machine1[1] - machine0[1]
+        return {
+            "per_second": n / wall,
+            "latencies": [x for i in items for x in i["latencies"]],
+            "worker_cpu_ms": sum(i["cpu"] for i in items) / n * 1e3,
+            "server_cpu_ms": (server1 - server0) / n * 1e3
+            if self.target["backend"] == "postgres" and server0 is not None and server1 is not None
+            else None,
+            "machine_busy": busy / total if total > 0 else None,
+        }
 
     def close(self) -> None:
         for q in self.commands:
@@ -165,6 +178,45 @@ class Fleet:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (Linux; zeros elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return (total - idle) / _TICK, total / _TICK
+
+
+def server_cpu() -> float | None:
+    """CPU seconds used so far by every ``postgres`` process on this machine, or ``None``.
+
+    Only meaningful when the server runs here; it also counts other clients' work.
+    """
+    seen = False
+    ticks = 0.0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        if name != "postgres":
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        ticks += float(fields[11]) + float(fields[12])  # utime + stime
+        seen = True
+    return ticks / _TICK if seen else None
 
 
 def postgres_problem(dsn: str) -> str | None:
@@ -221,8 +273,7 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
     targets: dict[str, dict[str, str]] = {}
     settings: dict[str, str] = {}
     fleets: dict[str, Fleet] = {}
-    rounds: dict[tuple[str, int], list[float]] = {}
-    latencies: dict[tuple[str, int], list[float]] = {}
+    rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for backend in backends:
             targets[backend], settings[backend] = prepare(backend, args, workdir)
@@ -232,10 +283,12 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
         for rep in range(args.repeats):
             for w in args.workers:
                 for backend in backends:
-                    figure, lat = fleets[backend].round(w, args.pairs, f"r{rep}-w{w}")
-                    rounds.setdefault((backend, w), []).append(figure)
-                    latencies.setdefault((backend, w), []).extend(lat)
-                    line = f"  repeat {rep + 1}: {backend:<9}{w:>3} workers {figure:>8.0f} pairs/s"
+                    result = fleets[backend].round(w, args.pairs, f"r{rep}-w{w}")
+                    rounds.setdefault((backend, w), []).append(result)
+                    line = (
+                        f"  repeat {rep + 1}: {backend:<9}{w:>3} workers "
+                        f"{result['per_second']:>8.0f} pairs/s"
+                    )
                     print(line, flush=True)
         for fleet in fleets.values():
             fleet.close()
@@ -243,14 +296,18 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
         for backend in backends:
             rows = []
             for w in args.workers:
-                ordered = sorted(latencies[(backend, w)])
+                done = rounds[(backend, w)]
+                ordered = sorted(x for r in done for x in r["latencies"])
                 rows.append(
                     {
                         "workers": w,
-                        "pairs_per_second": statistics.median(rounds[(backend, w)]),
-                        "repeats_pairs_per_second": rounds[(backend, w)],
+                        "pairs_per_second": statistics.median(r["per_second"] for r in done),
+                        "repeats_pairs_per_second": [r["per_second"] for r in done],
                         "pair_median_ms": statistics.median(ordered) * 1e3,
                         "pair_p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1e3,
+                        "worker_cpu_ms_per_pair": _median([r["worker_cpu_ms"] for r in done]),
+                        "server_cpu_ms_per_pair": _median([r["server_cpu_ms"] for r in done]),
+                        "machine_busy": _median([r["machine_busy"] for r in done]),
                     }
                 )
             base = next((r for r in rows if r["workers"] == 1), rows[0])
@@ -275,6 +332,15 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
             drop(target)
 
 
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, spec)
+
+
 def _loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -290,8 +356,8 @@ def print_table(report: dict[str, Any]) -> None:
         f"load average before {setup['loadavg_before']}, after {setup['loadavg_after']}\n"
     )
     header = (
-        f"{'backend':<10}{'workers':>8}{'pairs/s':>10}{'scaling':>9}"
-        f"{'pair ms p50':>13}{'p95':>8}   repeats (pairs/s)"
+        f"{'backend':<10}{'workers':>8}{'pairs/s':>9}{'scaling':>9}{'pair ms p50':>12}{'p95':>8}"
+        f"{'cpu ms/pair: workers':>22}{'server':>8}{'busy':>6}   repeats (pairs/s)"
     )
     print(header)
     print("-" * len(header))
@@ -299,9 +365,15 @@ def print_table(report: dict[str, Any]) -> None:
         for r in result["rows"]:
             repeats = ", ".join(f"{x:.0f}" for x in r["repeats_pairs_per_second"])
             print(
-                f"{result['backend']:<10}{r['workers']:>8}{r['pairs_per_second']:>10.0f}"
-                f"{r['scaling']:>8.2f}x{r['pair_median_ms']:>13.2f}{r['pair_p95_ms']:>8.2f}   {repeats}"
+                f"{result['backend']:<10}{r['workers']:>8}{r['pairs_per_second']:>9.0f}"
+                f"{r['scaling']:>8.2f}x{r['pair_median_ms']:>12.2f}{r['pair_p95_ms']:>8.2f}"
+                f"{_fmt(r['worker_cpu_ms_per_pair'], '.2f'):>22}{_fmt(r['server_cpu_ms_per_pair'], '.2f'):>8}"
+                f"{_fmt(r['machine_busy'], '.0%'):>6}   {repeats}"
             )
+    print(
+        "\ncpu ms/pair: CPU time per pair in the worker processes and in the local postgres "
+        "processes;\nbusy: the whole machine's CPU use during the rounds (other programs included)."
+    )
     print()
     for result in report["backends"]:
         print(f"{result['backend']}: {result['setting']}")

@@ -30,6 +30,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
 
 from . import _faults, _pregel, identity, lease, messages
 from .context import OperationInfo, running
@@ -72,6 +73,23 @@ class Settings:
 
     def effect_for(self, tool: str) -> Effect:
         return self.effects.get(tool, BLIND)
+
+    @classmethod
+    def build(
+        cls,
+        effects: Mapping[str, Effect] | None,
+        *,
+        hash_key: bytes | None,
+        lease_seconds: float,
+        detect_replans: bool = True,
+    ) -> Settings:
+        """Settings from a node's or middleware's keyword arguments (env for the hash key)."""
+        return cls(
+            effects=dict(effects or {}),
+            hash_key=hash_key if hash_key is not None else identity.hash_key_from_env(),
+            lease_seconds=lease_seconds,
+            detect_replans=detect_replans,
+        )
 
 
 # -- what a call should do next ------------------------------------------------------
@@ -978,6 +996,61 @@ def drive_sync(session: Session, call_id: str, execute: SyncExecutor, run: Porta
 
 async def _start_heartbeat(session: Session, call_id: str) -> None:
     session.start_heartbeat(call_id)
+
+
+async def capture(run: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
+    """Run the tool once: ``(output, None)``, or ``(None, exception)`` for the engine to
+    classify. LangGraph's own control flow (interrupts) passes through."""
+    try:
+        return await run(), None
+    except GraphBubbleUp:
+        raise
+    except Exception as error:
+        return None, error
+
+
+def capture_sync(run: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """:func:`capture` for sync tools."""
+    try:
+        return run(), None
+    except GraphBubbleUp:
+        raise
+    except Exception as error:
+        return None, error
+
+
+async def with_reviews(session: Session, one_round: Callable[[], Awaitable[Any]]) -> Any:
+    """Run rounds until nobody needs asking: after each, at most one ``interrupt()``
+    (approvals first, then reviews), whose answer is written to the ledger at once.
+    Closes the session."""
+    try:
+        round_no = 0
+        while True:
+            output = await one_round()
+            question = session.pending_interrupt()
+            if question is None:
+                return output
+            answer = interrupt(question, response_schema=EffectAnswer)
+            await session.apply_answer(answer, round_no=round_no)
+            round_no += 1
+    finally:
+        await session.close()
+
+
+def with_reviews_sync(session: Session, one_round: Callable[[], Any], run: PortalRun) -> Any:
+    """:func:`with_reviews` for sync code."""
+    try:
+        round_no = 0
+        while True:
+            output = one_round()
+            question = session.pending_interrupt()
+            if question is None:
+                return output
+            answer = interrupt(question, response_schema=EffectAnswer)
+            run(session.apply_answer(answer, round_no=round_no))
+            round_no += 1
+    finally:
+        run(session.close())
 
 
 def review_entry(op: Operation) -> dict[str, Any]:

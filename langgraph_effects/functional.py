@@ -26,18 +26,23 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp
-from langgraph.types import interrupt
 
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
-from .engine import Session, Settings, drive, drive_sync
+from .engine import (
+    Session,
+    Settings,
+    capture,
+    capture_sync,
+    drive,
+    drive_sync,
+    with_reviews,
+    with_reviews_sync,
+)
 from .errors import ConfigurationError, NoLedgerError
-from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
-from .review import EffectAnswer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,11 +67,7 @@ def effectful(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         tool = name or fn.__name__
-        settings = Settings(
-            effects={tool: contract},
-            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
-            lease_seconds=lease_seconds,
-        )
+        settings = Settings.build({tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds)
         signature = inspect.signature(fn)
 
         def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
@@ -102,26 +103,10 @@ def effectful(
                 call, config, found = prepare(args, kwargs)
                 session: Session = await open_session(call, config, found, False)
 
-                async def execute() -> tuple[Any, BaseException | None]:
-                    try:
-                        return await fn(*args, **kwargs), None
-                    except GraphBubbleUp:
-                        raise
-                    except Exception as error:
-                        return None, error
+                async def one_round() -> Any:
+                    return await drive(session, call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
 
-                try:
-                    round_no = 0
-                    while True:
-                        output = await drive(session, call["id"], execute)
-                        question = session.pending_interrupt()
-                        if question is None:
-                            return output
-                        answer = interrupt(question, response_schema=EffectAnswer)
-                        await session.apply_answer(answer, round_no=round_no)
-                        round_no += 1
-                finally:
-                    await session.close()
+                return await with_reviews(session, one_round)
 
             return cast(Callable[P, R], run_async)
 
@@ -130,26 +115,11 @@ def effectful(
             call, config, found = prepare(args, kwargs)
             session: Session = _portal.run(open_session(call, config, found, True))
 
-            def execute() -> tuple[Any, BaseException | None]:
-                try:
-                    return fn(*args, **kwargs), None
-                except GraphBubbleUp:
-                    raise
-                except Exception as error:
-                    return None, error
+            def one_round() -> Any:
+                execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
+                return drive_sync(session, call["id"], execute, _portal.run)
 
-            try:
-                round_no = 0
-                while True:
-                    output = drive_sync(session, call["id"], execute, _portal.run)
-                    question = session.pending_interrupt()
-                    if question is None:
-                        return output
-                    answer = interrupt(question, response_schema=EffectAnswer)
-                    _portal.run(session.apply_answer(answer, round_no=round_no))
-                    round_no += 1
-            finally:
-                _portal.run(session.close())
+            return with_reviews_sync(session, one_round, _portal.run)
 
         return cast(Callable[P, R], run_sync)
 

@@ -19,22 +19,30 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
 from .dangling import answer_dangling
-from .engine import Session, Settings, drive, drive_sync, effectful_calls, refusal
+from .engine import (
+    Session,
+    Settings,
+    capture,
+    capture_sync,
+    drive,
+    drive_sync,
+    effectful_calls,
+    refusal,
+    with_reviews,
+    with_reviews_sync,
+)
 from .errors import NoLedgerError
-from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
 from .node import _args_valid, _as_approved
-from .review import EffectAnswer
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -77,14 +85,11 @@ class EffectMiddleware(AgentMiddleware):
         detect_replans: bool = True,
     ) -> None:
         super().__init__()
-        self.effects: dict[str, Effect] = dict(effects or {})
-        self.ledger = ledger
-        self._settings = Settings(
-            effects=self.effects,
-            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
-            lease_seconds=lease_seconds,
-            detect_replans=detect_replans,
+        self._settings = Settings.build(
+            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
         )
+        self.effects = dict(self._settings.effects)
+        self.ledger = ledger
 
     @property
     def name(self) -> str:
@@ -154,26 +159,11 @@ class EffectMiddleware(AgentMiddleware):
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, sync=True))
 
-        def execute() -> tuple[Any, BaseException | None]:
-            try:
-                return handler(_as_approved(request, session, call_id)), None
-            except GraphBubbleUp:
-                raise
-            except Exception as error:
-                return None, error
+        def one_round() -> Any:
+            execute = lambda: capture_sync(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
+            return drive_sync(session, call_id, execute, _portal.run)
 
-        try:
-            round_no = 0
-            while True:
-                output = drive_sync(session, call_id, execute, _portal.run)
-                question = session.pending_interrupt()
-                if question is None:
-                    return output  # type: ignore[no-any-return]
-                answer = interrupt(question, response_schema=EffectAnswer)
-                _portal.run(session.apply_answer(answer, round_no=round_no))
-                round_no += 1
-        finally:
-            _portal.run(session.close())
+        return with_reviews_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
 
     async def awrap_tool_call(
         self,
@@ -189,23 +179,8 @@ class EffectMiddleware(AgentMiddleware):
         call_id = str(request.tool_call["id"])
         session: Session = await self._open(request, sync=False)
 
-        async def execute() -> tuple[Any, BaseException | None]:
-            try:
-                return await handler(_as_approved(request, session, call_id)), None
-            except GraphBubbleUp:
-                raise
-            except Exception as error:
-                return None, error
+        async def one_round() -> Any:
+            execute = lambda: capture(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
+            return await drive(session, call_id, execute)
 
-        try:
-            round_no = 0
-            while True:
-                output = await drive(session, call_id, execute)
-                question = session.pending_interrupt()
-                if question is None:
-                    return output  # type: ignore[no-any-return]
-                answer = interrupt(question, response_schema=EffectAnswer)
-                await session.apply_answer(answer, round_no=round_no)
-                round_no += 1
-        finally:
-            await session.close()
+        return await with_reviews(session, one_round)  # type: ignore[no-any-return]

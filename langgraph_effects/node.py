@@ -27,22 +27,29 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
-from langgraph.types import interrupt
 from pydantic import BaseModel, ValidationError
 
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
-from .engine import Session, Settings, drive, drive_sync, effectful_calls, refusal
+from .engine import (
+    Session,
+    Settings,
+    capture,
+    capture_sync,
+    drive,
+    drive_sync,
+    effectful_calls,
+    refusal,
+    with_reviews,
+    with_reviews_sync,
+)
 from .errors import NoLedgerError
-from .identity import hash_key_from_env
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
-from .review import EffectAnswer
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None
@@ -149,14 +156,11 @@ class EffectToolNode(ToolNode):
                 f"effects= names tools this node does not have: {unknown}; "
                 f"its tools are {sorted(self.tools_by_name)}"
             )
-        self.effects: dict[str, Effect] = dict(effects or {})
-        self.ledger = ledger
-        self._settings = Settings(
-            effects=self.effects,
-            hash_key=hash_key if hash_key is not None else hash_key_from_env(),
-            lease_seconds=lease_seconds,
-            detect_replans=detect_replans,
+        self._settings = Settings.build(
+            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
         )
+        self.effects = dict(self._settings.effects)
+        self.ledger = ledger
 
     # -- node level ------------------------------------------------------------------------
 
@@ -200,52 +204,33 @@ class EffectToolNode(ToolNode):
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         calls, refused = self._effectful(input)
         refusals = _REFUSED.set(frozenset(refused))
-        if not calls:
-            try:
-                return super()._func(input, config, runtime)
-            finally:
-                _REFUSED.reset(refusals)
-        session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
-        token = _SESSION.set(session)
         try:
-            round_no = 0
-            while True:
-                output = super()._func(input, config, runtime)
-                question = session.pending_interrupt()
-                if question is None:
-                    return output
-                answer = interrupt(question, response_schema=EffectAnswer)
-                _portal.run(session.apply_answer(answer, round_no=round_no))
-                round_no += 1
+            if not calls:
+                return super()._func(input, config, runtime)
+            session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
+            token = _SESSION.set(session)
+            try:
+                one_round = lambda: super(EffectToolNode, self)._func(input, config, runtime)  # noqa: E731
+                return with_reviews_sync(session, one_round, _portal.run)
+            finally:
+                _SESSION.reset(token)
         finally:
-            _SESSION.reset(token)
             _REFUSED.reset(refusals)
-            _portal.run(session.close())
 
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         calls, refused = self._effectful(input)
         refusals = _REFUSED.set(frozenset(refused))
-        if not calls:
-            try:
-                return await self._round(input, config, runtime)
-            finally:
-                _REFUSED.reset(refusals)
-        session: Session = await self._open(calls, input, config, runtime, sync=False)
-        token = _SESSION.set(session)
         try:
-            round_no = 0
-            while True:
-                output = await self._round(input, config, runtime)
-                question = session.pending_interrupt()
-                if question is None:
-                    return output
-                answer = interrupt(question, response_schema=EffectAnswer)
-                await session.apply_answer(answer, round_no=round_no)
-                round_no += 1
+            if not calls:
+                return await self._round(input, config, runtime)
+            session: Session = await self._open(calls, input, config, runtime, sync=False)
+            token = _SESSION.set(session)
+            try:
+                return await with_reviews(session, lambda: self._round(input, config, runtime))
+            finally:
+                _SESSION.reset(token)
         finally:
-            _SESSION.reset(token)
             _REFUSED.reset(refusals)
-            await session.close()
 
     async def _round(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         if self._wrap_tool_call is not None and self._awrap_tool_call is None:
@@ -271,15 +256,12 @@ class EffectToolNode(ToolNode):
 
         def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            try:
-                output = super(EffectToolNode, self)._execute_tool_sync(
+            output, error = capture_sync(
+                lambda: super(EffectToolNode, self)._execute_tool_sync(
                     _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
-            except GraphBubbleUp:
-                raise
-            except Exception as error:
-                return None, error
-            return output, catcher.error
+            )
+            return output, error or catcher.error
 
         return drive_sync(session, call_id, execute, _portal.run)
 
@@ -296,15 +278,12 @@ class EffectToolNode(ToolNode):
 
         async def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            try:
-                output = await super(EffectToolNode, self)._execute_tool_async(
+            output, error = await capture(
+                lambda: super(EffectToolNode, self)._execute_tool_async(
                     _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
-            except GraphBubbleUp:
-                raise
-            except Exception as error:
-                return None, error
-            return output, catcher.error
+            )
+            return output, error or catcher.error
 
         return await drive(session, call_id, execute)
 
