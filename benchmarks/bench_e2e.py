@@ -287,13 +287,12 @@ async def count_postgres(dsn: str, fanout: int, runs: int) -> dict[str, Any]:
     from langgraph_effects.ledger.postgres import PostgresLedger
 
     ledger_trace, ckpt_trace, plain_trace = LibpqTraceCounter(), LibpqTraceCounter(), LibpqTraceCounter()
-    tracing = {"on": False}
 
     async def configure(conn: Any) -> None:
-        if tracing["on"]:
-            trace_pg_connection(conn, ledger_trace)
+        trace_pg_connection(conn, ledger_trace)
 
-    # The same pool settings PostgresLedger makes for itself, plus the trace hook.
+    # The pool settings PostgresLedger makes for itself, plus the trace hook on every
+    # connection it opens.
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         dsn,
         min_size=1,
@@ -307,33 +306,13 @@ async def count_postgres(dsn: str, fanout: int, runs: int) -> dict[str, Any]:
         await pool.open(wait=True)
         ledger = PostgresLedger(pool)
 
-        async def saver_conn(counter: LibpqTraceCounter | None) -> Any:
+        async def saver_conn(counter: LibpqTraceCounter) -> Any:
+            # The connection settings AsyncPostgresSaver.from_conn_string uses.
             conn = await AsyncConnection.connect(
                 dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
             )
-            if counter is not None:
-                trace_pg_connection(conn, counter)
+            trace_pg_connection(conn, counter)
             return conn
-
-        # Warm up untraced, then make sure every pooled connection is a traced one.
-        conn = await saver_conn(None)
-        saver = EffectPostgresSaver(conn, ledger)
-        effect = build_graph(effect=True, fanout=fanout, latency_ms=0, saver=saver)
-        await run_once(effect, "count-warm")
-        await conn.close()
-        tracing["on"] = True
-        await pool.close()
-        pool = AsyncConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=10,
-            open=False,
-            kwargs={"autocommit": True},
-            check=AsyncConnectionPool.check_connection,
-            configure=configure,
-        )
-        await pool.open(wait=True)
-        ledger = PostgresLedger(pool)
 
         conn = await saver_conn(ckpt_trace)
         saver = EffectPostgresSaver(conn, ledger)
@@ -373,6 +352,47 @@ async def count_postgres(dsn: str, fanout: int, runs: int) -> dict[str, Any]:
 
 
 # -- profile ---------------------------------------------------------------------------------
+
+
+async def what_if_setup_once(
+    plain: Any, effect: Any, effect_saver: Any, *, runs: int, repeats: int
+) -> dict[str, Any]:
+    """Three variants interleaved in one window (order rotating through all 6
+    permutations): ToolNode, EffectToolNode as shipped, and EffectToolNode whose saver
+    checks the ledger's schema once instead of at the start of every checkpointer call
+    (``AsyncSqliteSaver`` calls ``self.setup()`` in each method; the patch is an instance
+    attribute on this saver, removed after each batch)."""
+    patched = AsyncSqliteSaver.setup.__get__(effect_saver)
+    orders = list(itertools.permutations(("plain", "effect", "once")))
+    times: dict[str, list[float]] = {"plain": [], "effect": [], "once": []}
+    cpu: dict[str, list[float]] = {"plain": [], "effect": [], "once": []}
+    await run_batch(plain, "whatif-warm", runs)
+    await run_batch(effect, "whatif-warm", runs)
+    for rep in range(repeats):
+        for name in orders[rep % len(orders)]:
+            if name == "once":
+                effect_saver.setup = patched
+            try:
+                wall, used = await run_batch(plain if name == "plain" else effect, f"whatif-{name}", runs)
+            finally:
+                if name == "once":
+                    del effect_saver.setup
+            times[name].append(wall)
+            cpu[name].append(used)
+    def ratios(top: list[float], bottom: list[float]) -> list[float]:
+        return [t / b for t, b in zip(top, bottom, strict=True) if b > 0]
+
+    return {
+        "repeats": repeats,
+        "runs_per_batch": runs,
+        "toolnode_ms": median(times["plain"]),
+        "effect_ms": median(times["effect"]),
+        "effect_setup_once_ms": median(times["once"]),
+        "overhead": median(ratios(times["effect"], times["plain"])),
+        "overhead_setup_once": median(ratios(times["once"], times["plain"])),
+        "cpu_overhead": median(ratios(cpu["effect"], cpu["plain"])),
+        "cpu_overhead_setup_once": median(ratios(cpu["once"], cpu["plain"])),
+    }
 
 _LEDGER_METHODS = (
     "setup",
@@ -580,14 +600,9 @@ async def profile_sqlite(
     # 4. What if EffectSqliteSaver.setup() checked the ledger's schema only once?
     what_if: dict[str, Any] | None = None
     if ledger_ms.get("setup", {}).get("calls_per_run", 0) > 1:
-        effect_saver.setup = AsyncSqliteSaver.setup.__get__(effect_saver)
-        try:
-            what_if = await compare(
-                plain, effect, fanout=fanout, runs=what_if_runs, repeats=what_if_repeats
-            )
-        finally:
-            del effect_saver.setup
-        what_if.pop("samples", None)
+        what_if = await what_if_setup_once(
+            plain, effect, effect_saver, runs=what_if_runs, repeats=what_if_repeats
+        )
     thread_stats = _per_run(pstats.Stats(thread_prof), runs)
     idle = ("SimpleQueue", "_queue")  # aiosqlite's worker waiting for the next request
     thread_top = sorted(

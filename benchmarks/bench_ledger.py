@@ -16,7 +16,9 @@ file (after a WAL checkpoint) for the same operations.
 
 from __future__ import annotations
 
+import cProfile
 import gc
+import pstats
 import sqlite3
 import time
 import tracemalloc
@@ -181,6 +183,26 @@ async def scan_sqlite(
         ops = [from_row(r) for r in rows]
         return (fetched - start) * 1e3, (time.perf_counter() - fetched) * 1e3, len(ops)
 
+    def decode_profile(c: sqlite3.Connection) -> list[dict[str, Any]]:
+        """Where decoding goes: cProfile of ``from_row`` over the fetched rows."""
+        rows = c.execute(sql).fetchall()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(3):
+            [from_row(r) for r in rows]
+        prof.disable()
+        raw: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        total = sum(tt for (_cc, _nc, tt, _ct, _callers) in raw.values()) or 1.0
+        top = sorted(raw.items(), key=lambda kv: -kv[1][2])[:6]
+        return [
+            {
+                "function": key[2] if key[0] == "~" else f"{Path(key[0]).name}:{key[1]}({key[2]})",
+                "self_share": tt / total,
+                "calls_per_row": nc / (3 * max(1, len(rows))),
+            }
+            for key, (_cc, nc, tt, _ct, _callers) in top
+        ]
+
     def index_only(c: sqlite3.Connection) -> tuple[float, int]:
         start = time.perf_counter()
         n = c.execute(f"SELECT count(*) FROM effect_operations WHERE {_UNRESOLVED_WHERE}").fetchone()[0]
@@ -192,6 +214,7 @@ async def scan_sqlite(
         hundred_first, hundred_ms, _ = await _timed(lambda: ledger.unresolved(limit=100), repeats)
         parts = [await run_in_connection_thread(ledger.conn, fetch) for _ in range(repeats)]
         counts = [await run_in_connection_thread(ledger.conn, index_only) for _ in range(repeats)]
+        decode_top = await run_in_connection_thread(ledger.conn, decode_profile)
         plan = await run_in_connection_thread(
             ledger.conn, lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
         )
@@ -216,6 +239,7 @@ async def scan_sqlite(
         "index_only_count": counts[0][1] if counts else 0,
         "sql_only_all_ms": median([f for f, _, _ in parts]),
         "decode_all_ms": median([d for _, d, _ in parts]),
+        "decode_profile": decode_top,
         "query_plan": plan,
         "repeats": repeats,
     }

@@ -40,12 +40,15 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.postgres import PostgresLedger
@@ -154,9 +157,13 @@ class Fleet:
         start_at = time.time() + START_AHEAD
         for w in range(workers):
             self.commands[w].put((tag, pairs, start_at))
+        sampler = WaitSampler(self.target) if self.target["backend"] == "postgres" else None
         time.sleep(max(0.0, start_at - time.time()))
         machine0, server0 = machine_cpu(), server_cpu()
-        items = [self._get() for _ in range(workers)]
+        try:
+            items = [self._get() for _ in range(workers)]
+        finally:
+            waits = sampler.stop() if sampler is not None else None
         machine1, server1 = machine_cpu(), server_cpu()
         wall = max(i["finished"] for i in items) - min(i["started"] for i in items)
         n = workers * pairs
@@ -169,6 +176,7 @@ class Fleet:
             if self.target["backend"] == "postgres" and server0 is not None and server1 is not None
             else None,
             "machine_busy": busy / total if total > 0 else None,
+            "waits": waits,
         }
 
     def close(self) -> None:
@@ -178,6 +186,45 @@ class Fleet:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+
+
+class WaitSampler:
+    """Samples what the workers' Postgres connections are doing, every ``interval`` s.
+
+    Each sample of a worker connection is counted under ``Lock`` (a heavyweight lock:
+    row, tuple, transaction, advisory: workers serialising on each other), ``LWLock``
+    or ``IO`` (e.g. WAL insert/flush: the commit path), ``CPU`` (active, no wait),
+    ``client`` (idle inside a transaction: the worker's own code between statements),
+    or any other wait type under Postgres' own name; ``idle`` (between transactions)
+    is not counted. The sampler's own queries add a little to the server CPU figure.
+    """
+
+    def __init__(self, target: dict[str, str], interval: float = 0.02) -> None:
+        self.counts: Counter[str] = Counter()
+        self._app = target["app"]
+        self._stop = threading.Event()
+        self._conn = psycopg.connect(target["dsn"], autocommit=True, application_name="lge-bench-sampler")
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        sql = (
+            "SELECT state, wait_event_type FROM pg_stat_activity "
+            "WHERE application_name = %s AND state <> 'idle'"
+        )
+        while not self._stop.wait(interval):
+            for state, wait_type in self._conn.execute(sql, [self._app]).fetchall():
+                if state == "active":
+                    self.counts[wait_type or "CPU"] += 1
+                else:
+                    self.counts["client"] += 1
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+        return dict(self.counts)
+
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -235,7 +282,9 @@ def prepare(backend: str, args: argparse.Namespace, workdir: Path) -> tuple[dict
         target["path"] = str(workdir / "ledger.sqlite")
         setting = "WAL, synchronous=FULL, one shared file"
     else:
-        target["dsn"] = args.dsn
+        # Tagged, so the wait sampler finds exactly the workers' connections.
+        target["app"] = f"lge-bench-{uuid.uuid4().hex[:8]}"
+        target["dsn"] = make_conninfo(args.dsn, application_name=target["app"])
         target["schema"] = f"lge_bench_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(args.dsn) as conn:
             sync = conn.execute("SHOW synchronous_commit").fetchone()
@@ -308,6 +357,7 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
                         "worker_cpu_ms_per_pair": _median([r["worker_cpu_ms"] for r in done]),
                         "server_cpu_ms_per_pair": _median([r["server_cpu_ms"] for r in done]),
                         "machine_busy": _median([r["machine_busy"] for r in done]),
+                        "wait_samples": _sum_counts([r["waits"] for r in done]),
                     }
                 )
             base = next((r for r in rows if r["workers"] == 1), rows[0])
@@ -330,6 +380,25 @@ def run(args: argparse.Namespace, backends: list[str], workdir: Path) -> list[di
                     proc.kill()
         for target in targets.values():
             drop(target)
+
+
+def _sum_counts(counts: list[dict[str, int] | None]) -> dict[str, int] | None:
+    known = [c for c in counts if c is not None]
+    if not known:
+        return None
+    total: Counter[str] = Counter()
+    for c in known:
+        total.update(c)
+    return dict(total)
+
+
+def _shares(counts: dict[str, int] | None) -> str:
+    """``Lock 0% LWLock 3% IO 20% ...`` with Lock always shown first."""
+    if not counts:
+        return ""
+    n = sum(counts.values())
+    order = ["Lock", *sorted((k for k in counts if k != "Lock"), key=lambda k: -counts[k])]
+    return " ".join(f"{k} {counts.get(k, 0) / n:.0%}" for k in order)
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -374,6 +443,17 @@ def print_table(report: dict[str, Any]) -> None:
         "\ncpu ms/pair: CPU time per pair in the worker processes and in the local postgres "
         "processes;\nbusy: the whole machine's CPU use during the rounds (other programs included)."
     )
+    waits = [
+        (result["backend"], r) for result in report["backends"] for r in result["rows"] if r["wait_samples"]
+    ]
+    if waits:
+        print(
+            "\nWhere the Postgres workers' connections were, sampled every 20 ms (Lock = waiting for "
+            "another\nworker's row/transaction/advisory lock; client = idle in a transaction, the "
+            "worker's own code):"
+        )
+        for backend, r in waits:
+            print(f"  {backend} {r['workers']} workers: {_shares(r['wait_samples'])}")
     print()
     for result in report["backends"]:
         print(f"{result['backend']}: {result['setting']}")

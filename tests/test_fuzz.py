@@ -119,16 +119,19 @@ EFFECTS = {"send": Effect(dedup_window=3600), "peek": Effect.read_only()}  # not
 
 # -- generated calls -------------------------------------------------------------------
 
+# Integers stay within 64 bits: LangGraph's checkpoint serializer (msgpack) cannot store
+# larger ones at all, so such a message never reaches the tools.
+INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 JUNK = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | INTS
     | st.floats()
     | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
-SCALAR_NOT_STR = st.none() | st.booleans() | st.integers() | st.floats()
+SCALAR_NOT_STR = st.none() | st.booleans() | INTS | st.floats()
 NOT_A_STRING = (
     SCALAR_NOT_STR | st.lists(JUNK, max_size=3) | st.dictionaries(st.text(max_size=6), JUNK, max_size=3)
 )
@@ -214,6 +217,12 @@ def call_specs(draw: st.DrawFn, *, crashing: bool = False, max_calls: int = 6) -
                 junk_key=draw(st.text(min_size=0, max_size=8)),
             )
         )
+    if crashing and not any(s.crashes_toolnode for s in specs):
+        victim = specs[draw(st.integers(0, n - 1))]
+        if draw(st.booleans()):
+            victim.args_mode, victim.junk = "not_a_dict", draw(NOT_A_DICT)
+        else:
+            victim.tool, victim.id_mode = draw(st.sampled_from(["peek", "unknown_tool"])), "missing"
     # A valid effectful call whose id only an unknown-tool or invalid sibling shares is a
     # known EffectToolNode bug (see test_hardening::test_node_refuses_an_id_shared_with_an_
     # invalid_sibling); keep such groups out so the properties here check everything else.
@@ -223,12 +232,6 @@ def call_specs(draw: st.DrawFn, *, crashing: bool = False, max_calls: int = 6) -
             for s in members:
                 if not (s.known and s.args_valid):
                     s.id_mode = "unique"
-    if crashing and not any(s.crashes_toolnode for s in specs):
-        victim = specs[draw(st.integers(0, n - 1))]
-        if draw(st.booleans()):
-            victim.args_mode, victim.junk = "not_a_dict", draw(NOT_A_DICT)
-        else:
-            victim.tool, victim.id_mode = draw(st.sampled_from(["peek", "unknown_tool"])), "missing"
     return specs
 
 
@@ -599,7 +602,7 @@ def answers(draw: st.DrawFn) -> tuple[str, Any]:
     if shape == "junk":
         # (a bare ``None`` is left out: LangGraph itself fails on Command(resume=None))
         answer: Any = draw(
-            st.booleans() | st.integers() | st.floats() | st.text(max_size=12) | st.lists(JUNK, max_size=3)
+            st.booleans() | INTS | st.floats() | st.text(max_size=12) | st.lists(JUNK, max_size=3)
         )
     elif shape == "approval":
         answer = {
