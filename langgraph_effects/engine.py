@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -527,7 +528,7 @@ class Session:
             if op.state is State.UNKNOWN:
                 outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
-                evidence = {**outcome.evidence, "cause": dict(op.evidence or {})}
+                evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
                 if outcome.action == "resend":
                     await self._send(c, Event.RESEND, evidence)
                 else:
@@ -558,7 +559,7 @@ class Session:
                     await self._move(c, dataclasses.replace(done, event=Event.CONFIRM, evidence=late))
                 return Replay(messages.decorate(output, c.op))
             if error is not None and c.effect.is_definite(error):
-                shown = output if output is not None else _error_message(c, error)
+                shown = self._scrub_output(c, output if output is not None else _error_message(c, error))
                 kind, blob = messages.dump(shown)
                 await self._move(
                     c,
@@ -572,7 +573,7 @@ class Session:
                 )
                 if output is None:
                     return Raise(error)
-                return Replay(messages.decorate(output, c.op))
+                return Replay(messages.decorate(shown, c.op))
             what = _describe(error) if error is not None else _message_text(output)
             evidence: dict[str, Any] = {
                 "kind": "timeout" if isinstance(error, TimeoutError) else "error",
@@ -818,6 +819,18 @@ class Session:
 
     def _scrub(self, c: _Call, text: str) -> str:
         return identity.scrub(text, c.args, c.effect.secret_fields)
+
+    def _scrub_output(self, c: _Call, output: Any) -> Any:
+        """An error message echoing a secret argument is stored and shown without it."""
+        if isinstance(output, ToolMessage) and isinstance(output.content, str):
+            return output.model_copy(update={"content": self._scrub(c, output.content)})
+        return output
+
+    def _scrub_evidence(self, c: _Call, evidence: Mapping[str, Any]) -> dict[str, Any]:
+        """Lookups see the full arguments; what they report back is scrubbed before storing."""
+        if not c.effect.secret_fields:
+            return dict(evidence)
+        return json.loads(self._scrub(c, json.dumps(evidence, default=str)))  # type: ignore[no-any-return]
 
     def _info(self, c: _Call) -> OperationInfo:
         return OperationInfo(
@@ -1117,7 +1130,7 @@ def effectful_calls(
         counts[key] = counts.get(key, 0) + 1
     refused = {key for key, n in counts.items() if not key or n > 1}
     tracked = [call for call in effectful if str(call.get("id") or "") not in refused]
-    return tracked, refused & {str(call.get("id") or "") for call in effectful}
+    return tracked, refused
 
 
 def refusal(tool_call: Mapping[str, Any]) -> ToolMessage:

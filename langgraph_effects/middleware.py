@@ -47,6 +47,18 @@ from .node import _args_valid, _as_approved
 ToolResult = ToolMessage | Command[Any]
 
 
+def _siblings(state: Any, call: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tool calls of the AIMessage that asked for ``call`` (just ``call`` if unknown)."""
+    call_id = call.get("id")
+    history = state.get("messages", []) if isinstance(state, Mapping) else []
+    for message in reversed(history):
+        if isinstance(message, AIMessage) and call_id and any(
+            c.get("id") == call_id for c in message.tool_calls
+        ):
+            return list(message.tool_calls)
+    return [call]
+
+
 def _has_dangling(history: list[Any]) -> bool:
     answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
     return any(
@@ -123,10 +135,18 @@ class EffectMiddleware(AgentMiddleware):
     def _tracked(self, request: ToolCallRequest) -> bool | None:
         """True: track it; False: run it as is; None: refuse it (no usable identity)."""
         call = request.tool_call
-        if request.tool is None or not _args_valid(request.tool, call.get("args")):
+        if request.tool is None:
             return False
-        tracked, refused = effectful_calls([call], self._settings, lambda _: True)
-        return None if refused else bool(tracked)
+        # create_agent runs one task per call: count ids over the calls of the AIMessage
+        # that holds this one, so a shared id is refused here as in EffectToolNode.
+        siblings = _siblings(request.state, call)
+        tracked, refused = effectful_calls(siblings, self._settings, lambda _: True)
+        effect = self._settings.effect_for(request.tool.name)
+        if str(call.get("id") or "") in refused and not effect.read_only_tool:
+            return None
+        if not _args_valid(request.tool, call.get("args")):
+            return False
+        return any(c is call or c.get("id") == call.get("id") for c in tracked)
 
     def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
         config = request.runtime.config

@@ -177,8 +177,13 @@ class EffectToolNode(ToolNode):
 
     def _effectful(self, input: Any) -> tuple[list[Mapping[str, Any]], set[str]]:
         tool_calls, _ = self._parse_input(input)
-        valid = [c for c in tool_calls if _args_valid(self.tools_by_name.get(c["name"]), c.get("args"))]
-        return effectful_calls(valid, self._settings, lambda name: name in self.tools_by_name)
+        tracked, refused = effectful_calls(
+            tool_calls, self._settings, lambda name: name in self.tools_by_name
+        )
+        # Invalid arguments never dispatch (ToolNode answers them); ids are counted over
+        # every call first, so an id shared with an invalid sibling is still refused.
+        valid = [c for c in tracked if _args_valid(self.tools_by_name.get(c["name"]), c.get("args"))]
+        return valid, refused
 
     def _refused(self, request: ToolCallRequest) -> bool:
         call_id = str(request.tool_call.get("id") or "")

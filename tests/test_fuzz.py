@@ -263,9 +263,8 @@ def ai_message(specs: list[CallSpec], *, safe: bool) -> AIMessage:
 def refused_ids(specs: list[CallSpec], *, safe: bool, per_message: bool) -> set[int]:
     """Indexes of effectful, valid calls that must be refused (no usable identity).
 
-    ``per_message``: duplicate ids are seen across the message (EffectToolNode);
-    EffectMiddleware sees one call per task and refuses only a missing id (see
-    test_hardening::test_middleware_refuses_duplicate_ids_like_the_node).
+    ``per_message``: duplicate ids are refused across the message (EffectToolNode, and
+    EffectMiddleware, which counts the ids of the AIMessage holding its task's call).
     """
     ids = Counter(call_id(s, safe=safe) or "" for s in specs)
     out = set()
@@ -523,7 +522,7 @@ def test_generated_tool_calls_through_create_agent(specs: list[CallSpec]) -> Non
         async def go() -> None:
             state = await drive_to_the_end(driver, {"messages": [HumanMessage("go")]})
             ops = await all_ops(ledger)
-            check_final(specs, state, run, ops, safe=True, per_message=False)
+            check_final(specs, state, run, ops, safe=True, per_message=True)
             assert await ledger.unresolved() == []
 
         asyncio.run(go())

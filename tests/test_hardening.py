@@ -629,17 +629,6 @@ async def test_inconclusive_lookup(tmp_path: Path, failure: str, dedup: bool) ->
 # -- malformed input the fuzz tests keep out (known bugs) -------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: EffectToolNode._effectful (node.py) drops unknown-tool and invalid-argument "
-        "calls before engine.effectful_calls counts ids, so a valid effectful call whose id "
-        "an invalid sibling shares is sent instead of refused; and because the session is "
-        "keyed by call id (Session.manages), an invalid sibling of the same tool runs under "
-        "the valid call's operation and lease: its ValidationError is recorded as that "
-        "operation's ambiguous outcome (lose -> resend x3 -> review 'attempts')."
-    ),
-)
 @pytest.mark.parametrize("sibling", ["unknown_tool", "invalid_args"])
 def test_node_refuses_an_id_shared_with_an_invalid_sibling(tmp_path: Path, sibling: str) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "dedup")
@@ -656,15 +645,6 @@ def test_node_refuses_an_id_shared_with_an_invalid_sibling(tmp_path: Path, sibli
     assert asyncio.run(ledger.list_operations(OperationQuery(states=ALL_STATES))) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: EffectMiddleware._tracked (middleware.py) calls engine.effectful_calls([call]) "
-        "with the one call of its task, so ids shared across the AIMessage are never seen: "
-        "both calls are sent (and two identical calls with one id collapse into one effect "
-        "answered twice), where EffectToolNode refuses them."
-    ),
-)
 def test_middleware_refuses_duplicate_ids_like_the_node(tmp_path: Path) -> None:
     from langchain.agents import create_agent  # the 'agents' extra
 

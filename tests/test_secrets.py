@@ -268,16 +268,6 @@ def test_ledger_tables_in_a_shared_file_hold_no_secret(tmp_path: Path, hash_key:
             assert not leaks(repr(rows)), table
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: Session.finish (engine.py, the definite-error branch) stores the error "
-        "ToolMessage unscrubbed as the operation's result: ToolNode's own error message "
-        "(handle_tool_errors=True) or engine._error_message(c, error) (otherwise), whose "
-        "text is the exception's, echoing the secret. The model then also sees it in the "
-        "replayed/returned ToolMessage. The evidence['error'] is scrubbed; the result is not."
-    ),
-)
 @pytest.mark.parametrize("handle_tool_errors", [True, False])
 def test_definite_failure_echoing_the_secret_is_scrubbed(
     tmp_path: Path, hash_key: str, handle_tool_errors: bool
@@ -305,16 +295,6 @@ def test_definite_failure_echoing_the_secret_is_scrubbed(
     assert not leaks(file_bytes(db))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: reconcile._lookup_once turns a lookup exception into Inconclusive(f'lookup "
-        "raised {type}: {error}') and Session.begin (engine.py) records that reason as "
-        "evidence without identity.scrub; the lookup gets the full, unredacted arguments, "
-        "so an HTTP error that echoes the key lands in the ledger, the interrupt and the "
-        "console."
-    ),
-)
 def test_lookup_error_echoing_the_secret_is_scrubbed(tmp_path: Path, hash_key: str) -> None:
     db = tmp_path / "ledger.sqlite"
     provider = Provider(tmp_path / "provider.sqlite", "blind")

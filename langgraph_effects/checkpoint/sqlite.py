@@ -46,6 +46,11 @@ class EffectSqliteSaver(AsyncSqliteSaver):
             await ledger_conn.close()
 
     async def setup(self) -> None:
-        """Create or migrate both the checkpoint tables and the ledger tables."""
-        await self.ledger.setup()
+        """Create or migrate both the checkpoint tables and the ledger tables.
+
+        ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; the ledger's
+        part runs once, not as an empty write transaction on every checkpoint call.
+        """
+        if not self.is_setup:
+            await self.ledger.setup()
         await super().setup()
