@@ -11,11 +11,11 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..operation import TERMINAL, UNRESOLVED, Change, Operation, Owner, State
+from ..operation import UNRESOLVED, Change, Operation, Owner, State
 
 DEFAULT_ACTOR = "langgraph-effects"
 
@@ -321,6 +321,3 @@ def unresolved_values() -> list[str]:
     """The unresolved states' names, in a fixed order (for SQL ``IN`` lists)."""
     return sorted(s.value for s in UNRESOLVED)
 
-
-def is_terminal(states: Iterable[State]) -> bool:
-    return all(s in TERMINAL for s in states)
