@@ -12,9 +12,8 @@ What the provider can prove decides what recovery may do (DESIGN §5):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -112,7 +111,6 @@ class Effect:
     approval: ApprovalMode = "never"
     max_attempts: int = 3
     read_only_tool: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.lookup_consistency not in ("strong", "eventual"):
@@ -165,9 +163,6 @@ class Effect:
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""
         return isinstance(error, (DefiniteFailure, *self.definite_errors))
-
-    def replace(self, **changes: Any) -> Effect:
-        return dataclasses.replace(self, **changes)
 
 
 #: The contract of a tool nobody declared: safe by default.

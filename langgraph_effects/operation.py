@@ -189,6 +189,7 @@ class Operation:
         return self.state in TERMINAL
 
     def lease_live(self, now: float) -> bool:
+        """Whether it is ``dispatched`` under a lease that has not run out at ``now``."""
         return (
             self.state is State.DISPATCHED
             and self.lease_expires_at is not None
