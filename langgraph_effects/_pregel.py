@@ -26,7 +26,12 @@ def checkpointer(config: Mapping[str, Any]) -> Any | None:
 
 
 def durability(config: Mapping[str, Any]) -> str | None:
-    """``"sync"``, ``"async"`` or ``"exit"`` (``None`` outside a graph run)."""
+    """``"sync"``, ``"async"`` or ``"exit"`` when the run was given one explicitly.
+
+    ``None`` otherwise: LangGraph sets the key only for an explicit ``durability=``,
+    and never in a Functional API task's config; the run's mode is then unknown to
+    the node (LangGraph's default is ``"async"``).
+    """
     value = _configurable(config).get(DURABILITY)
     return str(value) if value is not None else None
 
@@ -53,8 +58,13 @@ def parent_namespace(ns: str) -> str:
 def parent_checkpoint(config: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, checkpoint id) of the checkpoint this task was prepared from.
 
-    That checkpoint holds the AIMessage whose calls the task runs; it must be
-    durable before anything is dispatched.
+    That checkpoint holds the AIMessage whose calls the task runs (for a Functional
+    API ``@task``: the entrypoint's input); it must be durable before anything is
+    dispatched. The namespace is the one the checkpoint is *saved* under: a
+    Functional API task is pushed from inside the entrypoint's task, so its map has
+    an entry for that task's namespace that repeats the loop's checkpoint id; the
+    checkpoint itself lives in the loop's namespace, the topmost ancestor that maps
+    to the same id.
     """
     conf = _configurable(config)
     ns = parent_namespace(checkpoint_ns(config))
@@ -62,4 +72,31 @@ def parent_checkpoint(config: Mapping[str, Any]) -> tuple[str, str] | None:
     checkpoint_id = mapping.get(ns)
     if checkpoint_id is None:
         return None
+    while ns:
+        up = parent_namespace(ns)
+        if mapping.get(up) != checkpoint_id:
+            break
+        ns = up
     return ns, str(checkpoint_id)
+
+
+def call_path(config: Mapping[str, Any]) -> str | None:
+    """Where a Functional API ``@task`` call sits in its entrypoint, without task ids.
+
+    ``metadata["langgraph_path"]`` is ``("__pregel_push", <parent path>, <call
+    index>, ...)``: the n-th task call of its parent, so every run of the same
+    entrypoint from the same checkpoint (resume, retry, time travel) reproduces it,
+    while the task id (derived from the checkpoint id) changes under time travel.
+    """
+    path = (config.get("metadata") or {}).get("langgraph_path")
+    if not isinstance(path, tuple | list) or not path:
+        return None
+
+    def render(p: Any) -> str:
+        if isinstance(p, tuple | list) and len(p) >= 2 and p[0] == "__pregel_pull":
+            return str(p[1])
+        if isinstance(p, tuple | list) and len(p) >= 3 and p[0] == "__pregel_push":
+            return f"{render(p[1])}/{p[2]}"
+        return str(p)
+
+    return render(path)

@@ -157,18 +157,116 @@ def history_of(state: Any, messages_key: str = "messages") -> list[BaseMessage]:
     return [m for m in found or [] if isinstance(m, BaseMessage)]
 
 
-def _anchors(history: Iterable[BaseMessage]) -> tuple[dict[str, str], set[str]]:
-    """tool_call_id -> id of the AIMessage that asked for it; and every call id seen."""
+def _anchors(history: Iterable[BaseMessage]) -> dict[str, str]:
+    """tool_call_id -> id of the (latest) AIMessage that asked for it: recorded on the
+    operation for operators to read, never part of its identity (model servers
+    repeat message ids)."""
     anchors: dict[str, str] = {}
-    seen: set[str] = set()
     for message in history:
-        if isinstance(message, AIMessage):
+        if isinstance(message, AIMessage) and message.id:
             for call in message.tool_calls:
                 if call.get("id"):
-                    seen.add(call["id"])  # type: ignore[arg-type]
-                    if message.id:
-                        anchors[call["id"]] = message.id  # type: ignore[index]
-    return anchors, seen
+                    anchors[str(call["id"])] = message.id
+    return anchors
+
+
+@dataclass(frozen=True)
+class Source:
+    """The durable checkpoint a tool task was prepared from (the one holding its call).
+
+    ``turn`` is its coordinate in operation ids (:func:`identity.turn_of`);
+    ``origin`` the id of its parent checkpoint, the state the model answered, which
+    re-plan detection compares (DESIGN: never bind across a turn).
+    """
+
+    namespace: str
+    checkpoint_id: str
+    turn: str
+    origin: str | None
+
+
+async def read_checkpoint(saver: Any, ns: str, checkpoint_id: str, thread_id: str, sync: bool) -> Any:
+    target = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+    }
+    if sync:
+        return await asyncio.to_thread(saver.get_tuple, target)
+    return await saver.aget_tuple(target)
+
+
+def _parent_id(saved: Any) -> str | None:
+    parent = getattr(saved, "parent_config", None) or {}
+    found = (parent.get("configurable") or {}).get("checkpoint_id")
+    return str(found) if found is not None else None
+
+
+async def _unfork(saver: Any, saved: Any, thread_id: str, ns: str, sync: bool) -> str:
+    """The id of the checkpoint ``saved`` copies: time travel saves a ``"fork"``
+    checkpoint (new id, same channel values and versions) whose parent it copies."""
+    seen: set[str] = set()
+    while (saved.metadata or {}).get("source") == "fork":
+        parent = _parent_id(saved)
+        if parent is None or parent in seen:
+            break
+        seen.add(parent)
+        found = await read_checkpoint(saver, ns, parent, thread_id, sync)
+        if found is None:
+            break
+        saved = found
+    return str(saved.config["configurable"]["checkpoint_id"])
+
+
+async def durable_source(
+    config: Mapping[str, Any], *, wait_seconds: float, sync_checkpointer: bool
+) -> Source | None:
+    """Read the checkpoint the running task was prepared from, once it is durable.
+
+    Nothing may be dispatched before that checkpoint is saved (otherwise a crash
+    loses the call and a resume cannot find it), whatever the durability mode:
+    under ``"sync"`` it already is; under ``"async"`` (LangGraph's default, and the
+    mode a Functional API task cannot see) it is being saved, so poll for it; under
+    ``"exit"`` it will not be saved before the run ends, so refuse. ``None`` when
+    the graph has no checkpointer (nothing durable to anchor on).
+    """
+    parent = _pregel.parent_checkpoint(config)
+    saver = _pregel.checkpointer(config)
+    thread_id = _pregel.thread_id(config)
+    if parent is None or saver is None or thread_id is None:
+        return None
+    ns, checkpoint_id = parent
+    mode = _pregel.durability(config)
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.002
+    while True:
+        saved = await read_checkpoint(saver, ns, checkpoint_id, thread_id, sync_checkpointer)
+        if saved is not None:
+            break
+        if mode == "exit":
+            raise DurabilityError(
+                "durability='exit' saves the checkpoint only when the run ends, so a crash "
+                "would lose the tool call that was already dispatched; nothing was sent. "
+                "Run the graph with durability='sync' (recommended) or 'async'."
+            )
+        if time.monotonic() > deadline:
+            raise DurabilityError(
+                f"the checkpoint {checkpoint_id} holding this tool call was not saved within "
+                f"{wait_seconds:g}s (durability={mode or 'default'!r}); nothing was sent. "
+                "Check the checkpointer, and run with durability='sync' (recommended) or "
+                "'async'; 'exit' cannot protect effects."
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    turn = await turn_of_saved(saver, saved, thread_id=thread_id, namespace=ns, sync=sync_checkpointer)
+    return Source(namespace=ns, checkpoint_id=checkpoint_id, turn=turn, origin=_parent_id(saved))
+
+
+async def turn_of_saved(saver: Any, saved: Any, *, thread_id: str, namespace: str, sync: bool) -> str:
+    """The turn coordinate of a saved checkpoint tuple (see :func:`identity.turn_of`)."""
+    versions = saved.checkpoint.get("channel_versions") or {}
+    checkpoint_id = str(saved.config["configurable"]["checkpoint_id"])
+    if not identity.versions_unique(versions):
+        checkpoint_id = await _unfork(saver, saved, thread_id, namespace, sync)
+    return identity.turn_of(versions, checkpoint_id)
 
 
 def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
@@ -202,11 +300,18 @@ def identify(
     scope: Scope,
     thread_id: str,
     namespace: str,
-    anchor: str,
+    turn: str,
     config: Mapping[str, Any],
+    call_key: str | None = None,
 ) -> tuple[str, str, str]:
-    """(operation id, provider key, args hash) of one call: pure, so anyone holding the
-    same coordinates (a resumed node, a middleware patching history) finds the same row."""
+    """(operation id, provider key, args hash) of one call.
+
+    The one place an operation id is derived (node, middleware, ``@effectful``,
+    dangling-call answers; an approver's edit derives from the id it edits). Pure:
+    anyone holding the same coordinates finds the same row. ``turn`` is the
+    :class:`Source` turn of the checkpoint the call's task was prepared from;
+    ``call_key`` tells the calls of that turn apart (default: the ``tool_call_id``).
+    """
     args = dict(tool_call.get("args") or {})
     digest = identity.args_hash(args, key=settings.hash_key)
     if effect.key is not None:
@@ -223,8 +328,8 @@ def identify(
     op_id = identity.operation_id(
         thread_id=thread_id,
         namespace=namespace,
-        anchor=anchor,
-        tool_call_id=str(tool_call["id"]),
+        turn=turn,
+        call_key=call_key if call_key is not None else str(tool_call["id"]),
         args_hash=digest,
     )
     return op_id, identity.default_provider_key(op_id), digest
@@ -252,6 +357,9 @@ class Session:
         self._review: dict[str, _Call] = {}
         self._approval: dict[str, _Call] = {}
         self._fresh: list[_Call] = []
+        self._source: Source | None = None
+        self._sync_checkpointer = False
+        self._origins: dict[str, str | None] = {}
 
     # -- opening ---------------------------------------------------------------------
 
@@ -267,8 +375,13 @@ class Session:
         context: Any = None,
         messages_key: str = "messages",
         sync_checkpointer: bool = False,
+        call_keys: Mapping[str, str] | None = None,
     ) -> Session:
-        """Bind each effectful call to its operation; record new intents in one commit."""
+        """Bind each effectful call to its operation; record new intents in one commit.
+
+        ``call_keys`` maps a call id to the key that tells it apart within its turn,
+        when the call id itself is not stable (a Functional API task's id is not).
+        """
         thread_id = _pregel.thread_id(config)
         if thread_id is None:
             raise DurabilityError(
@@ -280,9 +393,19 @@ class Session:
         ns_full = _pregel.checkpoint_ns(config)
         namespace = identity.namespace_path(_pregel.parent_namespace(ns_full))
         history = history_of(state, messages_key)
-        anchors, seen_call_ids = _anchors(history)
+        anchors = _anchors(history)
         task_id = _pregel.task_id(config) or ""
-        parent = _pregel.parent_checkpoint(config)
+        # One read of the checkpoint holding the calls: it is the durability barrier
+        # (nothing leaves before it is saved) and the turn every id is anchored on.
+        source = await durable_source(
+            config,
+            wait_seconds=settings.durable_wait_seconds,
+            sync_checkpointer=sync_checkpointer,
+        )
+        # Without a checkpointer nothing is durable to anchor on; the task id is the
+        # best there is (stable across a RetryPolicy retry only).
+        turn = source.turn if source is not None else "t:" + task_id
+        keys = call_keys or {}
 
         calls: dict[str, _Call] = {}
         for tool_call in tool_calls:
@@ -297,9 +420,15 @@ class Session:
                 scope=scope,
                 thread_id=thread_id,
                 namespace=namespace,
-                anchor=anchors.get(call_id, task_id),
+                turn=turn,
                 config=config,
+                call_key=keys.get(call_id),
             )
+            extra: dict[str, Any] = {"turn": turn}
+            if source is not None and source.origin is not None:
+                extra["origin"] = source.origin
+            if effect.approval == "always":
+                extra["approval"] = "required"
             op = Operation(
                 op_id=op_id,
                 thread_id=thread_id,
@@ -314,17 +443,19 @@ class Session:
                 policy_version=scope.policy_version,
                 message_id=anchors.get(call_id),
                 task_id=task_id or None,
-                checkpoint_id=parent[1] if parent else None,
-                extra={"approval": "required"} if effect.approval == "always" else {},
+                checkpoint_id=source.checkpoint_id if source else None,
+                extra=extra,
             )
             calls[call_id] = _Call(call_id=call_id, tool=tool, args=args, effect=effect, op=op)
 
         session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
-        await session._bind(history_known=bool(history), seen_call_ids=seen_call_ids)
-        await session._record_new(sync_checkpointer=sync_checkpointer)
+        session._source = source
+        session._sync_checkpointer = sync_checkpointer
+        await session._bind(history_known=bool(history))
+        await session._record_new()
         return session
 
-    async def _bind(self, *, history_known: bool, seen_call_ids: set[str]) -> None:
+    async def _bind(self, *, history_known: bool) -> None:
         """Find operations already in the ledger: by id, then re-planned duplicates."""
         wanted = {c.op.op_id for c in self.calls.values()}
         stored = await self.ledger.get_many(sorted(wanted))
@@ -343,7 +474,14 @@ class Session:
             else:
                 c.op = found
         await self._follow_edits()
-        if not (fresh and history_known and self.settings.detect_replans):
+        source = self._source
+        if not (
+            fresh
+            and history_known
+            and self.settings.detect_replans
+            and source is not None
+            and source.origin is not None
+        ):
             self._fresh = fresh
             return
         candidates = await self.ledger.find_by_payload(
@@ -352,49 +490,74 @@ class Session:
         taken: set[str] = set()
         still_fresh: list[_Call] = []
         for c in fresh:
-            match = next(
-                (
-                    o
-                    for o in sorted(candidates, key=lambda o: o.created_at)
-                    if o.tool == c.tool
+            match = None
+            for o in sorted(candidates, key=lambda o: o.created_at):
+                if (
+                    o.tool == c.tool
                     and o.args_hash == c.op.args_hash
                     and o.tenant == c.op.tenant
                     and o.checkpoint_ns == c.op.checkpoint_ns
-                    and o.tool_call_id not in seen_call_ids
                     and o.state not in (State.FAILED, State.ABANDONED)
                     and o.op_id not in taken
-                ),
-                None,
-            )
+                    and o.extra.get("turn") not in (None, source.turn)
+                    and await self._same_origin(o.extra.get("origin"))
+                ):
+                    match = o
+                    break
             if match is None:
                 still_fresh.append(c)
             else:
-                # The call was minted again after its first AIMessage was lost: same effect.
+                # The model answered the very state it answered before, whose AIMessage
+                # was lost (never saw the outcome): the same intent, not a second one.
                 log.warning(
-                    "tool call %s (%s) re-plans operation %s whose call %s is no longer in "
-                    "the history; binding to it instead of sending again",
+                    "tool call %s (%s) re-plans operation %s (call %s), asked from the same "
+                    "checkpoint %s; binding to it instead of sending again",
                     c.call_id,
                     c.tool,
                     match.op_id,
                     match.tool_call_id,
+                    source.origin,
                 )
                 taken.add(match.op_id)
                 c.op = match
         self._fresh = still_fresh
 
-    async def _record_new(self, *, sync_checkpointer: bool) -> None:
+    async def _same_origin(self, origin: Any) -> bool:
+        """Whether ``origin`` (an earlier operation's pre-model checkpoint) is this
+        call's, seen through the fork checkpoints time travel saves."""
+        source = self._source
+        if source is None or source.origin is None or not isinstance(origin, str):
+            return False
+        if origin == source.origin:
+            return True
+        return await self._unforked(origin) == await self._unforked(source.origin)
+
+    async def _unforked(self, checkpoint_id: str) -> str | None:
+        cached = self._origins.get(checkpoint_id)
+        if cached is not None or checkpoint_id in self._origins:
+            return cached
+        source, saver = self._source, _pregel.checkpointer(self.config)
+        thread_id = _pregel.thread_id(self.config) or ""
+        resolved: str | None = None
+        if source is not None and saver is not None:
+            sync = self._sync_checkpointer
+            saved = await read_checkpoint(saver, source.namespace, checkpoint_id, thread_id, sync)
+            if saved is not None:
+                resolved = await _unfork(saver, saved, thread_id, source.namespace, sync)
+        self._origins[checkpoint_id] = resolved
+        return resolved
+
+    async def _record_new(self) -> None:
         fresh = self._fresh
         if not fresh:
             return
-        mode = _pregel.durability(self.config)
-        if mode == "exit":
+        if _pregel.durability(self.config) == "exit":
             raise DurabilityError(
                 "durability='exit' saves the checkpoint only when the run ends, so a crash "
                 "would lose the tool call that was already dispatched; nothing was sent. "
                 "Run the graph with durability='sync' (recommended) or 'async'."
             )
-        if mode == "async":
-            await self._wait_durable(sync_checkpointer=sync_checkpointer)
+        # The checkpoint holding the calls is durable: ``open`` read it back.
         # Calls that can be reconciled without a human get intent and dispatch marker in
         # one commit; blind and approval-gated calls first commit ``pending``, so a crash
         # before the send is provably harmless and needs no operator.
@@ -435,38 +598,6 @@ class Session:
             return c.op
         c.op = op
         return op
-
-    async def _wait_durable(self, *, sync_checkpointer: bool) -> None:
-        """Under ``durability="async"``, wait until the checkpoint holding the call is saved."""
-        parent = _pregel.parent_checkpoint(self.config)
-        saver = _pregel.checkpointer(self.config)
-        if parent is None or saver is None:
-            return
-        ns, checkpoint_id = parent
-        target = {
-            "configurable": {
-                "thread_id": _pregel.thread_id(self.config),
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
-        deadline = time.monotonic() + self.settings.durable_wait_seconds
-        delay = 0.002
-        while True:
-            if sync_checkpointer:
-                found = await asyncio.to_thread(saver.get_tuple, target)
-            else:
-                found = await saver.aget_tuple(target)
-            if found is not None:
-                return
-            if time.monotonic() > deadline:
-                raise DurabilityError(
-                    f"the checkpoint {checkpoint_id} holding this tool call was not saved within "
-                    f"{self.settings.durable_wait_seconds:g}s (durability='async'); nothing "
-                    "was sent. Check the checkpointer, or use durability='sync'."
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
 
     # -- per call --------------------------------------------------------------------
 

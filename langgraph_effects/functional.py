@@ -2,7 +2,8 @@
 
 LangGraph re-runs an unfinished ``@task`` on resume, exactly like an unfinished
 tool call. Put ``@effectful(...)`` under ``@task`` and the call is bound to a
-durable operation (derived from the task's id, which resume reproduces), replayed
+durable operation (anchored on the entrypoint's checkpoint and the task's place
+among the entrypoint's calls, which resume and time travel reproduce), replayed
 once recorded, reconciled after a crash, and sent to review through
 ``interrupt()`` when evidence cannot settle it::
 
@@ -67,10 +68,13 @@ def effectful(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         tool = name or fn.__name__
-        settings = Settings.build({tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds)
+        # No message history, so no re-planning: a call is its place in the entrypoint.
+        settings = Settings.build(
+            {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False
+        )
         signature = inspect.signature(fn)
 
-        def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
+        def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
             config = get_config()
             task_id = _pregel.task_id(config)
             if task_id is None:
@@ -84,9 +88,13 @@ def effectful(
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
-            return call, dict(config), found
+            # The task id is derived from the checkpoint id, which time travel changes;
+            # the call path is not (see _pregel.call_path).
+            return call, dict(config), found, _pregel.call_path(config) or task_id
 
-        def open_session(call: dict[str, Any], config: dict[str, Any], found: Ledger, sync: bool) -> Any:
+        def open_session(
+            call: dict[str, Any], config: dict[str, Any], found: Ledger, key: str, sync: bool
+        ) -> Any:
             return Session.open(
                 ledger=found,
                 settings=settings,
@@ -94,14 +102,15 @@ def effectful(
                 state=None,
                 config=config,
                 sync_checkpointer=sync,
+                call_keys={call["id"]: key},
             )
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                call, config, found = prepare(args, kwargs)
-                session: Session = await open_session(call, config, found, False)
+                call, config, found, key = prepare(args, kwargs)
+                session: Session = await open_session(call, config, found, key, False)
 
                 async def one_round() -> Any:
                     return await drive(session, call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
@@ -112,8 +121,8 @@ def effectful(
 
         @functools.wraps(fn)
         def run_sync(*args: Any, **kwargs: Any) -> Any:
-            call, config, found = prepare(args, kwargs)
-            session: Session = _portal.run(open_session(call, config, found, True))
+            call, config, found, key = prepare(args, kwargs)
+            session: Session = _portal.run(open_session(call, config, found, key, True))
 
             def one_round() -> Any:
                 execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731

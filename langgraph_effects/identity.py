@@ -1,12 +1,16 @@
 """Operation identity: pure functions from durable graph coordinates to ids and keys.
 
-An operation id must come out the same on every later attempt: crash resume, an
-``interrupt()`` re-run, a ``RetryPolicy`` retry, a second worker, and time travel
-to the checkpoint that holds the call. Measured on langgraph 1.2.24, replaying from
-a past checkpoint mints *new* task ids, so the task id cannot be part of the
-identity. What survives all of those is the AIMessage that asked for the call (its
-id is stored in the checkpoint) and the call's ``tool_call_id``. The args hash is
-part of the id too, so an ``update_state`` edit of the arguments is a new operation.
+An operation id must come out the same on every later attempt of one call (crash
+resume, an ``interrupt()`` re-run, a ``RetryPolicy`` retry, a second worker, time
+travel to the checkpoint that holds the call) and differ between two turns that ask
+for the same thing. Model-provided ids cannot give that: model servers repeat
+message ids and tool call ids (``call_0`` every turn). The id is therefore
+anchored on the **turn**: the checkpoint the tool task was prepared from, the one
+in which the AIMessage was written, named by its newest channel version (see
+:func:`turn_of`). Within that checkpoint the call is told apart by its
+``tool_call_id`` (refused when shared within one message) or, for a Functional API
+task, by its call path. The args hash is part of the id too, so an edit of the
+arguments is a new operation.
 """
 
 from __future__ import annotations
@@ -101,21 +105,44 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:32]
 
 
+def turn_of(channel_versions: Mapping[str, Any], checkpoint_id: str) -> str:
+    """The turn coordinate of the checkpoint a tool task was prepared from.
+
+    Every channel written in one step gets the same new version, so the newest
+    version in the checkpoint names the step that wrote the AIMessage. LangGraph's
+    savers (memory, SQLite, Postgres) make versions ``"<counter>.<random>"``: unique
+    per write, copied unchanged into the fork that time travel saves, changed by any
+    ``update_state``. A saver with plain counter versions (``BaseCheckpointSaver``'s
+    default) repeats them on two branches of one thread, so the checkpoint id is
+    used instead; the caller passes it already resolved through forks.
+    """
+    if versions_unique(channel_versions):
+        return "v:" + str(max(v for v in channel_versions.values() if v is not None))
+    return "c:" + checkpoint_id
+
+
+def versions_unique(channel_versions: Mapping[str, Any]) -> bool:
+    """Whether the saver's versions name one write (``"<counter>.<random>"`` strings)."""
+    versions = [v for v in channel_versions.values() if v is not None]
+    return bool(versions) and all(isinstance(v, str) and "." in v for v in versions)
+
+
 def operation_id(
     *,
     thread_id: str,
     namespace: str,
-    anchor: str,
-    tool_call_id: str,
+    turn: str,
+    call_key: str,
     args_hash: str,
 ) -> str:
-    """The operation id for one tool call.
+    """The operation id for one tool call: the one rule every path derives ids with.
 
-    ``anchor`` is the id of the AIMessage that holds the call (or, when there is
-    none, the task id). The ``op_`` prefix keeps a bare hex digest from being
-    mistaken for an interrupt id in ``Command(resume=...)`` (DESIGN §6).
+    ``turn`` comes from :func:`turn_of`; ``call_key`` tells the calls of one turn
+    apart (the ``tool_call_id``, or a Functional API task's call path). The ``op_``
+    prefix keeps a bare hex digest from being mistaken for an interrupt id in
+    ``Command(resume=...)`` (DESIGN §6).
     """
-    return "op_" + _digest("call", thread_id, namespace, anchor, tool_call_id, args_hash)
+    return "op_" + _digest("call", thread_id, namespace, turn, call_key, args_hash)
 
 
 def edited_operation_id(original_op_id: str, args_hash: str) -> str:

@@ -26,7 +26,7 @@ from langgraph.types import Command
 from . import _portal, _pregel
 from .checkpoint import ledger_of
 from .contract import Effect
-from .dangling import answer_dangling
+from .dangling import answer_dangling, unanswered
 from .engine import (
     Session,
     Settings,
@@ -60,13 +60,7 @@ def _siblings(state: Any, call: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _has_dangling(history: list[Any]) -> bool:
-    answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
-    return any(
-        call.get("id") and call["id"] not in answered
-        for m in history
-        if isinstance(m, AIMessage)
-        for call in m.tool_calls
-    )
+    return bool(unanswered(history))
 
 
 class EffectMiddleware(AgentMiddleware):
@@ -111,6 +105,16 @@ class EffectMiddleware(AgentMiddleware):
 
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """Answer tool calls left without a ToolMessage from the ledger (see ``dangling``)."""
+        return await self._answer_dangling(state, runtime, sync=False)
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Sync path of :meth:`abefore_model`."""
+        if not _has_dangling(list(state.get("messages", []))):
+            return None
+        result: dict[str, Any] | None = _portal.run(self._answer_dangling(state, runtime, sync=True))
+        return result
+
+    async def _answer_dangling(self, state: Any, runtime: Any, *, sync: bool) -> dict[str, Any] | None:
         history = list(state.get("messages", []))
         if not _has_dangling(history):
             return None
@@ -119,18 +123,16 @@ class EffectMiddleware(AgentMiddleware):
         if ledger is None:
             return None
         patched = await answer_dangling(
-            history, ledger=ledger, settings=self._settings, config=config, context=runtime.context
+            history,
+            ledger=ledger,
+            settings=self._settings,
+            config=config,
+            context=runtime.context,
+            sync_checkpointer=sync,
         )
         if patched is None:
             return None
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *patched]}
-
-    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """Sync path of :meth:`abefore_model`."""
-        if not _has_dangling(list(state.get("messages", []))):
-            return None
-        result: dict[str, Any] | None = _portal.run(self.abefore_model(state, runtime))
-        return result
 
     def _tracked(self, request: ToolCallRequest) -> bool | None:
         """True: track it; False: run it as is; None: refuse it (no usable identity)."""
