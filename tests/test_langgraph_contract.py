@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langgraph_effects import _pregel
+from langgraph_effects import _pregel, identity
 from langgraph_effects.ledger.sqlite import run_in_connection_thread
 
 
@@ -108,12 +108,166 @@ def test_node_config_carries_the_keys_we_read() -> None:
     assert saved.checkpoint["channel_values"]["messages"][-1].id == seen["message_id"]
 
     # Time travel to that checkpoint: LangGraph mints a new task id (so identity must
-    # not use it), while the AIMessage id (our anchor) is the same.
+    # not use it); the turn coordinate survives (see test_turn_coordinate_...).
     first_task, first_message = seen["task_id"], seen["message_id"]
     before = next(s for s in graph.get_state_history(config) if s.next == ("tools",))
     graph.invoke(None, before.config)
     assert seen["message_id"] == first_message
     assert seen["task_id"] != first_task, "task ids became stable under replay: identity could use them"
+
+
+def _turn_graph(saver: Any, seen: list[dict[str, Any]]) -> Any:
+    """model -> tools -> model, the model repeating its call id every turn."""
+
+    def model(state: State) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], HumanMessage):
+            call = {"name": "probe", "args": {"x": 1}, "id": "call_0", "type": "tool_call"}
+            return {"messages": [AIMessage("", tool_calls=[call])]}
+        return {"messages": [AIMessage("done")]}
+
+    def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
+        seen.append(
+            {
+                "task_id": _pregel.task_id(config),
+                "parent": _pregel.parent_checkpoint(config),
+                "durability": _pregel.durability(config),
+            }
+        )
+        return {"messages": [ToolMessage("ok", tool_call_id="call_0")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges(
+        "model", lambda s: "tools" if getattr(s["messages"][-1], "tool_calls", None) else END, ["tools", END]
+    )
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=saver)
+
+
+def test_turn_coordinate_differs_per_turn_and_survives_time_travel() -> None:
+    """The identity rule (identity.turn_of): the newest channel version of the checkpoint
+    a tool task was prepared from names the step that wrote the AIMessage; it is unique
+    per turn even when the model repeats its ids, and the fork that time travel saves
+    copies it while minting a new checkpoint id and new task ids."""
+    seen: list[dict[str, Any]] = []
+    saver = InMemorySaver()
+    graph = _turn_graph(saver, seen)
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("go")]}, config)
+    graph.invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+    first, second = seen
+    # At LangGraph's default durability ("async") the key is not in the config, and
+    # the checkpoint holding the call may not be saved yet when the task starts: the
+    # node cannot tell the mode and must read the checkpoint back before sending.
+    assert first["durability"] is None and second["durability"] == "sync"
+
+    def saved(parent: Any) -> Any:
+        ns, checkpoint_id = parent
+        return saver.get_tuple(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        )
+
+    for s in seen:
+        s["saved"] = saved(s["parent"])
+    for s in (first, second):
+        x = s["saved"]
+        assert x is not None
+        versions = x.checkpoint["channel_versions"]
+        assert identity.versions_unique(versions), versions
+        # The step that produced X wrote the AIMessage: it carries the newest version.
+        assert versions["messages"] == max(versions.values())
+        assert x.checkpoint["channel_values"]["messages"][-1].tool_calls[0]["id"] == "call_0"
+    turns = [identity.turn_of(s["saved"].checkpoint["channel_versions"], "") for s in seen]
+    assert turns[0] != turns[1]
+
+    # Time travel to the second turn's X: a "fork" checkpoint, child of X, with X's
+    # channel versions and a new id; the tool task is prepared from the fork.
+    x = second["saved"]
+    graph.invoke(None, x.config)
+    replay = seen[2]
+    fork = saved(replay["parent"])
+    assert fork.metadata["source"] == "fork"
+    assert fork.config["configurable"]["checkpoint_id"] != x.config["configurable"]["checkpoint_id"]
+    assert fork.parent_config["configurable"]["checkpoint_id"] == x.config["configurable"]["checkpoint_id"]
+    assert fork.checkpoint["channel_versions"] == x.checkpoint["channel_versions"]
+    assert replay["task_id"] != second["task_id"]
+    assert identity.turn_of(fork.checkpoint["channel_versions"], "") == turns[1]
+
+    # An update_state edit of the thread is a new checkpoint with new versions.
+    graph.update_state(x.config, {"messages": [HumanMessage("edited")]})
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert identity.turn_of(latest.checkpoint["channel_versions"], "") not in turns
+
+
+def test_sqlite_saver_versions_name_one_write(tmp_path: Any) -> None:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(str(tmp_path / "c.sqlite")) as saver:
+        seen: list[dict[str, Any]] = []
+        config: Any = {"configurable": {"thread_id": "t"}}
+        _turn_graph(saver, seen).invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+        latest = saver.get_tuple(config)
+        assert latest is not None and identity.versions_unique(latest.checkpoint["channel_versions"])
+    # A custom saver on the base class's default counts 1, 2, 3...: not unique across
+    # branches, so the rule falls back to the checkpoint id (README).
+    plain = BaseCheckpointSaver.get_next_version(InMemorySaver(), None, None)
+    assert not identity.versions_unique({"messages": plain})
+
+
+def test_functional_task_coordinates() -> None:
+    """A Functional API task is pushed from the entrypoint's task: its checkpoint map has
+    an entry for that task's namespace repeating the loop's checkpoint id, and the
+    checkpoint is saved in the loop's namespace. ``langgraph_path`` names the call by
+    its index, without the checkpoint-derived task id."""
+    from langgraph.config import get_config
+    from langgraph.func import entrypoint, task
+
+    saver = InMemorySaver()
+    seen: list[dict[str, Any]] = []
+
+    @task
+    def step(i: int) -> int:
+        config = get_config()
+        seen.append(
+            {
+                "parent": _pregel.parent_checkpoint(config),
+                "path": _pregel.call_path(config),
+                "task_id": _pregel.task_id(config),
+                "durability": _pregel.durability(config),
+            }
+        )
+        return i
+
+    @entrypoint(checkpointer=saver)
+    def flow(n: int) -> list[int]:
+        return [step(i).result() for i in range(n)]
+
+    config: Any = {"configurable": {"thread_id": "f"}}
+    flow.invoke(2, config, durability="sync")
+    assert [s["path"] for s in seen] == ["flow/0", "flow/1"]
+    assert all(s["durability"] == "sync" for s in seen)
+    ns, checkpoint_id = seen[0]["parent"]
+    assert ns == ""
+    target: Any = {"configurable": {"thread_id": "f", "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
+    saved = saver.get_tuple(target)
+    assert saved is not None and saved.metadata["source"] == "input"
+
+    # Time travel to the input checkpoint: new task ids, the same call paths and turn.
+    flow.invoke(None, saved.config)
+    assert [s["path"] for s in seen[2:]] == ["flow/0", "flow/1"]
+    assert seen[2]["task_id"] != seen[0]["task_id"]
+    _, fork_id = seen[2]["parent"]
+    fork = saver.get_tuple(
+        {"configurable": {"thread_id": "f", "checkpoint_ns": "", "checkpoint_id": fork_id}}
+    )
+    assert fork is not None
+    assert identity.turn_of(fork.checkpoint["channel_versions"], "") == identity.turn_of(
+        saved.checkpoint["channel_versions"], ""
+    )
 
 
 @pytest.mark.asyncio
