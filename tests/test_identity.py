@@ -58,6 +58,9 @@ def base(tmp_path: Path, **kw: Any) -> TurnSpec:
 # taken for a re-plan.
 SHAPES = [
     pytest.param({"schema": "list", "ids": "repeat"}, id="list-repeated-ids"),
+    pytest.param(
+        {"schema": "list", "ids": "repeat", "durability": None}, id="list-repeated-ids-default-durability"
+    ),
     pytest.param({"schema": "add_messages", "ids": "repeat", "trim": True}, id="trimmed-repeated-ids"),
     pytest.param({"schema": "add_messages", "ids": "unique", "trim": True}, id="trimmed-unique-ids"),
     pytest.param({"schema": "custom_key", "ids": "repeat", "trim": True}, id="custom-key-repeated-ids"),

@@ -1,0 +1,52 @@
+"""What the turn read costs: one ``aget_tuple`` of the checkpoint holding the calls.
+
+    python benchmarks/turn_read.py [--reads 50]
+
+Every tool task reads the checkpoint it was prepared from once (the durability
+barrier and the turn of its operation ids, README "Operation identity"). This
+times that read on a real ``EffectSqliteSaver`` file for histories of 10, 100 and
+500 messages of ~200 characters each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langgraph_effects import EffectSqliteSaver
+
+
+async def main(reads: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with EffectSqliteSaver.from_conn_string(os.path.join(tmp, "turn.sqlite")) as saver:
+            await saver.setup()
+            builder = StateGraph(MessagesState)
+            builder.add_node("model", lambda s: {"messages": [AIMessage("x" * 200)]})
+            builder.add_edge(START, "model")
+            builder.add_edge("model", END)
+            graph = builder.compile(checkpointer=saver)
+            for n in (10, 100, 500):
+                config: Any = {"configurable": {"thread_id": f"t{n}"}}
+                history = [HumanMessage("y" * 200) for _ in range(n)]
+                await graph.ainvoke({"messages": history}, config, durability="sync")
+                latest = await saver.aget_tuple(config)
+                assert latest is not None
+                target: Any = {"configurable": {**latest.config["configurable"], "thread_id": f"t{n}"}}
+                started = time.perf_counter()
+                for _ in range(reads):
+                    await saver.aget_tuple(target)
+                per_read = (time.perf_counter() - started) / reads * 1000
+                print(f"{n:4d} messages: {per_read:.2f} ms per read")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reads", type=int, default=50)
+    asyncio.run(main(parser.parse_args().reads))
