@@ -175,7 +175,7 @@ class Source:
     """The durable checkpoint a tool task was prepared from (the one holding its call).
 
     ``turn`` is its coordinate in operation ids (:func:`identity.turn_of`);
-    ``origin`` the id of its parent checkpoint, the state the model answered, which
+    ``origin`` names the state the model answered (:func:`identity.origin_of`), which
     re-plan detection compares (DESIGN: never bind across a turn).
     """
 
@@ -257,7 +257,14 @@ async def durable_source(
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.1)
     turn = await turn_of_saved(saver, saved, thread_id=thread_id, namespace=ns, sync=sync_checkpointer)
-    return Source(namespace=ns, checkpoint_id=checkpoint_id, turn=turn, origin=_parent_id(saved))
+    origin = identity.origin_of(saved.checkpoint.get("versions_seen") or {})
+    parent_id = _parent_id(saved)
+    if origin is None and parent_id is not None:
+        # Counter versions: the parent checkpoint, followed through forks.
+        parent = await read_checkpoint(saver, ns, parent_id, thread_id, sync_checkpointer)
+        if parent is not None:
+            origin = "c:" + await _unfork(saver, parent, thread_id, ns, sync_checkpointer)
+    return Source(namespace=ns, checkpoint_id=checkpoint_id, turn=turn, origin=origin)
 
 
 async def turn_of_saved(saver: Any, saved: Any, *, thread_id: str, namespace: str, sync: bool) -> str:
@@ -358,8 +365,6 @@ class Session:
         self._approval: dict[str, _Call] = {}
         self._fresh: list[_Call] = []
         self._source: Source | None = None
-        self._sync_checkpointer = False
-        self._origins: dict[str, str | None] = {}
 
     # -- opening ---------------------------------------------------------------------
 
@@ -450,7 +455,6 @@ class Session:
 
         session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
         session._source = source
-        session._sync_checkpointer = sync_checkpointer
         await session._bind(history_known=bool(history))
         await session._record_new()
         return session
@@ -500,7 +504,7 @@ class Session:
                     and o.state not in (State.FAILED, State.ABANDONED)
                     and o.op_id not in taken
                     and o.extra.get("turn") not in (None, source.turn)
-                    and await self._same_origin(o.extra.get("origin"))
+                    and o.extra.get("origin") == source.origin
                 ):
                     match = o
                     break
@@ -511,7 +515,7 @@ class Session:
                 # was lost (never saw the outcome): the same intent, not a second one.
                 log.warning(
                     "tool call %s (%s) re-plans operation %s (call %s), asked from the same "
-                    "checkpoint %s; binding to it instead of sending again",
+                    "state %s; binding to it instead of sending again",
                     c.call_id,
                     c.tool,
                     match.op_id,
@@ -521,31 +525,6 @@ class Session:
                 taken.add(match.op_id)
                 c.op = match
         self._fresh = still_fresh
-
-    async def _same_origin(self, origin: Any) -> bool:
-        """Whether ``origin`` (an earlier operation's pre-model checkpoint) is this
-        call's, seen through the fork checkpoints time travel saves."""
-        source = self._source
-        if source is None or source.origin is None or not isinstance(origin, str):
-            return False
-        if origin == source.origin:
-            return True
-        return await self._unforked(origin) == await self._unforked(source.origin)
-
-    async def _unforked(self, checkpoint_id: str) -> str | None:
-        cached = self._origins.get(checkpoint_id)
-        if cached is not None or checkpoint_id in self._origins:
-            return cached
-        source, saver = self._source, _pregel.checkpointer(self.config)
-        thread_id = _pregel.thread_id(self.config) or ""
-        resolved: str | None = None
-        if source is not None and saver is not None:
-            sync = self._sync_checkpointer
-            saved = await read_checkpoint(saver, source.namespace, checkpoint_id, thread_id, sync)
-            if saved is not None:
-                resolved = await _unfork(saver, saved, thread_id, source.namespace, sync)
-        self._origins[checkpoint_id] = resolved
-        return resolved
 
     async def _record_new(self) -> None:
         fresh = self._fresh

@@ -121,6 +121,29 @@ def turn_of(channel_versions: Mapping[str, Any], checkpoint_id: str) -> str:
     return "c:" + checkpoint_id
 
 
+def origin_of(versions_seen: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The pre-model coordinate of a checkpoint: what the step that wrote it had read.
+
+    ``versions_seen`` records, per node, the channel versions it last ran on; the
+    newest of them is the version of the parent checkpoint's step (the node that
+    ran was triggered by a channel that step wrote). A model asked again from the
+    same state (time travel or a resume from before the model call: the fork
+    copies versions) gives the same value; a new turn or any re-run of an earlier
+    step gives another. The ``__interrupt__`` entry is LangGraph's resume marker,
+    not a node. ``None`` when the versions do not name one write.
+    """
+    seen = [
+        v
+        for node, versions in versions_seen.items()
+        if node != "__interrupt__"
+        for v in (versions or {}).values()
+        if v is not None
+    ]
+    if seen and all(isinstance(v, str) and "." in v for v in seen):
+        return "v:" + str(max(seen))
+    return None
+
+
 def versions_unique(channel_versions: Mapping[str, Any]) -> bool:
     """Whether the saver's versions name one write (``"<counter>.<random>"`` strings)."""
     versions = [v for v in channel_versions.values() if v is not None]

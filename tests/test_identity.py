@@ -111,113 +111,27 @@ def test_a_crash_in_each_turn_is_resumed_into_that_turns_operation(
 FUNCTIONAL_RUNS = 30  # a 1-in-6 window is missed 30 times in a row with p < 0.005
 
 
-def test_functional_crash_always_leaves_the_checkpoint_a_resume_needs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("run", range(FUNCTIONAL_RUNS))
+def test_functional_crash_always_leaves_the_checkpoint_a_resume_needs(tmp_path: Path, run: int) -> None:
     """``@entrypoint`` at LangGraph's default durability, a blind ``@task`` killed after
     the provider applied the effect: every time, the resume finds the call (one
     effect, the call waits for an operator), never an empty thread that sends again."""
     from tests.test_integrations import run_functional
 
-    for i in range(FUNCTIONAL_RUNS):
-        run = {
-            "db": str(tmp_path / f"wf{i}.sqlite"),
-            "provider": str(tmp_path / f"p{i}.sqlite"),
-            "provider_mode": "blind",
-            "contract": "blind",
-            "calls": 1,
-        }
-        run_functional({**run, "crash": "before_outcome"}, expect_kill=True)
-        provider = Provider(run["provider"], "blind")
-        assert provider.count_effects() == {"wf:0": 1}, f"run {i}"
-        with sqlite3.connect(run["db"]) as db:
-            saved = db.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'wf-1'").fetchone()[0]
-        assert saved >= 1, f"run {i}: the effect was sent before its checkpoint was saved"
-        out = run_functional({**run, "resume": True})
-        [pending] = out["interrupts"]
-        assert pending["value"]["type"] == "effect_review", f"run {i}"
-        assert provider.count_effects() == {"wf:0": 1}, f"run {i}"
-
-
-# -- time travel, re-plans and dangling calls (in process, counted at the provider) ------
-
-
-async def _node_graph(spec: TurnSpec, saver: Any) -> tuple[Any, Provider]:
-    from tests.helpers.turns_agent import build
-
-    provider = Provider(spec.provider, "dedup" if spec.contract == "dedup" else "blind")
-    return build(spec, saver, provider), provider
-
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("kind", ["node", "agent"])
-async def test_time_travel_to_the_call_replays_and_to_the_model_rebinds(tmp_path: Path, kind: str) -> None:
-    from langchain_core.messages import HumanMessage
-
-    from langgraph_effects import EffectSqliteSaver
-
-    spec = base(tmp_path, kind=kind, ids="unique", contract="blind")
-    config: Any = {"configurable": {"thread_id": spec.thread}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        graph, provider = await _node_graph(spec, saver)
-        await graph.ainvoke({"messages": [HumanMessage("remind me")]}, config, durability="sync")
-        assert provider.count_effects() == {"water the plants": 1}
-        history = [s async for s in graph.aget_state_history(config)]
-
-        # To the checkpoint that holds the call: a fork with new task ids, same operation.
-        holding = next(s for s in history if s.next and s.next[0] == "tools")
-        out = await graph.ainvoke(None, holding.config, durability="sync")
-        assert provider.count_effects() == {"water the plants": 1}
-        assert out["messages"][-1].content == "done"
-
-        # To the checkpoint before the model call: the model asks again with fresh ids,
-        # from the very state it answered before, so it never saw the outcome: a re-plan.
-        before_model = next(
-            s
-            for s in history
-            if s.next and s.next[0] == "model" and isinstance(s.values["messages"][-1], HumanMessage)
-        )
-        out = await graph.ainvoke(None, before_model.config, durability="sync")
-        assert provider.count_effects() == {"water the plants": 1}
-        [tool_message] = [m for m in out["messages"] if m.type == "tool"]
-        assert tool_message.artifact["state"] == "confirmed"
-
-        # A new turn asking the same thing is a new intent.
-        await graph.ainvoke({"messages": [HumanMessage("remind me")]}, config, durability="sync")
-        assert provider.count_effects() == {"water the plants": 2}
-
-
-@pytest.mark.asyncio
-async def test_dangling_answers_find_the_sessions_operation_without_message_ids(tmp_path: Path) -> None:
-    """Plain-list state (no message ids), the model repeating ``msg-1``/``call_0``: turn 1
-    completes, turn 2 is killed after its intent. The dangling call of turn 2 is
-    answered from turn 2's operation, not from turn 1's."""
-    from langgraph_effects import EffectSqliteSaver
-    from langgraph_effects.checkpoint import ledger_of
-    from langgraph_effects.dangling import answer_dangling
-    from langgraph_effects.engine import Settings
-
-    spec = base(tmp_path, schema="list", ids="repeat", contract="blind")
-    run_turn(spec)
-    run_turn(replace(spec, crash="after_intent"), expect_kill=True)
-    assert effects(spec) == 1
-    ops = dict(operations(spec))
-    [second] = [op_id for op_id, state in ops.items() if state == "pending"]
-    [first] = [op_id for op_id, state in ops.items() if state == "confirmed"]
-
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        config: Any = {"configurable": {"thread_id": spec.thread}}
-        history = (await saver.aget_tuple(config)).checkpoint["channel_values"]["messages"]
-        assert all(m.id is None for m in history if m.type != "ai")
-        ledger = ledger_of(saver)
-        assert ledger is not None
-        patched = await answer_dangling(
-            history,
-            ledger=ledger,
-            settings=Settings.build({}, hash_key=None, lease_seconds=30),
-            config=config,
-            checkpointer=saver,
-        )
-    assert patched is not None and len(patched) == len(history) + 1
-    answer = patched[-1]
-    assert answer.type == "tool" and answer.artifact["operation_id"] == second != first
-    assert "not known yet" in answer.content
+    spec = {
+        "db": str(tmp_path / "wf.sqlite"),
+        "provider": str(tmp_path / "p.sqlite"),
+        "provider_mode": "blind",
+        "contract": "blind",
+        "calls": 1,
+    }
+    run_functional({**spec, "crash": "before_outcome"}, expect_kill=True)
+    provider = Provider(spec["provider"], "blind")
+    assert provider.count_effects() == {"wf:0": 1}
+    with sqlite3.connect(spec["db"]) as db:
+        saved = db.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'wf-1'").fetchone()[0]
+    assert saved >= 1, "the effect was sent before the checkpoint holding the call was saved"
+    out = run_functional({**spec, "resume": True})
+    [pending] = out["interrupts"]
+    assert pending["value"]["type"] == "effect_review"
+    assert provider.count_effects() == {"wf:0": 1}

@@ -195,6 +195,18 @@ def test_turn_coordinate_differs_per_turn_and_survives_time_travel() -> None:
     assert replay["task_id"] != second["task_id"]
     assert identity.turn_of(fork.checkpoint["channel_versions"], "") == turns[1]
 
+    # The pre-model coordinate (identity.origin_of): the same when the model is asked
+    # again from the state it answered (time travel to X's parent saves a fork of it),
+    # another for another turn.
+    origins = [identity.origin_of(s["saved"].checkpoint["versions_seen"]) for s in (first, second)]
+    assert None not in origins and origins[0] != origins[1]
+    assert identity.origin_of(fork.checkpoint["versions_seen"]) == origins[1]
+    graph.invoke(None, x.parent_config)
+    again = saved(seen[-1]["parent"])
+    assert again.config["configurable"]["checkpoint_id"] != x.config["configurable"]["checkpoint_id"]
+    assert identity.turn_of(again.checkpoint["channel_versions"], "") not in turns
+    assert identity.origin_of(again.checkpoint["versions_seen"]) == origins[1]
+
     # An update_state edit of the thread is a new checkpoint with new versions.
     graph.update_state(x.config, {"messages": [HumanMessage("edited")]})
     latest = saver.get_tuple(config)
