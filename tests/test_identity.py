@@ -135,3 +135,84 @@ def test_functional_crash_always_leaves_the_checkpoint_a_resume_needs(tmp_path: 
     [pending] = out["interrupts"]
     assert pending["value"]["type"] == "effect_review"
     assert provider.count_effects() == {"wf:0": 1}
+
+
+class _SlowSaver:
+    """An in-memory saver whose checkpoint writes take 0.3 s: under ``"async"``
+    durability (LangGraph's default) the tasks of the next step start meanwhile."""
+
+    @staticmethod
+    def make() -> Any:
+        import asyncio
+
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        class Slow(InMemorySaver):
+            async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+                await asyncio.sleep(0.3)
+                return await super().aput(config, checkpoint, metadata, new_versions)
+
+        return Slow()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("durability", [None, "async"])
+async def test_no_send_before_the_checkpoint_is_saved_functional(
+    tmp_path: Path, durability: str | None
+) -> None:
+    """The barrier holds for a Functional API task whatever the mode: the task sees no
+    durability key by default, and its checkpoint map names the entrypoint's task."""
+    from langgraph.func import entrypoint, task
+
+    from langgraph_effects import attach_ledger, effectful
+    from langgraph_effects.ledger.memory import InMemoryLedger
+
+    saver = attach_ledger(_SlowSaver.make(), InMemoryLedger())
+    provider = Provider(str(tmp_path / "p.sqlite"), "blind")
+    saved_at_send: list[int] = []
+
+    @task
+    @effectful()
+    async def send(what: str) -> str:
+        saved_at_send.append(len([c async for c in saver.alist({"configurable": {"thread_id": "f"}})]))
+        return provider.apply({"operation": what}).effect_id
+
+    @entrypoint(checkpointer=saver)
+    async def flow(n: int) -> list[str]:
+        return [await send(f"wf:{i}") for i in range(n)]
+
+    kwargs: dict[str, Any] = {"durability": durability} if durability else {}
+    await flow.ainvoke(2, {"configurable": {"thread_id": "f"}}, **kwargs)
+    assert provider.count_effects() == {"wf:0": 1, "wf:1": 1}
+    assert saved_at_send and all(n >= 1 for n in saved_at_send), saved_at_send
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["node", "agent"])
+async def test_no_send_before_the_checkpoint_is_saved_default_durability(tmp_path: Path, kind: str) -> None:
+    """Graph API at LangGraph's default durability (no ``durability=``, so the node
+    cannot see the mode): the checkpoint holding the call is saved before the send."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    from langgraph_effects import attach_ledger
+    from langgraph_effects.ledger.memory import InMemoryLedger
+    from tests.helpers import turns_agent
+
+    saver = attach_ledger(_SlowSaver.make(), InMemoryLedger())
+    provider = Provider(str(tmp_path / "p.sqlite"), "blind")
+    holding: list[bool] = []
+
+    @tool
+    def remind(what: str) -> str:
+        """Set a reminder."""
+        latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        last = latest.checkpoint["channel_values"]["messages"][-1] if latest else None
+        holding.append(bool(getattr(last, "tool_calls", None)))
+        return provider.apply({"operation": what}).effect_id
+
+    spec = base(tmp_path, kind=kind, contract="blind", ids="unique")
+    graph = turns_agent.build(spec, saver, provider, remind)
+    await graph.ainvoke({"messages": [HumanMessage("remind me")]}, {"configurable": {"thread_id": "t"}})
+    assert provider.count_effects() == {"water the plants": 1}
+    assert holding == [True]

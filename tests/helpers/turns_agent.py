@@ -91,8 +91,9 @@ def effects(spec: TurnSpec) -> dict[str, Effect]:
     return {"remind": Effect(dedup_window=3600)} if spec.contract == "dedup" else {}
 
 
-def build(spec: TurnSpec, saver: Any, provider: Provider) -> Any:
-    remind = remind_tool(spec, provider)
+def build(spec: TurnSpec, saver: Any, provider: Provider, remind: BaseTool | None = None) -> Any:
+    """The agent of ``spec`` (``remind``: a tool to use instead of the default one)."""
+    remind = remind or remind_tool(spec, provider)
     if spec.kind == "agent":
         from langchain.agents import create_agent
         from langchain.agents.middleware import AgentMiddleware
