@@ -580,7 +580,8 @@ class Session:
                 )
             # Compare-and-set on the version we dispatched: it fails exactly when another
             # worker took the operation over while the tool ran.
-            moved = await self._move(c, protocol.settle(outcome), expected=op.version)
+            sender = {"host": c.owner.host, "pid": c.owner.pid} if c.owner else None
+            moved = await self._move(c, protocol.settle(outcome, sender=sender), expected=op.version)
             if not moved:
                 await self._record_late(c, outcome, token)
         finally:
@@ -930,6 +931,13 @@ class Session:
         """Someone else holds a live lease: wait for them, never send or ask a human."""
         delay = 0.02
         start_version = c.op.version
+        holder = c.op.owner
+        log.info(
+            "waiting for operation %s: its dispatch by %s (pid %s) is still running",
+            c.op.op_id,
+            holder.host if holder else "?",
+            holder.pid if holder else "?",
+        )
         while True:
             await asyncio.sleep(delay)
             c.op = await self._reload(c)

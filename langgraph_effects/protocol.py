@@ -165,12 +165,15 @@ class Ambiguous:
 Outcome = Succeeded | Failed | Ambiguous
 
 
-def settle(outcome: Outcome) -> Change:
-    """The change that records ``outcome`` on the operation the call dispatched."""
+def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Change:
+    """The change that records ``outcome`` on the operation the call dispatched.
+
+    ``sender`` (host and pid of the lease holder) is kept with a result, so the
+    ledger says who sent the effect."""
     if isinstance(outcome, Succeeded):
         return Change(
             Event.SUCCEED,
-            evidence={"kind": "result"},
+            evidence={"kind": "result", **({"sender": dict(sender)} if sender else {})},
             result_type=outcome.result_type,
             result=outcome.result,
         )
