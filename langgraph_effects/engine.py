@@ -958,12 +958,22 @@ class Session:
         return lease.owner_alive(op.owner)
 
     async def _still_ours(self, c: _Call) -> bool:
-        """The last check before the tool runs: a compare-and-set on our owner token that
-        also extends the lease. ``False`` (and the lease dropped) if it was taken over."""
+        """The last check before the tool runs: the ledger must still name this dispatch
+        as the lease holder (a compare on the owner token), with at least half a lease
+        left; otherwise the lease is renewed first (a compare-and-set on the token).
+        Nobody can take a lease over before it expires (or its owner dies), so the
+        request leaves with that much time to spare. ``False`` (and our lease
+        dropped) if it was taken over."""
         assert c.owner is not None
-        ok = await self.ledger.renew_lease(
-            c.op.op_id, c.owner.token, time.time() + self.settings.lease_seconds
-        )
+        found = await self._reload(c)
+        ok = protocol.ours(found, c.owner.token)
+        if ok:
+            c.op = found
+            now = time.time()
+            if not protocol.lease_to_spare(found, now=now, lease_seconds=self.settings.lease_seconds):
+                ok = await self.ledger.renew_lease(
+                    c.op.op_id, c.owner.token, now + self.settings.lease_seconds
+                )
         if not ok:
             log.warning("operation %s was taken over before its tool ran; not sending", c.op.op_id)
             self._release(c)

@@ -81,6 +81,12 @@ def ours(op: Operation, token: str | None) -> bool:
     )
 
 
+def lease_to_spare(op: Operation, *, now: float, lease_seconds: float) -> bool:
+    """Whether ``op``'s lease has at least half of ``lease_seconds`` left at ``now``:
+    enough for the request to leave before anyone could take the lease over."""
+    return op.lease_expires_at is not None and op.lease_expires_at - now >= lease_seconds / 2
+
+
 def needs_liveness(op: Operation, token: str | None) -> bool:
     """Whether :func:`next_step` needs to know if ``op``'s lease holder is alive."""
     return op.state is State.DISPATCHED and not ours(op, token) and op.owner is not None
