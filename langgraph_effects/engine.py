@@ -255,6 +255,7 @@ class Session:
         self._review: dict[str, _Call] = {}
         self._approval: dict[str, _Call] = {}
         self._fresh: list[_Call] = []
+        self._closed = False
 
     # -- opening ---------------------------------------------------------------------
 
@@ -502,6 +503,8 @@ class Session:
                 )
             )
         for _ in range(_MAX_STEPS):
+            if self._closed:
+                return await self._stand_down(c)
             op = c.op
             step = protocol.next_step(
                 op, token=self._token(c), alive=self._alive(c), now=time.time()
@@ -528,6 +531,8 @@ class Session:
                 if c.batch_token is not None:
                     _faults.fire("after_intent", op)
                 if await self._still_ours(c):
+                    if self._closed:  # checked with no await before ``running`` is set
+                        return await self._stand_down(c)
                     c.running = True
                     return Execute(self._info(c))
                 continue
@@ -846,11 +851,33 @@ class Session:
         request is on the wire) keeps its lease and heartbeat until it finishes and
         records its outcome: a resumer waits for it and replays, never re-sends it.
         """
+        self._closed = True  # set before any await: see begin()
         for c in self.calls.values():
             if c.running:
                 continue
-            self._stop_heartbeat(c)
+            await self._stand_down(c)
+
+    async def _stand_down(self, c: _Call) -> Replay:
+        """The node is over (an interrupt, an error) and this call's tool never ran:
+        hand a lease it holds back (``withdraw``: provably nothing was sent), so a
+        resume sends it afresh without reconciling or waiting. Its answer is never
+        seen: the node's result is discarded."""
+        self._stop_heartbeat(c)
+        try:
+            if protocol.ours(c.op, self._token(c)):
+                await self._move(
+                    c, Change(Event.WITHDRAW, evidence={"kind": "not_run"}), expected=c.op.version
+                )
+        finally:
             self._release(c)
+        return Replay(
+            ToolMessage(
+                content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
+                name=c.tool,
+                tool_call_id=c.call_id,
+                status="error",
+            )
+        )
 
     # -- plumbing ------------------------------------------------------------------------
 
