@@ -21,8 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
 
+from langgraph_effects import (
+    Effect,
+    EffectSqliteSaver,
+    LedgerUnavailableError,
+    OperationQuery,
+    lease,
+)
+from langgraph_effects.context import current_operation
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.node import EffectToolNode
+from tests.helpers.agent import State
 from tests.helpers.lease_agent import LeaseSpec, spec_json
 
 pytestmark = pytest.mark.crash
@@ -201,3 +214,78 @@ def test_blocked_event_loop_does_not_lapse_the_lease(
     for out in (out_a, out_b):
         [message] = [m for m in out["messages"] if m["type"] == "tool"]
         assert message["content"].endswith(f"by {out_a['pid']}")
+
+
+# -- a failed intent commit ------------------------------------------------------------
+
+
+async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
+    """5: the node's first intent commit (the keyed call, dispatched at once) lands, the
+    second (the blind call, staged ``pending``) fails. Nothing was sent, and the
+    dispatch the first commit reserved must be released with the failure: a resume in
+    this same process takes it over at once (owner gone), instead of waiting out a
+    600 s lease for a dispatch that will never run."""
+    db = tmp_path / "agent.sqlite"
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+    blind = Provider(tmp_path / "blind.sqlite", "blind")
+    calls = [
+        {"name": "send", "args": {"operation": "send:0"}, "id": "call-0", "type": "tool_call"},
+        {"name": "note", "args": {"operation": "note:0"}, "id": "call-1", "type": "tool_call"},
+    ]
+
+    @tool
+    def send(operation: str) -> str:
+        """Send (dedup provider)."""
+        return keyed.apply({"operation": operation}, key=current_operation().provider_key).effect_id
+
+    @tool
+    def note(operation: str) -> str:
+        """Write a note (blind provider)."""
+        return blind.apply({"operation": operation}).effect_id
+
+    def model(state: State) -> dict[str, Any]:
+        if any(isinstance(m, ToolMessage) for m in state["messages"]):
+            return {"messages": [AIMessage("done", id="final")]}
+        return {"messages": [AIMessage("", tool_calls=calls, id="ai-1")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_node(
+        "tools",
+        EffectToolNode([send, note], effects={"send": Effect(dedup_window=3600)}, lease_seconds=600),
+    )
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    config: Any = {"configurable": {"thread_id": "t1"}}
+
+    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+        await saver.setup()
+        graph = builder.compile(checkpointer=saver)
+        with sqlite3.connect(db) as conn:  # the ledger refuses the second commit
+            conn.execute(
+                "CREATE TRIGGER refuse_blind BEFORE INSERT ON effect_operations "
+                "WHEN NEW.contract = 'blind' BEGIN "
+                "SELECT RAISE(ABORT, 'attempt to write a readonly database'); END"
+            )
+        with pytest.raises(LedgerUnavailableError, match="read-only"):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+
+        [op] = await saver.ledger.list_operations(OperationQuery())
+        assert op.tool == "send" and op.state.value == "dispatched"
+        assert op.owner is not None and op.owner.pid == os.getpid()
+        assert lease.owner_alive(op.owner) is False  # released: provably not running
+        assert not lease._held  # nothing of it is held in this process
+        reserved_until = op.lease_expires_at
+        assert reserved_until is not None and reserved_until > time.time() + 300
+
+        with sqlite3.connect(db) as conn:
+            conn.execute("DROP TRIGGER refuse_blind")
+        await graph.ainvoke(None, config, durability="sync")
+        trail = await saver.ledger.audit(op.op_id)
+
+    assert [e.event for e in trail] == ["intent", "lose", "resend", "succeed"]
+    lose = trail[1]
+    assert lose.evidence is not None and lose.evidence["why"] == "owner gone"
+    assert lose.at < reserved_until  # taken over inside the reserved lease: no wait
+    assert keyed.count_effects() == {"send:0": 1} and blind.count_effects() == {"note:0": 1}
