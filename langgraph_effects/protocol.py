@@ -135,6 +135,7 @@ def next_step(op: Operation, *, token: str | None, alive: bool | None, now: floa
                 "kind": "lease",
                 "owner": op.owner.to_json() if op.owner else None,
                 "why": "owner gone" if alive is False else "lease expired",
+                "lease_expires_at": op.lease_expires_at,
             },
             lease_seen=op.lease_expires_at,
         )
