@@ -33,7 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from . import _faults, _pregel, identity, lease, messages
+from . import _faults, _pregel, identity, lease, messages, protocol
 from .context import OperationInfo, running
 from .contract import BLIND, Effect
 from .errors import (
@@ -44,7 +44,7 @@ from .errors import (
     TransitionError,
 )
 from .ledger.base import Ledger
-from .operation import Change, Event, Operation, Owner, State, needs_approval
+from .operation import Change, Event, Operation, Owner, State
 from .reconcile import Scope, reconcile
 from .review import (
     APPROVAL_TYPE,
@@ -135,7 +135,10 @@ class _Call:
     effect: Effect
     op: Operation
     owner: Owner | None = None
-    heartbeat: asyncio.Task[None] | None = None
+    heartbeat: lease.Heartbeat | asyncio.Task[None] | None = None
+    running: bool = False
+    """Between :meth:`Session.begin` answering ``Execute`` and the outcome being
+    recorded: the tool may be on the wire, so its lease is kept until then."""
     conflict: str | None = None
     batch_token: str | None = None
     edited: bool = False
@@ -365,6 +368,7 @@ class Session:
         self._approval: dict[str, _Call] = {}
         self._fresh: list[_Call] = []
         self._source: Source | None = None
+        self._closed = False
 
     # -- opening ---------------------------------------------------------------------
 
@@ -542,28 +546,40 @@ class Session:
         # before the send is provably harmless and needs no operator.
         direct = [c for c in fresh if not _staged(c.effect)]
         staged = [c for c in fresh if _staged(c.effect)]
-        if direct:
-            owner = lease.new_owner()
-            change = Change(
-                Event.DISPATCH,
-                owner=owner,
-                lease_expires_at=time.time() + self.settings.lease_seconds,
-                evidence={"kind": "intent"},
-            )
-            stored = _by_id(await self.ledger.record_intents([c.op for c in direct], change=change))
-            self._batch_owners[owner.token] = owner
+        owner: Owner | None = None
+        try:
+            if direct:
+                owner = lease.new_owner()
+                change = Change(
+                    Event.DISPATCH,
+                    owner=owner,
+                    lease_expires_at=time.time() + self.settings.lease_seconds,
+                    evidence={"kind": "intent"},
+                )
+                stored = _by_id(await self.ledger.record_intents([c.op for c in direct], change=change))
+                self._batch_owners[owner.token] = owner
+                for c in direct:
+                    op = self._stored_or_conflict(c, stored)
+                    if op.owner is not None and op.owner.token == owner.token:
+                        c.owner = owner
+                        c.batch_token = owner.token
+                        self._batch_refs[owner.token] = self._batch_refs.get(owner.token, 0) + 1
+                if not self._batch_refs.get(owner.token):
+                    lease.release(owner)
+            if staged:
+                stored = _by_id(await self.ledger.record_intents([c.op for c in staged]))
+                for c in staged:
+                    self._stored_or_conflict(c, stored)
+        except BaseException:
+            # No session comes out of a failed open, so nobody would release what this
+            # commit reserved: a resume would wait for a dispatch that never runs.
             for c in direct:
-                op = self._stored_or_conflict(c, stored)
-                if op.owner is not None and op.owner.token == owner.token:
-                    c.owner = owner
-                    c.batch_token = owner.token
-                    self._batch_refs[owner.token] = self._batch_refs.get(owner.token, 0) + 1
-            if not self._batch_refs.get(owner.token):
+                c.owner = c.batch_token = None
+            if owner is not None:
+                self._batch_refs.pop(owner.token, None)
+                self._batch_owners.pop(owner.token, None)
                 lease.release(owner)
-        if staged:
-            stored = _by_id(await self.ledger.record_intents([c.op for c in staged]))
-            for c in staged:
-                self._stored_or_conflict(c, stored)
+            raise
         self._fresh = []
 
     def _stored_or_conflict(self, c: _Call, stored: Mapping[str, Operation]) -> Operation:
@@ -597,45 +613,46 @@ class Session:
                 )
             )
         for _ in range(_MAX_STEPS):
+            if self._closed:
+                return await self._stand_down(c)
             op = c.op
-            if op.terminal:
+            step = protocol.next_step(
+                op, token=self._token(c), alive=self._alive(c), now=time.time()
+            )
+            if isinstance(step, protocol.Replay):
                 self._review.pop(call_id, None)
                 self._approval.pop(call_id, None)
                 return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
-            if op.state is State.REVIEW:
+            if isinstance(step, protocol.Review):
                 self._review[call_id] = c
                 return NeedsReview(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
-            if op.state is State.PENDING:
-                if needs_approval(op):
-                    self._approval[call_id] = c
-                    return NeedsReview(
-                        messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
-                    )
+            if isinstance(step, protocol.Approve):
+                self._approval[call_id] = c
+                return NeedsReview(
+                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                )
+            if isinstance(step, protocol.Dispatch):
                 _faults.fire("after_intent", op)
                 await self._send(c, Event.DISPATCH, {"kind": "intent"})
                 continue
-            if op.state is State.DISPATCHED:
-                if c.owner is not None and op.owner is not None and op.owner.token == c.owner.token:
-                    if c.batch_token is not None:
-                        _faults.fire("after_intent", op)
+            if isinstance(step, protocol.Run):
+                if c.batch_token is not None:
+                    _faults.fire("after_intent", op)
+                if await self._still_ours(c):
+                    if self._closed:  # checked with no await before ``running`` is set
+                        return await self._stand_down(c)
+                    c.running = True
                     return Execute(self._info(c))
-                if lease.lease_expired(op):
-                    await self._move(
-                        c,
-                        Change(
-                            Event.LOSE,
-                            evidence={
-                                "kind": "lease",
-                                "owner": op.owner.to_json() if op.owner else None,
-                            },
-                        ),
-                    )
-                else:
-                    await self._wait_for_other(c)
                 continue
-            if op.state is State.UNKNOWN:
+            if isinstance(step, protocol.Wait):
+                await self._wait_for_other(c)
+                continue
+            if isinstance(step, protocol.TakeOver):
+                await self._move(c, step.change)
+                continue
+            if isinstance(step, protocol.Reconcile):
                 outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
                 evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
@@ -656,43 +673,59 @@ class Session:
         c = self.calls[call_id]
         self._stop_heartbeat(c)
         op = c.op
+        token = self._token(c) or ""
+        shown: Any = output
         try:
             _faults.fire("before_outcome", op)
+            outcome: protocol.Outcome
             if error is None and not _is_error_message(output):
                 kind, blob = messages.dump(output)
-                done = Change(Event.SUCCEED, evidence={"kind": "result"}, result_type=kind, result=blob)
-                moved = await self._move(c, done, expected=op.version)
-                if not moved and c.op.state is State.UNKNOWN:
-                    # Another worker took our lease for lost while we ran; the result is
-                    # still the best evidence there is.
-                    late = {"kind": "result", "late": True}
-                    await self._move(c, dataclasses.replace(done, event=Event.CONFIRM, evidence=late))
-                return Replay(messages.decorate(output, c.op))
-            if error is not None and c.effect.is_definite(error):
+                outcome = protocol.Succeeded(kind, blob)
+            elif error is not None and c.effect.is_definite(error):
                 shown = self._scrub_output(c, output if output is not None else _error_message(c, error))
                 kind, blob = messages.dump(shown)
-                await self._move(
-                    c,
-                    Change(
-                        Event.FAIL,
-                        evidence={"kind": "error", "error": self._scrub(c, _describe(error))},
-                        result_type=kind,
-                        result=blob,
-                    ),
-                    expected=op.version,
+                outcome = protocol.Failed(kind, blob, self._scrub(c, _describe(error)))
+            else:
+                what = _describe(error) if error is not None else _message_text(output)
+                outcome = protocol.Ambiguous(
+                    {
+                        "kind": "timeout" if isinstance(error, TimeoutError) else "error",
+                        "error": self._scrub(c, what),
+                    }
                 )
-                if output is None:
-                    return Raise(error)
-                return Replay(messages.decorate(shown, c.op))
-            what = _describe(error) if error is not None else _message_text(output)
-            evidence: dict[str, Any] = {
-                "kind": "timeout" if isinstance(error, TimeoutError) else "error",
-                "error": self._scrub(c, what),
-            }
-            await self._move(c, Change(Event.LOSE, evidence=evidence), expected=op.version)
+            # Compare-and-set on the version we dispatched: it fails exactly when another
+            # worker took the operation over while the tool ran.
+            sender = {"host": c.owner.host, "pid": c.owner.pid} if c.owner else None
+            moved = await self._move(c, protocol.settle(outcome, sender=sender), expected=op.version)
+            if not moved:
+                await self._record_late(c, outcome, token)
         finally:
+            c.running = False
             self._release(c)
-        return await self.begin(call_id)
+        if protocol.after_record(moved, outcome) == "reconcile":
+            return await self.begin(call_id)
+        if isinstance(outcome, protocol.Succeeded):
+            return Replay(messages.decorate(output, c.op))
+        if isinstance(outcome, protocol.Failed):
+            return Raise(error) if output is None and error is not None else Replay(
+                messages.decorate(shown, c.op)
+            )
+        # Ambiguous, and another worker owns the operation now: the tool's own answer.
+        return Raise(error) if output is None and error is not None else Replay(output)
+
+    async def _record_late(self, c: _Call, outcome: protocol.Outcome, token: str) -> None:
+        """Another worker took the operation over while our tool ran: what it did is
+        evidence (never a reason to send again); the call answers with it as is."""
+        change = protocol.late(c.op, outcome, token=token)
+        log.warning(
+            "operation %s was taken over while its tool ran (now %s); the late %s is kept "
+            "as evidence and nothing is sent again",
+            c.op.op_id,
+            c.op.state,
+            type(outcome).__name__.lower(),
+        )
+        if change is not None:
+            await self._move(c, change)
 
     async def withdraw(self, call_id: str) -> None:
         """The tool paused itself with ``interrupt()``; it will run again on resume."""
@@ -703,6 +736,7 @@ class Session:
                 c, Change(Event.WITHDRAW, evidence={"kind": "interrupt"}), expected=c.op.version
             )
         finally:
+            c.running = False
             self._release(c)
 
     def abort(self, call_id: str) -> None:
@@ -712,6 +746,7 @@ class Session:
         once, marks it ``unknown`` and reconciles it.
         """
         c = self.calls[call_id]
+        c.running = False
         self._stop_heartbeat(c)
         self._release(c)
 
@@ -920,10 +955,39 @@ class Session:
         return applied
 
     async def close(self) -> None:
-        """Release every lease this session still holds (leaving the rows as they are)."""
+        """Release the leases of calls that are not running (leaving the rows as they are).
+
+        A call still executing (a sibling interrupted the node, or failed, while its
+        request is on the wire) keeps its lease and heartbeat until it finishes and
+        records its outcome: a resumer waits for it and replays, never re-sends it.
+        """
+        self._closed = True  # set before any await: see begin()
         for c in self.calls.values():
-            self._stop_heartbeat(c)
+            if c.running:
+                continue
+            await self._stand_down(c)
+
+    async def _stand_down(self, c: _Call) -> Replay:
+        """The node is over (an interrupt, an error) and this call's tool never ran:
+        hand a lease it holds back (``withdraw``: provably nothing was sent), so a
+        resume sends it afresh without reconciling or waiting. Its answer is never
+        seen: the node's result is discarded."""
+        self._stop_heartbeat(c)
+        try:
+            if protocol.ours(c.op, self._token(c)):
+                await self._move(
+                    c, Change(Event.WITHDRAW, evidence={"kind": "not_run"}), expected=c.op.version
+                )
+        finally:
             self._release(c)
+        return Replay(
+            ToolMessage(
+                content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
+                name=c.tool,
+                tool_call_id=c.call_id,
+                status="error",
+            )
+        )
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -1004,20 +1068,71 @@ class Session:
         """Someone else holds a live lease: wait for them, never send or ask a human."""
         delay = 0.02
         start_version = c.op.version
+        holder = c.op.owner
+        log.info(
+            "waiting for operation %s: its dispatch by %s (pid %s) is still running",
+            c.op.op_id,
+            holder.host if holder else "?",
+            holder.pid if holder else "?",
+        )
         while True:
             await asyncio.sleep(delay)
             c.op = await self._reload(c)
-            if c.op.version != start_version or lease.lease_expired(c.op):
+            if c.op.version != start_version or protocol.holder_gone(
+                c.op, alive=self._alive(c), now=time.time()
+            ):
                 return
             delay = min(delay * 2, 1.0)
+
+    def _token(self, c: _Call) -> str | None:
+        return c.owner.token if c.owner is not None else None
+
+    def _alive(self, c: _Call) -> bool | None:
+        """Same-host liveness of the lease holder, when the protocol needs it (I/O)."""
+        op = c.op
+        if op.owner is None or not protocol.needs_liveness(op, self._token(c)):
+            return None
+        return lease.owner_alive(op.owner)
+
+    async def _still_ours(self, c: _Call) -> bool:
+        """The last check before the tool runs: the ledger must still name this dispatch
+        as the lease holder (a compare on the owner token), with at least half a lease
+        left; otherwise the lease is renewed first (a compare-and-set on the token).
+        Nobody can take a lease over before it expires (or its owner dies), so the
+        request leaves with that much time to spare. ``False`` (and our lease
+        dropped) if it was taken over."""
+        assert c.owner is not None
+        found = await self._reload(c)
+        ok = protocol.ours(found, c.owner.token)
+        if ok:
+            c.op = found
+            now = time.time()
+            if not protocol.lease_to_spare(found, now=now, lease_seconds=self.settings.lease_seconds):
+                ok = await self.ledger.renew_lease(
+                    c.op.op_id, c.owner.token, now + self.settings.lease_seconds
+                )
+        if not ok:
+            log.warning("operation %s was taken over before its tool ran; not sending", c.op.op_id)
+            self._release(c)
+            c.op = await self._reload(c)
+        return ok
 
     def start_heartbeat(self, call_id: str) -> None:
         """Keep the lease of a running call alive (call on the session's event loop)."""
         c = self.calls[call_id]
         owner = c.owner
-        if owner is None:
+        if owner is None or c.heartbeat is not None:
             return
         interval = self.settings.lease_seconds / 3
+        renew = self.ledger.lease_renewer()
+        if renew is not None:
+            op_id, seconds = c.op.op_id, self.settings.lease_seconds
+            c.heartbeat = lease.Heartbeat(
+                lambda: renew(op_id, owner.token, time.time() + seconds),
+                interval=interval,
+                name=op_id[:12],
+            ).start()
+            return
 
         async def beat() -> None:
             while True:
@@ -1032,9 +1147,11 @@ class Session:
         c.heartbeat = asyncio.ensure_future(beat())
 
     def _stop_heartbeat(self, c: _Call) -> None:
-        if c.heartbeat is not None:
-            c.heartbeat.cancel()
-            c.heartbeat = None
+        beat, c.heartbeat = c.heartbeat, None
+        if isinstance(beat, lease.Heartbeat):
+            beat.stop()
+        elif beat is not None:
+            beat.cancel()
 
     def _release(self, c: _Call) -> None:
         owner, c.owner = c.owner, None
@@ -1084,8 +1201,8 @@ async def drive(session: Session, call_id: str, execute: AsyncExecutor) -> Any:
     ``(output, exception)``."""
     action = await session.begin(call_id)
     while isinstance(action, Execute):
-        session.start_heartbeat(call_id)
         try:
+            session.start_heartbeat(call_id)
             with running(action.info):
                 output, error = await execute()
         except GraphBubbleUp:
@@ -1103,8 +1220,8 @@ def drive_sync(session: Session, call_id: str, execute: SyncExecutor, run: Porta
     tool runs in the calling thread."""
     action = run(session.begin(call_id))
     while isinstance(action, Execute):
-        run(_start_heartbeat(session, call_id))
         try:
+            run(_start_heartbeat(session, call_id))
             with running(action.info):
                 output, error = execute()
         except GraphBubbleUp:

@@ -3,25 +3,51 @@
 A lease is a liveness signal only: it tells a second worker to wait instead of
 sending, and it never authorises a re-send. Its owner names the host, the process
 (with its start time, so a recycled pid is not mistaken for it) and a token unique
-to one dispatch, so that a leftover sibling call in this very process is told
-apart from a finished one.
+to one dispatch.
+
+**Same host: liveness is proved by the kernel, not by a clock.** While a dispatch
+runs, its owner holds an exclusive ``flock`` on a file named after its token in a
+per-user runtime directory (:func:`runtime_dir`). The kernel keeps the lock while
+the process is stopped (SIGSTOP), paused by a debugger, or has its event loop
+blocked, and drops it the instant the process dies (SIGKILL included). A resumer on
+the same host tries a non-blocking lock: held means the dispatch is still running
+(wait, however long it takes); free or missing means it is over (take over at once).
+This also tells a finished dispatch of a live process apart from a running one, so
+a resumer never waits for a dispatch that was cancelled long ago.
+
+**Across hosts only time can tell:** the lease expires unless its owner renews it.
+Renewal runs on a thread (:class:`Heartbeat`), so a tool that blocks the event loop
+does not lapse it; a process paused longer than the lease on another host can
+still be taken over (README, "Leases").
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import logging
 import os
 import socket
+import stat
+import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 from .operation import Operation, Owner, State
 
 DEFAULT_LEASE_SECONDS = 30.0
 
-_live_tokens: set[str] = set()
-_live_lock = threading.Lock()
+log = logging.getLogger("langgraph_effects")
+
+#: token -> the open file descriptor holding that dispatch's flock (``None`` without
+#: a lock file), for every dispatch of this process not yet released.
+_held: dict[str, int | None] = {}
+_held_lock = threading.Lock()
 
 
 @cache
@@ -31,46 +57,149 @@ def _host() -> str:
     return os.environ.get("LANGGRAPH_EFFECTS_HOST") or socket.gethostname()
 
 
+def runtime_dir() -> Path | None:
+    """Where this user's dispatch lock files live (created ``0700``), or ``None`` if
+    no safe directory is available (then liveness falls back to pid + start time).
+
+    ``LANGGRAPH_EFFECTS_RUNTIME_DIR`` overrides it; otherwise ``$XDG_RUNTIME_DIR/
+    langgraph-effects`` or ``<tmp>/langgraph-effects-<uid>``. Every worker of one
+    deployment on one host must resolve the same directory.
+    """
+    explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
+    if explicit:
+        path = Path(explicit)
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "langgraph-effects"
+    else:
+        path = Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as error:
+        log.warning("no lease lock directory at %s (%s); using pid liveness only", path, error)
+        return None
+    # In a shared /tmp another user could have planted the directory (or a symlink).
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        log.warning("%s is not a directory owned by this user; using pid liveness only", path)
+        return None
+    return path
+
+
 def process_start_time(pid: int) -> float | None:
     """The start time of ``pid`` in clock ticks since boot (Linux), or ``None`` if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
+            stat_line = f.read().decode(errors="replace")
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses; fields after it don't.
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = stat_line[stat_line.rfind(")") + 2 :].split()
     try:
         return float(fields[19])  # field 22 overall: starttime
     except (IndexError, ValueError):
         return None
 
 
+def _hold(token: str) -> str | None:
+    """Create ``<runtime dir>/<token>.lock`` already locked; its path, or ``None``."""
+    directory = runtime_dir()
+    if directory is None:
+        with _held_lock:
+            _held[token] = None
+        return None
+    final = directory / f"{token}.lock"
+    staging = directory / f".{token}.new"
+    try:
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        log.warning("cannot create lease lock %s (%s); using pid liveness only", staging, error)
+        with _held_lock:
+            _held[token] = None
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Published under its final name only once locked: whoever finds the file
+        # finds it held (or released for good).
+        os.rename(staging, final)
+    except OSError:
+        os.close(fd)
+        staging.unlink(missing_ok=True)
+        with _held_lock:
+            _held[token] = None
+        return None
+    with _held_lock:
+        _held[token] = fd
+    return str(final)
+
+
 def new_owner() -> Owner:
-    """An owner for one dispatch by this process, registered as live until released."""
+    """An owner for one dispatch by this process, provably live until :func:`release`."""
     token = uuid.uuid4().hex
-    with _live_lock:
-        _live_tokens.add(token)
     # Read each time, not cached: a forked worker must not inherit its parent's identity.
     pid = os.getpid()
-    return Owner(host=_host(), pid=pid, started=process_start_time(pid) or 0.0, token=token)
+    return Owner(
+        host=_host(),
+        pid=pid,
+        started=process_start_time(pid) or 0.0,
+        token=token,
+        lock=_hold(token),
+    )
 
 
 def release(owner: Owner | None) -> None:
     """The dispatch this owner stood for is over (whatever its outcome)."""
-    if owner is not None:
-        with _live_lock:
-            _live_tokens.discard(owner.token)
+    if owner is None:
+        return
+    with _held_lock:
+        fd = _held.pop(owner.token, None)
+    if fd is None:
+        return
+    # Unlink first, then unlock: a resumer then finds it missing or free, never held.
+    if owner.lock:
+        with contextlib.suppress(OSError):
+            os.unlink(owner.lock)
+    os.close(fd)
+
+
+def holds(owner: Owner) -> bool:
+    """Whether this process still holds ``owner``'s dispatch (not yet released)."""
+    with _held_lock:
+        return owner.token in _held
+
+
+def _probe(path: str) -> bool | None:
+    """The lock file's verdict: ``True`` held (running), ``False`` gone, ``None`` unknown."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # released, or removed by a resumer that found it free
+    except OSError:
+        return None  # e.g. another user's directory: fall back to the pid
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        return None
+    # Free: its owner died without releasing it. Tidy up; nobody locks it again.
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    os.close(fd)
+    return False
 
 
 def owner_alive(owner: Owner) -> bool | None:
-    """``False`` if the owner is provably gone, ``True`` if provably alive, ``None`` if we
-    cannot tell (another host): then only the lease's expiry counts."""
+    """``False`` if the dispatch is provably over, ``True`` if provably still running,
+    ``None`` if we cannot tell (another host): then only the lease's expiry counts."""
     if owner.host != _host():
         return None
+    if owner.lock:
+        verdict = _probe(owner.lock)
+        if verdict is not None:
+            return verdict
     if owner.pid == os.getpid():
-        with _live_lock:
-            return owner.token in _live_tokens
+        return holds(owner)
     start = process_start_time(owner.pid)
     if start is None:
         try:
@@ -84,9 +213,53 @@ def owner_alive(owner: Owner) -> bool | None:
 
 
 def lease_expired(op: Operation, *, now: float | None = None) -> bool:
-    """Whether a ``dispatched`` operation's sender is gone: its owner died or the lease ran out."""
+    """Whether a ``dispatched`` operation's sender is gone.
+
+    On the owner's host this never depends on the clock: a live owner is waited for
+    however long it takes, a dead one is gone at once. Elsewhere the lease expires
+    by time.
+    """
     if op.state is not State.DISPATCHED:
         return False
-    if op.owner is not None and owner_alive(op.owner) is False:
-        return True
+    alive = owner_alive(op.owner) if op.owner is not None else None
+    if alive is not None:
+        return not alive
     return not op.lease_live(time.time() if now is None else now)
+
+
+Renew = Callable[[], bool]
+
+
+class Heartbeat:
+    """Renews one lease from a daemon thread until :meth:`stop`.
+
+    A thread, not a task on the event loop: a tool that blocks the loop (a
+    ``time.sleep`` inside ``async def``) must not let its lease lapse on other hosts.
+    ``renew`` is a blocking call that extends the lease and returns ``False`` once
+    the lease is no longer this dispatch's (then the heartbeat ends).
+    """
+
+    def __init__(self, renew: Renew, *, interval: float, name: str = "lease") -> None:
+        self._renew = renew
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"langgraph-effects-heartbeat-{name}", daemon=True
+        )
+        self.beats = 0
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if not self._renew():
+                    return
+                self.beats += 1
+            except Exception as error:  # a missed heartbeat only shortens the lease
+                log.warning("lease heartbeat failed: %s", error)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -116,9 +116,14 @@ class Owner:
     """The process start time, so a recycled pid is not mistaken for the owner."""
     token: str
     """Unique per dispatch: siblings in one process are told apart by it."""
+    lock: str | None = None
+    """The lock file the owner holds while the dispatch runs (same-host liveness)."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.lock is None:
+            del data["lock"]  # rows written before lock files existed look the same
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Owner:
@@ -127,6 +132,7 @@ class Owner:
             pid=int(data["pid"]),
             started=float(data["started"]),
             token=str(data["token"]),
+            lock=str(data["lock"]) if data.get("lock") else None,
         )
 
 
@@ -146,6 +152,10 @@ class Change:
     decision_id: str | None = None
     decision: Mapping[str, Any] | None = None
     """The verdict's content, bound to ``decision_id`` (for idempotency)."""
+    lease_seen: float | None = None
+    """For a takeover (``lose`` by lease): the lease expiry the taker saw. A heartbeat
+    renews a lease without a new version, so the taker also compares this: a lease
+    renewed since is still its owner's and the takeover is refused as stale."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,8 @@ def advance(
                 raise DecisionConflictError(op.op_id, change.decision_id)
     if expected_version is not None and expected_version != op.version:
         raise StaleVersionError(op.op_id, expected_version, op.version)
+    if change.lease_seen is not None and op.lease_expires_at != change.lease_seen:
+        raise StaleVersionError(op.op_id, op.version, op.version)
     target = next_state(op.state, change.event)
     if target is None:
         raise IllegalTransitionError(op.op_id, op.state.value, change.event.value)

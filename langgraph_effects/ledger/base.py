@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,17 @@ class Ledger(abc.ABC):
 
         Returns ``False`` if the operation is no longer dispatched under that token.
         """
+
+    def lease_renewer(self) -> Callable[[str, str, float], bool] | None:
+        """A blocking :meth:`renew_lease` usable from any thread, or ``None``.
+
+        Heartbeats call it from a thread of their own, so a tool that blocks the
+        event loop does not let its lease lapse. Backends bound to one event loop
+        return a function that opens its own short connection per renewal; ``None``
+        means heartbeats run on the event loop instead (in-process ledgers, where no
+        other process can take the lease over).
+        """
+        return None
 
     @abc.abstractmethod
     async def list_operations(self, query: OperationQuery) -> list[Operation]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -255,6 +255,10 @@ class PostgresLedger(Ledger):
         self._migrations_table = f"{prefix}effect_migrations"
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
+        self._renew_sql = (
+            f"UPDATE {ops} SET lease_expires_at = %s WHERE op_id = %s "
+            "AND state = 'dispatched' AND owner::jsonb ->> 'token' = %s"
+        )
         self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
         self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         self._audit_head = f"INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) VALUES "
@@ -490,12 +494,27 @@ class PostgresLedger(Ledger):
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._connection() as conn, conn.transaction():
             cur = conn.cursor()
-            await cur.execute(
-                f"UPDATE {self._ops} SET lease_expires_at = %s WHERE op_id = %s "
-                "AND state = 'dispatched' AND owner::jsonb ->> 'token' = %s",
-                [lease_expires_at, op_id, token],
-            )
+            await cur.execute(self._renew_sql, [lease_expires_at, op_id, token])
             return cur.rowcount == 1
+
+    def lease_renewer(self) -> Callable[[str, str, float], bool] | None:
+        conninfo = self._dsn or (self.pool.conninfo if isinstance(self.pool.conninfo, str) else "")
+        if not conninfo:
+            return None
+        extra = dict(self.pool.kwargs) if isinstance(self.pool.kwargs, dict) else {}
+        extra["autocommit"] = True
+        sql, where, timeout = self._renew_sql, self.where, self._timeout
+
+        def renew(op_id: str, token: str, lease_expires_at: float) -> bool:
+            # Its own short connection: the pool belongs to the ledger's event loop.
+            try:
+                with psycopg.connect(conninfo, connect_timeout=max(1, int(timeout)), **extra) as conn:
+                    cur = conn.execute(sql, [lease_expires_at, op_id, token])
+                    return cur.rowcount == 1
+            except psycopg.Error as error:
+                raise _classify(error, where) from error
+
+        return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
         clauses: list[str] = []

@@ -111,6 +111,10 @@ _UPDATE = (
     f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in MUTABLE_COLUMNS)} "
     "WHERE op_id = :op_id AND version = :expected_version"
 )
+_RENEW = (
+    "UPDATE effect_operations SET lease_expires_at = ? WHERE op_id = ? "
+    "AND state = 'dispatched' AND json_extract(owner, '$.token') = ?"
+)
 _INSERT_AUDIT = (
     "INSERT INTO effect_audit (op_id, seq, at, actor, from_state, to_state, event, version, "
     "evidence) VALUES (:op_id, :seq, :at, :actor, :from_state, :to_state, :event, :version, "
@@ -161,6 +165,7 @@ class SqliteLedger(Ledger):
         self.where = where
         self._busy_timeout_ms = busy_timeout_ms
         self._configured = False
+        self._file: str | None = None
 
     @classmethod
     @asynccontextmanager
@@ -203,6 +208,8 @@ class SqliteLedger(Ledger):
             if db.execute("PRAGMA journal_mode").fetchone()[0] != "memory":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = FULL")
+            main = [r for r in db.execute("PRAGMA database_list") if r[1] == "main"]
+            self._file = str(main[0][2]) if main and main[0][2] else None
 
         self._configured = True
         try:
@@ -313,14 +320,28 @@ class SqliteLedger(Ledger):
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         def renew(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
-                "UPDATE effect_operations SET lease_expires_at = ? WHERE op_id = ? "
-                "AND state = 'dispatched' AND json_extract(owner, '$.token') = ?",
-                (lease_expires_at, op_id, token),
-            )
+            cur = db.execute(_RENEW, (lease_expires_at, op_id, token))
             return cur.rowcount == 1
 
         return await self._run(renew)
+
+    def lease_renewer(self) -> Callable[[str, str, float], bool] | None:
+        path, timeout = self._file, self._busy_timeout_ms / 1000
+        if path is None:  # not configured yet, or an in-memory database
+            return None
+
+        def renew(op_id: str, token: str, lease_expires_at: float) -> bool:
+            # Its own short connection: aiosqlite's is driven from the event loop.
+            db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+            try:
+                cur = db.execute(_RENEW, (lease_expires_at, op_id, token))
+                return cur.rowcount == 1
+            except sqlite3.Error as error:
+                raise _classify(error, self.where) from error
+            finally:
+                db.close()
+
+        return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
         where, params = _where(query)

@@ -1,0 +1,233 @@
+"""The per-call dispatch protocol as pure code: no I/O, no clock, no ledger.
+
+:class:`~langgraph_effects.engine.Session` asks two questions and does the I/O the
+answers name:
+
+* :func:`next_step`: given the operation as last read, whose lease this call holds
+  and whether the current lease holder is provably alive, what should the call do
+  now (replay, run the tool, send, wait, take over, reconcile, ask a human)?
+* :func:`settle` / :func:`late`: given what the tool just did, which change records
+  it; and, if another worker took the operation over while the tool ran, how the
+  result is kept as evidence without ever sending again.
+
+The rules that make "exactly one effect" hold are all here, so they are tested on
+their own with hypothesis (``tests/test_protocol.py``), like the state machine in
+:mod:`langgraph_effects.operation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .operation import Change, Event, Operation, State, needs_approval
+
+# -- what a call does next ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The operation is settled: answer from the ledger, send nothing."""
+
+
+@dataclass(frozen=True)
+class Review:
+    """Evidence cannot settle it: an operator decides (the node interrupts)."""
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Its first dispatch needs a human approval: ask before sending anything."""
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Nothing was sent: take a new lease (``dispatch``), then look again."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """This call holds the lease: confirm it is still ours, then run the tool."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Someone else is sending it right now: wait for them; never send."""
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """The lease holder is gone: record the operation as lost (then reconcile)."""
+
+    change: Change
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """The outcome is unknown: ask the provider's evidence what happened."""
+
+
+Step = Replay | Review | Approve | Dispatch | Run | Wait | TakeOver | Reconcile
+
+
+def ours(op: Operation, token: str | None) -> bool:
+    """Whether ``op`` is dispatched under the lease this call holds (``token``)."""
+    return (
+        op.state is State.DISPATCHED
+        and token is not None
+        and op.owner is not None
+        and op.owner.token == token
+    )
+
+
+def lease_to_spare(op: Operation, *, now: float, lease_seconds: float) -> bool:
+    """Whether ``op``'s lease has at least half of ``lease_seconds`` left at ``now``:
+    enough for the request to leave before anyone could take the lease over."""
+    return op.lease_expires_at is not None and op.lease_expires_at - now >= lease_seconds / 2
+
+
+def needs_liveness(op: Operation, token: str | None) -> bool:
+    """Whether :func:`next_step` needs to know if ``op``'s lease holder is alive."""
+    return op.state is State.DISPATCHED and not ours(op, token) and op.owner is not None
+
+
+def holder_gone(op: Operation, *, alive: bool | None, now: float) -> bool:
+    """Whether a ``dispatched`` operation's sender is gone.
+
+    ``alive`` is the same-host verdict (``True`` provably running, ``False``
+    provably over, ``None`` cannot tell: another host). A provable verdict wins
+    over the clock both ways: a live owner is never expired by time, a dead one is
+    gone at once. Only without one does the lease's expiry decide.
+    """
+    if op.state is not State.DISPATCHED:
+        return False
+    if alive is not None:
+        return not alive
+    return not op.lease_live(now)
+
+
+def next_step(op: Operation, *, token: str | None, alive: bool | None, now: float) -> Step:
+    """What a call whose operation is ``op`` does now.
+
+    ``token`` is the lease this call holds (``None`` if none); ``alive`` is
+    :func:`langgraph_effects.lease.owner_alive` of ``op``'s owner when
+    :func:`needs_liveness` says it matters (ignored otherwise); ``now`` is the
+    wall clock, used only for leases of another host.
+    """
+    if op.terminal:
+        return Replay()
+    if op.state is State.REVIEW:
+        return Review()
+    if op.state is State.PENDING:
+        return Approve() if needs_approval(op) else Dispatch()
+    if op.state is State.UNKNOWN:
+        return Reconcile()
+    # dispatched
+    if ours(op, token):
+        return Run()
+    if not holder_gone(op, alive=alive, now=now):
+        return Wait()
+    return TakeOver(
+        Change(
+            Event.LOSE,
+            evidence={
+                "kind": "lease",
+                "owner": op.owner.to_json() if op.owner else None,
+                "why": "owner gone" if alive is False else "lease expired",
+                "lease_expires_at": op.lease_expires_at,
+            },
+            lease_seen=op.lease_expires_at,
+        )
+    )
+
+
+# -- what the tool did ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """The tool returned a result (serialised for replay)."""
+
+    result_type: str
+    result: bytes
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The tool raised a definite error: the provider applied nothing."""
+
+    result_type: str
+    result: bytes
+    error: str
+
+
+@dataclass(frozen=True)
+class Ambiguous:
+    """Anything else (a timeout, an unknown exception): it may have landed."""
+
+    evidence: Mapping[str, Any]
+
+
+Outcome = Succeeded | Failed | Ambiguous
+
+
+def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Change:
+    """The change that records ``outcome`` on the operation the call dispatched.
+
+    ``sender`` (host and pid of the lease holder) is kept with a result, so the
+    ledger says who sent the effect."""
+    if isinstance(outcome, Succeeded):
+        return Change(
+            Event.SUCCEED,
+            evidence={"kind": "result", **({"sender": dict(sender)} if sender else {})},
+            result_type=outcome.result_type,
+            result=outcome.result,
+        )
+    if isinstance(outcome, Failed):
+        return Change(
+            Event.FAIL,
+            evidence={"kind": "error", "error": outcome.error},
+            result_type=outcome.result_type,
+            result=outcome.result,
+        )
+    return Change(Event.LOSE, evidence=dict(outcome.evidence))
+
+
+def late(current: Operation, outcome: Outcome, *, token: str) -> Change | None:
+    """A result that arrived after another worker took the operation over.
+
+    It is evidence, never a reason to send: a success proves the effect landed, so
+    it settles an operation still ``unknown`` or waiting for a human; in any other
+    state (the taker is already re-sending, or it is settled) nothing moves and the
+    caller only notes it. A failure or an ambiguous outcome changes nothing.
+    """
+    if not isinstance(outcome, Succeeded):
+        return None
+    evidence = {"kind": "result", "late": True, "owner_token": token}
+    if current.state is State.UNKNOWN:
+        return Change(
+            Event.CONFIRM,
+            evidence=evidence,
+            result_type=outcome.result_type,
+            result=outcome.result,
+        )
+    if current.state is State.REVIEW:
+        return Change(
+            Event.LANDED,
+            evidence=evidence,
+            result_type=outcome.result_type,
+            result=outcome.result,
+            decision_id=f"late-result:{token}",
+            decision={"decision": "landed", "by": "late tool result"},
+        )
+    return None
+
+
+def after_record(moved: bool, outcome: Outcome) -> str:
+    """After trying to record ``outcome``: ``"answer"`` (return the tool's own outcome,
+    settled or kept as late evidence) or ``"reconcile"`` (ours and ambiguous: find
+    out from the provider, which may re-send under a new lease)."""
+    if moved and isinstance(outcome, Ambiguous):
+        return "reconcile"
+    return "answer"

@@ -1,0 +1,118 @@
+"""A worker whose tool can stall mid-dispatch, for the lease tests: ``python -m
+tests.helpers.lease_agent SPEC_JSON`` prints one JSON line (the messages the model
+saw, and this worker's pid).
+
+The tool writes ``<marker>`` once its lease is confirmed and it is about to send,
+then stalls the way the spec says:
+
+* ``stop``: the process SIGSTOPs itself (the test SIGCONTs it later);
+* ``block``: it blocks the event loop (``time.sleep`` inside ``async def``, the
+  common bug) until the file ``<release>`` exists.
+
+Logs of ``langgraph_effects`` go to stderr, so the test can see a second worker
+wait for the first (``waiting for``) instead of guessing with sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects.context import current_operation
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.node import EffectToolNode
+from tests.helpers.agent import Spec as AgentSpec
+from tests.helpers.agent import State, describe, effect_for, model_for
+
+
+@dataclass
+class LeaseSpec:
+    db: str
+    provider: str
+    provider_mode: str = "lookup"
+    contract: str = "lookup"
+    thread: str = "t1"
+    lease_seconds: float = 2.0
+    stall: str | None = None  # stop | block
+    marker: str = ""
+    release: str = ""
+    resume: bool = False
+
+
+def send_tool(spec: LeaseSpec, provider: Provider) -> BaseTool:
+    @tool
+    async def send(operation: str) -> str:
+        """Send the notification for ``operation``."""
+        op = current_operation()
+        if spec.stall and spec.marker:
+            Path(spec.marker).write_text(json.dumps({"pid": os.getpid(), "at": time.time()}))
+        if spec.stall == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif spec.stall == "block":
+            while not Path(spec.release).exists():
+                time.sleep(0.02)  # the bug under test: a blocked event loop
+        key = op.provider_key if spec.provider_mode != "blind" else None
+        receipt = provider.apply({"operation": operation}, key=key)
+        return f"sent {receipt.effect_id} by {os.getpid()}"
+
+    return send
+
+
+def build(spec: LeaseSpec, saver: Any, provider: Provider) -> Any:
+    agent = AgentSpec(db=spec.db, provider=spec.provider, contract=spec.contract, thread=spec.thread)
+    builder = StateGraph(State)
+    builder.add_node("model", model_for(agent))
+    builder.add_node(
+        "tools",
+        EffectToolNode(
+            [send_tool(spec, provider)],
+            effects=effect_for(agent, provider),
+            lease_seconds=spec.lease_seconds,
+        ),
+    )
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges(
+        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=saver)
+
+
+async def run(spec: LeaseSpec) -> dict[str, Any]:
+    provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
+    config: Any = {"configurable": {"thread_id": spec.thread}}
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        graph = build(spec, saver, provider)
+        payload = None if spec.resume else {"messages": [HumanMessage("go")]}
+        await graph.ainvoke(payload, config, durability="sync")
+        out = describe(None, await graph.aget_state(config))
+    out["pid"] = os.getpid()
+    return out
+
+
+def main() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    spec = LeaseSpec(**json.loads(sys.argv[1]))
+    print(json.dumps(asyncio.run(run(spec)), default=str), flush=True)
+
+
+def spec_json(spec: LeaseSpec) -> str:
+    return json.dumps(asdict(spec))
+
+
+if __name__ == "__main__":
+    main()

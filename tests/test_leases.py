@@ -1,0 +1,291 @@
+"""Leases under real processes: a live owner is never taken over.
+
+Worker A dispatches and stalls mid-send (SIGSTOP, or an event loop blocked by
+``time.sleep`` in an async tool) past its lease; worker B resumes the same thread.
+Effects are counted at a provider that keeps its own records; the ledger's audit
+trail says who sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_effects import (
+    Effect,
+    EffectSqliteSaver,
+    LedgerUnavailableError,
+    OperationQuery,
+    lease,
+)
+from langgraph_effects.context import current_operation
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.node import EffectToolNode
+from tests.helpers.agent import State
+from tests.helpers.lease_agent import LeaseSpec, spec_json
+
+pytestmark = pytest.mark.crash
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINE = 120.0
+
+
+class Worker:
+    """One ``tests.helpers.lease_agent`` process, its stderr collected in a file."""
+
+    def __init__(self, spec: LeaseSpec, tmp: Path, name: str, host: str | None = None) -> None:
+        env = dict(os.environ)
+        if host is not None:
+            env["LANGGRAPH_EFFECTS_HOST"] = host
+        self.err_path = tmp / f"{name}.err"
+        self.err = self.err_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.lease_agent", spec_json(spec)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_log(self, text: str) -> None:
+        deadline = time.monotonic() + DEADLINE
+        while text not in self.stderr():
+            assert self.proc.poll() is None, f"exited before logging {text!r}: {self.stderr()[-3000:]}"
+            assert time.monotonic() < deadline, f"never logged {text!r}: {self.stderr()[-3000:]}"
+            time.sleep(0.05)
+
+    def result(self) -> dict[str, Any]:
+        out, _ = self.proc.communicate(timeout=DEADLINE)
+        self.err.close()
+        assert self.proc.returncode == 0, self.stderr()[-3000:]
+        return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.kill()
+
+
+def wait_for(path: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + DEADLINE
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def wait_stopped(pid: int) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "worker never stopped"
+        time.sleep(0.02)
+
+
+def effects(s: LeaseSpec) -> int:
+    return sum(Provider(s.provider, s.provider_mode).count_effects().values())  # type: ignore[arg-type]
+
+
+def provider_requests(s: LeaseSpec, kind: str) -> int:
+    return Provider(s.provider, s.provider_mode).count_requests(kind)  # type: ignore[arg-type]
+
+
+def ledger_rows(s: LeaseSpec) -> list[dict[str, Any]]:
+    with sqlite3.connect(s.db) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute("SELECT * FROM effect_operations")]
+
+
+def audit(s: LeaseSpec) -> list[dict[str, Any]]:
+    with sqlite3.connect(s.db) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute("SELECT * FROM effect_audit ORDER BY op_id, seq")]
+
+
+def lease_spec(tmp_path: Path, **kw: Any) -> LeaseSpec:
+    return LeaseSpec(
+        db=str(tmp_path / "agent.sqlite"),
+        provider=str(tmp_path / "provider.sqlite"),
+        marker=str(tmp_path / "sending"),
+        release=str(tmp_path / "release"),
+        **kw,
+    )
+
+
+def test_paused_owner_on_the_same_host_is_waited_for(tmp_path: Path, workers: list[Worker]) -> None:
+    """3a: A is SIGSTOPped mid-dispatch past its 2 s lease; B resumes and must wait
+    (A's process is provably alive), not mark it lost, look it up and re-send."""
+    s = lease_spec(tmp_path, contract="lookup", provider_mode="lookup", lease_seconds=2.0)
+    a = Worker(replace(s, stall="stop"), tmp_path, "a")
+    workers.append(a)
+    a_pid = wait_for(Path(s.marker))["pid"]
+    wait_stopped(a_pid)
+    [row] = ledger_rows(s)
+    assert row["state"] == "dispatched"
+    # Past the lease by the clock: before the fix, B took over here.
+    while time.time() <= row["lease_expires_at"] + 0.5:
+        time.sleep(0.05)
+
+    b = Worker(replace(s, resume=True), tmp_path, "b")
+    workers.append(b)
+    b.wait_log("waiting for operation")
+    [row] = ledger_rows(s)
+    assert row["state"] == "dispatched" and row["lease_expires_at"] < time.time()
+    assert effects(s) == 0 and provider_requests(s, "get") == 0  # B neither looked up nor sent
+
+    os.kill(a_pid, signal.SIGCONT)
+    out_a, out_b = a.result(), b.result()
+    assert effects(s) == 1
+    assert provider_requests(s, "apply") == 1
+    [row] = ledger_rows(s)
+    assert row["state"] == "confirmed" and row["attempts"] == 1
+    # Who sent: the ledger's result evidence names A's process.
+    assert json.loads(row["evidence"]) == {
+        "kind": "result",
+        "sender": {"host": json.loads(row["evidence"])["sender"]["host"], "pid": a_pid},
+    }
+    assert [e["event"] for e in audit(s)] == ["intent", "succeed"]  # never lost, never re-sent
+    # B replayed A's answer.
+    for out in (out_a, out_b):
+        [message] = [m for m in out["messages"] if m["type"] == "tool"]
+        assert message["content"].endswith(f"by {a_pid}")
+    assert out_b["pid"] != a_pid
+
+
+@pytest.mark.parametrize("other_host", [False, True], ids=["same-host", "other-host"])
+def test_blocked_event_loop_does_not_lapse_the_lease(
+    tmp_path: Path, workers: list[Worker], other_host: bool
+) -> None:
+    """3b: A's async tool blocks its event loop for several leases. On the same host B
+    sees A alive; from another host B sees the lease kept fresh by A's heartbeat
+    thread. Either way B waits and there is exactly one effect."""
+    s = lease_spec(tmp_path, contract="lookup", provider_mode="lookup", lease_seconds=1.0)
+    a = Worker(replace(s, stall="block"), tmp_path, "a", host="host-a" if other_host else None)
+    workers.append(a)
+    blocked_at = wait_for(Path(s.marker))["at"]
+    [row] = ledger_rows(s)
+    first_expiry = row["lease_expires_at"]
+
+    b = Worker(replace(s, resume=True), tmp_path, "b", host="host-b" if other_host else None)
+    workers.append(b)
+    b.wait_log("waiting for operation")
+    # Blocked for three leases, while B watches.
+    while time.time() < max(blocked_at, first_expiry) + 3 * s.lease_seconds:
+        time.sleep(0.05)
+    [row] = ledger_rows(s)
+    assert row["state"] == "dispatched"
+    if other_host:
+        assert row["lease_expires_at"] > first_expiry  # renewed while the loop was blocked
+    assert effects(s) == 0 and provider_requests(s, "get") == 0
+
+    Path(s.release).write_text("go")
+    out_a, out_b = a.result(), b.result()
+    assert effects(s) == 1
+    [row] = ledger_rows(s)
+    assert row["state"] == "confirmed" and row["attempts"] == 1
+    assert [e["event"] for e in audit(s)] == ["intent", "succeed"]
+    assert json.loads(row["evidence"])["sender"]["pid"] == out_a["pid"]
+    for out in (out_a, out_b):
+        [message] = [m for m in out["messages"] if m["type"] == "tool"]
+        assert message["content"].endswith(f"by {out_a['pid']}")
+
+
+# -- a failed intent commit ------------------------------------------------------------
+
+
+async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
+    """5: the node's first intent commit (the keyed call, dispatched at once) lands, the
+    second (the blind call, staged ``pending``) fails. Nothing was sent, and the
+    dispatch the first commit reserved must be released with the failure: a resume in
+    this same process takes it over at once (owner gone), instead of waiting out a
+    600 s lease for a dispatch that will never run."""
+    db = tmp_path / "agent.sqlite"
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+    blind = Provider(tmp_path / "blind.sqlite", "blind")
+    calls = [
+        {"name": "send", "args": {"operation": "send:0"}, "id": "call-0", "type": "tool_call"},
+        {"name": "note", "args": {"operation": "note:0"}, "id": "call-1", "type": "tool_call"},
+    ]
+
+    @tool
+    def send(operation: str) -> str:
+        """Send (dedup provider)."""
+        return keyed.apply({"operation": operation}, key=current_operation().provider_key).effect_id
+
+    @tool
+    def note(operation: str) -> str:
+        """Write a note (blind provider)."""
+        return blind.apply({"operation": operation}).effect_id
+
+    def model(state: State) -> dict[str, Any]:
+        if any(isinstance(m, ToolMessage) for m in state["messages"]):
+            return {"messages": [AIMessage("done", id="final")]}
+        return {"messages": [AIMessage("", tool_calls=calls, id="ai-1")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_node(
+        "tools",
+        EffectToolNode([send, note], effects={"send": Effect(dedup_window=3600)}, lease_seconds=600),
+    )
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    config: Any = {"configurable": {"thread_id": "t1"}}
+
+    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+        await saver.setup()
+        graph = builder.compile(checkpointer=saver)
+        with sqlite3.connect(db) as conn:  # the ledger refuses the second commit
+            conn.execute(
+                "CREATE TRIGGER refuse_blind BEFORE INSERT ON effect_operations "
+                "WHEN NEW.contract = 'blind' BEGIN "
+                "SELECT RAISE(ABORT, 'attempt to write a readonly database'); END"
+            )
+        with pytest.raises(LedgerUnavailableError, match="read-only"):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+
+        [op] = await saver.ledger.list_operations(OperationQuery())
+        assert op.tool == "send" and op.state.value == "dispatched"
+        assert op.owner is not None and op.owner.pid == os.getpid()
+        assert lease.owner_alive(op.owner) is False  # released: provably not running
+        assert not lease._held  # nothing of it is held in this process
+        reserved_until = op.lease_expires_at
+        assert reserved_until is not None and reserved_until > time.time() + 300
+
+        with sqlite3.connect(db) as conn:
+            conn.execute("DROP TRIGGER refuse_blind")
+        await graph.ainvoke(None, config, durability="sync")
+        trail = await saver.ledger.audit(op.op_id)
+
+    assert [e.event for e in trail] == ["intent", "lose", "resend", "succeed"]
+    lose = trail[1]
+    assert lose.evidence is not None and lose.evidence["why"] == "owner gone"
+    assert lose.at < reserved_until  # taken over inside the reserved lease: no wait
+    assert keyed.count_effects() == {"send:0": 1} and blind.count_effects() == {"note:0": 1}
