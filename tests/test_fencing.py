@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,7 +24,6 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
 from tests.helpers.fencing_agent import FenceSpec, open_saver, spec_json
@@ -32,6 +32,7 @@ from tests.ledger import conftest as ledger_fixtures
 ROOT = Path(__file__).resolve().parents[1]
 pg_schema = ledger_fixtures.pg_schema
 DEADLINE = 240.0  # seconds per worker on a loaded 2-core machine
+DURABLE_WAIT = float(os.environ.get("FENCING_DURABLE_WAIT", "120"))  # a loser must end long before
 
 
 # -- plumbing ------------------------------------------------------------------------------
@@ -118,3 +119,76 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
     asyncio.run(setup())
     return scoped
+
+
+def specs(
+    db: str, provider: str, tmp: Path, modes: list[str], threads: list[str], **kw: Any
+) -> list[FenceSpec]:
+    go = str(tmp / "go")
+    return [FenceSpec(db=db, provider=provider, mode=m, threads=threads, go=go, **kw) for m in modes]
+
+
+def outcomes(results: list[dict[str, Any]], thread: str) -> list[str]:
+    """Per runner: ok / refused / error for ``thread`` (recovery: its action)."""
+    found = []
+    for r in results:
+        if "report" in r:
+            found += [t["action"] for t in r["report"]["threads"] if t["thread_id"] == thread]
+        else:
+            found.append(r["threads"][thread]["outcome"])
+    return found
+
+
+# -- two runner processes on one thread ------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_two_resumes_one_proceeds_the_other_is_refused(db: str, tmp_path: Path, durability: str) -> None:
+    provider = str(tmp_path / "provider.sqlite")
+    threads = ["t1"]
+    crash(FenceSpec(db=db, provider=provider, mode="crash", threads=threads))
+    # Both runners load the same checkpoint before either saves (overlap), so they collide.
+    results = race(
+        specs(db, provider, tmp_path, ["resume", "resume"], threads, durability=durability,
+              overlap=str(tmp_path / "overlap"), durable_wait_seconds=DURABLE_WAIT),
+        tmp_path / "go",
+    )
+    assert sorted(outcomes(results, "t1")) == ["ok", "refused"], results
+    refused = next(r["threads"]["t1"] for r in results if r["threads"]["t1"]["outcome"] == "refused")
+    assert "another runner" in refused["error"] and "nothing of it landed" in refused["error"]
+    assert asyncio.run(forks(db, threads)) == []
+    assert_exactly_intended(provider, threads, calls=2)
+    assert asyncio.run(unresolved(db)) == []
+
+
+def test_recover_racing_a_resume_after_a_kill_at_b(db: str, tmp_path: Path) -> None:
+    provider = str(tmp_path / "provider.sqlite")
+    threads = ["t1", "t2", "t3"]
+    crash(FenceSpec(db=db, provider=provider, mode="crash", threads=threads))
+    results = race(specs(db, provider, tmp_path, ["resume", "recover"], threads), tmp_path / "go")
+    assert asyncio.run(forks(db, threads)) == []
+    assert_exactly_intended(provider, threads, calls=2)
+    assert asyncio.run(unresolved(db)) == []
+    for thread in threads:
+        worker, recovery = outcomes(results, thread)
+        assert worker in ("ok", "refused"), results
+        # A thread the worker holds is reported as such (or as live, or done), never as failed.
+        assert recovery in ("resumed", "running_elsewhere", "in_flight_elsewhere", "nothing_to_do"), results
+        assert worker == "ok" or recovery == "resumed", results  # one of them moved it on
+
+
+def test_two_recoveries_at_once(db: str, tmp_path: Path) -> None:
+    provider = str(tmp_path / "provider.sqlite")
+    threads = ["t1"]
+    crash(FenceSpec(db=db, provider=provider, mode="crash", threads=threads))
+    results = race(
+        specs(db, provider, tmp_path, ["recover", "recover"], threads, overlap=str(tmp_path / "overlap")),
+        tmp_path / "go",
+    )
+    actions = sorted(outcomes(results, "t1"))
+    assert actions == ["resumed", "running_elsewhere"], results
+    elsewhere = next(t for r in results for t in r["report"]["threads"] if t["action"] == "running_elsewhere")
+    assert elsewhere["error"] is None and "another runner" in elsewhere["reason"]
+    assert asyncio.run(forks(db, threads)) == []
+    assert_exactly_intended(provider, threads, calls=2)
+    assert asyncio.run(unresolved(db)) == []

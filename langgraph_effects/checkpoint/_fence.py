@@ -17,6 +17,13 @@ which dedups per operation, cannot see the duplicate. The savers refuse instead:
   a child this saver did not write) are refused the same way: the loser's late task
   results never land on the shared checkpoint.
 
+Under ``durability="async"`` LangGraph starts the next step before the refused save
+has failed, and the refusal surfaces only when the run ends. The loser's tool node
+waits for the checkpoint holding its calls before it dispatches; that checkpoint is
+never saved, so nothing is sent. To make that wait end at once with the clear error
+(not a timeout), a run remembers its refusal (:class:`RunMark`, shared through the
+run's context with every task it starts) and a tool's wait re-raises it.
+
 Only the parent's children are looked at (an index on ``(thread_id,
 checkpoint_ns, parent_checkpoint_id)`` makes that one probe), never checkpoint
 ids' order, so clocks that differ between hosts do not matter.
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ThreadConflictError
@@ -104,3 +113,45 @@ def refuse_writes(
     """Raise if ``checkpoint_id`` was moved past by another runner (a child not ours)."""
     if children and not any(c in written for c in children):
         raise ThreadConflictError(thread_id, ns, checkpoint_id, children[0], what="task results")
+
+
+@dataclass
+class RunMark:
+    """One graph run, as seen by the saver: whether one of its saves was refused."""
+
+    refused: ThreadConflictError | None = None
+
+
+_RUN: ContextVar[RunMark | None] = ContextVar("langgraph_effects_run_mark", default=None)
+
+
+def _from_loop(config: Mapping[str, Any]) -> bool:
+    # LangGraph's loop passes its run config (with private ``__pregel_*`` keys); a
+    # tool's durability wait and a user's read pass a bare one.
+    return any(str(k).startswith("__pregel_") for k in config.get("configurable") or {})
+
+
+def on_load(config: Mapping[str, Any]) -> None:
+    """A top-level run loads its checkpoint: start a fresh mark for it (and its subgraphs)."""
+    if _from_loop(config) and not (config.get("configurable") or {}).get("checkpoint_ns"):
+        _RUN.set(RunMark())
+
+
+def on_refused(error: ThreadConflictError) -> None:
+    """Remember in the current run that a save was refused.
+
+    Call it from the run's coroutine, not from a database worker thread: a context
+    variable read there is not the run's.
+    """
+    mark = _RUN.get()
+    if mark is not None and mark.refused is None:
+        mark.refused = error
+
+
+def check_run(config: Mapping[str, Any]) -> None:
+    """Inside a run whose save was refused, a tool's wait for a checkpoint ends here."""
+    mark = _RUN.get()
+    if mark is None or mark.refused is None or _from_loop(config):
+        return
+    e = mark.refused
+    raise ThreadConflictError(e.thread_id, e.checkpoint_ns, e.parent_id, e.child_id)

@@ -9,13 +9,14 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 
+from ..errors import ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence
 
@@ -129,6 +130,9 @@ class EffectPostgresSaver(AsyncPostgresSaver):
             token = _IN_FENCE.set(cur)
             try:
                 yield cur
+            except ThreadConflictError as error:
+                _fence.on_refused(error)
+                raise
             finally:
                 _IN_FENCE.reset(token)
 
@@ -139,6 +143,13 @@ class EffectPostgresSaver(AsyncPostgresSaver):
             _fence.children_sql(parent, "%s"), _fence.children_params(thread_id, ns, parent, own)
         )
         return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
+        tool waiting for a checkpoint of a run that was refused gets the refusal."""
+        _fence.on_load(config)
+        _fence.check_run(config)
+        return await super().aget_tuple(config)
 
     async def aput(
         self,

@@ -17,10 +17,12 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from ..errors import ThreadConflictError
 from ..ledger.sqlite import SqliteLedger, connect, run_in_connection_thread
 from . import _fence
 
@@ -113,7 +115,18 @@ class EffectSqliteSaver(AsyncSqliteSaver):
             return result
 
         async with self.lock:
-            return await run_in_connection_thread(self.conn, transaction)
+            try:
+                return await run_in_connection_thread(self.conn, transaction)
+            except ThreadConflictError as error:
+                _fence.on_refused(error)
+                raise
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
+        tool waiting for a checkpoint of a run that was refused gets the refusal."""
+        _fence.on_load(config)
+        _fence.check_run(config)
+        return await super().aget_tuple(config)
 
     async def aput(
         self,
