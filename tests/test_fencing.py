@@ -22,11 +22,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.conninfo import make_conninfo
 
+from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
-from tests.helpers.fencing_agent import FenceSpec, open_saver, spec_json
+from tests.helpers.fencing_agent import FenceSpec, build, first_message, open_saver, spec_json
 from tests.ledger import conftest as ledger_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,3 +195,94 @@ def test_two_recoveries_at_once(db: str, tmp_path: Path) -> None:
     assert asyncio.run(forks(db, threads)) == []
     assert_exactly_intended(provider, threads, calls=2)
     assert asyncio.run(unresolved(db)) == []
+
+
+# -- the rule, at the saver ------------------------------------------------------------------
+
+
+def _config(thread: str, parent: str | None = None, ns: str = "") -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    return {"configurable": conf}
+
+
+async def _put(saver: Any, thread: str, parent: str | None, source: str = "loop", ns: str = "") -> str:
+    checkpoint = empty_checkpoint()
+    await saver.aput(_config(thread, parent, ns), checkpoint, {"source": source, "step": 0}, {})
+    return str(checkpoint["id"])
+
+
+async def _ids(saver: Any, thread: str, ns: str = "") -> list[str]:
+    return [
+        t.config["configurable"]["checkpoint_id"]
+        async for t in saver.alist(_config(thread, ns=ns))
+        if t.config["configurable"]["checkpoint_ns"] == ns
+    ]
+
+
+@pytest.mark.parametrize("ns", ["", "agent:1f0c2a"])
+async def test_a_second_child_is_refused_and_nothing_of_it_is_stored(db: str, ns: str) -> None:
+    async with open_saver(db) as saver:
+        root = await _put(saver, "s1", None, "input", ns)
+        with pytest.raises(ThreadConflictError, match="another runner already saved its first checkpoint"):
+            await _put(saver, "s1", None, "input", ns)  # a run delivered twice to a new thread
+        child = await _put(saver, "s1", root, ns=ns)
+        with pytest.raises(ThreadConflictError) as refused:
+            await _put(saver, "s1", root, ns=ns)
+        assert refused.value.parent_id == root and refused.value.child_id == child
+        assert sorted(await _ids(saver, "s1", ns)) == sorted([root, child])
+        await _put(saver, "s1", child, ns=ns)  # the winner goes on
+
+
+async def test_deliberate_branches_are_not_refused(db: str) -> None:
+    async with open_saver(db) as saver:
+        root = await _put(saver, "s2", None, "input")
+        await _put(saver, "s2", root)
+        fork = await _put(saver, "s2", root, "fork")  # a replay from a named checkpoint_id
+        update = await _put(saver, "s2", root, "update")  # update_state on an old checkpoint
+        assert {fork, update} <= set(await _ids(saver, "s2"))
+        await _put(saver, "s2", fork)  # the branch goes on
+
+
+async def test_late_task_results_of_the_loser_are_refused(db: str) -> None:
+    async with open_saver(db) as winner, open_saver(db) as loser:
+        root = await _put(winner, "s3", None, "input")
+        await winner.aput_writes(_config("s3", root), [("messages", "from the winner")], "task-a")
+        await _put(winner, "s3", root)
+        # The winner's own late results for the checkpoint it moved past still land...
+        await winner.aput_writes(_config("s3", root), [("messages", "late, winner")], "task-b")
+        # ...the other runner's do not.
+        with pytest.raises(ThreadConflictError, match="task results was not saved"):
+            await loser.aput_writes(_config("s3", root), [("messages", "from the loser")], "task-c")
+        stored = await winner.aget_tuple(_config("s3", root))
+        assert stored is not None
+        assert sorted(t for t, _, _ in stored.pending_writes or []) == ["task-a", "task-b"]
+
+
+async def test_time_travel_and_update_state_still_branch(db: str, tmp_path: Path) -> None:
+    provider = Provider(str(tmp_path / "provider.sqlite"), "dedup")
+    async with open_saver(db) as saver:
+        graph = build(FenceSpec(db=db, provider=str(provider.path), mode="start"), saver, provider)
+        config = {"configurable": {"thread_id": "tt"}}
+        await graph.ainvoke({"messages": [first_message("tt", 1)]}, config)
+        history = [s async for s in graph.aget_state_history(config)]
+        # The checkpoint where every send is answered and the model is next (it asks the follow-up).
+        target = next(
+            s for s in history
+            if s.next == ("model",) and isinstance(s.values["messages"][-1], ToolMessage)
+        )
+        replayed = await graph.ainvoke(None, target.config)  # time travel: a replay from there
+        assert replayed["messages"][-1].content == "done"
+        sources = [t.metadata.get("source") async for t in saver.alist(config)]
+        assert "fork" in sources
+        updated = await graph.aupdate_state(target.config, {"messages": []}, as_node="tools")
+        edited = await graph.ainvoke(None, updated)
+        assert edited["messages"][-1].content == "done"
+        # New input on an old checkpoint is not a deliberate branch: refused, with the way to do it.
+        with pytest.raises(ThreadConflictError, match="update_state"):
+            await graph.ainvoke({"messages": [first_message("tt", 1)]}, target.config)
+    assert len(await forks(db, ["tt"])) >= 1
+    # Replaying after the first send never repeats it.
+    counts = provider.count_effects()
+    assert counts["tt:0"] == 1 and counts["tt:follow"] >= 1, counts

@@ -149,7 +149,8 @@ def on_refused(error: ThreadConflictError) -> None:
 
 
 def check_run(config: Mapping[str, Any]) -> None:
-    """Inside a run whose save was refused, a tool's wait for a checkpoint ends here."""
+    """A checkpoint asked for by id was not found: inside a run whose save was refused,
+    it never will be (a tool waiting for it ends here, with the refusal)."""
     mark = _RUN.get()
     if mark is None or mark.refused is None or _from_loop(config):
         return

@@ -123,10 +123,12 @@ class EffectSqliteSaver(AsyncSqliteSaver):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
-        tool waiting for a checkpoint of a run that was refused gets the refusal."""
+        tool waiting for a checkpoint its refused run will never save gets the refusal."""
         _fence.on_load(config)
-        _fence.check_run(config)
-        return await super().aget_tuple(config)
+        found = await super().aget_tuple(config)
+        if found is None and config["configurable"].get("checkpoint_id"):
+            _fence.check_run(config)
+        return found
 
     async def aput(
         self,
