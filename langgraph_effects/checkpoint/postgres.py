@@ -4,7 +4,7 @@ database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fen
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -117,13 +117,16 @@ class EffectPostgresSaver(AsyncPostgresSaver):
 
     @asynccontextmanager
     async def _fence(self, thread_id: str, ns: str) -> AsyncIterator[AsyncCursor[DictRow]]:
-        """One transaction holding the thread and namespace's advisory lock."""
-        async with (
-            self.lock,
-            _ainternal.get_connection(self.conn) as conn,
-            conn.transaction(),
-            conn.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
+        """One transaction holding the thread and namespace's advisory lock.
+
+        In pipeline mode (where libpq has it) the lock and the check go in one round
+        trip, LangGraph's statements and the commit in another.
+        """
+        async with self.lock, _ainternal.get_connection(self.conn) as conn, AsyncExitStack() as stack:
+            if self.supports_pipeline:
+                await stack.enter_async_context(conn.pipeline())
+            await stack.enter_async_context(conn.transaction())
+            cur = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
             await cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_fence.lock_key(thread_id, ns),)
             )
