@@ -286,3 +286,16 @@ async def test_time_travel_and_update_state_still_branch(db: str, tmp_path: Path
     # Replaying after the first send never repeats it.
     counts = provider.count_effects()
     assert counts["tt:0"] == 1 and counts["tt:follow"] >= 1, counts
+
+
+async def test_the_refusal_itself_is_not_stored(db: str) -> None:
+    # A subgraph's refused save fails its task in the parent; LangGraph then stores the
+    # task's exception on the parent's checkpoint. For a refused run, it is dropped.
+    async with open_saver(db) as saver:
+        root = await _put(saver, "s4", None, "input")
+        error = ThreadConflictError("s4", "agent:1", root, "x")
+        await saver.aput_writes(_config("s4", root), [("__error__", error)], "task-sub")
+        await saver.aput_writes(_config("s4", root), [("__error__", ValueError("boom"))], "task-other")
+        stored = await saver.aget_tuple(_config("s4", root))
+        assert stored is not None
+        assert [t for t, _, _ in stored.pending_writes or []] == ["task-other"]

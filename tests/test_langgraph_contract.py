@@ -198,3 +198,12 @@ async def test_a_run_loads_with_its_private_config_and_branches_are_marked() -> 
 def probe_tool(x: int) -> str:
     """Answer the probe."""
     return f"probed {x}"
+
+
+def test_a_failed_task_is_stored_under_the_error_channel() -> None:
+    from langgraph._internal._constants import ERROR
+    from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+    from langgraph_effects.checkpoint import _fence
+
+    assert ERROR == _fence.ERROR_CHANNEL and ERROR in WRITES_IDX_MAP

@@ -107,6 +107,23 @@ def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: lis
         raise ThreadConflictError(thread_id, ns, parent, children[0])
 
 
+#: The channel LangGraph stores a failed task's exception under (a key of WRITES_IDX_MAP).
+ERROR_CHANNEL = "__error__"
+
+
+def own_refusal(writes: Any) -> bool:
+    """The writes only record that this run was refused (a task failed with our error).
+
+    LangGraph stores a failed task's exception on the checkpoint the task ran from;
+    for a refused run that would be the one piece of it landing on the shared
+    checkpoint, so the savers drop it.
+    """
+    items = list(writes)
+    return bool(items) and all(
+        channel == ERROR_CHANNEL and isinstance(value, ThreadConflictError) for channel, value in items
+    )
+
+
 def refuse_writes(
     thread_id: str, ns: str, checkpoint_id: str | None, children: list[str], written: Written
 ) -> None:

@@ -181,6 +181,8 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, unless another runner already moved past their checkpoint."""
+        if _fence.own_refusal(writes):
+            return  # the refused run's error: nothing of it lands
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         async with self._fence(thread_id, ns) as cur:
             if checkpoint_id is not None:

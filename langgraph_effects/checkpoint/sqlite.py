@@ -170,6 +170,8 @@ class EffectSqliteSaver(AsyncSqliteSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, unless another runner already moved past their checkpoint."""
+        if _fence.own_refusal(writes):
+            return  # the refused run's error: nothing of it lands
         await self.setup()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         query = UPSERT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes) else INSERT_WRITES_SQL
