@@ -164,6 +164,24 @@ def test_two_resumes_one_proceeds_the_other_is_refused(db: str, tmp_path: Path, 
     assert asyncio.run(unresolved(db)) == []
 
 
+def test_two_resumes_of_a_subgraph_thread(db: str, tmp_path: Path) -> None:
+    # The crash is inside the subgraph, so both runners resume it in its own namespace.
+    provider = str(tmp_path / "provider.sqlite")
+    threads = ["t1"]
+    crash(FenceSpec(db=db, provider=provider, mode="crash", threads=threads, subgraph=True))
+    results = race(
+        specs(db, provider, tmp_path, ["resume", "resume"], threads, subgraph=True,
+              overlap=str(tmp_path / "overlap")),
+        tmp_path / "go",
+    )
+    assert sorted(outcomes(results, "t1")) == ["ok", "refused"], results
+    refused = next(r["threads"]["t1"] for r in results if r["threads"]["t1"]["outcome"] == "refused")
+    assert "namespace 'agent:" in refused["error"], refused
+    assert asyncio.run(forks(db, threads)) == []
+    assert_exactly_intended(provider, threads, calls=2)
+    assert asyncio.run(unresolved(db)) == []
+
+
 def test_recover_racing_a_resume_after_a_kill_at_b(db: str, tmp_path: Path) -> None:
     provider = str(tmp_path / "provider.sqlite")
     threads = ["t1", "t2", "t3"]

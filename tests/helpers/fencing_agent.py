@@ -17,6 +17,9 @@ recorded), ``start`` (start the threads, no crash), ``resume`` (a plain
 ``ainvoke(None)`` per thread) or ``recover`` (:func:`langgraph_effects.recover`
 with ``min_idle=0``: an operator who wrongly believes no worker runs).
 
+``subgraph``: the agent runs as the subgraph node ``agent`` of a parent graph, so
+its checkpoints (and the collision) are in the namespace ``agent:<task id>``.
+
 ``go``: the worker touches ``go + ".ready.<pid>"`` once connected and its graph is
 built, then waits until the file ``go`` exists, so the test releases several
 workers at the same instant. ``overlap``: before its first checkpoint write the
@@ -71,6 +74,7 @@ class FenceSpec:
     overlap: str | None = None
     parties: int = 2
     durable_wait_seconds: float = 30.0
+    subgraph: bool = False  # the agent runs as a subgraph node of a parent graph
 
 
 _counter = itertools.count()
@@ -123,7 +127,13 @@ def build(spec: FenceSpec, saver: Any, provider: Provider) -> Any:
         "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
     )
     builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver)
+    if not spec.subgraph:
+        return builder.compile(checkpointer=saver)
+    parent = StateGraph(State)
+    parent.add_node("agent", builder.compile())
+    parent.add_edge(START, "agent")
+    parent.add_edge("agent", END)
+    return parent.compile(checkpointer=saver)
 
 
 def _wait_for(path: str, *, count: int = 1, timeout: float = 120.0) -> bool:
