@@ -29,7 +29,7 @@ from psycopg.conninfo import make_conninfo
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
-from tests.helpers.fencing_agent import FenceSpec, build, first_message, open_saver, spec_json
+from tests.helpers.fencing_agent import FenceSpec, build, first_message, is_postgres, open_saver, spec_json
 from tests.ledger import conftest as ledger_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +115,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     scoped = make_conninfo(dsn, options=f"-c search_path={schema}")
+    assert is_postgres(scoped)  # the workers must open Postgres, not a file named like the DSN
 
     async def setup() -> None:
         async with open_saver(scoped) as saver:

@@ -39,6 +39,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -165,10 +166,17 @@ def _with_overlap(saver: Any, spec: FenceSpec) -> None:
     saver.aput = aput
 
 
+def is_postgres(db: str) -> bool:
+    """A Postgres URL or key=value conninfo (what ``make_conninfo`` returns), not a file path."""
+    if db.startswith(("postgres://", "postgresql://")):
+        return True
+    return re.search(r"(^|\s)(host|dbname|user)=", db) is not None
+
+
 @asynccontextmanager
 async def open_saver(db: str) -> AsyncIterator[Any]:
     """``EffectPostgresSaver`` for a Postgres DSN (set up beforehand), else ``EffectSqliteSaver``."""
-    if db.startswith(("postgres://", "postgresql://", "host=", "dbname=")):
+    if is_postgres(db):
         from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 
         async with EffectPostgresSaver.from_conn_string(db, ledger_max_size=2) as saver:
