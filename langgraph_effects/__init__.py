@@ -32,6 +32,7 @@ from .errors import (
     ReviewError,
     SchemaTooNewError,
     StaleVersionError,
+    ThreadConflictError,
     TransitionError,
     VerdictNotRecordedError,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "OperationQuery",
     "PostgresLedger",
     "ReviewError",
+    "ThreadConflictError",
     "SchemaTooNewError",
     "SqliteLedger",
     "StaleVersionError",

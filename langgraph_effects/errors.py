@@ -21,6 +21,7 @@ caller can catch the package as a whole or one precise failure::
     │   ├── VerdictNotRecordedError an expired lease was recorded, the verdict was not
     │   ├── DecisionConflictError   a decision id reused with different content
     │   └── OperationNotFoundError
+    ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── ReviewError                 an operator answer that cannot be applied
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
 """
@@ -138,6 +139,49 @@ class OperationNotFoundError(TransitionError):
     def __init__(self, op_id: str) -> None:
         super().__init__(f"no operation {op_id!r} in this ledger")
         self.op_id = op_id
+
+
+class ThreadConflictError(EffectsError):
+    """Another runner already moved this thread on from the checkpoint this run started at.
+
+    Raised by ``EffectSqliteSaver`` / ``EffectPostgresSaver`` when a run tries to save
+    a second child of a checkpoint (two runners resumed one thread at once: a worker
+    and ``recover()``, a run delivered twice, a restarted worker). The run stops there;
+    the checkpoint it tried to save, and the pending writes it tried to store on a
+    checkpoint the other runner already moved past, were not saved. The other runner
+    owns the thread: read its state, and resume it again only if it still needs work.
+    Deliberate branches (replaying from a ``checkpoint_id``, ``update_state``) are not
+    refused.
+    """
+
+    def __init__(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        parent_id: str | None,
+        child_id: str | None,
+        *,
+        what: str = "checkpoint",
+    ) -> None:
+        where = f"thread {thread_id!r}" + (f" (namespace {checkpoint_ns!r})" if checkpoint_ns else "")
+        if parent_id is None:
+            started = "a new thread, but another runner already saved its first checkpoint"
+        else:
+            started = (
+                f"checkpoint {parent_id}, but another runner already saved checkpoint {child_id} "
+                "after it"
+            )
+        super().__init__(
+            f"{where} is being run by another runner: this run started from {started}. This run "
+            f"was stopped and its {what} was not saved, so nothing of it landed in the thread. "
+            "Only one runner may advance a thread at a time. Read the thread's state "
+            "(graph.aget_state) and resume it again only if it still has work left; to branch "
+            "on purpose, replay from a checkpoint_id or use update_state."
+        )
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.parent_id = parent_id
+        self.child_id = child_id
 
 
 class ReviewError(EffectsError):

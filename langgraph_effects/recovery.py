@@ -42,8 +42,15 @@ operation). Pass anything else your graph reads from ``configurable`` (such as
 sent to review rather than re-sent) with ``config=``.
 
 Every decision is re-read from the ledger right before the thread is resumed, and
-the engine itself never sends under a live lease, so recovery is safe to run while
-workers run and safe to run twice: a second run finds nothing to do and says so.
+the engine itself never sends under a live lease. What makes recovery safe to run
+while workers run (or twice at once) is the checkpointer: ``EffectSqliteSaver`` and
+``EffectPostgresSaver`` let one runner per thread move it on (a checkpoint gets at
+most one child). If a worker resumed the thread too, whichever saves second is
+stopped before anything of its run lands; when that is recovery, the thread is
+reported *running elsewhere*, not as a failure. ``min_idle`` only spares a thread
+that looks busy a resume that would lose that race. With a checkpointer that does
+not fence threads (a plain LangGraph saver with ``attach_ledger``), run recovery only
+when no worker can be running the threads.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from .checkpoint import ledger_of
-from .errors import ConfigurationError, NoLedgerError
+from .errors import ConfigurationError, NoLedgerError, ThreadConflictError
 from .lease import DEFAULT_LEASE_SECONDS, lease_expired, owner_alive
 from .ledger.base import AuditEntry, Ledger, OperationQuery
 from .operation import UNRESOLVED, Operation, State, needs_approval
@@ -89,6 +96,7 @@ ThreadAction = Literal[
     "not_resumable",
     "failed",
     "nothing_to_do",
+    "running_elsewhere",
 ]
 """What recovery did with a thread:
 
@@ -114,7 +122,11 @@ ThreadAction = Literal[
     the resume raised (see :attr:`ThreadReport.error`), or the thread could not be
     resumed safely (operations of several tenants, a conflicting ``tenant_id``);
 ``nothing_to_do``
-    (threads named explicitly) nothing is unresolved or waiting to be answered.
+    (threads named explicitly) nothing is unresolved or waiting to be answered;
+``running_elsewhere``
+    another runner (a worker, another recovery) resumed the thread at the same time
+    and saved first: the checkpointer stopped recovery's run before anything of it
+    landed (one runner per thread). That runner owns the thread now. Not a failure.
 """
 
 Settlement = Literal[
@@ -331,6 +343,11 @@ class RecoveryReport:
     def in_flight(self) -> tuple[ThreadReport, ...]:
         """Threads left alone because someone is sending one of their operations now."""
         return tuple(t for t in self.threads if t.action == "in_flight_elsewhere")
+
+    @property
+    def running_elsewhere(self) -> tuple[ThreadReport, ...]:
+        """Threads another runner moved on first while recovery resumed them (not failures)."""
+        return tuple(t for t in self.threads if t.action == "running_elsewhere")
 
     @property
     def failed(self) -> tuple[ThreadReport, ...]:
@@ -704,7 +721,10 @@ class _Run:
         if self.min_idle <= 0:
             return None
         if any(o.state is State.DISPATCHED for o in unresolved):
-            return None  # an expired lease: its sender is gone, whatever changed since
+            # An expired lease: its sender is gone. Another worker may have resumed the
+            # thread since; that is not proof of the contrary, and needs none: the
+            # checkpointer lets only one of us move the thread on (running_elsewhere).
+            return None
         for o in unresolved:
             if _decided_out_of_band(o) or (paused and _waits_for_human(o)):
                 continue  # an operator's verdict, or a steady wait at our interrupt
@@ -751,8 +771,12 @@ class _Run:
             kwargs["context"] = self.context
         started = time.monotonic()
         error: str | None = None
+        conflict: ThreadConflictError | None = None
         try:
             await self.graph.ainvoke(None, self._run_config(thread_id, tenant), **kwargs)
+        except ThreadConflictError as raised:  # another runner moved it on first: not ours now
+            log.info("recovery: thread %s is being run by another runner: %s", thread_id, raised)
+            conflict = raised
         except Exception as raised:  # reported per thread; the others still run
             log.warning("recovery: resuming thread %s raised %s", thread_id, _describe(raised))
             error = _describe(raised)
@@ -783,6 +807,20 @@ class _Run:
             outcome = "stopped"
         else:
             outcome = "completed"
+        if conflict is not None:
+            return ThreadReport(
+                thread_id=thread_id,
+                tenant=tenant,
+                action="running_elsewhere",
+                reason=(
+                    "another runner resumed this thread at the same time and saved first; recovery's "
+                    "run was stopped before anything of it landed (one runner per thread). That "
+                    "runner owns the thread now"
+                ),
+                operations=tuple(reports),
+                interrupts=tuple(str(i.id) for i in snapshot.interrupts),
+                seconds=seconds,
+            )
         return ThreadReport(
             thread_id=thread_id,
             tenant=tenant,

@@ -290,3 +290,86 @@ async def test_aiosqlite_runs_a_function_on_its_thread(tmp_path: Any) -> None:
             return int(db.execute("SELECT 41 + 1").fetchone()[0])
 
         assert await run_in_connection_thread(conn, fn) == 42
+
+
+# -- one runner per thread (langgraph_effects/checkpoint/) ----------------------------------
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.replace('"', " ").replace("(", " ( ").replace(")", " ) ").split())
+
+
+def test_sqlite_saver_statements_are_the_ones_we_run_in_our_transaction() -> None:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from langgraph_effects.checkpoint import sqlite as ours
+
+    put = _squash(inspect.getsource(AsyncSqliteSaver.aput))
+    writes = _squash(inspect.getsource(AsyncSqliteSaver.aput_writes))
+    assert _squash(ours.INSERT_CHECKPOINT_SQL) in put
+    assert _squash(ours.UPSERT_WRITES_SQL) in writes
+    assert _squash(ours.INSERT_WRITES_SQL) in writes
+    assert "WRITES_IDX_MAP" in writes  # special writes replace, task writes are kept once
+
+
+def test_postgres_saver_writes_through_its_cursor_method() -> None:
+    # EffectPostgresSaver hands LangGraph's aput/aput_writes the cursor of its fenced
+    # transaction through an override of ``_cursor``.
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    for method in (AsyncPostgresSaver.aput, AsyncPostgresSaver.aput_writes):
+        source = inspect.getsource(method)
+        assert "self._cursor(" in source, method.__name__
+        assert "self.conn" not in source and "get_connection" not in source, method.__name__
+    assert list(inspect.signature(AsyncPostgresSaver._cursor).parameters) == ["self", "pipeline"]
+
+
+async def test_a_run_loads_with_its_private_config_and_branches_are_marked() -> None:
+    # The fence starts a run's mark on the loop's first load (its config carries
+    # ``__pregel_*`` keys; a tool's durability wait does not), and lets through the
+    # checkpoints LangGraph marks as deliberate branches: "fork" and "update".
+    loads: list[list[str]] = []
+    sources: list[str] = []
+
+    class Recording(InMemorySaver):
+        async def aget_tuple(self, config: RunnableConfig) -> Any:
+            loads.append(sorted(config.get("configurable") or {}))
+            return await super().aget_tuple(config)
+
+        async def aput(self, config: RunnableConfig, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+            sources.append(str(metadata.get("source")))
+            return await super().aput(config, checkpoint, metadata, versions)
+
+    builder = StateGraph(State)
+    builder.add_node("model", _model)
+    builder.add_node("tools", ToolNode([probe_tool]))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    builder.add_edge("tools", "model")
+    graph = builder.compile(checkpointer=Recording())
+    config: RunnableConfig = {"configurable": {"thread_id": "contract-fence"}}
+    await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+    assert any(k.startswith("__pregel_") for k in loads[0]), loads[0]
+    history = [s async for s in graph.aget_state_history(config)]
+    earlier = next(s for s in history if s.next == ("tools",))
+    sources.clear()
+    await graph.ainvoke(None, earlier.config, durability="sync")
+    assert sources[0] == "fork", sources
+    sources.clear()
+    await graph.aupdate_state(earlier.config, {"messages": []}, as_node="model")
+    assert sources == ["update"], sources
+
+
+@tool("probe")
+def probe_tool(x: int) -> str:
+    """Answer the probe."""
+    return f"probed {x}"
+
+
+def test_a_failed_task_is_stored_under_the_error_channel() -> None:
+    from langgraph._internal._constants import ERROR
+    from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+    from langgraph_effects.checkpoint import _fence
+
+    assert ERROR == _fence.ERROR_CHANNEL and ERROR in WRITES_IDX_MAP

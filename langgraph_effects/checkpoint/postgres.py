@@ -1,18 +1,29 @@
 """``EffectPostgresSaver``: LangGraph's ``AsyncPostgresSaver`` plus a ledger in the same
-database."""
+database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
+from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncPipeline
-from psycopg.rows import dict_row
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
+from psycopg.rows import DictRow, dict_row
 
+from ..errors import ThreadConflictError
 from ..ledger.postgres import PostgresLedger
+from . import _fence
+
+# The cursor of the fenced transaction in progress: LangGraph's aput/aput_writes run
+# their own statements through ``self._cursor()``, which then hands them this one, so
+# they land inside our transaction (tests/test_langgraph_contract.py pins that).
+_IN_FENCE: ContextVar[AsyncCursor[DictRow] | None] = ContextVar("_IN_FENCE", default=None)
 
 
 class EffectPostgresSaver(AsyncPostgresSaver):
@@ -41,6 +52,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         if ledger.pool is conn:
             raise ValueError("the ledger must have its own pool, not the checkpointer's connection")
         self.ledger = ledger
+        self._written = _fence.Written()
 
     @classmethod
     @asynccontextmanager
@@ -78,6 +90,105 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         """Create or migrate both the checkpoint tables and the ledger tables."""
         await self.ledger.setup()
         await super().setup()
+        await self.setup_fencing()
+
+    async def setup_fencing(self) -> None:
+        """Create the index the one-runner-per-thread check probes (idempotent).
+
+        Run after LangGraph's migrations (the index is on its ``checkpoints`` table).
+        Serialised by an advisory lock: concurrent ``CREATE INDEX IF NOT EXISTS``
+        can fail with a unique violation.
+        """
+        async with _ainternal.get_connection(self.conn) as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
+            )
+            await conn.execute(_fence.INDEX_SQL)
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """LangGraph's cursor, or inside a fenced transaction the transaction's own."""
+        fenced = _IN_FENCE.get()
+        if fenced is not None:
+            yield fenced
+            return
+        async with super()._cursor(pipeline=pipeline) as cur:
+            yield cur
+
+    @asynccontextmanager
+    async def _fence(self, thread_id: str, ns: str) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """One transaction holding the thread and namespace's advisory lock.
+
+        In pipeline mode (where libpq has it) the lock and the check go in one round
+        trip, LangGraph's statements and the commit in another.
+        """
+        async with self.lock, _ainternal.get_connection(self.conn) as conn, AsyncExitStack() as stack:
+            if self.supports_pipeline:
+                await stack.enter_async_context(conn.pipeline())
+            await stack.enter_async_context(conn.transaction())
+            cur = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
+            await cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_fence.lock_key(thread_id, ns),)
+            )
+            token = _IN_FENCE.set(cur)
+            try:
+                yield cur
+            except ThreadConflictError as error:
+                _fence.on_refused(error)
+                raise
+            finally:
+                _IN_FENCE.reset(token)
+
+    @staticmethod
+    async def _children(cur: AsyncCursor[DictRow], thread_id: str, ns: str, parent: str | None,
+                        own: str) -> list[str]:
+        await cur.execute(
+            _fence.children_sql(parent, "%s"), _fence.children_params(thread_id, ns, parent, own)
+        )
+        return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
+        tool waiting for a checkpoint its refused run will never save gets the refusal."""
+        _fence.on_load(config)
+        found = await super().aget_tuple(config)
+        if found is None and config["configurable"].get("checkpoint_id"):
+            _fence.check_run(config)
+        return found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint unless it would be a second child of its parent (see the module)."""
+        thread_id, ns, parent = _fence.coordinates(config)
+        async with self._fence(thread_id, ns) as cur:
+            if not _fence.deliberate(metadata):
+                children = await self._children(cur, thread_id, ns, parent, checkpoint["id"])
+                _fence.refuse_checkpoint(thread_id, ns, parent, children)
+            saved = await super().aput(config, checkpoint, metadata, new_versions)
+        self._written.add(checkpoint["id"])
+        return saved
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, unless another runner already moved past their checkpoint."""
+        if _fence.own_refusal(writes):
+            return  # the refused run's error: nothing of it lands
+        thread_id, ns, checkpoint_id = _fence.coordinates(config)
+        async with self._fence(thread_id, ns) as cur:
+            if checkpoint_id is not None:
+                children = await self._children(cur, thread_id, ns, checkpoint_id, "")
+                _fence.refuse_writes(thread_id, ns, checkpoint_id, children, self._written)
+            await super().aput_writes(config, writes, task_id, task_path)
 
 
 __all__ = ["EffectPostgresSaver"]

@@ -1,16 +1,46 @@
-"""``EffectSqliteSaver``: LangGraph's ``AsyncSqliteSaver`` plus a ledger in the same file."""
+"""``EffectSqliteSaver``: LangGraph's ``AsyncSqliteSaver`` plus a ledger in the same file,
+and one runner per thread (see :mod:`langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_metadata,
+)
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from ..ledger.sqlite import SqliteLedger, connect
+from ..errors import ThreadConflictError
+from ..ledger.sqlite import SqliteLedger, connect, run_in_connection_thread
+from . import _fence
+
+# The statements AsyncSqliteSaver.aput / aput_writes run (langgraph-checkpoint-sqlite
+# 3.x), here inside our own transaction; tests/test_langgraph_contract.py fails if
+# LangGraph's change.
+INSERT_CHECKPOINT_SQL = (
+    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+UPSERT_WRITES_SQL = (
+    "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_WRITES_SQL = (
+    "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class EffectSqliteSaver(AsyncSqliteSaver):
@@ -23,6 +53,11 @@ class EffectSqliteSaver(AsyncSqliteSaver):
         async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             await saver.setup()
             graph = builder.compile(checkpointer=saver)
+
+    One runner per thread: saving a second child of a checkpoint (two runners
+    resumed the thread from it) raises
+    :class:`~langgraph_effects.errors.ThreadConflictError` and saves nothing. Replays
+    from a ``checkpoint_id`` and ``update_state`` still branch.
     """
 
     ledger: SqliteLedger
@@ -30,6 +65,7 @@ class EffectSqliteSaver(AsyncSqliteSaver):
     def __init__(self, conn: aiosqlite.Connection, ledger: SqliteLedger, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self.ledger = ledger
+        self._written = _fence.Written()
 
     @classmethod
     @asynccontextmanager
@@ -46,11 +82,120 @@ class EffectSqliteSaver(AsyncSqliteSaver):
             await ledger_conn.close()
 
     async def setup(self) -> None:
-        """Create or migrate both the checkpoint tables and the ledger tables.
+        """Create or migrate the checkpoint tables, the ledger tables and the fencing index.
 
-        ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; the ledger's
-        part runs once, not as an empty write transaction on every checkpoint call.
+        ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; our part
+        runs once, not as an empty write transaction on every checkpoint call.
         """
-        if not self.is_setup:
-            await self.ledger.setup()
+        if self.is_setup:
+            return
+        await self.ledger.setup()
         await super().setup()
+        async with self.lock:
+            await self.conn.execute(_fence.INDEX_SQL)
+            await self.conn.commit()
+
+    async def _fenced(self, fn: Any) -> Any:
+        """Run ``fn(sqlite3_connection)`` in one ``BEGIN IMMEDIATE`` transaction.
+
+        The write lock is taken before the check, so no other process can save a
+        child between our check and our insert.
+        """
+
+        def transaction(db: sqlite3.Connection) -> Any:
+            if db.in_transaction:  # LangGraph's saver always commits; never leave ours mixed
+                db.commit()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db)
+            except BaseException:
+                db.rollback()
+                raise
+            db.commit()
+            return result
+
+        async with self.lock:
+            try:
+                return await run_in_connection_thread(self.conn, transaction)
+            except ThreadConflictError as error:
+                _fence.on_refused(error)
+                raise
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
+        tool waiting for a checkpoint its refused run will never save gets the refusal."""
+        _fence.on_load(config)
+        found = await super().aget_tuple(config)
+        if found is None and config["configurable"].get("checkpoint_id"):
+            _fence.check_run(config)
+        return found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint unless it would be a second child of its parent (see the class)."""
+        await self.setup()
+        thread_id, ns, parent = _fence.coordinates(config)
+        type_, blob = self.serde.dumps_typed(checkpoint)
+        meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
+            "utf-8", "ignore"
+        )
+        check = not _fence.deliberate(metadata)
+        sql = _fence.children_sql(parent, "?")
+        params = _fence.children_params(thread_id, ns, parent, checkpoint["id"])
+
+        def write(db: sqlite3.Connection) -> None:
+            if check:
+                children = [str(r[0]) for r in db.execute(sql, params)]
+                _fence.refuse_checkpoint(thread_id, ns, parent, children)
+            db.execute(
+                INSERT_CHECKPOINT_SQL, (thread_id, ns, checkpoint["id"], parent, type_, blob, meta)
+            )
+
+        await self._fenced(write)
+        self._written.add(checkpoint["id"])
+        return {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+        }
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, unless another runner already moved past their checkpoint."""
+        if _fence.own_refusal(writes):
+            return  # the refused run's error: nothing of it lands
+        await self.setup()
+        thread_id, ns, checkpoint_id = _fence.coordinates(config)
+        query = UPSERT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes) else INSERT_WRITES_SQL
+        rows = [
+            (
+                thread_id,
+                ns,
+                str(checkpoint_id),
+                task_id,
+                task_path,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                *self.serde.dumps_typed(value),
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        sql = _fence.children_sql(checkpoint_id, "?")
+        params = _fence.children_params(thread_id, ns, checkpoint_id, "")
+        written = self._written
+
+        def write(db: sqlite3.Connection) -> None:
+            if checkpoint_id is not None:
+                children = [str(r[0]) for r in db.execute(sql, params)]
+                _fence.refuse_writes(thread_id, ns, checkpoint_id, children, written)
+            db.executemany(query, rows)
+
+        await self._fenced(write)

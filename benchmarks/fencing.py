@@ -1,0 +1,187 @@
+"""What one runner per thread costs per checkpoint write.
+
+``EffectSqliteSaver`` / ``EffectPostgresSaver`` check, in the same transaction as the
+insert, that the parent checkpoint has no other child (and that a task's writes do
+not land on a checkpoint another runner moved past). This script times LangGraph's
+plain saver against ours, interleaved in the same run (round by round, alternating
+which goes first), on the same kind of database, with the same checkpoints: each
+step is one ``aput`` of a checkpoint holding a growing message history plus one
+``aput_writes`` of a task's result, as a graph step does.
+
+Prints, per backend, the median wall-clock time per step of each saver, the ratio
+fenced / plain with a bootstrap 95% confidence interval over rounds, and the same
+ratio for this process's CPU time (the client's side; for Postgres the server's
+work is not in it)::
+
+    .venv/bin/python benchmarks/fencing.py              # SQLite, and Postgres if reachable
+    .venv/bin/python benchmarks/fencing.py --rounds 30 --steps 40 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import DEFAULT_PG_DSN, fresh_pg_database, pg_problem
+
+Opener = Callable[[], Any]
+
+
+def _messages(n: int) -> list[Any]:
+    out: list[Any] = [HumanMessage("please send the quarterly report to the finance team", id="h0")]
+    for i in range(n):
+        call = {"name": "send", "args": {"operation": f"op:{i}", "to": "finance@example.com"},
+                "id": f"call-{i}", "type": "tool_call"}
+        out.append(AIMessage("", tool_calls=[call], id=f"ai-{i}"))
+        out.append(ToolMessage(f"sent eff_{i}", tool_call_id=f"call-{i}", id=f"tm-{i}"))
+    return out
+
+
+async def _chain(saver: Any, steps: int) -> None:
+    """One fresh thread, ``steps`` graph steps: a checkpoint and a task's writes each."""
+    thread = uuid.uuid4().hex
+    parent: str | None = None
+    for step in range(steps):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": _messages(step // 2 + 1)}
+        checkpoint["channel_versions"] = {"messages": step + 1}
+        conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+        if parent is not None:
+            conf["checkpoint_id"] = parent
+        saved = await saver.aput({"configurable": conf}, checkpoint, {"source": "loop", "step": step},
+                                 {"messages": step + 1})
+        parent = saved["configurable"]["checkpoint_id"]
+        await saver.aput_writes(saved, [("messages", [AIMessage(f"step {step}")])], f"task-{step}")
+
+
+def _bootstrap_ci(values: list[float], *, n: int = 2000, seed: int = 7) -> tuple[float, float]:
+    """95% confidence interval of the median (percentile bootstrap)."""
+    rng = random.Random(seed)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(n)
+    )
+    return medians[int(0.025 * n)], medians[int(0.975 * n) - 1]
+
+
+async def _compare(plain: Opener, fenced: Opener, *, rounds: int, steps: int) -> dict[str, Any]:
+    wall: dict[str, list[float]] = {"plain": [], "fenced": []}
+    cpu: dict[str, list[float]] = {"plain": [], "fenced": []}
+    async with plain() as p, fenced() as f:
+        savers = {"plain": p, "fenced": f}
+        await _chain(p, 3)  # warm up both (tables, statement caches)
+        await _chain(f, 3)
+        for r in range(rounds):
+            order = ["plain", "fenced"] if r % 2 == 0 else ["fenced", "plain"]
+            for name in order:
+                w0, c0 = time.perf_counter(), time.process_time()
+                await _chain(savers[name], steps)
+                wall[name].append((time.perf_counter() - w0) / steps)
+                cpu[name].append((time.process_time() - c0) / steps)
+    ratios = [f / p for f, p in zip(wall["fenced"], wall["plain"], strict=True)]
+    cpu_ratios = [f / p for f, p in zip(cpu["fenced"], cpu["plain"], strict=True) if p > 0]
+    lo, hi = _bootstrap_ci(ratios)
+    clo, chi = _bootstrap_ci(cpu_ratios) if cpu_ratios else (float("nan"), float("nan"))
+    return {
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "plain_ms_per_step": statistics.median(wall["plain"]) * 1000,
+        "fenced_ms_per_step": statistics.median(wall["fenced"]) * 1000,
+        "ratio": statistics.median(ratios),
+        "ratio_ci95": [lo, hi],
+        "cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else float("nan"),
+        "cpu_ratio_ci95": [clo, chi],
+    }
+
+
+def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
+
+    @asynccontextmanager
+    async def plain() -> AsyncIterator[Any]:
+        async with AsyncSqliteSaver.from_conn_string(str(folder / "plain.sqlite")) as saver:
+            await saver.setup()
+            yield saver
+
+    @asynccontextmanager
+    async def fenced() -> AsyncIterator[Any]:
+        async with EffectSqliteSaver.from_conn_string(folder / "fenced.sqlite") as saver:
+            await saver.setup()
+            yield saver
+
+    return plain, fenced
+
+
+def _pg_openers(plain_dsn: str, fenced_dsn: str) -> tuple[Opener, Opener]:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+
+    @asynccontextmanager
+    async def plain() -> AsyncIterator[Any]:
+        async with AsyncPostgresSaver.from_conn_string(plain_dsn) as saver:
+            await saver.setup()
+            yield saver
+
+    @asynccontextmanager
+    async def fenced() -> AsyncIterator[Any]:
+        async with EffectPostgresSaver.from_conn_string(fenced_dsn, ledger_max_size=2) as saver:
+            await saver.setup()
+            yield saver
+
+    return plain, fenced
+
+
+def _line(name: str, r: dict[str, Any]) -> str:
+    return (
+        f"{name:9s} plain {r['plain_ms_per_step']:7.2f} ms/step  "
+        f"fenced {r['fenced_ms_per_step']:7.2f} ms/step  "
+        f"ratio {r['ratio']:.3f} [95% CI {r['ratio_ci95'][0]:.3f}-{r['ratio_ci95'][1]:.3f}]  "
+        f"CPU ratio {r['cpu_ratio']:.3f} [{r['cpu_ratio_ci95'][0]:.3f}-{r['cpu_ratio_ci95'][1]:.3f}]"
+    )
+
+
+async def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30, help="checkpoint writes per round and saver")
+    parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, fenced = _sqlite_openers(Path(tmp))
+        results["sqlite"] = await _compare(plain, fenced, rounds=args.rounds, steps=args.steps)
+        print(_line("sqlite", results["sqlite"]), flush=True)
+    problem = pg_problem(args.pg_dsn)
+    if problem is None:
+        async with fresh_pg_database(args.pg_dsn) as plain_dsn, fresh_pg_database(args.pg_dsn) as fenced_dsn:
+            plain, fenced = _pg_openers(plain_dsn, fenced_dsn)
+            results["postgres"] = await _compare(plain, fenced, rounds=args.rounds, steps=args.steps)
+            print(_line("postgres", results["postgres"]), flush=True)
+    else:
+        print(f"postgres  skipped: {problem}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,175 @@
+"""One runner per thread: the rule both checkpointer extensions enforce.
+
+LangGraph lets two runners resume one thread from the same checkpoint: both save a
+child of it and the thread forks. With an LLM the branches differ (another
+follow-up, other arguments), so they make different operations and the ledger,
+which dedups per operation, cannot see the duplicate. The savers refuse instead:
+
+* a checkpoint gets **at most one child** per thread and namespace. Saving a second
+  one raises :class:`~langgraph_effects.errors.ThreadConflictError`, and nothing of
+  it is stored. The check and the insert are one transaction, atomic across
+  processes (SQLite ``BEGIN IMMEDIATE``; Postgres a transaction-scoped advisory lock
+  per thread and namespace);
+* except where LangGraph branches on purpose: a checkpoint whose metadata ``source``
+  is ``"fork"`` (a replay from a named ``checkpoint_id``) or ``"update"``
+  (``update_state``);
+* pending writes for a checkpoint that another runner already moved past (it has
+  a child this saver did not write) are refused the same way: the loser's late task
+  results never land on the shared checkpoint.
+
+Under ``durability="async"`` LangGraph starts the next step before the refused save
+has failed, and the refusal surfaces only when the run ends. The loser's tool node
+waits for the checkpoint holding its calls before it dispatches; that checkpoint is
+never saved, so nothing is sent. To make that wait end at once with the clear error
+(not a timeout), a run remembers its refusal (:class:`RunMark`, shared through the
+run's context with every task it starts) and a tool's wait re-raises it.
+
+Only the parent's children are looked at (an index on ``(thread_id,
+checkpoint_ns, parent_checkpoint_id)`` makes that one probe), never checkpoint
+ids' order, so clocks that differ between hosts do not matter.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ThreadConflictError
+
+#: Metadata ``source`` values of checkpoints LangGraph saves to branch on purpose.
+DELIBERATE_SOURCES = frozenset({"fork", "update"})
+
+#: The index that makes "does this checkpoint have a child?" one probe.
+INDEX_NAME = "effect_checkpoints_by_parent"
+INDEX_SQL = (
+    f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} "
+    "ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)"
+)
+
+_REMEMBERED = 4096  # checkpoint ids this saver wrote, kept to tell its own late writes
+
+
+def deliberate(metadata: Mapping[str, Any] | None) -> bool:
+    """Whether LangGraph saves this checkpoint to branch on purpose (time travel, update_state)."""
+    return (metadata or {}).get("source") in DELIBERATE_SOURCES
+
+
+def coordinates(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(thread id, namespace, checkpoint id) a saver call addresses."""
+    conf = config["configurable"]
+    parent = conf.get("checkpoint_id")
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), (str(parent) if parent else None)
+
+
+def children_sql(parent: str | None, placeholder: str) -> str:
+    """Children of ``parent`` (or roots when ``None``) other than the checkpoint being saved."""
+    p = placeholder
+    where_parent = "parent_checkpoint_id IS NULL" if parent is None else f"parent_checkpoint_id = {p}"
+    return (
+        f"SELECT checkpoint_id FROM checkpoints WHERE thread_id = {p} AND checkpoint_ns = {p} "
+        f"AND {where_parent} AND checkpoint_id <> {p} LIMIT 2"
+    )
+
+
+def children_params(thread_id: str, ns: str, parent: str | None, own: str) -> tuple[str, ...]:
+    if parent is None:
+        return (thread_id, ns, own)
+    return (thread_id, ns, parent, own)
+
+
+def lock_key(thread_id: str, ns: str) -> str:
+    """Text hashed into the Postgres advisory lock of one thread and namespace."""
+    return f"langgraph-effects/fence\x1f{thread_id}\x1f{ns}"
+
+
+class Written:
+    """The checkpoint ids this saver saved lately (bounded): its own runs' children."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, checkpoint_id: str) -> None:
+        self._ids[checkpoint_id] = None
+        self._ids.move_to_end(checkpoint_id)
+        while len(self._ids) > _REMEMBERED:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, checkpoint_id: object) -> bool:
+        return checkpoint_id in self._ids
+
+
+def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:
+    """Raise if a new child of ``parent`` would fork the thread."""
+    if children:
+        raise ThreadConflictError(thread_id, ns, parent, children[0])
+
+
+#: The channel LangGraph stores a failed task's exception under (a key of WRITES_IDX_MAP).
+ERROR_CHANNEL = "__error__"
+
+
+def own_refusal(writes: Any) -> bool:
+    """The writes only record that this run was refused (a task failed with our error).
+
+    LangGraph stores a failed task's exception on the checkpoint the task ran from;
+    for a refused run that would be the one piece of it landing on the shared
+    checkpoint, so the savers drop it.
+    """
+    items = list(writes)
+    return bool(items) and all(
+        channel == ERROR_CHANNEL and isinstance(value, ThreadConflictError) for channel, value in items
+    )
+
+
+def refuse_writes(
+    thread_id: str, ns: str, checkpoint_id: str | None, children: list[str], written: Written
+) -> None:
+    """Raise if ``checkpoint_id`` was moved past by another runner (a child not ours)."""
+    if children and not any(c in written for c in children):
+        raise ThreadConflictError(thread_id, ns, checkpoint_id, children[0], what="task results")
+
+
+@dataclass
+class RunMark:
+    """One graph run, as seen by the saver: whether one of its saves was refused."""
+
+    refused: ThreadConflictError | None = None
+
+
+_RUN: ContextVar[RunMark | None] = ContextVar("langgraph_effects_run_mark", default=None)
+
+
+def _from_loop(config: Mapping[str, Any]) -> bool:
+    # LangGraph's loop passes its run config (with private ``__pregel_*`` keys); a
+    # tool's durability wait and a user's read pass a bare one.
+    return any(str(k).startswith("__pregel_") for k in config.get("configurable") or {})
+
+
+def on_load(config: Mapping[str, Any]) -> None:
+    """A top-level run loads its checkpoint: start a fresh mark for it (and its subgraphs)."""
+    if _from_loop(config) and not (config.get("configurable") or {}).get("checkpoint_ns"):
+        _RUN.set(RunMark())
+
+
+def on_refused(error: ThreadConflictError) -> None:
+    """Remember in the current run that a save was refused.
+
+    Call it from the run's coroutine, not from a database worker thread: a context
+    variable read there is not the run's.
+    """
+    mark = _RUN.get()
+    if mark is not None and mark.refused is None:
+        mark.refused = error
+
+
+def check_run(config: Mapping[str, Any]) -> None:
+    """A checkpoint asked for by id was not found: inside a run whose save was refused,
+    it never will be (a tool waiting for it ends here, with the refusal)."""
+    mark = _RUN.get()
+    if mark is None or mark.refused is None or _from_loop(config):
+        return
+    e = mark.refused
+    raise ThreadConflictError(e.thread_id, e.checkpoint_ns, e.parent_id, e.child_id)
