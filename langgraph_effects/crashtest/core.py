@@ -458,6 +458,7 @@ async def crashtest(
         pool = _Pool(_context(), spec, deadline_seconds)
 
         control = f"crashtest-{session}-control"
+        await _probe(probe_fn, probe_name, control)  # a probe that cannot answer stops us here
         report = await _control(pool, control, db_for(control), graph_input, user_config)
         expected = await _probe(probe_fn, probe_name, control)
         engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
@@ -538,6 +539,11 @@ async def _control(
     if isinstance(outcome, Killed):  # pragma: no cover - nothing is armed
         raise CrashtestRunError(f"the control run's worker died at {outcome.point}")
     report = outcome.report
+    if report.probe_error is not None:
+        raise CrashtestRunError(
+            f"the probe raised {report.probe_error} in the control run's worker, asked about thread "
+            f"{thread!r} before a tool call; crashtest counts effects only through the probe."
+        )
     if report.error is not None:
         raise CrashtestRunError(f"the control run (no fault) raised {report.error}; fix that first.")
     if report.interrupts:

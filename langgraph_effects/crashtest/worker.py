@@ -138,6 +138,8 @@ class RunReport:
     """The graph raised (a fault's timeout, a lost race, a bug): ``Type: message``."""
     seconds: float
     fault_reached: bool
+    probe_error: str | None = None
+    """The probe raised when the control run asked it before a tool call."""
 
 
 def load(target: str) -> Any:
@@ -189,6 +191,7 @@ class FaultHandler(AsyncCallbackHandler):
         self.calls: list[ToolCall] = []
         self.engine: list[EngineEvent] = []
         self.fault_reached = False
+        self.probe_error: str | None = None
         self._runs: dict[UUID, int] = {}
         self._engine_counts: dict[str, int] = {}
 
@@ -211,8 +214,11 @@ class FaultHandler(AsyncCallbackHandler):
         index = len(self.calls) + 1
         self._runs[run_id] = index
         before = None
-        if self.probe is not None:
-            before = await _call_probe(self.probe, self.job.thread_id)
+        if self.probe is not None and self.probe_error is None:
+            try:
+                before = await _call_probe(self.probe, self.job.thread_id)
+            except Exception as exc:  # never let the probe change what the graph sees
+                self.probe_error = f"{type(exc).__name__}: {exc}"
         name = kwargs.get("name") or (serialized or {}).get("name") or "?"
         args = inputs if inputs is not None else input_str
         self.calls.append(ToolCall(index, str(name), kwargs.get("tool_call_id"), _plain(args), before))
@@ -381,4 +387,5 @@ async def _attempt(
         error=error,
         seconds=seconds,
         fault_reached=handler.fault_reached,
+        probe_error=handler.probe_error,
     )
