@@ -53,7 +53,9 @@ def per_thread(service: Any) -> Counter[str]:
     return Counter(n["reference"] for n in service.notifications())
 
 
-def crashtest_cli(*args: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+def crashtest_cli(
+    *args: str, tmp_path: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     out = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "langgraph_effects.cli", "crashtest", *args, "--json", str(out)],
@@ -82,7 +84,11 @@ def test_a_plain_toolnode_graph_duplicates_and_the_counts_are_the_services(
     service: Any, tmp_path: Path
 ) -> None:
     proc, report = crashtest_cli(
-        f"{AGENT}:plain_graph", "--probe", f"{AGENT}:probe", "--points", "after-tool,timeout",
+        f"{AGENT}:plain_graph",
+        "--probe",
+        f"{AGENT}:probe",
+        "--points",
+        "after-tool,timeout",
         tmp_path=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -101,22 +107,26 @@ def test_a_plain_toolnode_graph_duplicates_and_the_counts_are_the_services(
     # A progress line per finished run, although stderr is a pipe here.
     progress = [line for line in proc.stderr.splitlines() if line.startswith("[")]
     assert [line.split(":")[0] for line in progress] == [
-        "[1/2] after-tool × call 1 (send_notification)",
-        "[2/2] timeout × call 1 (send_notification)",
+        "[1/2] after-tool at call 1 (send_notification)",
+        "[2/2] timeout at call 1 (send_notification)",
     ]
 
 
 @pytest.mark.crash
 def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Path) -> None:
     proc, report = crashtest_cli(
-        f"{AGENT}:effect_graph", "--probe", f"{AGENT}:probe",
-        "--points", "after-tool,timeout,before-outcome,two-runners",
+        f"{AGENT}:effect_graph",
+        "--probe",
+        f"{AGENT}:probe",
+        "--points",
+        "after-tool,timeout,before-outcome,two-runners",
         tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report is not None
     assert_counts_match_the_service(report, service)
-    assert [run["point"] for run in report["runs"]] == ["after-tool", "timeout", "before-outcome", "two-runners"]
+    points = [run["point"] for run in report["runs"]]
+    assert points == ["after-tool", "timeout", "before-outcome", "two-runners"]
     assert all(run["effects"] == 1 and run["finished"] for run in report["runs"])
     assert [run["kills"] for run in report["runs"]] == [1, 0, 1, 1]
     assert report["runs"][3]["processes"] >= 3  # the killed one, then two at once
@@ -127,8 +137,13 @@ def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Pat
 @pytest.mark.crash
 def test_create_agent_with_effect_middleware_passes(service: Any, tmp_path: Path) -> None:
     proc, report = crashtest_cli(
-        f"{AGENT}:agent_graph", "--probe", f"{AGENT}:probe", "--points", "after-tool,after-intent",
-        "--input", json.dumps({"messages": [{"role": "user", "content": "Tell Ada the invoice is paid."}]}),
+        f"{AGENT}:agent_graph",
+        "--probe",
+        f"{AGENT}:probe",
+        "--points",
+        "after-tool,after-intent",
+        "--input",
+        json.dumps({"messages": [{"role": "user", "content": "Tell Ada the invoice is paid."}]}),
         tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -142,7 +157,11 @@ def test_create_agent_with_effect_middleware_passes(service: Any, tmp_path: Path
 
 def test_a_probe_that_raises_is_exit_5_and_says_so(service: Any, tmp_path: Path) -> None:
     proc, report = crashtest_cli(
-        f"{AGENT}:effect_graph", "--probe", f"{AGENT}:broken_probe", "--points", "after-tool",
+        f"{AGENT}:effect_graph",
+        "--probe",
+        f"{AGENT}:broken_probe",
+        "--points",
+        "after-tool",
         tmp_path=tmp_path,
     )
     assert proc.returncode == 5, proc.stdout + proc.stderr
@@ -183,7 +202,9 @@ async def test_testing_crashtest_from_a_users_test_suite(service: Any) -> None:
     from langgraph_effects.testing import crashtest
     from tests.helpers import crashtest_agent
 
-    report = await crashtest(crashtest_agent.plain_graph, crashtest_agent.probe, points=["before-tool", "after-tool"])
+    report = await crashtest(
+        crashtest_agent.plain_graph, crashtest_agent.probe, points=["before-tool", "after-tool"]
+    )
     held = per_thread(service)
     assert report.expected == held[report.control_thread] == 1
     assert [(r.point, r.effects, held[r.thread_id]) for r in report.runs] == [

@@ -33,7 +33,13 @@ from .core import (
 )
 
 EXIT_OK, EXIT_BROKEN_EFFECTS, EXIT_USAGE, EXIT_NO_RUN = 0, 1, 2, 5
-_STYLE = {"exact": "green", "duplicated": "bold red", "lost": "bold yellow", "both": "bold magenta", "broken": "dim"}
+_STYLE = {
+    "exact": "green",
+    "duplicated": "bold red",
+    "lost": "bold yellow",
+    "both": "bold magenta",
+    "broken": "dim",
+}
 
 
 class _Usage(Exception):
@@ -65,12 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:FUNC",
         help="probe(thread_id) -> int (or awaitable): effects your provider holds for that thread",
     )
-    parser.add_argument("--input", metavar="JSON", help='graph input of every run (default: one user message)')
+    parser.add_argument("--input", metavar="JSON", help="graph input of every run (default: a user message)")
     parser.add_argument("--config", metavar="JSON", help="merged into every run's config")
-    parser.add_argument("--points", metavar="A,B", help=f"fault points (default: all that apply): {','.join(POINTS)}")
-    parser.add_argument("--random", type=int, default=0, metavar="N", help="N more runs killed at random moments")
+    parser.add_argument(
+        "--points", metavar="A,B", help=f"fault points (default: all that apply): {','.join(POINTS)}"
+    )
+    parser.add_argument(
+        "--random", type=int, default=0, metavar="N", help="N more runs killed at random moments"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for --random")
-    parser.add_argument("--db", metavar="DSN", help="run on EffectPostgresSaver in this database (default: SQLite files)")
+    parser.add_argument(
+        "--db", metavar="DSN", help="run on EffectPostgresSaver in this database (default: SQLite files)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the runs' SQLite files here (default: a temp dir)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the whole report as JSON")
     return parser
@@ -167,7 +179,7 @@ def _cell(run: RunResult) -> Text:
 
 
 def render(report: CrashReport, out: Console) -> None:
-    """The matrix (fault point × call), the points that did not apply, and the verdict."""
+    """The matrix (fault point by call), the points that did not apply, and the verdict."""
     matrix = report.matrix()
     columns = max([len(report.calls)] + [len(cells) for cells in matrix.values()])
     out.print(

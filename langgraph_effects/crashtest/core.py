@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigurationError, EffectsError
 from ..lab.strategies import BUILTIN_MODULES
@@ -52,7 +52,9 @@ POINT_SUMMARIES = {
     "after-tool": "killed after the tool returned, before the graph recorded it (on_tool_end)",
     "timeout": "the tool ran, its caller got a TimeoutError instead of the result (no kill)",
     "after-intent": "EffectToolNode/EffectMiddleware: killed after the intent is durable, before the send",
-    "before-outcome": "EffectToolNode/EffectMiddleware: killed after the send, before the outcome is recorded",
+    "before-outcome": (
+        "EffectToolNode/EffectMiddleware: killed after the send, before the outcome is recorded"
+    ),
     TWO_RUNNERS: "killed after the tool returned, then two processes resume the thread at once",
     RANDOM: "killed at a random moment of the run (--random N)",
 }
@@ -108,8 +110,8 @@ class RunResult:
     @property
     def label(self) -> str:
         if self.call is None:
-            return f"{self.point} (kill after {self.kill_after:.2f} s)" if self.kill_after is not None else self.point
-        return f"{self.point} × call {self.call} ({self.tool})"
+            return f"{self.point} (kill after {self.kill_after or 0.0:.2f} s)"
+        return f"{self.point} at call {self.call} ({self.tool})"
 
     def outcome(self) -> str:
         """One word: ``exact``, ``duplicated``, ``lost``, ``both`` or ``broken``."""
@@ -234,9 +236,7 @@ def target_name(obj: str | Callable[..., Any], what: str) -> str:
     if isinstance(obj, str):
         module, sep, attr = obj.partition(":")
         if not sep or not module or not attr:
-            raise CrashtestUsageError(
-                f"{what} takes MODULE:ATTR, e.g. myapp.agent:make_graph (got {obj!r})."
-            )
+            raise CrashtestUsageError(f"{what} takes MODULE:ATTR, e.g. myapp.agent:make_graph (got {obj!r}).")
         return obj
     module_name = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
@@ -277,9 +277,7 @@ async def _check_factory(factory: Callable[..., Any], name: str, db: str) -> Non
         try:
             graph = await build_graph(factory, checkpointer)
         except Exception as error:
-            raise CrashtestRunError(
-                f"the factory {name} raised {type(error).__name__}: {error}"
-            ) from error
+            raise CrashtestRunError(f"the factory {name} raised {type(error).__name__}: {error}") from error
     if not isinstance(graph, Pregel):
         hint = ""
         if hasattr(graph, "compile"):
@@ -316,20 +314,30 @@ def _context(extra: Sequence[str] = ()) -> ForkServerContext:
     """The lab's fork server (LangGraph preloaded), plus this module and ``extra``."""
     ctx = multiprocessing.get_context("forkserver")
     preload = ["langgraph_effects.lab.worker", *BUILTIN_MODULES, "langgraph_effects.crashtest.worker"]
-    ctx.set_forkserver_preload([*preload, *extra])  # ignored once the server runs; imports that fail are skipped
+    # Ignored once the server runs; a preload that fails to import is skipped.
+    ctx.set_forkserver_preload([*preload, *extra])
     return ctx
 
 
 class _Handle(WorkerHandle):
     """A lab worker handle whose process serves :func:`.worker.serve` instead of the lab's."""
 
-    def __init__(self, ctx: ForkServerContext, spec: Spec) -> None:  # noqa: D107
+    def __init__(self, ctx: ForkServerContext, spec: Spec) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, args=(child, spec), daemon=True)
         with _PROCESS_LOCK:
             self.process.start()
         child.close()  # or the child's death would never read as EOF
         self.crash_point = None
+
+
+def _drive(runs: list[tuple[_Handle, Job]], deadline: float) -> list[Done | Killed]:
+    # The lab's driver only pipes the attempt to the worker; what it is, is the worker's business.
+    return drive(cast(Any, runs), deadline_seconds=deadline)
+
+
+def _report(outcome: Done) -> RunReport:
+    return cast(RunReport, outcome.report)
 
 
 class _Pool:
@@ -350,7 +358,7 @@ class _Pool:
         """Run ``job``; its outcome and how many processes it used."""
         fresh = self.current is None
         handle = self._handle()
-        outcome = drive([(handle, job)], deadline_seconds=self.deadline)[0]
+        outcome = _drive([(handle, job)], self.deadline)[0]
         if isinstance(outcome, Killed):
             self.current = None
         return outcome, int(fresh)
@@ -360,7 +368,7 @@ class _Pool:
         twins = [_Handle(self.ctx, self.spec), _Handle(self.ctx, self.spec)]
         self.started += 2
         try:
-            return list(drive([(h, job) for h in twins], deadline_seconds=self.deadline)), 2
+            return _drive([(h, job) for h in twins], self.deadline), 2
         finally:
             for handle in twins:
                 handle.close()
@@ -433,7 +441,9 @@ async def crashtest(
     chosen = list(points) if points is not None else list(POINTS)
     unknown = [p for p in chosen if p not in POINTS]
     if unknown:
-        raise CrashtestUsageError(f"unknown fault point(s) {', '.join(unknown)}; choose from {', '.join(POINTS)}.")
+        raise CrashtestUsageError(
+            f"unknown fault point(s) {', '.join(unknown)}; choose from {', '.join(POINTS)}."
+        )
     if random < 0:
         raise CrashtestUsageError(f"random must be >= 0, not {random}.")
     user_config = dict(config or {})
@@ -477,8 +487,16 @@ async def crashtest(
         for number, plan in enumerate(plans, start=1):
             thread = f"crashtest-{session}-{number}-{plan.point}" + (f"-{plan.call}" if plan.call else "")
             run = await _faulted_run(
-                pool, plan, thread, db_for(thread), graph_input, user_config, report.calls, expected,
-                probe_fn, probe_name,
+                pool,
+                plan,
+                thread,
+                db_for(thread),
+                graph_input,
+                user_config,
+                report.calls,
+                expected,
+                probe_fn,
+                probe_name,
             )
             result.runs.append(run)
             if on_run is not None:
@@ -508,7 +526,7 @@ def _plan(
                     "EffectToolNode / EffectMiddleware"
                 )
             for event in events:
-                call = by_id.get(event.tool_call_id)
+                call = by_id.get(event.tool_call_id) if event.tool_call_id else None
                 index = call.index if call is not None else event.index
                 plans.append(_Plan(point, index, event.tool, Fault(point, event.index)))
             continue
@@ -531,14 +549,12 @@ async def _run_job(pool: _Pool, job: Job) -> tuple[Done | Killed, int]:
         raise CrashtestRunError(f"thread {job.thread_id}: {error}") from error
 
 
-async def _control(
-    pool: _Pool, thread: str, db: str, graph_input: Any, config: dict[str, Any]
-) -> RunReport:
+async def _control(pool: _Pool, thread: str, db: str, graph_input: Any, config: dict[str, Any]) -> RunReport:
     await _setup(db)
     outcome, _ = await _run_job(pool, Job("start", thread, db, input=graph_input, config=config, record=True))
     if isinstance(outcome, Killed):  # pragma: no cover - nothing is armed
         raise CrashtestRunError(f"the control run's worker died at {outcome.point}")
-    report = outcome.report
+    report = _report(outcome)
     if report.probe_error is not None:
         raise CrashtestRunError(
             f"the probe raised {report.probe_error} in the control run's worker, asked about thread "
@@ -577,7 +593,9 @@ async def _faulted_run(
     run = RunResult(plan.point, plan.call, plan.tool, thread, expected, kill_after=plan.kill_after)
     if db.endswith(".sqlite"):
         await _setup(db)
-    job = Job("start", thread, db, input=graph_input, config=config, fault=plan.fault, kill_after=plan.kill_after)
+    job = Job(
+        "start", thread, db, input=graph_input, config=config, fault=plan.fault, kill_after=plan.kill_after
+    )
     resume = Job("resume", thread, db, config=config)
     twins_pending = plan.point == TWO_RUNNERS
     try:
@@ -594,7 +612,7 @@ async def _faulted_run(
                 outcome, used = await _run_job(pool, resume)
                 run.processes += used
                 continue
-            report = outcome.report
+            report = _report(outcome)
             run.fault_reached = run.fault_reached or report.fault_reached
             if report.finished:
                 run.finished = True
@@ -607,7 +625,8 @@ async def _faulted_run(
             elif report.interrupts:
                 answer = await _answer(report.interrupts, calls, probe, probe_name, thread)
                 if answer is None:
-                    run.problem = f"stopped at an interrupt crashtest cannot answer: {report.interrupts[0][1]!r}"
+                    value = report.interrupts[0][1]
+                    run.problem = f"stopped at an interrupt crashtest cannot answer: {value!r}"
                     break
                 run.reviews += 1
                 outcome, used = await _run_job(pool, Job("answer", thread, db, config=config, resume=answer))
@@ -633,11 +652,13 @@ async def _twins(pool: _Pool, resume: Job, run: RunResult) -> Done | Killed:
     run.processes += used
     for number, outcome in enumerate(outcomes, start=1):
         if isinstance(outcome, Killed):
-            raise CrashtestRunError(f"thread {resume.thread_id}: runner {number} was killed, nothing armed it")
-        if outcome.report.error is not None:
-            run.errors.append(f"runner {number}: {outcome.report.error}")
+            raise CrashtestRunError(
+                f"thread {resume.thread_id}: runner {number} was killed, nothing armed it"
+            )
+        if _report(outcome).error is not None:
+            run.errors.append(f"runner {number}: {_report(outcome).error}")
     for outcome in outcomes:
-        if isinstance(outcome, Done) and outcome.report.finished:
+        if isinstance(outcome, Done) and _report(outcome).finished:
             return outcome
     # Neither finished (one lost a race, or a review waits): continue from the thread's state.
     outcome, used = await _run_job(pool, resume)
@@ -690,4 +711,3 @@ async def _answer(
 def points_help() -> str:
     """The fault points, one line each (for ``--help``)."""
     return "\n".join(f"  {name:<15} {POINT_SUMMARIES[name]}" for name in (*POINTS, RANDOM))
-
