@@ -171,17 +171,21 @@ def _cell(run: RunResult) -> Text:
         text.append(f"\n-{run.missing} missing", style="yellow")
     if run.reviews:
         text.append(f"\nreview {run.reviews}", style="cyan")
-    if not run.fault_reached and run.kill_after is None:
+    if not run.fault_reached:
         text.append("\nnot reached", style="dim")
-    if run.kill_after is not None:
-        text.append(f"\n@{run.kill_after:.2f}s" + ("" if run.kills else " (ended first)"), style="dim")
     return text
+
+
+def _cell_line(run: RunResult) -> Text:
+    if run.outcome() == "broken":
+        return Text("could not run", style="dim")
+    return Text(f"{run.effects} / {run.expected}", style=_STYLE[run.outcome()])
 
 
 def render(report: CrashReport, out: Console) -> None:
     """The matrix (fault point by call), the points that did not apply, and the verdict."""
     matrix = report.matrix()
-    columns = max([len(report.calls)] + [len(cells) for cells in matrix.values()])
+    columns = len(report.calls)
     out.print(
         f"crashtest {report.factory}: control run {report.control_seconds:.2f} s, "
         f"{len(report.calls)} tool call(s), {report.expected} effect(s) counted by {report.probe}. "
@@ -191,8 +195,8 @@ def render(report: CrashReport, out: Console) -> None:
     table.add_column("fault point")
     for index in range(1, columns + 1):
         tool = report.calls[index - 1].tool if index <= len(report.calls) else ""
-        table.add_column(f"call {index}\n{tool}" if tool else f"run {index}", justify="center")
-    for point in [*POINTS, RANDOM]:
+        table.add_column(f"call {index}\n{tool}", justify="center")
+    for point in POINTS:
         cells = matrix.get(point)
         if not cells:
             continue
@@ -202,6 +206,16 @@ def render(report: CrashReport, out: Console) -> None:
             row.append(_cell(run) if run is not None else "")
         table.add_row(*row)
     out.print(table)
+    randoms = [run for run in report.runs if run.point == RANDOM]
+    if randoms:
+        line = Text("random kills: ")
+        for number, run in enumerate(randoms):
+            if number:
+                line.append(" · ")
+            moment = f"at {run.kill_after or 0.0:.2f} s" if run.kills else "ended before the kill"
+            line.append(f"{moment}: ")
+            line.append_text(_cell_line(run))
+        out.print(line)
     for point, why in report.not_applicable.items():
         out.print(Text(f"{point}: not run ({why})", style="dim"))
     used = [p for p in [*POINTS, RANDOM] if p in matrix]

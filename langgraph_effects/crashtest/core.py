@@ -597,6 +597,10 @@ async def _faulted_run(
         "start", thread, db, input=graph_input, config=config, fault=plan.fault, kill_after=plan.kill_after
     )
     resume = Job("resume", thread, db, config=config)
+    if plan.kill_after is not None:
+        # Random moments are drawn over the control run's length, measured in a fresh
+        # process (first calls are slower): start this run in a fresh one too.
+        pool.close()
     twins_pending = plan.point == TWO_RUNNERS
     try:
         outcome, _ = await _run_job(pool, job)
