@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.ledger import conftest as ledger_fixtures
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 AGENT = "tests.helpers.crashtest_agent"
@@ -36,6 +38,9 @@ def require(module: str) -> Any:
 
 for _module in ("starlette", "uvicorn", "httpx"):
     require(_module)
+
+# A fresh schema per test, dropped afterwards; skips (or fails under CI=true) without a server.
+pg_schema = ledger_fixtures.pg_schema
 
 
 @pytest.fixture
@@ -213,3 +218,31 @@ async def test_testing_crashtest_from_a_users_test_suite(service: Any) -> None:
     ]
     assert (report.duplicates, report.missing, report.exit_code) == (1, 0, 1)
     assert report.matrix()["after-tool"]["1"].outcome() == "duplicated"
+
+
+@pytest.mark.crash
+@pytest.mark.postgres
+async def test_runs_on_effect_postgres_saver_with_db(service: Any, pg_schema: str) -> None:
+    from urllib.parse import quote
+
+    import psycopg
+
+    from langgraph_effects.testing import crashtest
+    from tests.helpers import crashtest_agent
+
+    dsn = ledger_fixtures.require_postgres()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+    in_schema = f"{dsn}?options={quote(f'-c search_path={pg_schema}')}"
+    report = await crashtest(
+        crashtest_agent.effect_graph, crashtest_agent.probe, points=["before-outcome"], db=in_schema
+    )
+    held = per_thread(service)
+    [run] = report.runs
+    assert (run.point, run.kills, run.effects, held[run.thread_id]) == ("before-outcome", 1, 1, 1)
+    assert report.exit_code == 0
+    with psycopg.connect(dsn) as conn:
+        threads = {
+            row[0] for row in conn.execute(f'SELECT DISTINCT thread_id FROM "{pg_schema}".checkpoints')
+        }
+    assert {report.control_thread, run.thread_id} <= threads  # the runs were checkpointed there

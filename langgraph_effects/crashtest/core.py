@@ -484,6 +484,12 @@ async def crashtest(
             control_seconds=report.seconds,
         )
         plans = _plan(chosen, report, result, random, seed)
+        if not plans:
+            why = "; ".join(f"{p}: {reason}" for p, reason in result.not_applicable.items())
+            raise CrashtestRunError(
+                f"no faulted run could be planned ({why or 'no point chosen'}). Check --input "
+                "(the control run must call a tool) and --points."
+            )
         for number, plan in enumerate(plans, start=1):
             thread = f"crashtest-{session}-{number}-{plan.point}" + (f"-{plan.call}" if plan.call else "")
             run = await _faulted_run(
