@@ -125,15 +125,20 @@ def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Pat
         f"{AGENT}:probe",
         "--points",
         "after-tool,timeout,before-outcome,two-runners",
+        "--random",
+        "1",
+        "--seed",
+        "3",
         tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report is not None
     assert_counts_match_the_service(report, service)
     points = [run["point"] for run in report["runs"]]
-    assert points == ["after-tool", "timeout", "before-outcome", "two-runners"]
+    assert points == ["after-tool", "timeout", "before-outcome", "two-runners", "random"]
     assert all(run["effects"] == 1 and run["finished"] for run in report["runs"])
-    assert [run["kills"] for run in report["runs"]] == [1, 0, 1, 1]
+    assert [run["kills"] for run in report["runs"][:4]] == [1, 0, 1, 1]
+    assert 0 <= report["runs"][4]["kill_after"] <= report["control_seconds"]
     assert report["runs"][3]["processes"] >= 3  # the killed one, then two at once
     assert report["engine_points"] == ["after-intent", "before-outcome"]
     assert "crash-safe on every fault tried" in proc.stdout
@@ -246,3 +251,18 @@ async def test_runs_on_effect_postgres_saver_with_db(service: Any, pg_schema: st
             row[0] for row in conn.execute(f'SELECT DISTINCT thread_id FROM "{pg_schema}".checkpoints')
         }
     assert {report.control_thread, run.thread_id} <= threads  # the runs were checkpointed there
+
+
+@pytest.mark.crash
+async def test_a_blind_call_goes_to_review_and_is_answered_from_the_probe(service: Any) -> None:
+    from langgraph_effects.testing import crashtest
+
+    report = await crashtest(f"{AGENT}:blind_graph", f"{AGENT}:probe", points=["before-tool", "after-tool"])
+    held = per_thread(service)
+    # Killed before the send: the probe shows nothing, "not landed", sent once on resume.
+    # Killed after: the probe shows it, "landed", never sent again.
+    assert [(r.point, r.reviews, r.effects, held[r.thread_id]) for r in report.runs] == [
+        ("before-tool", 1, 1, 1),
+        ("after-tool", 1, 1, 1),
+    ]
+    assert report.exit_code == 0

@@ -88,6 +88,11 @@ async def agent_graph(*, checkpointer: Any) -> Any:
     )
 
 
+def blind_graph(checkpointer: Any) -> Any:
+    """``EffectToolNode`` with nothing declared: the send is blind, a crash goes to review."""
+    return _loop(EffectToolNode([send_notification]), checkpointer)
+
+
 def not_a_graph(checkpointer: Any) -> Any:
     """A common slip: the builder, not the compiled graph."""
     builder = StateGraph(State)
