@@ -26,6 +26,7 @@ is reported in ``RunReport.error``), ``("arrived", point)`` at a rendezvous and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import importlib
 import inspect
@@ -42,7 +43,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Literal
 from uuid import UUID
 
-from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Command
 
 from .. import _faults
@@ -178,8 +179,13 @@ class _Killer:
             self._armed = False
 
 
-class FaultHandler(AsyncCallbackHandler):
-    """Sees every tool call of the run; breaks the armed one (see the module docstring)."""
+class FaultHandler(BaseCallbackHandler):
+    """Sees every tool call of the run; breaks the armed one (see the module docstring).
+
+    A sync handler run inline: LangChain calls it directly on the async path *and*
+    on the sync one (a sync tool runs under a sync callback manager in an executor
+    thread, where an async handler's exception would only be logged).
+    """
 
     raise_error = True  # so that the ``timeout`` fault reaches the tool's caller
     run_inline = True
@@ -202,7 +208,7 @@ class FaultHandler(AsyncCallbackHandler):
             self.fault_reached = True
         return hit
 
-    async def on_tool_start(
+    def on_tool_start(
         self,
         serialized: dict[str, Any],
         input_str: str,
@@ -216,7 +222,7 @@ class FaultHandler(AsyncCallbackHandler):
         before = None
         if self.probe is not None and self.probe_error is None:
             try:
-                before = await _call_probe(self.probe, self.job.thread_id)
+                before = _call_probe(self.probe, self.job.thread_id)
             except Exception as exc:  # never let the probe change what the graph sees
                 self.probe_error = f"{type(exc).__name__}: {exc}"
         name = kwargs.get("name") or (serialized or {}).get("name") or "?"
@@ -225,7 +231,7 @@ class FaultHandler(AsyncCallbackHandler):
         if self._armed("before-tool", index):
             self.killer.die("before-tool")
 
-    async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         index = self._runs.get(run_id)
         if index is None:
             return
@@ -261,10 +267,18 @@ def _jsonish(value: Any) -> bool:
     return False
 
 
-async def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
+def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
+    """The probe's count, from inside a callback (no await there: an async probe runs
+    on a loop of its own in a helper thread; the control run waits for it)."""
     value = probe(thread_id)
     if inspect.isawaitable(value):
-        value = await value
+        awaitable = value
+
+        async def wait() -> Any:
+            return await awaitable
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            value = pool.submit(asyncio.run, wait()).result()
     return int(value)
 
 
