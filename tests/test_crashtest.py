@@ -59,9 +59,19 @@ def per_thread(service: Any) -> Counter[str]:
 
 
 def crashtest_cli(
-    *args: str, tmp_path: Path
+    *args: str, tmp_path: Path, capfd: pytest.CaptureFixture[str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    """Run ``langgraph-effects crashtest ARGS --json ...``: in this process when given
+    ``capfd`` (cheaper: the fork server and imports are shared), else as a user would."""
     out = tmp_path / "report.json"
+    if capfd is not None:
+        from langgraph_effects.cli import main
+
+        capfd.readouterr()
+        code = main(["crashtest", *args, "--json", str(out)])
+        captured = capfd.readouterr()
+        done = subprocess.CompletedProcess(args, code, captured.out, captured.err)
+        return done, (json.loads(out.read_text()) if out.exists() else None)
     proc = subprocess.run(
         [sys.executable, "-m", "langgraph_effects.cli", "crashtest", *args, "--json", str(out)],
         cwd=ROOT,
@@ -118,7 +128,9 @@ def test_a_plain_toolnode_graph_duplicates_and_the_counts_are_the_services(
 
 
 @pytest.mark.crash
-def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Path) -> None:
+def test_the_same_graph_with_effect_tool_node_passes(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     proc, report = crashtest_cli(
         f"{AGENT}:effect_graph",
         "--probe",
@@ -130,6 +142,7 @@ def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Pat
         "--seed",
         "3",
         tmp_path=tmp_path,
+        capfd=capfd,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report is not None
@@ -145,7 +158,9 @@ def test_the_same_graph_with_effect_tool_node_passes(service: Any, tmp_path: Pat
 
 
 @pytest.mark.crash
-def test_create_agent_with_effect_middleware_passes(service: Any, tmp_path: Path) -> None:
+def test_create_agent_with_effect_middleware_passes(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     proc, report = crashtest_cli(
         f"{AGENT}:agent_graph",
         "--probe",
@@ -155,6 +170,7 @@ def test_create_agent_with_effect_middleware_passes(service: Any, tmp_path: Path
         "--input",
         json.dumps({"messages": [{"role": "user", "content": "Tell Ada the invoice is paid."}]}),
         tmp_path=tmp_path,
+        capfd=capfd,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report is not None
@@ -165,7 +181,9 @@ def test_create_agent_with_effect_middleware_passes(service: Any, tmp_path: Path
     ]
 
 
-def test_a_probe_that_raises_is_exit_5_and_says_so(service: Any, tmp_path: Path) -> None:
+def test_a_probe_that_raises_is_exit_5_and_says_so(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     proc, report = crashtest_cli(
         f"{AGENT}:effect_graph",
         "--probe",
@@ -173,6 +191,7 @@ def test_a_probe_that_raises_is_exit_5_and_says_so(service: Any, tmp_path: Path)
         "--points",
         "after-tool",
         tmp_path=tmp_path,
+        capfd=capfd,
     )
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert report is None
@@ -182,8 +201,12 @@ def test_a_probe_that_raises_is_exit_5_and_says_so(service: Any, tmp_path: Path)
     assert "refused the connection" in message
 
 
-def test_a_factory_that_is_not_a_graph_is_exit_2_and_says_what_it_got(service: Any, tmp_path: Path) -> None:
-    proc, report = crashtest_cli(f"{AGENT}:not_a_graph", "--probe", f"{AGENT}:probe", tmp_path=tmp_path)
+def test_a_factory_that_is_not_a_graph_is_exit_2_and_says_what_it_got(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc, report = crashtest_cli(
+        f"{AGENT}:not_a_graph", "--probe", f"{AGENT}:probe", tmp_path=tmp_path, capfd=capfd
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert report is None
     message = " ".join(proc.stderr.split())
@@ -201,8 +224,12 @@ def test_a_factory_that_is_not_a_graph_is_exit_2_and_says_what_it_got(service: A
         (["--config", '{"configurable": {"thread_id": "x"}}'], "leave out thread_id"),
     ],
 )
-def test_bad_options_are_exit_2(args: list[str], says: str, service: Any, tmp_path: Path) -> None:
-    proc, _ = crashtest_cli(f"{AGENT}:plain_graph", "--probe", f"{AGENT}:probe", *args, tmp_path=tmp_path)
+def test_bad_options_are_exit_2(
+    args: list[str], says: str, service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc, _ = crashtest_cli(
+        f"{AGENT}:plain_graph", "--probe", f"{AGENT}:probe", *args, tmp_path=tmp_path, capfd=capfd
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert says in " ".join(proc.stderr.split())
 

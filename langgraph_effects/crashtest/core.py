@@ -363,10 +363,15 @@ class _Pool:
             self.current = None
         return outcome, int(fresh)
 
-    def run_twins(self, job: Job) -> tuple[list[Done | Killed], int]:
-        """Two fresh processes resume the thread at once (released together)."""
-        twins = [_Handle(self.ctx, self.spec), _Handle(self.ctx, self.spec)]
+    def spawn_twins(self) -> list[_Handle]:
+        """Start two processes now: they import the factory while the first attempt runs,
+        so that later they reach the rendezvous together (the lab's driver releases a
+        lone waiter after half a second)."""
         self.started += 2
+        return [_Handle(self.ctx, self.spec), _Handle(self.ctx, self.spec)]
+
+    def run_twins(self, twins: list[_Handle], job: Job) -> tuple[list[Done | Killed], int]:
+        """Two fresh processes resume the thread at once (released together)."""
         try:
             return _drive([(h, job) for h in twins], self.deadline), 2
         finally:
@@ -607,7 +612,7 @@ async def _faulted_run(
         # Random moments are drawn over the control run's length, measured in a fresh
         # process (first calls are slower): start this run in a fresh one too.
         pool.close()
-    twins_pending = plan.point == TWO_RUNNERS
+    twins = pool.spawn_twins() if plan.point == TWO_RUNNERS else None
     try:
         outcome, _ = await _run_job(pool, job)
         run.processes = 1
@@ -615,9 +620,9 @@ async def _faulted_run(
             if isinstance(outcome, Killed):
                 run.kills += 1
                 run.fault_reached = True
-                if twins_pending:
-                    twins_pending = False
-                    outcome = await _twins(pool, resume, run)
+                if twins is not None:
+                    outcome = await _twins(pool, twins, resume, run)
+                    twins = None
                     continue
                 outcome, used = await _run_job(pool, resume)
                 run.processes += used
@@ -647,16 +652,19 @@ async def _faulted_run(
             run.problem = f"the thread did not finish within {MAX_ATTEMPTS} attempts"
     except CrashtestRunError as error:
         run.problem = str(error)
+    finally:
+        for handle in twins or ():  # the fault was never reached: the twins were not needed
+            handle.close()
     run.effects = await _probe(probe, probe_name, thread)
     run.seconds = time.perf_counter() - started
     return run
 
 
-async def _twins(pool: _Pool, resume: Job, run: RunResult) -> Done | Killed:
+async def _twins(pool: _Pool, twins: list[_Handle], resume: Job, run: RunResult) -> Done | Killed:
     """Two runners resume at once; then the thread is looked at as one (a third plain resume)."""
     twin = Job("resume", resume.thread_id, resume.db, config=resume.config, rendezvous=True)
     try:
-        outcomes, used = await asyncio.to_thread(pool.run_twins, twin)
+        outcomes, used = await asyncio.to_thread(pool.run_twins, twins, twin)
     except WorkerError as error:
         raise CrashtestRunError(f"thread {resume.thread_id}: {error}") from error
     run.processes += used
