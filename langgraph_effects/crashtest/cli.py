@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from rich.table import Table
 from rich.text import Text
 
 from .core import (
-    POINT_SUMMARIES,
     POINTS,
     RANDOM,
     CrashReport,
@@ -30,6 +30,7 @@ from .core import (
     RunResult,
     crashtest,
     points_help,
+    summary,
 )
 
 EXIT_OK, EXIT_BROKEN_EFFECTS, EXIT_USAGE, EXIT_NO_RUN = 0, 1, 2, 5
@@ -50,11 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="langgraph-effects crashtest",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
+        description=textwrap.fill(
             "Crash-test your own graph: a control run without faults, then, for every fault point "
             "and every tool call the control run made, a fresh thread faulted there (SIGKILL, or a "
             "timeout) and resumed in fresh processes until it finishes. Effects are counted by your "
-            "probe, per thread."
+            "probe, per thread.",
+            width=88,
         ),
         epilog="fault points:\n" + points_help() + "\n\nexit codes: 0 exact everywhere, 1 effects "
         "duplicated or lost, 2 usage, 5 a run could not be made (e.g. the probe raised).",
@@ -219,7 +221,7 @@ def render(report: CrashReport, out: Console) -> None:
     for point, why in report.not_applicable.items():
         out.print(Text(f"{point}: not run ({why})", style="dim"))
     used = [p for p in [*POINTS, RANDOM] if p in matrix]
-    out.print(Text(" · ".join(f"{p}: {POINT_SUMMARIES[p]}" for p in used), style="dim"))
+    out.print(Text(" · ".join(f"{p}: {summary(p)}" for p in used), style="dim"))
     for run in report.broken:
         out.print(Text(f"{run.label}: could not be completed: {run.problem}", style="yellow"))
     style = "bold green" if report.ok else ("bold red" if report.exit_code == 1 else "bold yellow")

@@ -726,6 +726,11 @@ async def _answer(
     return resume_command(pending, decisions).resume
 
 
+def summary(point: str) -> str:
+    """What ``point`` does, in a few words."""
+    return POINT_SUMMARIES.get(point, "EffectToolNode/EffectMiddleware: killed at this engine fault point")
+
+
 def points_help() -> str:
     """The fault points, one line each (for ``--help``)."""
-    return "\n".join(f"  {name:<15} {POINT_SUMMARIES[name]}" for name in (*POINTS, RANDOM))
+    return "\n".join(f"  {name:<15} {summary(name)}" for name in (*POINTS, RANDOM))
