@@ -293,3 +293,16 @@ async def test_a_blind_call_goes_to_review_and_is_answered_from_the_probe(servic
         ("after-tool", 1, 1, 1),
     ]
     assert report.exit_code == 0
+
+
+def test_the_console_reaches_crashtest(capsys: pytest.CaptureFixture[str]) -> None:
+    from langgraph_effects.cli import main
+
+    assert main(["crashtest", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: langgraph-effects crashtest" in out and "MODULE:FACTORY" in out
+    for point in ("before-tool", "after-tool", "timeout", "two-runners", "random"):
+        assert f"  {point} " in out
+    assert main(["crashtest"]) == 2  # the factory and --probe are required
+    assert main(["--help"]) == 0
+    assert "crashtest" in capsys.readouterr().out

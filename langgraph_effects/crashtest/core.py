@@ -101,14 +101,17 @@ class RunResult:
 
     @property
     def duplicates(self) -> int:
+        """Effects beyond the control run's."""
         return max(0, (self.effects or 0) - self.expected) if self.effects is not None else 0
 
     @property
     def missing(self) -> int:
+        """Effects the control run made that this thread lacks."""
         return max(0, self.expected - self.effects) if self.effects is not None else 0
 
     @property
     def label(self) -> str:
+        """``point at call N (tool)``, or the random kill's moment."""
         if self.call is None:
             return f"{self.point} (kill after {self.kill_after or 0.0:.2f} s)"
         return f"{self.point} at call {self.call} ({self.tool})"
@@ -126,6 +129,7 @@ class RunResult:
         return "exact"
 
     def to_json(self) -> dict[str, Any]:
+        """The run as JSON-ready data, with its duplicates, missing and outcome."""
         row = asdict(self)
         row.update(duplicates=self.duplicates, missing=self.missing, outcome=self.outcome())
         return row
@@ -152,14 +156,17 @@ class CrashReport:
 
     @property
     def duplicates(self) -> int:
+        """Duplicated effects, summed over the faulted runs."""
         return sum(r.duplicates for r in self.runs)
 
     @property
     def missing(self) -> int:
+        """Lost effects, summed over the faulted runs."""
         return sum(r.missing for r in self.runs)
 
     @property
     def broken(self) -> list[RunResult]:
+        """The runs that could not be completed (see :attr:`RunResult.problem`)."""
         return [r for r in self.runs if r.problem is not None]
 
     @property
@@ -207,6 +214,7 @@ class CrashReport:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """What ``--json`` writes: the summary, the control run's calls and every run."""
         return {
             "factory": self.factory,
             "probe": self.probe,
