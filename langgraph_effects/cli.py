@@ -1161,6 +1161,18 @@ def lab_command(ctx: typer.Context) -> None:
     raise typer.Exit(int(code or 0))
 
 
+@app.command(
+    "crashtest",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def crashtest_command(ctx: typer.Context) -> None:
+    """Crash-test your own graph (`langgraph-effects crashtest --help` for its options)."""
+    from .crashtest import cli as crashtest_cli
+
+    raise typer.Exit(crashtest_cli.main(list(ctx.args)))
+
+
 # -- entry point ----------------------------------------------------------------------
 
 

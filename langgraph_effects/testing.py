@@ -72,3 +72,6 @@ def call_each_then_finish(
         )
 
     return script
+
+
+from .crashtest import CrashReport, crashtest  # noqa: E402,F401  (re-exported for users' test suites)

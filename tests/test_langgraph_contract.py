@@ -373,3 +373,53 @@ def test_a_failed_task_is_stored_under_the_error_channel() -> None:
     from langgraph_effects.checkpoint import _fence
 
     assert ERROR == _fence.ERROR_CHANNEL and ERROR in WRITES_IDX_MAP
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["sync tool", "async tool"])
+async def test_a_run_config_callback_sees_every_toolnode_call_and_can_fail_it(kind: str) -> None:
+    """What ``crashtest``'s faults stand on (``crashtest/worker.py``): a handler passed in
+    the run config gets ``on_tool_start`` with the ``tool_call_id`` and the arguments,
+    and an exception it raises from ``on_tool_end`` (``raise_error``) reaches the graph
+    as the tool's own, after the tool ran; also for a sync tool (run under a sync
+    callback manager), which is why the handler is a sync one, run inline."""
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.tools import StructuredTool
+
+    ran: list[int] = []
+
+    def run(x: int) -> str:
+        ran.append(x)
+        return "ok"
+
+    async def arun(x: int) -> str:
+        return run(x)
+
+    probe = StructuredTool.from_function(
+        **({"func": run} if kind == "sync tool" else {"coroutine": arun}), name="probe", description="Probe."
+    )
+
+    class Handler(BaseCallbackHandler):
+        raise_error = True
+        run_inline = True
+
+        def __init__(self) -> None:
+            self.starts: list[tuple[Any, Any]] = []
+
+        def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+            self.starts.append((kwargs.get("tool_call_id"), kwargs.get("inputs")))
+
+        def on_tool_end(self, output: Any, **kwargs: Any) -> None:
+            raise TimeoutError("lost answer")
+
+    builder = StateGraph(State)
+    builder.add_node("model", _model)
+    builder.add_node("tools", ToolNode([probe]))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    handler = Handler()
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "cb"}, "callbacks": [handler]}
+    with pytest.raises(TimeoutError, match="lost answer"):
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+    assert handler.starts == [("c1", {"x": 1})]
+    assert ran == [1]  # the tool did run: the caller saw a timeout for done work

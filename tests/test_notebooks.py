@@ -43,8 +43,13 @@ def load_executor() -> Any:
     return module
 
 
-def test_there_are_three_notebooks() -> None:
-    assert NAMES == ["01_quickstart.ipynb", "02_operator_review.ipynb", "03_crash_lab.ipynb"]
+def test_there_are_four_notebooks() -> None:
+    assert NAMES == [
+        "01_quickstart.ipynb",
+        "02_operator_review.ipynb",
+        "03_crash_lab.ipynb",
+        "04_crashtest.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)

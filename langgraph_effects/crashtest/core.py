@@ -1,0 +1,744 @@
+"""Crash-test a user's own graph: a control run, then one faulted run per point and call.
+
+The parent process plans the runs, drives the worker processes with the crash
+lab's driver (:func:`langgraph_effects.lab.worker.drive`), answers effect reviews
+as an operator who asked the provider would, and counts every thread's effects
+with the user's probe, the only ground truth. Workers are in :mod:`.worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import multiprocessing
+import os
+import random as _random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+from ..errors import ConfigurationError, EffectsError
+from ..lab.strategies import BUILTIN_MODULES
+from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive
+from ..review import REVIEW_TYPE, resume_command
+from .worker import (
+    CALLBACK_POINTS,
+    ENGINE_POINTS,
+    Fault,
+    Job,
+    RunReport,
+    Spec,
+    ToolCall,
+    build_graph,
+    load,
+    open_checkpointer,
+    serve,
+)
+
+TWO_RUNNERS = "two-runners"
+RANDOM = "random"
+#: Every point ``points=`` / ``--points`` accepts, in matrix order.
+POINTS = (*CALLBACK_POINTS, *ENGINE_POINTS, TWO_RUNNERS)
+POINT_SUMMARIES = {
+    "before-tool": "killed as the tool starts (on_tool_start)",
+    "after-tool": "killed after the tool returned, before the graph recorded it (on_tool_end)",
+    "timeout": "the tool ran, its caller got a TimeoutError instead of the result (no kill)",
+    "after-intent": "EffectToolNode/EffectMiddleware: killed after the intent is durable, before the send",
+    "before-outcome": (
+        "EffectToolNode/EffectMiddleware: killed after the send, before the outcome is recorded"
+    ),
+    TWO_RUNNERS: "killed after the tool returned, then two processes resume the thread at once",
+    RANDOM: "killed at a random moment of the run (--random N)",
+}
+#: Attempts per run (the first, resumes, review answers) before it counts as unfinished.
+MAX_ATTEMPTS = 8
+DEFAULT_INPUT: dict[str, Any] = {"messages": [{"role": "user", "content": "Go ahead."}]}
+
+
+class CrashtestUsageError(ConfigurationError):
+    """The crash test was called wrongly: a bad target, option or factory result."""
+
+
+class CrashtestRunError(EffectsError):
+    """A run could not be made (the probe raised, the control run failed, a worker broke)."""
+
+
+# -- results -------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """One faulted run: a fresh thread, faulted once, resumed until it finished."""
+
+    point: str
+    call: int | None
+    """The control run's call (1-based) the fault was aimed at; ``None`` for random kills."""
+    tool: str | None
+    thread_id: str
+    expected: int
+    effects: int | None = None
+    """The probe's count for the thread once the run ended."""
+    reviews: int = 0
+    """Review rounds answered from the probe."""
+    processes: int = 0
+    kills: int = 0
+    fault_reached: bool = False
+    finished: bool = False
+    errors: list[str] = field(default_factory=list)
+    """What the graph raised along the way (a fault's timeout, a lost race)."""
+    problem: str | None = None
+    """Why the run could not be completed (it then decides nothing but exit code 5)."""
+    kill_after: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def duplicates(self) -> int:
+        """Effects beyond the control run's."""
+        return max(0, (self.effects or 0) - self.expected) if self.effects is not None else 0
+
+    @property
+    def missing(self) -> int:
+        """Effects the control run made that this thread lacks."""
+        return max(0, self.expected - self.effects) if self.effects is not None else 0
+
+    @property
+    def label(self) -> str:
+        """``point at call N (tool)``, or the random kill's moment."""
+        if self.call is None:
+            return f"{self.point} (kill after {self.kill_after or 0.0:.2f} s)"
+        return f"{self.point} at call {self.call} ({self.tool})"
+
+    def outcome(self) -> str:
+        """One word: ``exact``, ``duplicated``, ``lost``, ``both`` or ``broken``."""
+        if self.problem is not None:
+            return "broken"
+        if self.duplicates and self.missing:
+            return "both"
+        if self.duplicates:
+            return "duplicated"
+        if self.missing:
+            return "lost"
+        return "exact"
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as JSON-ready data, with its duplicates, missing and outcome."""
+        row = asdict(self)
+        row.update(duplicates=self.duplicates, missing=self.missing, outcome=self.outcome())
+        return row
+
+
+@dataclass
+class CrashReport:
+    """What :func:`crashtest` found; ``duplicates`` and ``missing`` sum over the runs."""
+
+    factory: str
+    probe: str
+    control_thread: str
+    expected: int
+    """Effects the probe counted for the control run's thread (no fault)."""
+    calls: list[ToolCall]
+    engine_points: list[str]
+    """Engine fault points the control run passed (empty: the graph does not use the package)."""
+    points: list[str]
+    runs: list[RunResult]
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """Requested points that ran nothing, and why."""
+    control_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def duplicates(self) -> int:
+        """Duplicated effects, summed over the faulted runs."""
+        return sum(r.duplicates for r in self.runs)
+
+    @property
+    def missing(self) -> int:
+        """Lost effects, summed over the faulted runs."""
+        return sum(r.missing for r in self.runs)
+
+    @property
+    def broken(self) -> list[RunResult]:
+        """The runs that could not be completed (see :attr:`RunResult.problem`)."""
+        return [r for r in self.runs if r.problem is not None]
+
+    @property
+    def ok(self) -> bool:
+        """Every faulted run ended with exactly the control run's effects."""
+        return not self.duplicates and not self.missing and not self.broken
+
+    @property
+    def exit_code(self) -> int:
+        """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be made."""
+        if self.duplicates or self.missing:
+            return 1
+        return 5 if self.broken else 0
+
+    def matrix(self) -> dict[str, dict[str, RunResult]]:
+        """``{point: {column: run}}``; columns are ``"1"``, ``"2"`` … per call, or the random run's number."""
+        out: dict[str, dict[str, RunResult]] = {}
+        for run in self.runs:
+            column = str(run.call) if run.call is not None else str(len(out.get(run.point, {})) + 1)
+            out.setdefault(run.point, {})[column] = run
+        return out
+
+    def verdict(self) -> str:
+        """One line: does the graph keep exactly its effects through every fault?"""
+        n = len(self.runs)
+        if not n:
+            return "crashtest: no faulted run was made (the control run made no tool call?)"
+        dup = [r for r in self.runs if r.duplicates]
+        lost = [r for r in self.runs if r.missing]
+        if dup or lost:
+            parts = []
+            if dup:
+                parts.append(f"{len(dup)} of {n} faulted runs duplicated effects ({self.duplicates} extra)")
+            if lost:
+                parts.append(f"{len(lost)} of {n} lost effects ({self.missing} missing)")
+            return f"crashtest: NOT crash-safe: {'; '.join(parts)}."
+        if self.broken:
+            return (
+                f"crashtest: {len(self.broken)} of {n} runs could not be completed "
+                f"({self.broken[0].problem}); the others kept exactly {self.expected} effect(s)."
+            )
+        return (
+            f"crashtest: crash-safe on every fault tried: all {n} faulted runs ended with exactly "
+            f"the control run's {self.expected} effect(s)."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``--json`` writes: the summary, the control run's calls and every run."""
+        return {
+            "factory": self.factory,
+            "probe": self.probe,
+            "control_thread": self.control_thread,
+            "expected": self.expected,
+            "calls": [asdict(c) for c in self.calls],
+            "engine_points": self.engine_points,
+            "points": self.points,
+            "not_applicable": self.not_applicable,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "broken": len(self.broken),
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "verdict": self.verdict(),
+            "control_seconds": round(self.control_seconds, 3),
+            "seconds": round(self.seconds, 3),
+            "runs": [r.to_json() for r in self.runs],
+        }
+
+
+# -- targets -------------------------------------------------------------------------
+
+
+def target_name(obj: str | Callable[..., Any], what: str) -> str:
+    """``MODULE:ATTR`` for ``obj``: workers import the factory and the probe by name."""
+    if isinstance(obj, str):
+        module, sep, attr = obj.partition(":")
+        if not sep or not module or not attr:
+            raise CrashtestUsageError(f"{what} takes MODULE:ATTR, e.g. myapp.agent:make_graph (got {obj!r}).")
+        return obj
+    module_name = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not callable(obj) or not module_name or not qualname or "<" in qualname or module_name == "__main__":
+        raise CrashtestUsageError(
+            f"{what}: {obj!r} cannot be imported by name in a worker process; pass a module-level "
+            "function (or its 'MODULE:ATTR' name) from an importable module."
+        )
+    return f"{module_name}:{qualname}"
+
+
+def _resolve(target: str, what: str) -> Any:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # modules are imported from the current directory
+    try:
+        found = load(target)
+    except (ImportError, AttributeError) as error:
+        raise CrashtestUsageError(
+            f"{what} {target}: cannot import it ({type(error).__name__}: {error}). Run from the "
+            "directory that holds the module, or set PYTHONPATH."
+        ) from error
+    if not callable(found):
+        raise CrashtestUsageError(f"{what} {target} is a {type(found).__name__}, not a callable.")
+    return found
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__module__}.{type(value).__qualname__} ({text[:80]}{'…' if len(text) > 80 else ''})"
+
+
+async def _check_factory(factory: Callable[..., Any], name: str, db: str) -> None:
+    """Build the graph once here, so that a factory returning something else is a usage error."""
+    from langgraph.pregel import Pregel
+
+    async with open_checkpointer(db) as checkpointer:
+        await checkpointer.setup()
+        try:
+            graph = await build_graph(factory, checkpointer)
+        except Exception as error:
+            raise CrashtestRunError(f"the factory {name} raised {type(error).__name__}: {error}") from error
+    if not isinstance(graph, Pregel):
+        hint = ""
+        if hasattr(graph, "compile"):
+            hint = " It looks like a graph builder: return builder.compile(checkpointer=checkpointer)."
+        raise CrashtestUsageError(
+            f"the factory {name} returned {_describe(graph)}, not a compiled LangGraph graph. It must "
+            f"take the checkpointer and return e.g. builder.compile(checkpointer=checkpointer) or "
+            f"create_agent(..., checkpointer=checkpointer).{hint}"
+        )
+
+
+async def _probe(probe: Callable[[str], Any], name: str, thread_id: str) -> int:
+    try:
+        value = probe(thread_id)
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as error:
+        raise CrashtestRunError(
+            f"the probe {name} raised {type(error).__name__}: {error} (asked about thread "
+            f"{thread_id!r}); crashtest counts effects only through the probe, so nothing can be judged."
+        ) from error
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CrashtestRunError(
+            f"the probe {name} returned {value!r} for thread {thread_id!r}; it must return the number "
+            "of effects the provider holds for that thread (an int >= 0)."
+        )
+    return value
+
+
+# -- workers -------------------------------------------------------------------------
+
+
+def _context(extra: Sequence[str] = ()) -> ForkServerContext:
+    """The lab's fork server (LangGraph preloaded), plus this module and ``extra``."""
+    ctx = multiprocessing.get_context("forkserver")
+    preload = ["langgraph_effects.lab.worker", *BUILTIN_MODULES, "langgraph_effects.crashtest.worker"]
+    # Ignored once the server runs; a preload that fails to import is skipped.
+    ctx.set_forkserver_preload([*preload, *extra])
+    return ctx
+
+
+class _Handle(WorkerHandle):
+    """A lab worker handle whose process serves :func:`.worker.serve` instead of the lab's."""
+
+    def __init__(self, ctx: ForkServerContext, spec: Spec) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=serve, args=(child, spec), daemon=True)
+        with _PROCESS_LOCK:
+            self.process.start()
+        child.close()  # or the child's death would never read as EOF
+        self.crash_point = None
+
+
+def _drive(runs: list[tuple[_Handle, Job]], deadline: float) -> list[Done | Killed]:
+    # The lab's driver only pipes the attempt to the worker; what it is, is the worker's business.
+    return drive(cast(Any, runs), deadline_seconds=deadline)
+
+
+def _report(outcome: Done) -> RunReport:
+    return cast(RunReport, outcome.report)
+
+
+class _Pool:
+    """The current worker, replaced when one dies; twins for the two-runner resume."""
+
+    def __init__(self, ctx: ForkServerContext, spec: Spec, deadline: float) -> None:
+        self.ctx, self.spec, self.deadline = ctx, spec, deadline
+        self.current: _Handle | None = None
+        self.started = 0
+
+    def _handle(self) -> _Handle:
+        if self.current is None:
+            self.current = _Handle(self.ctx, self.spec)
+            self.started += 1
+        return self.current
+
+    def run(self, job: Job) -> tuple[Done | Killed, int]:
+        """Run ``job``; its outcome and how many processes it used."""
+        fresh = self.current is None
+        handle = self._handle()
+        outcome = _drive([(handle, job)], self.deadline)[0]
+        if isinstance(outcome, Killed):
+            self.current = None
+        return outcome, int(fresh)
+
+    def spawn_twins(self) -> list[_Handle]:
+        """Start two processes now: they import the factory while the first attempt runs,
+        so that later they reach the rendezvous together (the lab's driver releases a
+        lone waiter after half a second)."""
+        self.started += 2
+        return [_Handle(self.ctx, self.spec), _Handle(self.ctx, self.spec)]
+
+    def run_twins(self, twins: list[_Handle], job: Job) -> tuple[list[Done | Killed], int]:
+        """Two fresh processes resume the thread at once (released together)."""
+        try:
+            return _drive([(h, job) for h in twins], self.deadline), 2
+        finally:
+            for handle in twins:
+                handle.close()
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+
+
+# -- the crash test ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    point: str
+    call: int | None
+    tool: str | None
+    fault: Fault | None = None
+    kill_after: float | None = None
+
+
+async def crashtest(
+    factory: str | Callable[..., Any],
+    probe: str | Callable[[str], Any],
+    *,
+    input: Any = None,
+    config: Mapping[str, Any] | None = None,
+    points: Sequence[str] | None = None,
+    random: int = 0,
+    seed: int | None = None,
+    db: str | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    on_run: Callable[[RunResult, int, int], None] | None = None,
+    deadline_seconds: float = 300.0,
+) -> CrashReport:
+    """Crash-test the graph ``factory`` builds, counting effects with ``probe``.
+
+    Args:
+        factory: ``factory(checkpointer)`` (or ``factory(checkpointer=...)``, sync or
+            async) returning the compiled graph; a module-level callable or its
+            ``"MODULE:ATTR"`` name (workers import it by name).
+        probe: ``probe(thread_id) -> int`` (or an awaitable of one): how many effects
+            the provider holds for that thread. Also imported by name in the
+            control run's worker, to answer reviews call by call.
+        input: the graph input of every run (default: one user message).
+        config: merged into every run's config (``configurable`` merged key by key).
+        points: the fault points to run (default: every point that applies; see
+            :data:`POINTS`); each runs once per tool call of the control run.
+        random: extra runs killed at a random moment of the run.
+        seed: seeds the random kills.
+        db: a ``postgresql://`` DSN to run on ``EffectPostgresSaver`` (default: a
+            fresh ``EffectSqliteSaver`` file per run under ``workdir``).
+        workdir: keep the runs' SQLite files here (default: a temporary directory).
+        on_run: called as ``on_run(run, done, total)`` after every finished run.
+        deadline_seconds: the longest one attempt may take.
+
+    Returns:
+        A :class:`CrashReport` (``duplicates``, ``missing``, ``matrix()``, ``verdict()``).
+
+    Raises:
+        CrashtestUsageError: bad targets or options, a factory that returns no graph.
+        CrashtestRunError: the control run could not be made (the probe raised, say).
+    """
+    started = time.perf_counter()
+    factory_name = target_name(factory, "factory")
+    probe_name = target_name(probe, "probe")
+    factory_fn = _resolve(factory_name, "factory")
+    probe_fn = _resolve(probe_name, "probe") if isinstance(probe, str) else probe
+    chosen = list(points) if points is not None else list(POINTS)
+    unknown = [p for p in chosen if p not in POINTS]
+    if unknown:
+        raise CrashtestUsageError(
+            f"unknown fault point(s) {', '.join(unknown)}; choose from {', '.join(POINTS)}."
+        )
+    if random < 0:
+        raise CrashtestUsageError(f"random must be >= 0, not {random}.")
+    user_config = dict(config or {})
+    if not isinstance(user_config.get("configurable", {}), Mapping):
+        raise CrashtestUsageError("config['configurable'] must be a mapping.")
+    if "thread_id" in user_config.get("configurable", {}):
+        raise CrashtestUsageError("config: leave out thread_id: every run gets a fresh thread of its own.")
+    graph_input = DEFAULT_INPUT if input is None else input
+
+    own_dir = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="crashtest-")) if workdir is None else Path(workdir)
+    base.mkdir(parents=True, exist_ok=True)
+    session = uuid.uuid4().hex[:8]
+
+    def db_for(name: str) -> str:
+        return db if db is not None else str(base / f"{name}.sqlite")
+
+    pool: _Pool | None = None
+    try:
+        await _check_factory(factory_fn, factory_name, db_for(f"{session}-check"))
+        spec = Spec(factory=factory_name, probe=probe_name, cwd=os.getcwd(), env=dict(os.environ))
+        pool = _Pool(_context(), spec, deadline_seconds)
+
+        control = f"crashtest-{session}-control"
+        await _probe(probe_fn, probe_name, control)  # a probe that cannot answer stops us here
+        report = await _control(pool, control, db_for(control), graph_input, user_config)
+        expected = await _probe(probe_fn, probe_name, control)
+        engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
+        result = CrashReport(
+            factory=factory_name,
+            probe=probe_name,
+            control_thread=control,
+            expected=expected,
+            calls=report.calls,
+            engine_points=engine_seen,
+            points=chosen,
+            runs=[],
+            control_seconds=report.seconds,
+        )
+        plans = _plan(chosen, report, result, random, seed)
+        if not plans:
+            why = "; ".join(f"{p}: {reason}" for p, reason in result.not_applicable.items())
+            raise CrashtestRunError(
+                f"no faulted run could be planned ({why or 'no point chosen'}). Check --input "
+                "(the control run must call a tool) and --points."
+            )
+        for number, plan in enumerate(plans, start=1):
+            thread = f"crashtest-{session}-{number}-{plan.point}" + (f"-{plan.call}" if plan.call else "")
+            run = await _faulted_run(
+                pool,
+                plan,
+                thread,
+                db_for(thread),
+                graph_input,
+                user_config,
+                report.calls,
+                expected,
+                probe_fn,
+                probe_name,
+            )
+            result.runs.append(run)
+            if on_run is not None:
+                on_run(run, number, len(plans))
+        result.seconds = time.perf_counter() - started
+        return result
+    finally:
+        if pool is not None:
+            pool.close()
+        if own_dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _plan(
+    chosen: Sequence[str], control: RunReport, result: CrashReport, random: int, seed: int | None
+) -> list[_Plan]:
+    plans: list[_Plan] = []
+    by_id = {c.tool_call_id: c for c in control.calls if c.tool_call_id}
+    for point in POINTS:
+        if point not in chosen:
+            continue
+        if point in ENGINE_POINTS:
+            events = [e for e in control.engine if e.point == point]
+            if not events:
+                result.not_applicable[point] = (
+                    "the control run never reached it: the graph does not run its tools through "
+                    "EffectToolNode / EffectMiddleware"
+                )
+            for event in events:
+                call = by_id.get(event.tool_call_id) if event.tool_call_id else None
+                index = call.index if call is not None else event.index
+                plans.append(_Plan(point, index, event.tool, Fault(point, event.index)))
+            continue
+        if not control.calls:
+            result.not_applicable[point] = "the control run made no tool call"
+        for call in control.calls:
+            aim = "after-tool" if point == TWO_RUNNERS else point
+            plans.append(_Plan(point, call.index, call.tool, Fault(aim, call.index)))
+    rng = _random.Random(seed)
+    span = max(control.seconds, 0.05)
+    plans.extend(_Plan(RANDOM, None, None, kill_after=rng.uniform(0.0, span)) for _ in range(random))
+    return plans
+
+
+async def _run_job(pool: _Pool, job: Job) -> tuple[Done | Killed, int]:
+    try:
+        return await asyncio.to_thread(pool.run, job)
+    except WorkerError as error:
+        pool.close()  # whatever state it is in, do not reuse it
+        raise CrashtestRunError(f"thread {job.thread_id}: {error}") from error
+
+
+async def _control(pool: _Pool, thread: str, db: str, graph_input: Any, config: dict[str, Any]) -> RunReport:
+    await _setup(db)
+    outcome, _ = await _run_job(pool, Job("start", thread, db, input=graph_input, config=config, record=True))
+    if isinstance(outcome, Killed):  # pragma: no cover - nothing is armed
+        raise CrashtestRunError(f"the control run's worker died at {outcome.point}")
+    report = _report(outcome)
+    if report.probe_error is not None:
+        raise CrashtestRunError(
+            f"the probe raised {report.probe_error} in the control run's worker, asked about thread "
+            f"{thread!r} before a tool call; crashtest counts effects only through the probe."
+        )
+    if report.error is not None:
+        raise CrashtestRunError(f"the control run (no fault) raised {report.error}; fix that first.")
+    if report.interrupts:
+        raise CrashtestRunError(
+            f"the control run (no fault) stopped at an interrupt crashtest cannot answer: "
+            f"{report.interrupts[0][1]!r}"
+        )
+    if not report.finished:
+        raise CrashtestRunError("the control run (no fault) returned before the graph finished.")
+    return report
+
+
+async def _setup(db: str) -> None:
+    async with open_checkpointer(db) as checkpointer:
+        await checkpointer.setup()
+
+
+async def _faulted_run(
+    pool: _Pool,
+    plan: _Plan,
+    thread: str,
+    db: str,
+    graph_input: Any,
+    config: dict[str, Any],
+    calls: list[ToolCall],
+    expected: int,
+    probe: Callable[[str], Any],
+    probe_name: str,
+) -> RunResult:
+    started = time.perf_counter()
+    run = RunResult(plan.point, plan.call, plan.tool, thread, expected, kill_after=plan.kill_after)
+    if db.endswith(".sqlite"):
+        await _setup(db)
+    job = Job(
+        "start", thread, db, input=graph_input, config=config, fault=plan.fault, kill_after=plan.kill_after
+    )
+    resume = Job("resume", thread, db, config=config)
+    if plan.kill_after is not None:
+        # Random moments are drawn over the control run's length, measured in a fresh
+        # process (first calls are slower): start this run in a fresh one too.
+        pool.close()
+    twins = pool.spawn_twins() if plan.point == TWO_RUNNERS else None
+    try:
+        outcome, _ = await _run_job(pool, job)
+        run.processes = 1
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            if isinstance(outcome, Killed):
+                run.kills += 1
+                run.fault_reached = True
+                if twins is not None:
+                    outcome = await _twins(pool, twins, resume, run)
+                    twins = None
+                    continue
+                outcome, used = await _run_job(pool, resume)
+                run.processes += used
+                continue
+            report = _report(outcome)
+            run.fault_reached = run.fault_reached or report.fault_reached
+            if report.finished:
+                run.finished = True
+                break
+            if attempt == MAX_ATTEMPTS:
+                break
+            if report.error is not None:
+                run.errors.append(report.error)
+                outcome, used = await _run_job(pool, resume)
+            elif report.interrupts:
+                answer = await _answer(report.interrupts, calls, probe, probe_name, thread)
+                if answer is None:
+                    value = report.interrupts[0][1]
+                    run.problem = f"stopped at an interrupt crashtest cannot answer: {value!r}"
+                    break
+                run.reviews += 1
+                outcome, used = await _run_job(pool, Job("answer", thread, db, config=config, resume=answer))
+            else:
+                outcome, used = await _run_job(pool, resume)
+            run.processes += used
+        if not run.finished and run.problem is None:
+            run.problem = f"the thread did not finish within {MAX_ATTEMPTS} attempts"
+    except CrashtestRunError as error:
+        run.problem = str(error)
+    finally:
+        for handle in twins or ():  # the fault was never reached: the twins were not needed
+            handle.close()
+    run.effects = await _probe(probe, probe_name, thread)
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+async def _twins(pool: _Pool, twins: list[_Handle], resume: Job, run: RunResult) -> Done | Killed:
+    """Two runners resume at once; then the thread is looked at as one (a third plain resume)."""
+    twin = Job("resume", resume.thread_id, resume.db, config=resume.config, rendezvous=True)
+    try:
+        outcomes, used = await asyncio.to_thread(pool.run_twins, twins, twin)
+    except WorkerError as error:
+        raise CrashtestRunError(f"thread {resume.thread_id}: {error}") from error
+    run.processes += used
+    for number, outcome in enumerate(outcomes, start=1):
+        if isinstance(outcome, Killed):
+            raise CrashtestRunError(
+                f"thread {resume.thread_id}: runner {number} was killed, nothing armed it"
+            )
+        if _report(outcome).error is not None:
+            run.errors.append(f"runner {number}: {_report(outcome).error}")
+    for outcome in outcomes:
+        if isinstance(outcome, Done) and _report(outcome).finished:
+            return outcome
+    # Neither finished (one lost a race, or a review waits): continue from the thread's state.
+    outcome, used = await _run_job(pool, resume)
+    run.processes += used
+    return outcome
+
+
+def _matching_call(entry: Mapping[str, Any], calls: Sequence[ToolCall]) -> ToolCall | None:
+    by_id = [c for c in calls if c.tool_call_id and c.tool_call_id == entry.get("tool_call_id")]
+    if by_id:
+        return by_id[0]
+    same = [c for c in calls if c.tool == entry.get("tool") and c.args == entry.get("args")]
+    return same[0] if len(same) == 1 else None
+
+
+async def _answer(
+    interrupts: Sequence[tuple[str, Any]],
+    calls: Sequence[ToolCall],
+    probe: Callable[[str], Any],
+    probe_name: str,
+    thread: str,
+) -> Any:
+    """Answer effect reviews as an operator who asked the provider: ``landed`` when it holds the effect.
+
+    The probe counts per thread, so a call's effect is taken to have landed when
+    the thread holds more effects than the control run's thread held when that
+    call started. ``None`` when an interrupt is not an effect review, or a
+    reviewed call cannot be matched to one of the control run's.
+    """
+    now = await _probe(probe, probe_name, thread)
+    decisions: dict[str, Any] = {}
+    for _, value in interrupts:
+        if not (isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE):
+            return None
+        for entry in value.get("operations", ()):
+            call = _matching_call(entry, calls)
+            if call is None or call.effects_before is None:
+                return None
+            if now > call.effects_before:
+                decisions[entry["operation_id"]] = {
+                    "type": "landed",
+                    "receipt": {"crashtest": f"the probe counts {now} effect(s) for the thread"},
+                }
+            else:
+                decisions[entry["operation_id"]] = {"type": "not_landed"}
+    pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in interrupts]
+    return resume_command(pending, decisions).resume
+
+
+def summary(point: str) -> str:
+    """What ``point`` does, in a few words."""
+    return POINT_SUMMARIES.get(point, "EffectToolNode/EffectMiddleware: killed at this engine fault point")
+
+
+def points_help() -> str:
+    """The fault points, one line each (for ``--help``)."""
+    return "\n".join(f"  {name:<15} {summary(name)}" for name in (*POINTS, RANDOM))

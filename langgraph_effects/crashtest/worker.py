@@ -1,0 +1,405 @@
+"""The crash test's worker process: runs the user's graph once per attempt, and dies on cue.
+
+A worker is a fork of the crash lab's warm fork server (LangGraph already
+imported). It imports the user's factory by name, and for every :class:`Job`
+opens the run's checkpointer, builds the graph and calls ``graph.ainvoke`` with a
+LangChain callback handler in the run config. Callbacks reach every tool call of
+any graph (a plain ``ToolNode``, ``create_agent``, a tool called by hand inside a
+node), so the handler can break a call at three moments no graph can opt out of:
+
+* ``before-tool``: ``on_tool_start``, the tool is about to run: SIGKILL;
+* ``after-tool``: ``on_tool_end``, the tool returned, the graph has not recorded
+  it yet: SIGKILL;
+* ``timeout``: ``on_tool_end`` raises ``TimeoutError`` (``raise_error``), so
+  the caller sees a timeout for a call that did its work (no kill).
+
+Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the engine's
+own fault points (:mod:`langgraph_effects._faults`), where the worker can die too.
+
+The protocol is the lab's (:mod:`langgraph_effects.lab.worker`), so the lab's
+parent-side driver runs these workers unchanged: ``("done", RunReport)``,
+``("failed", traceback)`` for a harness failure (the graph raising is *not* one: it
+is reported in ``RunReport.error``), ``("arrived", point)`` at a rendezvous and
+``("crash", point)`` right before the SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.types import Command
+
+from .. import _faults
+from ..lab.faults import AttemptFaults, Faults
+from ..operation import Operation
+
+#: Fault points every graph passes through (LangChain's tool callbacks).
+CALLBACK_POINTS = ("before-tool", "after-tool", "timeout")
+
+
+def engine_point(name: str) -> str:
+    """The crash test's name for an engine fault point (``after_intent`` -> ``after-intent``)."""
+    return name.replace("_", "-")
+
+
+ENGINE_POINTS = tuple(engine_point(p) for p in _faults.POINTS)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every worker of one crash test needs; pickled to the worker."""
+
+    factory: str
+    """``MODULE:ATTR`` of ``factory(checkpointer) -> compiled graph``."""
+    probe: str | None
+    """``MODULE:ATTR`` of the probe, called in the control run only (see :class:`Job`)."""
+    cwd: str
+    env: dict[str, str]
+    """The crash test's environment: a fork server child inherits the server's, not ours."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Break the ``call``-th event at ``point`` (1-based, counted within one attempt)."""
+
+    point: str
+    call: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``graph.ainvoke`` on one run's thread."""
+
+    kind: Literal["start", "resume", "answer"]
+    thread_id: str
+    db: str
+    """A SQLite path, or a ``postgresql://`` DSN."""
+    input: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+    resume: Any = None
+    fault: Fault | None = None
+    kill_after: float | None = None
+    """Seconds after ``ainvoke`` starts at which the worker SIGKILLs itself (``--random``)."""
+    rendezvous: bool = False
+    """Wait until the parent releases every worker of this resume at once."""
+    record: bool = False
+    """Control run: ask the probe before every tool call how many effects the thread
+    holds, so that reviews can later be answered call by call."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the attempt saw (``on_tool_start``), in the order they started."""
+
+    index: int
+    tool: str
+    tool_call_id: str | None
+    args: Any
+    effects_before: int | None = None
+    """The probe's count for the thread when the call started (control run only)."""
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """The engine reached one of its fault points for an operation."""
+
+    point: str
+    index: int
+    tool: str
+    tool_call_id: str | None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What one attempt did, as the worker saw it."""
+
+    calls: list[ToolCall]
+    engine: list[EngineEvent]
+    interrupts: list[tuple[str, Any]]
+    finished: bool
+    """The thread has nothing left to run (and no interrupt pending)."""
+    error: str | None
+    """The graph raised (a fault's timeout, a lost race, a bug): ``Type: message``."""
+    seconds: float
+    fault_reached: bool
+    probe_error: str | None = None
+    """The probe raised when the control run asked it before a tool call."""
+
+
+def load(target: str) -> Any:
+    """The object named ``MODULE:ATTR`` (dotted attributes allowed)."""
+    module_name, _, attr = target.partition(":")
+    found: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
+# -- worker side -------------------------------------------------------------------
+
+
+class _Killer:
+    """Sends ``("crash", point)`` and SIGKILLs the process; can be disarmed by the main thread."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._armed = True
+
+    def arm(self) -> None:
+        with self._lock:
+            self._armed = True
+
+    def die(self, point: str) -> None:
+        with self._lock:
+            if not self._armed:
+                return  # the attempt already finished: a late random timer
+            self._conn.send(("crash", point))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = False
+
+
+class FaultHandler(BaseCallbackHandler):
+    """Sees every tool call of the run; breaks the armed one (see the module docstring).
+
+    A sync handler run inline: LangChain calls it directly on the async path *and*
+    on the sync one (a sync tool runs under a sync callback manager in an executor
+    thread, where an async handler's exception would only be logged).
+    """
+
+    raise_error = True  # so that the ``timeout`` fault reaches the tool's caller
+    run_inline = True
+
+    def __init__(self, job: Job, killer: _Killer, probe: Callable[[str], Any] | None) -> None:
+        self.job = job
+        self.killer = killer
+        self.probe = probe
+        self.calls: list[ToolCall] = []
+        self.engine: list[EngineEvent] = []
+        self.fault_reached = False
+        self.probe_error: str | None = None
+        self._runs: dict[UUID, int] = {}
+        self._engine_counts: dict[str, int] = {}
+
+    def _armed(self, point: str, index: int) -> bool:
+        fault = self.job.fault
+        hit = fault is not None and fault.point == point and fault.call == index
+        if hit:
+            self.fault_reached = True
+        return hit
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        index = len(self.calls) + 1
+        self._runs[run_id] = index
+        before = None
+        if self.probe is not None and self.probe_error is None:
+            try:
+                before = _call_probe(self.probe, self.job.thread_id)
+            except Exception as exc:  # never let the probe change what the graph sees
+                self.probe_error = f"{type(exc).__name__}: {exc}"
+        name = kwargs.get("name") or (serialized or {}).get("name") or "?"
+        args = inputs if inputs is not None else input_str
+        self.calls.append(ToolCall(index, str(name), kwargs.get("tool_call_id"), _plain(args), before))
+        if self._armed("before-tool", index):
+            self.killer.die("before-tool")
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        index = self._runs.get(run_id)
+        if index is None:
+            return
+        if self._armed("after-tool", index):
+            self.killer.die("after-tool")
+        if self._armed("timeout", index):
+            raise TimeoutError("crashtest: the tool ran, but its caller saw a timeout")
+
+    def engine_hook(self, name: str, op: Operation) -> None:
+        """Installed at the engine's fault points (:func:`langgraph_effects._faults.install`)."""
+        point = engine_point(name)
+        index = self._engine_counts.get(point, 0) + 1
+        self._engine_counts[point] = index
+        self.engine.append(EngineEvent(point, index, op.tool, op.tool_call_id))
+        if self._armed(point, index):
+            self.killer.die(point)
+
+
+def _plain(value: Any) -> Any:
+    """Arguments as JSON-like data (tool inputs may hold injected, unpicklable objects)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if _jsonish(v)}
+    return value if _jsonish(value) else repr(value)
+
+
+def _jsonish(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_jsonish(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _jsonish(v) for k, v in value.items())
+    return False
+
+
+def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
+    """The probe's count, from inside a callback (no await there: an async probe runs
+    on a loop of its own in a helper thread; the control run waits for it)."""
+    value = probe(thread_id)
+    if inspect.isawaitable(value):
+        awaitable = value
+
+        async def wait() -> Any:
+            return await awaitable
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            value = pool.submit(asyncio.run, wait()).result()
+    return int(value)
+
+
+@contextlib.asynccontextmanager
+async def open_checkpointer(db: str) -> AsyncIterator[Any]:
+    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``."""
+    from ..operator import is_postgres_dsn
+
+    if is_postgres_dsn(db):
+        from ..checkpoint.postgres import EffectPostgresSaver
+
+        async with EffectPostgresSaver.from_conn_string(db) as pg:
+            yield pg
+        return
+    from ..checkpoint.sqlite import EffectSqliteSaver
+
+    async with EffectSqliteSaver.from_conn_string(db) as saver:
+        yield saver
+
+
+async def build_graph(factory: Callable[..., Any], checkpointer: Any) -> Any:
+    """``factory(checkpointer)`` (or ``factory(checkpointer=...)``), awaited when it is async."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: positional it is
+        parameters = {}  # type: ignore[assignment]
+    named = parameters.get("checkpointer")
+    if named is not None and named.kind in (named.POSITIONAL_OR_KEYWORD, named.KEYWORD_ONLY):
+        graph = factory(checkpointer=checkpointer)
+    else:
+        graph = factory(checkpointer)
+    if inspect.isawaitable(graph):
+        graph = await graph
+    return graph
+
+
+def serve(conn: Connection, spec: Spec) -> None:
+    """The worker process's entry point."""
+    # The timeout fault raises from a callback on purpose; LangChain would log each one.
+    logging.getLogger("langchain_core.callbacks.manager").setLevel(logging.ERROR)
+    os.environ.clear()
+    os.environ.update(spec.env)
+    os.chdir(spec.cwd)
+    if spec.cwd not in sys.path:
+        sys.path.insert(0, spec.cwd)
+    asyncio.run(_serve(conn, spec))
+
+
+async def _serve(conn: Connection, spec: Spec) -> None:
+    factory = load(spec.factory)
+    probe = load(spec.probe) if spec.probe else None
+    killer = _Killer(conn)
+    while True:
+        job = conn.recv()  # idle between attempts: blocking here holds nothing
+        if job is None:
+            break
+        try:
+            report = await _attempt(conn, job, factory, probe if job.record else None, killer)
+        except Exception:
+            conn.send(("failed", traceback.format_exc()))
+        else:
+            conn.send(("done", report))
+
+
+async def _attempt(
+    conn: Connection,
+    job: Job,
+    factory: Callable[..., Any],
+    probe: Callable[[str], Any] | None,
+    killer: _Killer,
+) -> RunReport:
+    handler = FaultHandler(job, killer, probe)
+    for name in _faults.POINTS:
+        _faults.install(name, handler.engine_hook)
+    config = dict(job.config)
+    config["configurable"] = {**job.config.get("configurable", {}), "thread_id": job.thread_id}
+    config["callbacks"] = [*(job.config.get("callbacks") or []), handler]
+    payload: Any
+    if job.kind == "start":
+        payload = job.input
+    elif job.kind == "resume":
+        payload = None
+    else:
+        payload = Command(resume=job.resume)
+    error: str | None = None
+    try:
+        async with open_checkpointer(job.db) as checkpointer:
+            graph = await build_graph(factory, checkpointer)
+            if job.rendezvous:
+                # Two runners resuming the same thread: both are ready, released together.
+                faults = Faults(conn)
+                faults.arm(AttemptFaults(rendezvous=True))
+                faults.meet("resume")
+            killer.arm()
+            timer = None
+            if job.kill_after is not None:
+                timer = threading.Timer(job.kill_after, killer.die, ("random",))
+                timer.daemon = True
+            started = time.perf_counter()
+            if timer is not None:
+                timer.start()
+            try:
+                await graph.ainvoke(payload, config, durability="sync")
+            except Exception as exc:  # the graph's own failure is an outcome, not a harness error
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                killer.disarm()
+                if timer is not None:
+                    timer.cancel()
+            seconds = time.perf_counter() - started
+            snapshot = await graph.aget_state({"configurable": config["configurable"]})
+    finally:
+        _faults.clear()
+    interrupts = [(i.id, i.value) for i in snapshot.interrupts]
+    return RunReport(
+        calls=handler.calls,
+        engine=handler.engine,
+        interrupts=interrupts,
+        finished=error is None and not interrupts and not snapshot.next,
+        error=error,
+        seconds=seconds,
+        fault_reached=handler.fault_reached,
+        probe_error=handler.probe_error,
+    )
