@@ -64,5 +64,6 @@ if __name__ == "__main__":
     print(f"worker killed by signal {-worker.returncode} after the provider charged the invoice")
     result = asyncio.run(run(None))  # resume the thread, as after any crash
     print("the model read:", result["messages"][-2].content)
-    print(f"billing provider: {len(billing.effects())} invoice(s), "
-          f"{billing.count_requests('apply')} request(s)")
+    print(
+        f"billing provider: {len(billing.effects())} invoice(s), {billing.count_requests('apply')} request(s)"
+    )

@@ -15,7 +15,7 @@ from langgraph.types import Command
 
 from langgraph_effects import EffectSqliteSaver, State
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.review import HITL_REVIEW_DECISIONS
+from langgraph_effects.review import HITL_REVIEW_DECISIONS, EffectAnswer
 from tests.helpers.agent import Spec, build
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -172,3 +172,13 @@ async def test_several_operations_in_one_node_review_answered_in_order(tmp_path:
     assert "landed" in first.content and "Receipt: eff_1" in first.content
     assert second.status == "error" and "rejected by the reviewer" in second.content
     assert provider.count_requests("apply") == 2
+
+
+def test_answer_schema_takes_both_shapes_and_never_ignore() -> None:
+    """The interrupt's response schema (published to clients such as the server's API)
+    takes the answer by operation id (what ``resume_command`` builds) and the HITL
+    shape, and refuses Agent Inbox's "ignore"."""
+    parsed = EffectAnswer.model_validate({"op_1": {"type": "landed", "receipt": {"ticket": "HD-1"}}})
+    assert parsed.root.root["op_1"].receipt == {"ticket": "HD-1"}  # type: ignore[union-attr]
+    with pytest.raises(Exception, match="validation"):
+        EffectAnswer.model_validate({"decisions": [{"type": "ignore"}]})
