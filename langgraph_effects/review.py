@@ -1,5 +1,9 @@
 """Operator verdicts: their shape, validation, and how they become ledger changes.
 
+The review interrupt carries LangChain's HITL request shape too (``action_requests``,
+``review_configs``), so Agent Inbox and LangGraph Studio can show it, and accepts
+their ``{"decisions": [...]}`` answers (:data:`HITL_REVIEW_DECISIONS`).
+
 One module serves both ways a verdict arrives, so they behave the same:
 through ``interrupt()`` / ``Command(resume=...)`` inside the graph, and out of band
 through :mod:`langgraph_effects.operator` (the console). Either way the decision is
@@ -231,9 +235,9 @@ def review_description(op: Operation) -> str:
     evidence = json.dumps(dict(op.evidence or {}), sort_keys=True, default=str)
     tries = "1 attempt" if op.attempts == 1 else f"{op.attempts} attempts"
     return (
-        f"{op.tool} may or may not have reached the provider: a crash, an expired lease or "
-        f"an ambiguous error left its outcome unknown, and its contract ({op.contract}) "
-        f"cannot settle it. Check the provider for key {op.provider_key}, then answer.\n"
+        f"{op.tool} may or may not have reached the provider, and the evidence cannot settle "
+        f"it (contract: {op.contract}; the evidence below says why). Check the provider for "
+        f"key {op.provider_key}, then answer.\n"
         "- respond: it landed; your message is the receipt (what the provider shows). "
         "The model is told the effect landed.\n"
         "- approve: it did not land; send it again under the same provider key.\n"
