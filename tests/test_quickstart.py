@@ -109,3 +109,23 @@ def test_when_something_crashed_runs_as_printed(tmp_path: Path) -> None:
     billing = Provider(tmp_path / "billing.sqlite", "dedup")
     assert len(helpdesk.effects()) == 1 and helpdesk.count_requests("apply") == 1  # never re-sent
     assert len(billing.effects()) == 1 and billing.count_requests("apply") == 2  # re-sent, deduplicated
+
+
+def test_hand_built_graph_snippet_runs(tmp_path: Path) -> None:
+    """The README's ``EffectToolNode`` snippet, with the quickstart's tool and model, runs
+    (its top-level ``async with`` wrapped in a coroutine) and sends one invoice."""
+    section = readme_section("Hand-built graphs: `EffectToolNode`")
+    snippet = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert snippet is not None
+    head, _, block = snippet.group(1).partition("\nasync with ")
+    body = "\n".join("    " + line for line in ("async with " + block).splitlines())
+    definitions = QUICKSTART.read_text().split('if __name__ == "__main__":')[0]
+    script = f"{definitions}\n{head}\n\nasync def main():\n{body}\n\nasyncio.run(main())\n"
+    (tmp_path / "snippet.py").write_text(script)
+    env = {**os.environ, "QUICKSTART_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    billing = Provider(tmp_path / "billing.sqlite", "dedup")
+    assert len(billing.effects()) == 1 and billing.count_requests("apply") == 1
