@@ -40,6 +40,7 @@ from .errors import (
     DecisionConflictError,
     DurabilityError,
     IllegalTransitionError,
+    ReviewError,
     StaleVersionError,
     TransitionError,
 )
@@ -50,11 +51,15 @@ from .review import (
     APPROVAL_TYPE,
     ApprovalAnswer,
     ApproveAction,
+    DecisionsAnswer,
     EffectAnswer,
     RejectAction,
     ReviewAnswer,
+    approval_answer,
     decision_change,
     parse_decision,
+    review_decisions,
+    review_request,
 )
 
 log = logging.getLogger("langgraph_effects")
@@ -764,9 +769,28 @@ class Session:
         return None
 
     async def apply_answer(self, answer: Any, *, round_no: int) -> int:
-        """Record the answer to the ``round_no``-th interrupt of this node execution."""
+        """Record the answer to the ``round_no``-th interrupt of this node execution.
+
+        A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
+        :meth:`pending_interrupt` asked: the approval while calls await one, else the
+        review (mapped onto verdicts by :func:`~langgraph_effects.review.review_decisions`).
+        An answer that does not fit it is ignored with a warning and asked again.
+        """
         if isinstance(answer, EffectAnswer):
             answer = answer.root
+        if isinstance(answer, DecisionsAnswer):
+            if self._approval:
+                approval = approval_answer(answer)
+                if approval is None:
+                    log.warning("a review answer arrived for an approval question; ignored")
+                    return 0
+                return await self.approve(approval, round_no=round_no)
+            try:
+                verdicts = review_decisions(answer, self.reviews())
+            except ReviewError as error:
+                log.warning("review answer not applied: %s", error)
+                return 0
+            return await self.decide(verdicts, round_no=round_no)
         if isinstance(answer, ApprovalAnswer):
             return await self.approve(answer, round_no=round_no)
         root = answer.root if isinstance(answer, ReviewAnswer) else answer
@@ -911,12 +935,7 @@ class Session:
 
     def review_payload(self) -> dict[str, Any]:
         """The ``interrupt()`` value: everything an operator needs to decide."""
-        return {
-            "type": "effect_review",
-            "operations": [
-                review_entry(c.op) for c in self.calls.values() if c.call_id in self._review
-            ],
-        }
+        return review_request(self.reviews())
 
     async def decide(self, answer: Mapping[str, Any], *, round_no: int) -> int:
         """Write the verdicts of an interrupt answer to the ledger, as soon as read.
@@ -1291,27 +1310,6 @@ def with_reviews_sync(session: Session, one_round: Callable[[], Any], run: Porta
             round_no += 1
     finally:
         run(session.close())
-
-
-def review_entry(op: Operation) -> dict[str, Any]:
-    """One operation as an operator sees it in a review (arguments redacted)."""
-    return {
-        "operation_id": op.op_id,
-        "tool": op.tool,
-        "tool_call_id": op.tool_call_id,
-        "args": dict(op.args),
-        "args_hash": op.args_hash,
-        "provider_key": op.provider_key,
-        "contract": op.contract,
-        "state": op.state.value,
-        "version": op.version,
-        "attempts": op.attempts,
-        "evidence": dict(op.evidence or {}),
-        "thread_id": op.thread_id,
-        "tenant": op.tenant,
-        "policy_version": op.policy_version,
-        "allowed_decisions": ["landed", "not_landed", "abandon"],
-    }
 
 
 def _is_error_message(output: Any) -> bool:

@@ -1,5 +1,9 @@
 """Operator verdicts: their shape, validation, and how they become ledger changes.
 
+The review interrupt carries LangChain's HITL request shape too (``action_requests``,
+``review_configs``), so Agent Inbox and LangGraph Studio can show it, and accepts
+their ``{"decisions": [...]}`` answers (:data:`HITL_REVIEW_DECISIONS`).
+
 One module serves both ways a verdict arrives, so they behave the same:
 through ``interrupt()`` / ``Command(resume=...)`` inside the graph, and out of band
 through :mod:`langgraph_effects.operator` (the console). Either way the decision is
@@ -9,13 +13,14 @@ graph, on its next run, answers the model from the ledger.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError
 
 from .errors import ReviewError
-from .operation import Change, Event
+from .operation import Change, Event, Operation
 
 REVIEW_TYPE = "effect_review"
 
@@ -99,9 +104,51 @@ class ApprovalAnswer(BaseModel):
     decisions: list[ApprovalDecision]
 
 
-class EffectAnswer(RootModel[ApprovalAnswer | ReviewAnswer]):
-    """What the node's interrupt accepts: an approval answer or a review answer (an
+class RespondAction(BaseModel):
+    """LangChain HITL ``respond``: the reviewer answers on behalf of the tool. In a
+    review it means *it landed*; ``message`` is what the provider shows (a JSON text
+    is read as the receipt's value)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["respond"] = "respond"
+    message: str
+
+
+AnyDecision = Annotated[
+    ApproveAction
+    | EditAction
+    | RejectAction
+    | RespondAction
+    | LandedDecision
+    | NotLandedDecision
+    | AbandonDecision,
+    Field(discriminator="type"),
+]
+
+
+class DecisionsAnswer(BaseModel):
+    """An answer in LangChain's HITL response shape, ``{"decisions": [...]}``: one
+    decision per entry of the interrupt's ``action_requests``, in the same order.
+
+    It answers whichever question the interrupt asked: an approval (``approve``,
+    ``edit``, ``reject``) or a review (see :func:`review_decisions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    decisions: list[AnyDecision]
+
+
+class EffectAnswer(RootModel[DecisionsAnswer | ReviewAnswer]):
+    """What the node's interrupt accepts: ``{"decisions": [...]}`` (LangChain's HITL
+    shape, for approvals and reviews) or a review answer keyed by operation id (an
     answer of the other kind, replayed from an earlier question, is told apart)."""
+
+
+def approval_answer(answer: DecisionsAnswer) -> ApprovalAnswer | None:
+    """``answer`` as an approval answer, or ``None`` if it holds a decision that is not
+    ``approve``/``edit``/``reject`` (it answered a review, not this approval)."""
+    if not all(isinstance(d, ApproveAction | EditAction | RejectAction) for d in answer.decisions):
+        return None
+    return ApprovalAnswer.model_validate({"decisions": [d.model_dump() for d in answer.decisions]})
 
 
 def parse_decision(value: Any) -> LandedDecision | NotLandedDecision | AbandonDecision:
@@ -146,6 +193,122 @@ def decision_change(
         decision_id=decision_id,
         decision=content,
     )
+
+
+#: What a review offers in LangChain's HITL vocabulary (Agent Inbox and LangGraph
+#: Studio render these), and the verdict each one records. ``edit`` is not offered
+#: (an edited payload is a new operation, which only an approval can create), nor is
+#: Agent Inbox's "ignore", which would end the thread with the operation unresolved.
+HITL_REVIEW_DECISIONS: Mapping[str, str] = {
+    "respond": "landed",
+    "approve": "not_landed",
+    "reject": "abandon",
+}
+
+_REJECTED_WITHOUT_REASON = "rejected by the reviewer"
+
+
+def review_entry(op: Operation) -> dict[str, Any]:
+    """One operation as an operator sees it in a review (arguments redacted)."""
+    return {
+        "operation_id": op.op_id,
+        "tool": op.tool,
+        "tool_call_id": op.tool_call_id,
+        "args": dict(op.args),
+        "args_hash": op.args_hash,
+        "provider_key": op.provider_key,
+        "contract": op.contract,
+        "state": op.state.value,
+        "version": op.version,
+        "attempts": op.attempts,
+        "evidence": dict(op.evidence or {}),
+        "thread_id": op.thread_id,
+        "tenant": op.tenant,
+        "policy_version": op.policy_version,
+        "allowed_decisions": ["landed", "not_landed", "abandon"],
+    }
+
+
+def review_description(op: Operation) -> str:
+    """What a reviewer reads in Agent Inbox / Studio: why it is asked, the evidence,
+    and what each button records."""
+    evidence = json.dumps(dict(op.evidence or {}), sort_keys=True, default=str)
+    tries = "1 attempt" if op.attempts == 1 else f"{op.attempts} attempts"
+    return (
+        f"{op.tool} may or may not have reached the provider, and the evidence cannot settle "
+        f"it (contract: {op.contract}; the evidence below says why). Check the provider for "
+        f"key {op.provider_key}, then answer.\n"
+        "- respond: it landed; your message is the receipt (what the provider shows). "
+        "The model is told the effect landed.\n"
+        "- approve: it did not land; send it again under the same provider key.\n"
+        "- reject: abandon it; the model is told it was not confirmed and must not retry "
+        "unless asked.\n"
+        f"Operation {op.op_id}, version {op.version}, state {op.state.value}, {tries}, "
+        f"args hash {op.args_hash}. Evidence: {evidence}"
+    )
+
+
+def review_request(ops: Sequence[Operation]) -> dict[str, Any]:
+    """The ``effect_review`` interrupt value for ``ops`` (in tool-call order).
+
+    It carries our own ``operations`` list (everything an operator needs, answered
+    by operation id) and, for Agent Inbox and LangGraph Studio, LangChain's HITL
+    request shape: one ``action_requests`` entry per operation (its tool, redacted
+    arguments, the evidence in the description) and a ``review_configs`` entry with
+    the decisions allowed (:data:`HITL_REVIEW_DECISIONS`).
+    """
+    return {
+        "type": REVIEW_TYPE,
+        "action_requests": [
+            {"name": op.tool, "args": dict(op.args), "description": review_description(op)}
+            for op in ops
+        ],
+        "review_configs": [
+            {"action_name": op.tool, "allowed_decisions": list(HITL_REVIEW_DECISIONS)} for op in ops
+        ],
+        "operations": [review_entry(op) for op in ops],
+    }
+
+
+def _receipt(message: str) -> Any:
+    try:
+        return json.loads(message)
+    except ValueError:
+        return message
+
+
+def review_decision(decision: Any) -> LandedDecision | NotLandedDecision | AbandonDecision:
+    """One decision of a ``{"decisions": [...]}`` answer as a review verdict:
+    ``respond`` -> landed (its message is the receipt), ``approve`` -> not landed,
+    ``reject`` -> abandon (its message is the reason); our own ``landed`` /
+    ``not_landed`` / ``abandon`` are taken as they are. ``edit`` is refused."""
+    if isinstance(decision, LandedDecision | NotLandedDecision | AbandonDecision):
+        return decision
+    if isinstance(decision, RespondAction):
+        return LandedDecision(receipt=_receipt(decision.message))
+    if isinstance(decision, ApproveAction):
+        return NotLandedDecision()
+    if isinstance(decision, RejectAction):
+        return AbandonDecision(reason=decision.message or _REJECTED_WITHOUT_REASON)
+    raise ReviewError(
+        f"a review cannot take {getattr(decision, 'type', decision)!r}: answer with respond "
+        "(it landed), approve (it did not: send it again under the same key) or reject "
+        "(abandon it); an edited payload needs a new tool call"
+    )
+
+
+def review_decisions(
+    answer: DecisionsAnswer, ops: Sequence[Operation]
+) -> dict[str, LandedDecision | NotLandedDecision | AbandonDecision]:
+    """Map a ``{"decisions": [...]}`` answer onto the operations a review listed, by
+    position (as LangChain's HITL response does). Raises :class:`ReviewError` when the
+    count differs or a decision cannot be a verdict."""
+    if len(answer.decisions) != len(ops):
+        raise ReviewError(
+            f"the answer has {len(answer.decisions)} decision(s) for {len(ops)} operation(s) "
+            "under review; give one per entry of 'action_requests', in the same order"
+        )
+    return {op.op_id: review_decision(d) for op, d in zip(ops, answer.decisions, strict=True)}
 
 
 def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:

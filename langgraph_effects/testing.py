@@ -1,9 +1,17 @@
-"""A scripted chat model for tests, notebooks and the crash lab: no LLM key needed.
+"""Public helpers to try the package, and test agents built with it, with no LLM key.
 
-LangChain's fake chat models keep their position per instance, so a resumed
-process (a fresh instance) would replay the script from the start. This one is
-driven by the conversation instead: a function of the messages so far decides
-the next AIMessage, so a crashed and resumed thread continues where it was.
+* :class:`ScriptedChatModel`: a chat model driven by the conversation. LangChain's
+  fake chat models keep their position per instance (and lack ``bind_tools``), so
+  a resumed process (a fresh instance) would replay their script from the start;
+  here a function of the messages so far decides the next AIMessage, so a crashed
+  and resumed thread continues where it was. :func:`call_each_then_finish` is the
+  usual script.
+* :class:`Provider`: a stand-in for the outside system (a payment API, a mail
+  service) that keeps its own records in a SQLite file, with the contract you pick
+  (``"dedup"`` Stripe-like idempotency keys, ``"lookup"``, ``"lagging"``,
+  ``"withdrawn"``, ``"blind"``). Count effects from its records
+  (``provider.effects()``, ``provider.count_requests("apply")``), never from the
+  worker's logs: they survive a SIGKILL of the worker a microsecond later.
 """
 
 from __future__ import annotations
@@ -18,15 +26,28 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
+from .lab.providers import Provider, ProviderMode, Receipt
+
+__all__ = [
+    "Provider",
+    "ProviderMode",
+    "Receipt",
+    "Script",
+    "ScriptedChatModel",
+    "call_each_then_finish",
+]
+
 Script = Callable[[Sequence[BaseMessage]], AIMessage]
+"""What a :class:`ScriptedChatModel` runs: the conversation so far -> the next AIMessage."""
 
 
 class ScriptedChatModel(BaseChatModel):
     """A chat model whose every answer is ``script(messages)``.
 
-    ``bind_tools`` returns the model itself, so it works with ``create_agent`` and
-    ``create_react_agent``. To swap in a real model, pass e.g. ``ChatOpenAI(...)``
-    wherever this one is used.
+    ``bind_tools`` returns the model itself, so it works with ``create_agent`` (and
+    the deprecated ``create_react_agent``). To swap in a real model, pass e.g.
+    ``ChatOpenAI(...)`` wherever this one is used. An AIMessage without an id gets a
+    fresh one.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

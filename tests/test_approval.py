@@ -32,6 +32,10 @@ from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 
+# create_react_agent is deprecated (create_agent + EffectMiddleware is the recommended
+# path); it stays supported, so this suite keeps exercising it, without the warning.
+pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
+
 
 def agent_with(provider: Provider, saver: Any, *, middleware: bool = False) -> Any:
     @tool

@@ -761,12 +761,21 @@ def test_generated_review_answers(sequence: list[tuple[str, Any]], hexes: list[s
             )
             if reaches_node and not schema_ok and isinstance(answer, dict) and not answer:
                 schema_ok = True  # {} is an empty review answer
-            listed = {e["operation_id"] for e in pending.value["operations"]}
+            ordered = [e["operation_id"] for e in pending.value["operations"]]
+            listed = set(ordered)
             applies = (
                 {k: v for k, v in answer.items() if k in listed}
                 if reaches_node and schema_ok and isinstance(answer, dict) and not valid_approval(answer)
                 else {}
             )
+            if reaches_node and valid_approval(answer) and len(answer["decisions"]) == len(ordered):
+                # LangChain's HITL shape answers a review by position: approve = not landed
+                # (send again), reject = abandon; another count of decisions is ignored.
+                hitl = {"approve": "not_landed", "reject": "abandon"}
+                applies = {
+                    op_id: {"type": hitl[d["type"]]}
+                    for op_id, d in zip(ordered, answer["decisions"], strict=True)
+                }
 
             raised: BaseException | None = None
             try:

@@ -423,3 +423,51 @@ async def test_a_run_config_callback_sees_every_toolnode_call_and_can_fail_it(ki
         await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
     assert handler.starts == [("c1", {"x": 1})]
     assert ran == [1]  # the tool did run: the caller saw a timeout for done work
+
+
+_ADAPTER_PROBE = """
+import asyncio, sys
+from langgraph_api._checkpointer._adapter import CheckpointerCapabilities, _CustomCheckpointerAdapter
+from langgraph_effects import EffectSqliteSaver, ledger_of
+
+async def main():
+    async with EffectSqliteSaver.from_conn_string(sys.argv[1]) as saver:
+        await saver.setup()
+        caps = CheckpointerCapabilities.from_type(type(saver))
+        adapter = _CustomCheckpointerAdapter(inner=saver, capabilities=caps)
+        assert ledger_of(adapter) is saver.ledger, "the adapter hides the saver's ledger"
+
+asyncio.run(main())
+"""
+
+
+def test_server_custom_checkpointer_adapter_shows_our_ledger(tmp_path: Any) -> None:
+    """LangGraph's server wraps a custom checkpointer from langgraph.json in a private
+    adapter that forwards unknown attributes to it, so ``ledger_of`` finds the ledger of
+    an ``EffectSqliteSaver`` through it (README "On LangGraph's server"). langgraph-api
+    reads its configuration at import, so the probe runs in a process with the settings
+    ``langgraph dev`` gives its in-memory runtime."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("langgraph_api") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but langgraph-api (the server extra) is not installed")
+        pytest.skip("needs the server extra (langgraph-api)")
+    env = {
+        **os.environ,
+        "REDIS_URI": "fake",
+        "DATABASE_URI": ":memory:",
+        "MIGRATIONS_PATH": "__inmem",
+        "LANGGRAPH_RUNTIME_EDITION": "inmem",
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", _ADAPTER_PROBE, str(tmp_path / "agent.sqlite")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]

@@ -35,6 +35,10 @@ from tests.helpers.agent import State as AgentState
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 
+# create_react_agent is deprecated (create_agent + EffectMiddleware is the recommended
+# path); it stays supported, so this suite keeps exercising it, without the warning.
+pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
+
 
 def make_spec(tmp_path: Path, **kw: Any) -> Spec:
     return Spec(db=str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"), **kw)

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Any, TypedDict
 
@@ -166,7 +167,9 @@ def build_agent(spec: Spec, saver: Any, provider: Provider) -> Any:
         )
     from langgraph.prebuilt import create_react_agent
 
-    return create_react_agent(model, tools=EffectToolNode([send], effects=effects), checkpointer=saver)
+    with warnings.catch_warnings():  # deprecated, still supported: exercised on purpose
+        warnings.filterwarnings("ignore", "create_react_agent has been moved", DeprecationWarning)
+        return create_react_agent(model, tools=EffectToolNode([send], effects=effects), checkpointer=saver)
 
 
 def describe(result: Any, state: Any) -> dict[str, Any]:

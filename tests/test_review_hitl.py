@@ -1,0 +1,184 @@
+"""Reviews in LangChain's HITL shape (what Agent Inbox and LangGraph Studio show):
+the ``effect_review`` interrupt carries ``action_requests`` / ``review_configs``, and an
+answer ``{"decisions": [...]}`` maps onto landed / not landed / abandon, through
+``EffectToolNode`` and through ``EffectMiddleware``. The provider keeps its own records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.types import Command
+
+from langgraph_effects import EffectSqliteSaver, State
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.review import HITL_REVIEW_DECISIONS, EffectAnswer
+from tests.helpers.agent import Spec, build
+
+CONFIG: Any = {"configurable": {"thread_id": "t1"}}
+KINDS = ["graph", "create_agent"]  # EffectToolNode, EffectMiddleware
+
+
+def blind_spec(tmp_path: Path, kind: str, calls: int = 1) -> Spec:
+    # A blind tool whose call times out after the provider applied it: only a human
+    # can settle it, so the run stops at a review.
+    return Spec(
+        db=str(tmp_path / "agent.sqlite"),
+        provider=str(tmp_path / "provider.sqlite"),
+        contract="blind",
+        provider_mode="blind",
+        calls=calls,
+        timeout_after_effect=list(range(calls)),
+        kind=kind,
+    )
+
+
+async def paused_at_review(spec: Spec, saver: Any, provider: Provider) -> tuple[Any, Any]:
+    agent = build(spec, saver, provider)
+    await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
+    state = await agent.aget_state(CONFIG)
+    [pending] = state.interrupts
+    return agent, pending
+
+
+def tool_messages(state: Any) -> list[ToolMessage]:
+    return [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_review_interrupt_carries_the_hitl_request_shape(tmp_path: Path, kind: str) -> None:
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        _, pending = await paused_at_review(spec, saver, provider)
+    value = pending.value
+    assert value["type"] == "effect_review"
+    [entry] = value["operations"]
+    [request] = value["action_requests"]
+    [config] = value["review_configs"]
+    assert request["name"] == entry["tool"] == "send"
+    assert request["args"] == entry["args"] == {"operation": "t1:0"}
+    description = request["description"]
+    assert entry["operation_id"] in description and entry["provider_key"] in description
+    assert json.dumps(entry["evidence"], sort_keys=True) in description  # the evidence, in full
+    assert config == {"action_name": "send", "allowed_decisions": list(HITL_REVIEW_DECISIONS)}
+    assert "ignore" not in config["allowed_decisions"] and "edit" not in config["allowed_decisions"]
+    assert entry["state"] in (State.REVIEW.value, State.UNKNOWN.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_respond_means_landed(tmp_path: Path, kind: str) -> None:
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        answer = {"decisions": [{"type": "respond", "message": '{"effect_id": "eff_1"}'}]}
+        await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        op_id = pending.value["operations"][0]["operation_id"]
+        op = await saver.ledger.get(op_id)
+    assert not state.interrupts
+    [message] = tool_messages(state)
+    assert message.status == "success"
+    assert message.content.startswith("The send effect landed: an operator checked")
+    assert 'Receipt: {"effect_id": "eff_1"}' in message.content
+    assert message.artifact["receipt"] == {"effect_id": "eff_1"}
+    assert op is not None and op.state is State.CONFIRMED
+    assert provider.count_requests("apply") == 1 and sum(provider.count_effects().values()) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_approve_means_not_landed_and_sends_again(tmp_path: Path, kind: str) -> None:
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        # "approve" in a review: the operator says it did not land; it is sent again,
+        # once, as the same operation.
+        await agent.ainvoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
+    assert not state.interrupts
+    [message] = tool_messages(state)
+    assert message.status == "success" and message.content.startswith("sent eff_")
+    assert op is not None and op.state is State.CONFIRMED and op.attempts == 2
+    assert provider.count_requests("apply") == 2  # the operator said it had not landed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reject_means_abandon(tmp_path: Path, kind: str) -> None:
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        answer = {"decisions": [{"type": "reject", "message": "customer cancelled"}]}
+        await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
+    [message] = tool_messages(state)
+    assert message.status == "error"
+    assert "NOT confirmed" in message.content and "Reason: customer cancelled" in message.content
+    assert op is not None and op.state is State.ABANDONED
+    assert op.evidence is not None and op.evidence["reason"] == "customer cancelled"
+    assert provider.count_requests("apply") == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_unfit_hitl_answers_keep_the_review_pending(tmp_path: Path, kind: str) -> None:
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        op_id = pending.value["operations"][0]["operation_id"]
+        # An edit is not a verdict, and two decisions for one operation do not fit.
+        edit = {"type": "edit", "edited_action": {"name": "send", "args": {"operation": "x"}}}
+        for answer in ({"decisions": [edit]}, {"decisions": [{"type": "approve"}] * 2}):
+            await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
+            state = await agent.aget_state(CONFIG)
+            [again] = state.interrupts
+            assert again.value["operations"][0]["operation_id"] == op_id
+            op = await saver.ledger.get(op_id)
+            assert op is not None and not op.terminal
+            pending = again
+        assert not tool_messages(state)
+        # The answer by operation id still works, as before.
+        await agent.ainvoke(Command(resume={pending.id: {op_id: {"type": "landed"}}}), CONFIG)
+        op = await saver.ledger.get(op_id)
+    assert op is not None and op.state is State.CONFIRMED
+    assert provider.count_requests("apply") == 1
+
+
+async def test_several_operations_in_one_node_review_answered_in_order(tmp_path: Path) -> None:
+    spec = blind_spec(tmp_path, "graph", calls=2)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        assert [r["args"]["operation"] for r in pending.value["action_requests"]] == ["t1:0", "t1:1"]
+        answer = {"decisions": [{"type": "respond", "message": "eff_1"}, {"type": "reject"}]}
+        await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        ops = [await saver.ledger.get(e["operation_id"]) for e in pending.value["operations"]]
+    assert [op.state for op in ops if op] == [State.CONFIRMED, State.ABANDONED]
+    first, second = tool_messages(state)
+    assert "landed" in first.content and "Receipt: eff_1" in first.content
+    assert second.status == "error" and "rejected by the reviewer" in second.content
+    assert provider.count_requests("apply") == 2
+
+
+def test_answer_schema_takes_both_shapes_and_never_ignore() -> None:
+    """The interrupt's response schema (published to clients such as the server's API)
+    takes the answer by operation id (what ``resume_command`` builds) and the HITL
+    shape, and refuses Agent Inbox's "ignore"."""
+    parsed = EffectAnswer.model_validate({"op_1": {"type": "landed", "receipt": {"ticket": "HD-1"}}})
+    assert parsed.root.root["op_1"].receipt == {"ticket": "HD-1"}  # type: ignore[union-attr]
+    with pytest.raises(Exception, match="validation"):
+        EffectAnswer.model_validate({"decisions": [{"type": "ignore"}]})
