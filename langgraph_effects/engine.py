@@ -779,6 +779,13 @@ class Session:
         if isinstance(answer, EffectAnswer):
             answer = answer.root
         if isinstance(answer, DecisionsAnswer):
+            if self._answered_before(round_no):
+                # Positional answers name no operation: on a re-run LangGraph hands the
+                # ``round_no``-th answer back to whatever question comes ``round_no``-th,
+                # which may list other operations. One that was already applied here is
+                # stale; the operations still open are asked again.
+                log.info("HITL answer %d was applied in an earlier run; not re-applied", round_no)
+                return 0
             if self._approval:
                 approval = approval_answer(answer)
                 if approval is None:
@@ -795,6 +802,16 @@ class Session:
             return await self.approve(answer, round_no=round_no)
         root = answer.root if isinstance(answer, ReviewAnswer) else answer
         return await self.decide(root, round_no=round_no)
+
+    def _answered_before(self, round_no: int) -> bool:
+        """Whether a verdict or approval of round ``round_no`` is already recorded on one of
+        this node's operations (decision ids carry the round)."""
+        prefixes = (f"review:{round_no}:", f"approval:{round_no}:")
+        return any(
+            decision_id.startswith(prefixes)
+            for c in self.calls.values()
+            for decision_id, _ in c.op.decisions
+        )
 
     def approvals(self) -> list[Operation]:
         """Operations waiting for an approval before their first dispatch, in call order."""
