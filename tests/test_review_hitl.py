@@ -182,3 +182,53 @@ def test_answer_schema_takes_both_shapes_and_never_ignore() -> None:
     assert parsed.root.root["op_1"].receipt == {"ticket": "HD-1"}  # type: ignore[union-attr]
     with pytest.raises(Exception, match="validation"):
         EffectAnswer.model_validate({"decisions": [{"type": "ignore"}]})
+
+
+async def test_a_replayed_approval_answer_is_not_read_as_a_review_verdict(tmp_path: Path) -> None:
+    # Agent Inbox answers by position. Round 0 asks for an approval; the approved call
+    # times out after the effect landed, so round 1 asks for a review. On that resume the
+    # node re-runs from the top and LangGraph hands the round-0 answer ("approve") back to
+    # the first question asked, now the review: read as "not landed" it would re-send a
+    # blind effect nobody said was missing.
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, StateGraph
+    from langgraph.graph.message import MessagesState
+
+    from langgraph_effects import Effect, EffectToolNode
+
+    sent: list[str] = []
+
+    @tool
+    def send(to: str) -> str:
+        """Send a message."""
+        sent.append(to)
+        raise TimeoutError("the provider did not answer in time")
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        call = {"name": "send", "args": {"to": "ada"}, "id": "call-1", "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call], id="ai-1")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(approval="always")}))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        graph = builder.compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
+        [approval] = (await graph.aget_state(CONFIG)).interrupts
+        assert approval.value["type"] != "effect_review"
+        await graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+        [review] = (await graph.aget_state(CONFIG)).interrupts
+        assert review.value["type"] == "effect_review"
+        assert sent == ["ada"]
+        landed = {"decisions": [{"type": "respond", "message": '{"id": "r1"}'}]}
+        await graph.ainvoke(Command(resume=landed), CONFIG)
+        state = await graph.aget_state(CONFIG)
+        [op] = await saver.ledger.unresolved() or [None]
+    assert sent == ["ada"]  # never re-sent on the replayed "approve"
+    assert op is None and not state.interrupts
+    [message] = tool_messages(state)
+    assert message.status != "error" and "r1" in str(message.artifact or message.content)
