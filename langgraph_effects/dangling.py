@@ -45,6 +45,23 @@ def _not_executed(tool_call_id: str, tool: str) -> ToolMessage:
     )
 
 
+def _fingerprint(message: BaseMessage) -> str:
+    """What a message says, in a form a checkpoint round trip keeps (tuples come back
+    as lists, so the messages themselves may not compare equal)."""
+    return identity.canonical_json(
+        {
+            "type": message.type,
+            "id": message.id,
+            "content": message.content,
+            "calls": [
+                [c.get("id"), c.get("name"), c.get("args")]
+                for c in getattr(message, "tool_calls", None) or []
+            ],
+            "answers": getattr(message, "tool_call_id", None),
+        }
+    )
+
+
 def unanswered(history: Sequence[BaseMessage]) -> list[tuple[int, Mapping[str, Any]]]:
     """(index of the AIMessage, call) of every tool call no ToolMessage answers.
 
@@ -119,6 +136,13 @@ async def answer_dangling(
             )
         return saved_by_id[checkpoint_id]
 
+    fingerprints: list[str] = []
+
+    def prefix(index: int) -> list[str]:
+        while len(fingerprints) <= index:
+            fingerprints.append(_fingerprint(history[len(fingerprints)]))
+        return fingerprints[: index + 1]
+
     answers: dict[tuple[int, str], Any] = {}
     for index, call in effectful:
         effect = settings.effect_for(call["name"])
@@ -136,7 +160,7 @@ async def answer_dangling(
             if x is None:
                 continue
             before = history_of(x.checkpoint.get("channel_values") or {}, messages_key)
-            if len(before) <= index or list(before[: index + 1]) != list(history[: index + 1]):
+            if len(before) <= index or [_fingerprint(m) for m in before[: index + 1]] != prefix(index):
                 continue  # recorded from another turn (or branch) than this AIMessage's
             turn = await turn_of_saved(
                 saver, x, thread_id=thread_id, namespace=loop_ns, sync=sync_checkpointer

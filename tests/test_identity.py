@@ -137,6 +137,92 @@ def test_functional_crash_always_leaves_the_checkpoint_a_resume_needs(tmp_path: 
     assert provider.count_effects() == {"wf:0": 1}
 
 
+# -- time travel, re-plans and dangling calls (in process, counted at the provider) ------
+
+
+async def _node_graph(spec: TurnSpec, saver: Any) -> tuple[Any, Provider]:
+    from tests.helpers.turns_agent import build
+
+    provider = Provider(spec.provider, "dedup" if spec.contract == "dedup" else "blind")
+    return build(spec, saver, provider), provider
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["node", "agent"])
+async def test_time_travel_to_the_call_replays_and_to_the_model_rebinds(tmp_path: Path, kind: str) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from langgraph_effects import EffectSqliteSaver
+
+    spec = base(tmp_path, kind=kind, ids="unique", contract="blind")
+    config: Any = {"configurable": {"thread_id": spec.thread}}
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        graph, provider = await _node_graph(spec, saver)
+        await graph.ainvoke({"messages": [HumanMessage("remind me")]}, config, durability="sync")
+        assert provider.count_effects() == {"water the plants": 1}
+        history = [s async for s in graph.aget_state_history(config)]
+
+        # To the checkpoint that holds the call: a fork with new task ids, same operation.
+        holding = next(s for s in history if s.next and s.next[0] == "tools")
+        out = await graph.ainvoke(None, holding.config, durability="sync")
+        assert provider.count_effects() == {"water the plants": 1}
+        assert out["messages"][-1].content == "done"
+
+        # To the checkpoint before the model call: the model asks again with fresh ids,
+        # from the very state it answered before, so it never saw the outcome: a re-plan.
+        before_model = next(
+            s
+            for s in history
+            if s.next and s.next[0] == "model" and isinstance(s.values["messages"][-1], HumanMessage)
+        )
+        out = await graph.ainvoke(None, before_model.config, durability="sync")
+        assert provider.count_effects() == {"water the plants": 1}
+        [tool_message] = [m for m in out["messages"] if m.type == "tool"]
+        assert tool_message.artifact["state"] == "confirmed"
+
+        # A new turn asking the same thing is a new intent.
+        await graph.ainvoke({"messages": [HumanMessage("remind me")]}, config, durability="sync")
+        assert provider.count_effects() == {"water the plants": 2}
+
+
+@pytest.mark.asyncio
+async def test_dangling_answers_find_the_sessions_operation_without_message_ids(tmp_path: Path) -> None:
+    """Plain-list state (no message ids), the model repeating ``msg-1``/``call_0``: turn 1
+    completes, turn 2 is killed after its intent. The dangling call of turn 2 is
+    answered from turn 2's operation, not from turn 1's."""
+    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects.checkpoint import ledger_of
+    from langgraph_effects.dangling import answer_dangling
+    from langgraph_effects.engine import Settings
+
+    spec = base(tmp_path, schema="list", ids="repeat", contract="blind")
+    run_turn(spec)
+    run_turn(replace(spec, crash="after_intent"), expect_kill=True)
+    assert effects(spec) == 1
+    ops = dict(operations(spec))
+    [second] = [op_id for op_id, state in ops.items() if state == "pending"]
+    [first] = [op_id for op_id, state in ops.items() if state == "confirmed"]
+
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        config: Any = {"configurable": {"thread_id": spec.thread}}
+        history = (await saver.aget_tuple(config)).checkpoint["channel_values"]["messages"]
+        assert all(m.id is None for m in history if m.type != "ai")
+        ledger = ledger_of(saver)
+        assert ledger is not None
+        patched = await answer_dangling(
+            history,
+            ledger=ledger,
+            settings=Settings.build({}, hash_key=None, lease_seconds=30),
+            config=config,
+            checkpointer=saver,
+        )
+    assert patched is not None and len(patched) == len(history) + 1
+    answer = patched[-1]
+    assert answer.type == "tool" and answer.artifact["operation_id"] == second != first
+    assert "not known yet" in answer.content
+
+
 class _SlowSaver:
     """An in-memory saver whose checkpoint writes take 0.3 s: under ``"async"``
     durability (LangGraph's default) the tasks of the next step start meanwhile."""
