@@ -191,7 +191,12 @@ def _probe(path: str) -> bool | None:
 
 def owner_alive(owner: Owner) -> bool | None:
     """``False`` if the dispatch is provably over, ``True`` if provably still running,
-    ``None`` if we cannot tell (another host): then only the lease's expiry counts."""
+    ``None`` if we cannot tell (another host): then only the lease's expiry counts.
+
+    Without a readable lock file (another user's directory, no runtime directory)
+    a dead process still proves the dispatch over, but a live one proves nothing
+    (its dispatch may have ended): ``None``, so the clock decides as across hosts.
+    """
     if owner.host != _host():
         return None
     if owner.lock:
@@ -207,9 +212,9 @@ def owner_alive(owner: Owner) -> bool | None:
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True
+            return None
         return None
-    return start == owner.started
+    return None if start == owner.started else False
 
 
 def lease_expired(op: Operation, *, now: float | None = None) -> bool:
