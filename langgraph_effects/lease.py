@@ -50,6 +50,19 @@ _held: dict[str, int | None] = {}
 _held_lock = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    # A forked child shares its parent's lock (same open file description): closing its
+    # copies keeps a dead parent's dispatch from looking alive while the child runs.
+    for fd in _held.values():
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @cache
 def _host() -> str:
     # LANGGRAPH_EFFECTS_HOST names the worker's host where hostnames are not unique
