@@ -245,6 +245,7 @@ def lease_expired(op: Operation, *, now: float | None = None) -> bool:
     return not op.lease_live(time.time() if now is None else now)
 
 
+#: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
 Renew = Callable[[], bool]
 
 
@@ -264,9 +265,9 @@ class Heartbeat:
         self._thread = threading.Thread(
             target=self._run, name=f"langgraph-effects-heartbeat-{name}", daemon=True
         )
-        self.beats = 0
 
     def start(self) -> Heartbeat:
+        """Start renewing (every ``interval`` seconds, first after one interval)."""
         self._thread.start()
         return self
 
@@ -275,9 +276,9 @@ class Heartbeat:
             try:
                 if not self._renew():
                     return
-                self.beats += 1
             except Exception as error:  # a missed heartbeat only shortens the lease
                 log.warning("lease heartbeat failed: %s", error)
 
     def stop(self) -> None:
+        """Stop renewing; the thread ends at its next wake-up. Never blocks."""
         self._stop.set()
