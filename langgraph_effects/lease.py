@@ -113,9 +113,28 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+_swept: set[Path] = set()
+
+
+def _sweep(directory: Path) -> None:
+    """Once per process and directory: remove lock files nobody holds any more (left by
+    killed processes whose dispatch no resumer has probed), so they do not pile up."""
+    if directory in _swept:
+        return
+    _swept.add(directory)
+    for path in directory.glob("*.lock"):
+        _probe(str(path))  # removes it when free
+    for path in directory.glob(".*.new"):  # a crash between create and rename
+        with contextlib.suppress(OSError):
+            if time.time() - path.stat().st_mtime > 60:
+                path.unlink()
+
+
 def _hold(token: str) -> str | None:
     """Create ``<runtime dir>/<token>.lock`` already locked; its path, or ``None``."""
     directory = runtime_dir()
+    if directory is not None:
+        _sweep(directory)
     if directory is None:
         with _held_lock:
             _held[token] = None
