@@ -16,6 +16,9 @@ One :class:`Session` serves one node execution (one LangGraph task). It
 The caller (node or middleware) runs the tool itself, so sync and async tools,
 ``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as without
 us; the session only decides whether a call may leave, and remembers what happened.
+The per-call decisions themselves are pure code in :mod:`langgraph_effects.protocol`;
+the session does the I/O they name (ledger reads and writes, liveness probes,
+heartbeats, reconciliation).
 """
 
 from __future__ import annotations

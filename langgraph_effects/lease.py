@@ -50,6 +50,19 @@ _held: dict[str, int | None] = {}
 _held_lock = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    # A forked child shares its parent's lock (same open file description): closing its
+    # copies keeps a dead parent's dispatch from looking alive while the child runs.
+    for fd in _held.values():
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @cache
 def _host() -> str:
     # LANGGRAPH_EFFECTS_HOST names the worker's host where hostnames are not unique
@@ -100,9 +113,28 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+_swept: set[Path] = set()
+
+
+def _sweep(directory: Path) -> None:
+    """Once per process and directory: remove lock files nobody holds any more (left by
+    killed processes whose dispatch no resumer has probed), so they do not pile up."""
+    if directory in _swept:
+        return
+    _swept.add(directory)
+    for path in directory.glob("*.lock"):
+        _probe(str(path))  # removes it when free
+    for path in directory.glob(".*.new"):  # a crash between create and rename
+        with contextlib.suppress(OSError):
+            if time.time() - path.stat().st_mtime > 60:
+                path.unlink()
+
+
 def _hold(token: str) -> str | None:
     """Create ``<runtime dir>/<token>.lock`` already locked; its path, or ``None``."""
     directory = runtime_dir()
+    if directory is not None:
+        _sweep(directory)
     if directory is None:
         with _held_lock:
             _held[token] = None
@@ -191,7 +223,12 @@ def _probe(path: str) -> bool | None:
 
 def owner_alive(owner: Owner) -> bool | None:
     """``False`` if the dispatch is provably over, ``True`` if provably still running,
-    ``None`` if we cannot tell (another host): then only the lease's expiry counts."""
+    ``None`` if we cannot tell (another host): then only the lease's expiry counts.
+
+    Without a readable lock file (another user's directory, no runtime directory)
+    a dead process still proves the dispatch over, but a live one proves nothing
+    (its dispatch may have ended): ``None``, so the clock decides as across hosts.
+    """
     if owner.host != _host():
         return None
     if owner.lock:
@@ -207,9 +244,9 @@ def owner_alive(owner: Owner) -> bool | None:
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True
+            return None
         return None
-    return start == owner.started
+    return None if start == owner.started else False
 
 
 def lease_expired(op: Operation, *, now: float | None = None) -> bool:
@@ -227,6 +264,7 @@ def lease_expired(op: Operation, *, now: float | None = None) -> bool:
     return not op.lease_live(time.time() if now is None else now)
 
 
+#: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
 Renew = Callable[[], bool]
 
 
@@ -246,9 +284,9 @@ class Heartbeat:
         self._thread = threading.Thread(
             target=self._run, name=f"langgraph-effects-heartbeat-{name}", daemon=True
         )
-        self.beats = 0
 
     def start(self) -> Heartbeat:
+        """Start renewing (every ``interval`` seconds, first after one interval)."""
         self._thread.start()
         return self
 
@@ -257,9 +295,9 @@ class Heartbeat:
             try:
                 if not self._renew():
                     return
-                self.beats += 1
             except Exception as error:  # a missed heartbeat only shortens the lease
                 log.warning("lease heartbeat failed: %s", error)
 
     def stop(self) -> None:
+        """Stop renewing; the thread ends at its next wake-up. Never blocks."""
         self._stop.set()

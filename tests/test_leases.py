@@ -289,3 +289,68 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
     assert lose.evidence is not None and lose.evidence["why"] == "owner gone"
     assert lose.at < reserved_until  # taken over inside the reserved lease: no wait
     assert keyed.count_effects() == {"send:0": 1} and blind.count_effects() == {"note:0": 1}
+
+
+# -- same-host liveness, process by process ---------------------------------------------
+
+_HOLDER = """
+import json, sys, time
+from langgraph_effects import lease
+owner = lease.new_owner()
+if sys.argv[1] == "release":
+    lease.release(owner)
+print(json.dumps(owner.to_json()), flush=True)
+time.sleep(600)
+"""
+
+
+def _holder(mode: str) -> tuple[subprocess.Popen[str], Any]:
+    from langgraph_effects.operation import Owner
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    return proc, Owner.from_json(json.loads(proc.stdout.readline()))
+
+
+def test_liveness_follows_the_dispatch_not_the_clock() -> None:
+    """Held while the process runs or is stopped; gone once it is SIGKILLed, or as soon
+    as it released the dispatch although the process lives on."""
+    proc, owner = _holder("hold")
+    try:
+        assert owner.lock is not None and lease.owner_alive(owner) is True
+        proc.send_signal(signal.SIGSTOP)
+        wait_stopped(proc.pid)
+        assert lease.owner_alive(owner) is True  # stopped is not dead
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        assert lease.owner_alive(owner) is False  # the kernel dropped the lock
+        assert not Path(owner.lock).exists()  # and the prober tidied it up
+    finally:
+        proc.kill()
+        proc.wait()
+
+    proc, owner = _holder("release")
+    try:
+        assert proc.poll() is None  # the process is alive ...
+        assert lease.owner_alive(owner) is False  # ... but its dispatch is over
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
+    from langgraph_effects.operation import Owner
+
+    proc, owner = _holder("hold")
+    try:
+        lockless = Owner(host=owner.host, pid=owner.pid, started=owner.started, token="t")
+        assert lease.owner_alive(lockless) is None  # the clock decides
+        recycled = Owner(host=owner.host, pid=owner.pid, started=owner.started + 1, token="t")
+        assert lease.owner_alive(recycled) is False  # another process under that pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lease.owner_alive(lockless) is False  # its process is gone

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -34,9 +35,11 @@ from langgraph_effects import (
 )
 from langgraph_effects.context import current_operation
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.middleware import EffectMiddleware
 from langgraph_effects.node import EffectToolNode
 from langgraph_effects.operation import Operation
 from langgraph_effects.operation import State as OpState
+from langgraph_effects.testing import ScriptedChatModel
 from tests.helpers.agent import State
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -47,7 +50,7 @@ CALLS = [
 ]
 
 
-def build(saver: Any, provider: Provider, *, sync: bool) -> Any:
+def build(saver: Any, provider: Provider, *, sync: bool, middleware: bool = False) -> Any:
     def model(state: State) -> dict[str, Any]:
         if any(isinstance(m, ToolMessage) for m in state["messages"]):
             return {"messages": [AIMessage("done", id="final")]}
@@ -84,10 +87,15 @@ def build(saver: Any, provider: Provider, *, sync: bool) -> Any:
                 time.sleep(0.005)
         return str(interrupt({"question": question}))
 
-    node = EffectToolNode(
-        [open_ticket, ask_human],
-        effects={"open_ticket": Effect(dedup_window=3600), "ask_human": Effect.read_only()},
-    )
+    effects = {"open_ticket": Effect(dedup_window=3600), "ask_human": Effect.read_only()}
+    if middleware:  # create_agent: one task per call, LangGraph runs them side by side
+        return create_agent(
+            ScriptedChatModel(script=lambda messages: model({"messages": list(messages)})["messages"][0]),
+            tools=[open_ticket, ask_human],
+            middleware=[EffectMiddleware(effects)],
+            checkpointer=saver,
+        )
+    node = EffectToolNode([open_ticket, ask_human], effects=effects)
     builder = StateGraph(State)
     builder.add_node("model", model)
     builder.add_node("tools", node)
@@ -134,6 +142,18 @@ def in_flight_at_interrupt(ops: list[Operation]) -> None:
     assert [o.state for o in ops] == [OpState.DISPATCHED] * 2
     for o in ops:
         assert o.owner is not None and lease.owner_alive(o.owner) is True
+
+
+async def test_siblings_of_an_interrupting_call_under_create_agent(tmp_path: Path) -> None:
+    """The same AIMessage through ``create_agent`` + ``EffectMiddleware``."""
+    provider = Provider(tmp_path / "provider.sqlite", "dedup", processing_time=0.3)
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        graph = build(saver, provider, sync=False, middleware=True)
+        first = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
+        assert first["__interrupt__"][0].value == {"question": "which queue?"}
+        final = await graph.ainvoke(Command(resume="queue 7"), CONFIG, durability="sync")
+        check(await saver.ledger.list_operations(OperationQuery()), provider, final)
 
 
 async def test_siblings_in_flight_keep_their_lease_async(tmp_path: Path) -> None:

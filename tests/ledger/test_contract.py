@@ -21,6 +21,7 @@ from langgraph_effects.errors import (
     OperationNotFoundError,
     StaleVersionError,
 )
+from langgraph_effects.ledger import InMemoryLedger
 from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
 from langgraph_effects.operation import (
     TERMINAL,
@@ -383,6 +384,39 @@ async def test_renew_lease_only_for_the_owner_token(ledger: Ledger, make_op: OpF
     assert await ledger.renew_lease("op-missing", "tok-A", lease) is False
     await ledger.transition(op.op_id, succeed(), expected_version=1)
     assert await ledger.renew_lease(op.op_id, "tok-A", lease + 200) is False  # settled
+
+
+async def test_lease_renewer_works_from_another_thread(ledger: Ledger, make_op: OpFactory) -> None:
+    """Heartbeats renew from a thread of their own (the event loop may be blocked)."""
+    renew = ledger.lease_renewer()
+    if renew is None:  # in-process ledgers renew on the event loop
+        assert isinstance(ledger, InMemoryLedger)
+        return
+    op = make_op()
+    lease = time.time() + 30
+    [stored] = await ledger.record_intents([op], change=dispatch("tok-A", lease))
+    assert await asyncio.to_thread(renew, op.op_id, "tok-B", lease + 100) is False
+    assert await asyncio.to_thread(renew, op.op_id, "tok-A", lease + 100) is True
+    renewed = await ledger.get(op.op_id)
+    assert renewed is not None and renewed.lease_expires_at == lease + 100
+    assert renewed.version == stored.version
+
+
+async def test_takeover_loses_to_a_renewed_lease(ledger: Ledger, make_op: OpFactory) -> None:
+    """A takeover compares the lease it saw: a heartbeat in between wins."""
+    op = make_op()
+    lease = time.time() - 1  # already expired by the clock
+    [stored] = await ledger.record_intents([op], change=dispatch("tok-A", lease))
+    lose = Change(Event.LOSE, evidence={"kind": "lease"}, lease_seen=stored.lease_expires_at)
+    assert await ledger.renew_lease(op.op_id, "tok-A", time.time() + 30) is True
+    with pytest.raises(StaleVersionError):
+        await ledger.transition(op.op_id, lose, expected_version=stored.version)
+    assert (await ledger.get(op.op_id)).state is State.DISPATCHED  # type: ignore[union-attr]
+    fresh = await ledger.get(op.op_id)
+    assert fresh is not None
+    lose = dataclasses.replace(lose, lease_seen=fresh.lease_expires_at)
+    lost = await ledger.transition(op.op_id, lose, expected_version=fresh.version)
+    assert lost.state is State.UNKNOWN and lost.owner is None
 
 
 # -- queries ---------------------------------------------------------------------------
