@@ -31,6 +31,7 @@ from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import AuditEntry, OperationQuery
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.operation import Operation, State
+from tests import test_fencing as fencing
 from tests.helpers import pg_agent
 from tests.helpers.pg_agent import PgSpec, spec_json
 from tests.ledger import conftest as ledger_fixtures
@@ -255,14 +256,20 @@ def test_eight_workers_racing_over_fifty_threads_dispatch_each_operation_once(
         assert sorted(m.tool_call_id for m in tool_messages) == [f"call-{i}" for i in range(CALLS)]
         assert all(m.status == "success" and m.artifact["state"] == "confirmed" for m in tool_messages)
 
+    # One runner per thread: workers that resumed a checkpoint another saved past first
+    # were stopped (ThreadConflictError), so no thread forked.
+    assert asyncio.run(fencing.forks(dsn, threads)) == []
+
     # How much racing there was (printed with -s; the assertions above do not depend on it).
     runs = sum(len(out["ran"]) for out in outs)
+    refused = sum(len(out["refused"]) for out in outs)
     waits = sum(out["waits"] for out in outs)
     senders = sum(1 for out in outs if out["sent"])
     print(
         f"\nseed {seed_seconds:.1f}s; race {race_seconds:.1f}s for {WORKERS} workers x {THREADS} "
         f"threads; {runs} resumes found work (of {WORKERS * THREADS} tries, {THREADS} threads), "
-        f"{waits} waits on another worker's live lease, {senders} workers sent something; "
+        f"{waits} waits on another worker's live lease, {refused} runs refused by the one-runner "
+        f"rule, {senders} workers sent something; "
         f"per worker sends {[out['sent'] for out in outs]}"
     )
     assert runs >= THREADS

@@ -46,6 +46,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_effects import _faults, engine
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider, Receipt
 from tests.helpers import agent
 
@@ -206,6 +207,7 @@ async def race(spec: PgSpec) -> dict[str, Any]:
     random.Random(spec.order_seed).shuffle(order)
     ran: list[str] = []
     already_done: list[str] = []
+    refused: list[str] = []
     async with EffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=4) as saver:
         graphs = {thread: build(spec, saver, thread, provider) for thread in order}
         await saver.ledger.get_many(["warm-up"])  # the pool is open and has a connection
@@ -226,9 +228,12 @@ async def race(spec: PgSpec) -> dict[str, Any]:
                 raise SystemExit(
                     f"worker {spec.order_seed}: resuming {thread} took over {spec.invoke_timeout}s"
                 ) from None
-            # Not checked here: a worker that loaded an older checkpoint may still be
-            # writing its own branch of this thread. The test checks every thread's
-            # final state once all workers are done.
+            except ThreadConflictError:
+                # Another worker resumed the same checkpoint and saved first: one runner
+                # per thread, so this run stopped before anything of it landed.
+                refused.append(thread)
+            # Not checked here: the thread's final state (another worker may still be
+            # moving it on). The test checks every thread once all workers are done.
         finished = time.time()
     return {
         "worker": spec.order_seed,
@@ -236,6 +241,7 @@ async def race(spec: PgSpec) -> dict[str, Any]:
         "order": order,
         "ran": ran,
         "already_done": already_done,
+        "refused": refused,
         "sent": CountingProvider.sent,
         "waits": waits,
         "started": started,
