@@ -52,6 +52,7 @@ from .. import _faults
 from ..checkpoint import attach_ledger
 from ..context import current_operation
 from ..contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from ..lease import DEFAULT_LEASE_SECONDS
 from ..ledger.base import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
 from ..node import EffectToolNode
@@ -76,6 +77,7 @@ from .strategies import (
     ReviewCase,
     Strategy,
     register,
+    scenario_tools,
 )
 
 NAME = "EffectToolNode"
@@ -97,7 +99,9 @@ DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, Idempotenc
 ToolOutput = ToolMessage | Command[Any]
 
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
-AMBIGUOUS = frozenset({"B", "C", "timeout", "duplicate", "policy", "lookup-timeout"})
+AMBIGUOUS = frozenset(
+    {"B", "C", "timeout", "duplicate", "policy", "lookup-timeout", "repeated-ids", "two-runners"}
+)
 
 
 # -- the worker side ---------------------------------------------------------------
@@ -156,7 +160,7 @@ def send_tool(ctx: BuildContext) -> BaseTool:
     async def send_notification(operation: str, body: str) -> str:
         """Send one notification."""
         key = current_operation().provider_key if keyed else None
-        receipt = client.send({"operation": operation, "body": body}, key=key)
+        receipt = await client.asend({"operation": operation, "body": body}, key=key)
         return f"sent {receipt.effect_id}"
 
     return send_notification
@@ -191,11 +195,18 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
         return await execute(request)
 
     effect = effect_for(ctx)
+    extra = scenario_tools(ctx)
+    effects = {tool.name: Effect.read_only() for tool in extra}
+    if effect is not None:
+        effects[TOOL_NAME] = effect
+    point = CRASH_POINTS.get(ctx.crash_point)
+    lease = point.lease_seconds if point is not None else None
     return EffectToolNode(
-        [send_tool(ctx)],
-        effects={TOOL_NAME: effect} if effect is not None else {},
+        [send_tool(ctx), *extra],
+        effects=effects,
         handle_tool_errors=True,
         awrap_tool_call=line_up,
+        lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
 
 
@@ -211,10 +222,16 @@ def verdict(effects: Sequence[EffectRecord]) -> dict[str, Any]:
 
 
 def answer_from_provider(case: ReviewCase) -> Any:
-    """Answer every pending effect review with the provider's truth for the operation."""
+    """Answer every pending effect review with the provider's truth for the operation
+    each entry names (the ``operation`` label in its arguments)."""
     pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in case.interrupts]
+
+    def evidence(entry: Mapping[str, Any]) -> list[EffectRecord]:
+        label = (entry.get("args") or {}).get("operation")
+        return [e for e in case.effects if label is None or e.operation == label]
+
     decisions = {
-        entry["operation_id"]: verdict(case.effects)
+        entry["operation_id"]: verdict(evidence(entry))
         for _, value in case.interrupts
         if isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE
         for entry in value.get("operations", ())
