@@ -17,6 +17,7 @@ The counts come from the provider's own records, never from the worker.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -124,7 +125,9 @@ class CellResult:
     provider: str
     crash_point: str
     ours: bool
-    intended: int = 0
+    operations: int = 0  # threads run
+    first_operation: int = 1
+    intended: int = 0  # effects meant (two per thread in some columns)
     faulted: int = 0  # operations whose first attempt was armed
     kills: int = 0  # workers that died by SIGKILL at an armed point
     sends: int = 0  # apply requests the provider received (replays included)
@@ -223,6 +226,7 @@ def run_cell(
     started = time.perf_counter()
     point, strategy = cell.crash_point, cell.strategy
     result = CellResult(strategy.name, cell.provider, point.name, strategy.ours)
+    result.operations, result.first_operation = cell.ops, cell.first_index
     files = CellFiles.under(workdir)
     workdir.mkdir(parents=True, exist_ok=False)
     provider = cell.settings.open(files, cell.provider).setup()
@@ -284,13 +288,18 @@ def run_cell(
 
 
 class _Timing:
-    """How long an unfaulted first attempt takes in this cell (a moving average)."""
+    """How long an unfaulted first attempt takes in this cell: the median of the last
+    few (a worker's first attempt also waits for its graph to be built)."""
 
     def __init__(self) -> None:
-        self.typical = 0.05
+        self.recent: list[float] = []
+
+    @property
+    def typical(self) -> float:
+        return statistics.median(self.recent) if self.recent else 0.05
 
     def observe(self, seconds: float) -> None:
-        self.typical = 0.8 * self.typical + 0.2 * seconds
+        self.recent = [*self.recent[-19:], seconds]
 
 
 def _run_operation(

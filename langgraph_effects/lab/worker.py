@@ -440,7 +440,9 @@ class Driver:
             for handle in handles:
                 handle.process.kill()
             raise WorkerError(f"attempt did not finish within {self._deadline_seconds} s")
-        timeout = 0.05 if self._waiting or self._kill_at else 1.0
+        timeout = 0.05 if self._waiting else 1.0
+        if self._kill_at:
+            timeout = min(timeout, max(0.0, min(self._kill_at.values()) - now))
         if limit is not None:
             timeout = max(0.0, min(timeout, limit - now))
         ready = wait([handles[i].conn for i in active], timeout=timeout)
