@@ -165,6 +165,8 @@ class AttemptFaults:
     lookup_timeout: bool = False
     pause_at: str | None = None
     hold: bool = False
+    announce: bool = False
+    """Tell the lab (without waiting) when the run first reaches the call."""
     kill_after: float | None = None
     """The lab SIGKILLs the worker this many seconds after sending the attempt
     (a random moment: the soak), if it has not finished by then."""
@@ -255,6 +257,8 @@ class Faults:
         place it calls this (``reach("A")`` calls it; a strategy may call it
         earlier, to line its twins up before they decide anything).
         """
+        if self._plan.announce and self._once("announce") and self._conn is not None:
+            self._conn.send(("at", point))
         if self._plan.rendezvous and self._once("rendezvous") and self._conn is not None:
             self._conn.send(("arrived", point))
             reply = self._conn.recv()

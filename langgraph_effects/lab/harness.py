@@ -45,9 +45,12 @@ from .worker import (
 MAX_REVIEW_ROUNDS = 3
 #: Resumes of a thread left with work pending before the lab gives up on it.
 MAX_FINISH_ROUNDS = 3
-#: How long the paused owner's rival may take before the owner is continued anyway
-#: (a rival that rightly waits for the live owner would otherwise wait for ever).
-RIVAL_WAIT_SECONDS = 3.0
+#: How long the paused owner's rival may take to reach the call (a fresh worker
+#: builds its graph first), and then to decide about it, before the owner is
+#: continued anyway (a rival that rightly waits for the live owner would
+#: otherwise wait for ever).
+RIVAL_START_SECONDS = 5.0
+RIVAL_DECIDE_SECONDS = 1.0
 
 #: A soak operation's first attempt: a named crash point, ``random`` (a SIGKILL
 #: from the lab at that fraction of a typical attempt's duration) or ``none``.
@@ -396,10 +399,12 @@ def _paused_owner(workers: _Workers, result: CellResult, first: Attempt) -> list
     result.kills += 1  # counted with the kills: the worker was stopped, then continued
     time.sleep(PAUSE_SECONDS)  # the pause itself: the owner's lease runs out meanwhile
     rival = workers.spawn()
-    resume = _with(first, kind="resume", faults=AttemptFaults(), tolerate=True)
+    resume = _with(first, kind="resume", faults=AttemptFaults(announce=True), tolerate=True)
     rival_run = Driver([(rival, resume)])
-    # The rival may rightly wait for the live owner: continue the owner either way.
-    rival_run.until(lambda: rival_run.done(0), within=RIVAL_WAIT_SECONDS)
+    # The rival may rightly wait for the live owner: continue the owner either way,
+    # once the rival stood at the call long enough to decide about it.
+    rival_run.until(lambda: rival_run.done(0) or 0 in rival_run.reached, within=RIVAL_START_SECONDS)
+    rival_run.until(lambda: rival_run.done(0), within=RIVAL_DECIDE_SECONDS)
     owner.resume_process()
     outcomes = [driver.finish()[0], rival_run.finish()[0]]
     workers.drop_extra()

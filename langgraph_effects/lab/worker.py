@@ -9,8 +9,9 @@ after which the lab forks a replacement to resume the thread.
 Protocol (parent -> worker): an :class:`Attempt`, ``"go"`` after a rendezvous,
 ``None`` to exit. Worker -> parent: ``("done", AttemptReport)``,
 ``("failed", traceback)``, ``("arrived", point)`` at a rendezvous,
-``("crash", point)`` right before the worker SIGKILLs itself and ``("paused",
-point)`` right before it SIGSTOPs itself.
+``("crash", point)`` right before the worker SIGKILLs itself, ``("paused",
+point)`` right before it SIGSTOPs itself and ``("at", point)`` when an attempt
+armed to announce it reaches the call.
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ class _RecoveryFailed(Exception):
     def __init__(self, error: str) -> None:
         super().__init__(error)
         # recover() keeps the error as text; our errors name their class first.
-        self.ours = any(error.startswith(f"{cls.__name__}") for cls in _ours(EffectsError))
+        self.ours = any(error.startswith(f"{cls.__name__}:") for cls in _ours(EffectsError))
 
 
 def _ours(cls: type[BaseException]) -> list[type[BaseException]]:
@@ -390,6 +391,7 @@ class Driver:
         self.handles = [handle for handle, _ in runs]
         self.outcomes: dict[int, Outcome] = {}
         self.paused: set[int] = set()
+        self.reached: set[int] = set()  # attempts that announced they reached the call
         self._waiting: dict[int, float] = {}
         self._kill_at: dict[int, float] = {}
         self._deadline = time.monotonic() + deadline_seconds
@@ -463,6 +465,8 @@ class Driver:
                 self._waiting[i] = time.monotonic()
             elif message[0] == "paused":
                 self.paused.add(i)
+            elif message[0] == "at":
+                self.reached.add(i)
 
 
 def drive(runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0) -> list[Outcome]:
