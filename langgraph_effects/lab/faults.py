@@ -79,6 +79,12 @@ class CrashPoint:
     """Effects each operation is meant to have."""
 
     @property
+    def ambiguous(self) -> bool:
+        """Whether a faulted first attempt leaves an effect its worker never learned
+        the outcome of (the provider applied it: killed at B or C, or a lost response)."""
+        return self.first_kill in ("B", "C") or self.first_timeout
+
+    @property
     def armed(self) -> bool:
         """Whether a faulted operation's first attempt carries a fault at all."""
         return self.first_kill is not None or self.first_timeout or self.pause_at is not None or self.hold

@@ -101,9 +101,7 @@ ToolOutput = ToolMessage | Command[Any]
 #: The soak's pseudo crash point (see ``runner.SOAK_POINT``).
 SOAK = "soak"
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
-AMBIGUOUS = frozenset(
-    {"B", "C", "timeout", "duplicate", "policy", "lookup-timeout", "repeated-ids", "two-runners"}
-)
+AMBIGUOUS = frozenset(name for name, point in CRASH_POINTS.items() if point.ambiguous)
 
 
 # -- the worker side ---------------------------------------------------------------

@@ -559,7 +559,9 @@ def _blind_summary(ours: Sequence[CellResult]) -> str:
     blind = [r for r in ours if r.provider == "blind" and not r.error]
     if not blind:
         return "no blind provider ran"
-    ambiguous = sum(r.faulted for r in blind if r.crash_point not in ("none", "A"))
+    ambiguous = sum(
+        r.faulted for r in blind if r.crash_point in CRASH_POINTS and CRASH_POINTS[r.crash_point].ambiguous
+    )
     reviewed = sum(r.sent_to_review for r in blind)
     resent = sum(r.sends - r.effects for r in blind)
     return (
