@@ -77,6 +77,8 @@ class CrashPoint:
     """The dispatch lease our rows run with in this column (default: the product's)."""
     per_operation: int = 1
     """Effects each operation is meant to have."""
+    group: str = "crashes"
+    """The table the column is printed in (a table of 14 columns is unreadable)."""
 
     @property
     def ambiguous(self) -> bool:
@@ -129,6 +131,7 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             first_kill="B",
             scenario="two-turns",
             per_operation=2,
+            group="identity and ownership",
         ),
         CrashPoint(
             "two-runners",
@@ -139,6 +142,7 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             race=True,
             scenario="follow-up",
             per_operation=2,
+            group="identity and ownership",
         ),
         CrashPoint(
             "paused-owner",
@@ -146,6 +150,7 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             "resumes, then SIGCONT",
             pause_at="A",
             lease_seconds=PAUSE_LEASE,
+            group="identity and ownership",
         ),
         CrashPoint(
             "tool-interrupt",
@@ -154,6 +159,7 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             resumers=0,
             scenario="siblings",
             per_operation=2,
+            group="identity and ownership",
         ),
     )
 }

@@ -162,7 +162,7 @@ class CellResult:
         if self.duplicates:
             problems.append(f"{self.duplicates} duplicate effects")
         if self.missing:
-            problems.append(f"{self.missing} missing operations")
+            problems.append(f"{self.missing} missing effects")
         if self.non_terminal is None:
             problems.append("no audit of non-terminal operations")
         elif self.non_terminal:

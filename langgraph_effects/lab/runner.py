@@ -197,7 +197,14 @@ def _main(args: argparse.Namespace) -> int:
         f"{_ordinal(args.kill_every)} one is faulted, then its thread is resumed. Each cell reads "
         "[bold]effects / missing[/bold], counted from the provider's own records."
     )
-    out.print(render_table(results, points))
+    groups = dict.fromkeys(CRASH_POINTS[p].group for p in points)
+    for group in groups:
+        columns = [p for p in points if CRASH_POINTS[p].group == group]
+        if any(r.crash_point in columns for r in results):
+            table = render_table(results, columns)
+            if len(groups) > 1:
+                table.title, table.title_justify = group, "left"
+            out.print(table)
     for line in legend(results, points):
         out.print(line, style="dim", highlight=False)
     for line in _verdict(results, elapsed, args.jobs):
@@ -513,8 +520,14 @@ def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
         "review N: operations sent to an operator, answered from the provider's records · "
         "n/a: the seed rows never look anything up"
     ]
-    lines.append(" · ".join(f"{p}: {CRASH_POINTS[p].summary}" for p in used if p in CRASH_POINTS))
+    lines.append(" · ".join(f"{p}: {_summary(CRASH_POINTS[p])}" for p in used if p in CRASH_POINTS))
     return lines
+
+
+def _summary(point: CrashPoint) -> str:
+    if point.per_operation > 1:
+        return f"{point.summary} ({point.per_operation} effects meant per thread)"
+    return point.summary
 
 
 def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[str]:
