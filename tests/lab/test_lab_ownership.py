@@ -33,7 +33,9 @@ import pytest
 
 from langgraph_effects.lab.ours import NAME
 from langgraph_effects.lab.providers import KeyInFlight, Provider
-from langgraph_effects.lab.runner import main
+from langgraph_effects.lab.runner import SOAK_FAULTS, main, plan_soak
+from langgraph_effects.lab.strategies import registered
+from langgraph_effects.lab.worker import ProviderSettings
 
 pytestmark = pytest.mark.crash
 
@@ -173,13 +175,26 @@ def test_soak_report_shape(tmp_path: Path) -> None:
         ("blind", 9, 2),
     ]
     assert totals["operations"] == totals["intended"] == 10
-    assert totals["faulted"] == sum(r["faulted"] for r in rows) > 0
-    assert totals["kills"] == sum(r["kills"] for r in rows)
+    # Seed 7 draws 8 faults: B, A, A, A (certain kills) and 4 kills at random moments.
+    assert totals["faulted"] == sum(r["faulted"] for r in rows) == 8
+    assert totals["kills"] == sum(r["kills"] for r in rows) >= 4
     for name in ("duplicates", "missing", "non_terminal", "pending_reviews"):
         assert totals[name] == 0, (name, rows)
     assert code == 0
     words = " ".join(printed.getvalue().split())
     assert "soak: 10 operations" in words and "0 duplicates, 0 missing, 0 left non-terminal" in words
+
+
+def test_the_soak_schedule_is_seeded() -> None:
+    settings = ProviderSettings()
+    strategy = registered()[NAME]
+    first = plan_soak(strategy, 1000, 100, 3, settings)
+    assert [c.schedule for c in first] == [c.schedule for c in plan_soak(strategy, 1000, 100, 3, settings)]
+    assert [c.schedule for c in first] != [c.schedule for c in plan_soak(strategy, 1000, 100, 4, settings)]
+    kinds = [kind for cell in first for kind, _ in cell.schedule or ()]
+    assert set(kinds) == {"none", *SOAK_FAULTS}
+    assert 400 < kinds.count("none") < 600  # about half are left alone
+    assert [c.provider for c in first[:5]] == list(PROVIDERS)
 
 
 def test_soak_refuses_matrix_options() -> None:
