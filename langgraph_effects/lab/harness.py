@@ -328,7 +328,8 @@ def _run_operation(
         base = _with(base, turn=2)
     first = _with(base, faults=cell.first_faults(index, timing.typical))
     if first.faults.pause_at is not None:
-        reports = _paused_owner(workers, result, first)
+        # Continued after a rival had the thread: it may rightly lose it to the rival.
+        reports = _paused_owner(workers, result, _with(first, tolerate=True))
     else:
         began = time.perf_counter()
         outcome = workers.run(first)
@@ -369,7 +370,8 @@ def _resume_after_kill(
             rendezvous=point.resumers > 1,
             rendezvous_at_start=point.race,
         ),
-        tolerate=point.race,
+        # Two runners on one thread: the one that loses it may fail (with our error).
+        tolerate=point.resumers > 1,
     )
     if point.resumers > 1:
         # The second runner: recover() where the strategy keeps a ledger (it is the
