@@ -7,7 +7,7 @@ Each column is a path issue 13 found broken with real processes:
   second turn. Two effects are intended per thread.
 * ``two-runners``: killed at B, then ``recover()`` and a plain resume start at the
   same instant; each runner's model words its follow-up send differently.
-* ``paused-owner``: the worker SIGSTOPs itself at A, past its 1 s lease, while a
+* ``paused-owner``: the worker SIGSTOPs itself at A, past its 0.5 s lease, while a
   second worker resumes the thread; then it is continued (SIGCONT).
 * ``tool-interrupt``: one AIMessage with two sends and a read-only question that
   calls ``interrupt()`` while both sends are still in flight at the provider.
