@@ -41,7 +41,7 @@ Scenario = Literal["single", "two-turns", "follow-up", "siblings"]
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
 PAUSE_LEASE = 0.5
 #: How long the paused worker stays stopped: well past its lease.
-PAUSE_SECONDS = PAUSE_LEASE + 1.0
+PAUSE_SECONDS = PAUSE_LEASE + 0.5
 #: A held send waits at most this long for a later attempt to send too.
 HOLD_SECONDS = 2.0
 

@@ -399,8 +399,8 @@ def _paused_owner(workers: _Workers, result: CellResult, first: Attempt) -> list
         # It never reached the pause point (nothing to send, say): nothing to race.
         return [_finished(driver.outcomes[0], first)]
     result.kills += 1  # counted with the kills: the worker was stopped, then continued
+    rival = workers.spawn()  # builds its graph while the owner is stopped
     time.sleep(PAUSE_SECONDS)  # the pause itself: the owner's lease runs out meanwhile
-    rival = workers.spawn()
     resume = _with(first, kind="resume", faults=AttemptFaults(announce=True), tolerate=True)
     rival_run = Driver([(rival, resume)])
     # The rival may rightly wait for the live owner: continue the owner either way,
