@@ -240,6 +240,7 @@ def run_cell(
         provider_settings=cell.settings,
         crash_point=point.name,
         files=files,
+        effect_saver=strategy.effect_saver,
     )
     workers = _Workers(ctx, spec)
     indices = range(cell.first_index, cell.first_index + cell.ops)

@@ -28,9 +28,11 @@ Crash points map onto the product's own fault points: ``A`` is the engine's
 ``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
 and the lost response (``timeout``) are inside the lab's client.
 
-The ledger lives in the checkpoints' database on its own connection, attached
-to the graph's checkpointer with :func:`~langgraph_effects.attach_ledger`. The
-audit counts operations left non-terminal from that file with plain SQL.
+The graph checkpoints through :class:`~langgraph_effects.EffectSqliteSaver`, as
+this package recommends: the ledger lives in the checkpoints' file on its own
+connection (a strategy run on a plain saver gets one attached with
+:func:`~langgraph_effects.attach_ledger`). The audit counts operations left
+non-terminal from that file with plain SQL.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from .. import _faults
-from ..checkpoint import attach_ledger
+from ..checkpoint import attach_ledger, ledger_of
 from ..context import current_operation
 from ..contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from ..lease import DEFAULT_LEASE_SECONDS
@@ -168,10 +170,12 @@ def send_tool(ctx: BuildContext) -> BaseTool:
 
 async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     """``EffectToolNode`` over the cell's provider, its ledger beside the checkpoints."""
-    ledger = SqliteLedger(await connect(ctx.files.ledger), where=f"sqlite:{ctx.files.ledger}")
-    ctx.exits.push_async_callback(ledger.aclose)
-    await ledger.setup()
-    attach_ledger(ctx.checkpointer, ledger)
+    if ledger_of(ctx.checkpointer) is None:
+        # A plain checkpointer: the ledger goes beside it, in the same file.
+        ledger = SqliteLedger(await connect(ctx.files.ledger), where=f"sqlite:{ctx.files.ledger}")
+        ctx.exits.push_async_callback(ledger.aclose)
+        await ledger.setup()
+        attach_ledger(ctx.checkpointer, ledger)
 
     faults = ctx.faults
 
@@ -322,5 +326,6 @@ STRATEGY = register(
         audit=audit_ledger,
         check=check_cell,
         summary="EffectToolNode with the contract each provider offers (blind: undeclared)",
+        effect_saver=True,
     )
 )

@@ -215,6 +215,9 @@ class Strategy:
         check: the strategy's own invariants beyond 0 duplicates / 0 missing /
             0 non-terminal (e.g. "a blind provider is never re-sent to").
         summary: one line for ``--list``.
+        effect_saver: the graph checkpoints through ``EffectSqliteSaver`` (the
+            ledger in the same file), as this package recommends, instead of
+            LangGraph's plain ``AsyncSqliteSaver``.
     """
 
     name: str
@@ -226,6 +229,7 @@ class Strategy:
     audit: CellAudit | None = None
     check: CellCheck | None = None
     summary: str = ""
+    effect_saver: bool = False
 
     def columns(self) -> tuple[str, ...]:
         """The crash points this strategy runs, in table order."""

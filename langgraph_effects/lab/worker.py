@@ -35,6 +35,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
+from ..checkpoint.sqlite import EffectSqliteSaver
 from ..errors import EffectsError
 from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
 from .providers import Provider, ProviderMode
@@ -73,6 +74,10 @@ class WorkerSpec:
     provider_settings: ProviderSettings
     crash_point: str
     files: CellFiles
+    effect_saver: bool = False
+    """Checkpoints through :class:`~langgraph_effects.EffectSqliteSaver` (the ledger in
+    the same file, and whatever the saver does to keep one runner per thread)
+    instead of LangGraph's plain ``AsyncSqliteSaver``."""
 
 
 @dataclass(frozen=True)
@@ -143,13 +148,21 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
     asyncio.run(_serve(conn, spec))
 
 
+def _saver(spec: WorkerSpec) -> contextlib.AbstractAsyncContextManager[AsyncSqliteSaver]:
+    path = str(spec.files.checkpoints)
+    if spec.effect_saver:
+        return EffectSqliteSaver.from_conn_string(path)
+    return AsyncSqliteSaver.from_conn_string(path)
+
+
 async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
     async with (
-        AsyncSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver,
+        _saver(spec) as saver,
         contextlib.AsyncExitStack() as exits,
     ):
+        await saver.setup()  # an EffectSqliteSaver sets up its ledger here, before recover() reads it
         ctx = BuildContext(
             strategy=spec.strategy,
             provider_mode=spec.provider_mode,
