@@ -37,6 +37,7 @@ from langgraph.types import Command
 
 from ..checkpoint.sqlite import EffectSqliteSaver
 from ..errors import EffectsError
+from ..recovery import recover
 from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
 from .providers import Provider, ProviderMode
 from .strategies import BUILTIN_MODULES, TENANT, BuildContext, CellFiles, ToolsBuilder, lab_graph
@@ -184,7 +185,9 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             conn.send(("failed", traceback.format_exc()))
             return
         while True:
-            # Idle between attempts: blocking here holds nothing the loop needs.
+            # Idle between attempts. Blocking here also holds back what an attempt left
+            # running on the loop (sends still in flight after a sibling interrupted):
+            # they go on with the next attempt, which is when the lab wants them to.
             attempt = conn.recv()
             if attempt is None:
                 break
@@ -273,8 +276,6 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
             # so the request is made again, as its caller would.
             payload = _start_payload(replace(attempt, turn=1))
         elif attempt.kind == "recover":
-            from ..recovery import recover  # only this kind needs it
-
             faults.start()
             report = await recover(
                 graph,
