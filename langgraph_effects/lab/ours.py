@@ -100,6 +100,9 @@ DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, Idempotenc
 
 ToolOutput = ToolMessage | Command[Any]
 
+#: Columns where the first request is still to come (its sender is alive, paused or
+#: still running) when someone else looks at the operation: nobody may send it again.
+IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt"})
 #: The soak's pseudo crash point (see ``runner.SOAK_POINT``).
 SOAK = "soak"
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
@@ -304,6 +307,11 @@ def check_cell(report: CellReport) -> list[str]:
             )
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends to a blind provider")
+    if report.crash_point in IN_FLIGHT and report.sends != report.effects:
+        problems.append(
+            f"the provider got {report.sends} requests for {report.effects} effects: a request "
+            "whose sender was alive was sent again (a dedup provider may hide it, a 409 may not)"
+        )
     if report.crash_point == "policy":
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends under a changed policy version")
