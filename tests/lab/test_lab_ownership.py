@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.lab.ours import NAME
+from langgraph_effects.lab.ours import NAME, check_cell
 from langgraph_effects.lab.providers import KeyInFlight, Provider
 from langgraph_effects.lab.runner import SOAK_FAULTS, main, plan_soak
-from langgraph_effects.lab.strategies import registered
+from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
 from langgraph_effects.lab.worker import ProviderSettings
 
 pytestmark = pytest.mark.crash
@@ -261,3 +261,28 @@ def test_a_held_dedup_request_answers_a_concurrent_one_with_409(tmp_path: Path) 
         first.join(5)
         assert [e.operation for e in provider.effects()] == ["a"]
         assert provider.apply({"operation": "a"}, key="k").replayed
+
+
+def test_a_request_whose_sender_lives_is_never_sent_again() -> None:
+    def report(point: str, sends: int) -> CellReport:
+        return CellReport(
+            files=CellFiles.under(Path("unused")),
+            provider_mode="dedup",
+            crash_point=point,
+            intended=10,
+            faulted=2,
+            kills=2,
+            sends=sends,
+            effects=10,
+            sent_to_review=0,
+            reviews_answered=0,
+            tool_errors=0,
+            audit=AuditCounts(non_terminal=0),
+        )
+
+    for point in ("paused-owner", "tool-interrupt"):
+        assert check_cell(report(point, 10)) == []
+        [problem] = check_cell(report(point, 12))
+        assert "12 requests for 10 effects" in problem
+    # Elsewhere a dedup provider is re-sent to under the same key by design.
+    assert check_cell(report("A", 12)) == []
