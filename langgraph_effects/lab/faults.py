@@ -10,21 +10,40 @@ The points follow the interruption-ledger checklist:
 
 Besides kills, an attempt can be armed to lose a response as a ``TimeoutError``
 (the worker lives on), to wait at a rendezvous at ``A`` so that two workers
-dispatch together, or to have every provider lookup time out.
+dispatch together (or before the run starts, so that two runners race for the
+whole thread), to have every provider lookup time out, to stop itself with
+``SIGSTOP`` at ``A`` (the lab sends ``SIGCONT`` later), or to keep its sends in
+flight at the provider until a later attempt sends too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
 from .providers import EffectRecord, Provider, Receipt, Withdrawn
 
 KILL_POINTS = ("A", "B", "C")
+
+#: What one operation's thread does (see :mod:`.strategies` for the models):
+#: ``single``: one call; ``two-turns``: two turns asking for the same call, the
+#: model repeating its message id and ``call_0``; ``follow-up``: one call, then a
+#: follow-up call whose wording names the worker that planned it; ``siblings``: one
+#: AIMessage with two sends and a read-only question that calls ``interrupt()``.
+Scenario = Literal["single", "two-turns", "follow-up", "siblings"]
+
+#: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
+PAUSE_LEASE = 0.5
+#: How long the paused worker stays stopped: well past its lease.
+PAUSE_SECONDS = PAUSE_LEASE + 0.5
+#: A held send waits at most this long for a later attempt to send too.
+HOLD_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,32 @@ class CrashPoint:
     lookup_timeout: bool = False
     ours_only: bool = False
     """Meaningless for a strategy that never looks anything up (the seed rows)."""
+    scenario: Scenario = "single"
+    race: bool = False
+    """The ``resumers`` start the whole run at the same instant (not at the call),
+    the second one through ``recover()`` where the strategy has a ledger."""
+    pause_at: str | None = None
+    """The first attempt stops itself (``SIGSTOP``) here, for :data:`PAUSE_SECONDS`,
+    while a second worker resumes the thread; then it is continued."""
+    hold: bool = False
+    """The first attempt's sends stay in flight until a later attempt sends."""
+    lease_seconds: float | None = None
+    """The dispatch lease our rows run with in this column (default: the product's)."""
+    per_operation: int = 1
+    """Effects each operation is meant to have."""
+    group: str = "crashes"
+    """The table the column is printed in (a table of 14 columns is unreadable)."""
+
+    @property
+    def ambiguous(self) -> bool:
+        """Whether a faulted first attempt leaves an effect its worker never learned
+        the outcome of (the provider applied it: killed at B or C, or a lost response)."""
+        return self.first_kill in ("B", "C") or self.first_timeout
+
+    @property
+    def armed(self) -> bool:
+        """Whether a faulted operation's first attempt carries a fault at all."""
+        return self.first_kill is not None or self.first_timeout or self.pause_at is not None or self.hold
 
 
 CRASH_POINTS: dict[str, CrashPoint] = {
@@ -79,6 +124,43 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             lookup_timeout=True,
             ours_only=True,
         ),
+        CrashPoint(
+            "repeated-ids",
+            "two turns ask for the same call; the model repeats its message id and call_0; "
+            "killed at B in the second turn",
+            first_kill="B",
+            scenario="two-turns",
+            per_operation=2,
+            group="identity and ownership",
+        ),
+        CrashPoint(
+            "two-runners",
+            "killed at B, then recover() and a plain resume start at the same instant; each "
+            "runner's model plans a different follow-up send",
+            first_kill="B",
+            resumers=2,
+            race=True,
+            scenario="follow-up",
+            per_operation=2,
+            group="identity and ownership",
+        ),
+        CrashPoint(
+            "paused-owner",
+            f"SIGSTOP at A for {PAUSE_SECONDS:g} s (lease {PAUSE_LEASE:g} s) while another worker "
+            "resumes, then SIGCONT",
+            pause_at="A",
+            lease_seconds=PAUSE_LEASE,
+            group="identity and ownership",
+        ),
+        CrashPoint(
+            "tool-interrupt",
+            "a read-only sibling calls interrupt() while two sends are still in flight; resumed",
+            hold=True,
+            resumers=0,
+            scenario="siblings",
+            per_operation=2,
+            group="identity and ownership",
+        ),
     )
 }
 
@@ -90,11 +172,22 @@ class AttemptFaults:
     kill_at: str | None = None
     timeout_after_apply: bool = False
     rendezvous: bool = False
+    rendezvous_at_start: bool = False
+    """Meet before the run starts instead of at the call."""
     lookup_timeout: bool = False
+    pause_at: str | None = None
+    hold: bool = False
+    announce: bool = False
+    """Tell the lab (without waiting) when the run first reaches the call."""
+    kill_after: float | None = None
+    """The lab SIGKILLs the worker this many seconds after sending the attempt
+    (a random moment: the soak), if it has not finished by then."""
 
     def __post_init__(self) -> None:
-        if self.kill_at is not None and self.kill_at not in KILL_POINTS:
-            raise ValueError(f"kill_at must be one of {KILL_POINTS}, not {self.kill_at!r}")
+        for name in ("kill_at", "pause_at"):
+            point = getattr(self, name)
+            if point is not None and point not in KILL_POINTS:
+                raise ValueError(f"{name} must be one of {KILL_POINTS}, not {point!r}")
 
 
 class Faults:
@@ -108,11 +201,60 @@ class Faults:
         self._conn = conn
         self._plan = AttemptFaults()
         self._fired: set[str] = set()
+        # Sends of earlier attempts still held in flight (they outlive their attempt).
+        self._held: list[threading.Event] = []
+        self._held_lock = threading.Lock()
+        self._hold: threading.Event | None = None
+        self._holding = 0
 
     def arm(self, plan: AttemptFaults) -> None:
         """Arm the faults of the next attempt (and disarm the previous ones)."""
         self._plan = plan
         self._fired = set()
+        self._hold = threading.Event() if plan.hold else None
+        self._holding = 0
+        if self._hold is not None:
+            with self._held_lock:
+                self._held.append(self._hold)
+
+    @property
+    def holds(self) -> bool:
+        """Whether this attempt's sends stay in flight (and so must not block the loop)."""
+        return self._hold is not None
+
+    def holder(self) -> Callable[[], None] | None:
+        """For a request of this attempt: a call that keeps it in flight until a later
+        attempt sends, or :data:`HOLD_SECONDS` passed (whoever waits for it must not
+        wait for ever). ``None`` when the attempt holds nothing."""
+        event = self._hold
+        if event is None:
+            return None
+
+        def hold() -> None:
+            with self._held_lock:
+                self._holding += 1
+            event.wait(HOLD_SECONDS)
+
+        return hold
+
+    async def until_held(self, count: int, *, timeout: float = HOLD_SECONDS) -> None:
+        """Wait (on the loop) until ``count`` sends of this attempt are held in flight."""
+        if self._hold is None:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            with self._held_lock:
+                if self._holding >= count:
+                    return
+            await asyncio.sleep(0.005)
+
+    def release_held(self) -> None:
+        """A later attempt sent: the requests earlier attempts hold may land now."""
+        with self._held_lock:
+            held = [event for event in self._held if event is not self._hold]
+            self._held = [event for event in self._held if event is self._hold]
+        for event in held:
+            event.set()
 
     def _once(self, name: str) -> bool:
         if name in self._fired:
@@ -127,6 +269,8 @@ class Faults:
         place it calls this (``reach("A")`` calls it; a strategy may call it
         earlier, to line its twins up before they decide anything).
         """
+        if self._plan.announce and self._once("announce") and self._conn is not None:
+            self._conn.send(("at", point))
         if self._plan.rendezvous and self._once("rendezvous") and self._conn is not None:
             self._conn.send(("arrived", point))
             reply = self._conn.recv()
@@ -143,12 +287,22 @@ class Faults:
         dies by SIGKILL, for real.
         """
         plan = self._plan
-        if point == "A":
+        if point == "A" and not plan.rendezvous_at_start:
             self.meet(point)
+        if point == plan.pause_at and self._once(f"pause-{point}"):
+            # A real stop, as a VM freeze or a debugger would do it: the lab continues it.
+            if self._conn is not None:
+                self._conn.send(("paused", point))
+            os.kill(os.getpid(), signal.SIGSTOP)
         if point == plan.kill_at and self._once(point):
             if self._conn is not None:
                 self._conn.send(("crash", point))
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def start(self) -> None:
+        """The run is about to start: runners armed to race meet here."""
+        if self._plan.rendezvous_at_start:
+            self.meet("start")
 
     def response_lost(self) -> bool:
         """True once per armed attempt: the response should be lost as a timeout."""
@@ -177,11 +331,24 @@ class LabClient:
 
     def send(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
         self.faults.reach("A")
-        receipt = self.provider.apply(payload, key=key)
+        hold = self.faults.holder()
+        try:
+            receipt = self.provider.apply(payload, key=key, hold=hold)
+        finally:
+            if hold is None:
+                # Requests an earlier attempt still holds land now, after this one.
+                self.faults.release_held()
         self.faults.reach("B")
         if self.faults.response_lost():
             raise TimeoutError("the provider did not answer within the deadline")
         return receipt
+
+    async def asend(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
+        """:meth:`send` from async tool code: off the event loop when the attempt holds
+        its sends in flight (the loop must go on, e.g. to surface a sibling's interrupt)."""
+        if self.faults.holds:
+            return await asyncio.to_thread(self.send, payload, key=key)
+        return self.send(payload, key=key)
 
     def get(self, reference: str) -> EffectRecord | Withdrawn | None:
         if self.faults.lookups_time_out:

@@ -4,28 +4,35 @@ Every operation is its own thread. The first attempt of every K-th operation is
 armed with the cell's fault; a killed worker is reaped (its exit must be our
 SIGKILL) and replaced, and the thread is resumed once with
 ``graph.ainvoke(None, config)``, exactly like the seed's single retry (by two
-workers at once in the ``duplicate`` column). If the graph then waits on an
-operator, the strategy's ``answer_review`` answers with the provider's truth.
+workers at once in the ``duplicate`` column; by a plain resume racing
+``recover()`` in ``two-runners``). A worker that stopped itself (``paused-owner``)
+is continued once a second worker had its go at the thread. If the graph then
+waits on an operator, the strategy's ``answer_review`` answers with the
+provider's truth (the lab answers its own questions, ``ask_human``, with yes);
+a thread left with work pending (a runner that lost its race) is resumed until
+it finishes.
 
 The counts come from the provider's own records, never from the worker.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
-from .faults import CRASH_POINTS, AttemptFaults, CrashPoint
+from .faults import CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
-from .strategies import CellFiles, CellReport, ReviewCase, Strategy
+from .strategies import QUESTION_TYPE, CellFiles, CellReport, ReviewCase, Strategy, intended_effects
 from .worker import (
     Attempt,
     AttemptReport,
     Done,
+    Driver,
     Killed,
     ProviderSettings,
     WorkerError,
@@ -36,6 +43,18 @@ from .worker import (
 
 #: Review rounds per operation before the lab gives up and leaves it pending.
 MAX_REVIEW_ROUNDS = 3
+#: Resumes of a thread left with work pending before the lab gives up on it.
+MAX_FINISH_ROUNDS = 3
+#: How long the paused owner's rival may take to reach the call (a fresh worker
+#: builds its graph first), and then to decide about it, before the owner is
+#: continued anyway (a rival that rightly waits for the live owner would
+#: otherwise wait for ever).
+RIVAL_START_SECONDS = 5.0
+RIVAL_DECIDE_SECONDS = 1.0
+
+#: A soak operation's first attempt: a named crash point, ``random`` (a SIGKILL
+#: from the lab at that fraction of a typical attempt's duration) or ``none``.
+SoakFault = tuple[str, float]
 
 
 def operation_label(index: int) -> str:
@@ -55,15 +74,45 @@ class Cell:
     phase: int = 0
     """Operation i is faulted when ``i % kill_every == phase``."""
     settings: ProviderSettings = field(default_factory=ProviderSettings)
+    schedule: tuple[SoakFault, ...] | None = None
+    """The soak: each operation's own fault (overrides the column and ``kill_every``)."""
+    first_index: int = 1
+    """The index of the cell's first operation (soak chunks number on)."""
+    tag: str = ""
+    """Makes the cell's name unique (soak chunks)."""
 
     @property
     def name(self) -> str:
-        return f"{self.strategy.name}--{self.provider}--{self.crash_point.name}"
+        return f"{self.strategy.name}--{self.provider}--{self.crash_point.name}{self.tag}"
 
     def faulted(self, index: int) -> bool:
+        if self.schedule is not None:
+            return self._soak(index)[0] != "none"
+        return self.crash_point.armed and index % self.kill_every == self.phase
+
+    def _soak(self, index: int) -> SoakFault:
+        assert self.schedule is not None
+        return self.schedule[index - self.first_index]
+
+    def first_faults(self, index: int, typical: float) -> AttemptFaults:
+        """What the first attempt of operation ``index`` is armed with (``typical``:
+        seconds a first attempt usually takes, for kills at a random moment)."""
+        if not self.faulted(index):
+            return AttemptFaults()
+        if self.schedule is not None:
+            kind, fraction = self._soak(index)
+            if kind == "random":
+                return AttemptFaults(kill_after=fraction * typical)
+            if kind == "timeout":
+                return AttemptFaults(timeout_after_apply=True)
+            return AttemptFaults(kill_at=kind)
         point = self.crash_point
-        armed = point.first_kill is not None or point.first_timeout
-        return armed and index % self.kill_every == self.phase
+        return AttemptFaults(
+            kill_at=point.first_kill,
+            timeout_after_apply=point.first_timeout,
+            pause_at=point.pause_at,
+            hold=point.hold,
+        )
 
 
 @dataclass
@@ -79,7 +128,9 @@ class CellResult:
     provider: str
     crash_point: str
     ours: bool
-    intended: int = 0
+    operations: int = 0  # threads run
+    first_operation: int = 1
+    intended: int = 0  # effects meant (two per thread in some columns)
     faulted: int = 0  # operations whose first attempt was armed
     kills: int = 0  # workers that died by SIGKILL at an armed point
     sends: int = 0  # apply requests the provider received (replays included)
@@ -93,6 +144,10 @@ class CellResult:
     pending_reviews: int = 0  # operations still waiting when the lab gave up
     non_terminal: int | None = None
     tool_errors: int = 0  # error ToolMessages in the threads' final states
+    refused: int = 0  # runs that failed because another runner had the thread (races)
+    refused_foreign: list[str] = field(default_factory=list)  # refusals not from our errors
+    resumes: int = 0  # extra resumes to finish threads a refused runner left pending
+    random_kills: int = 0  # soak: workers SIGKILLed by the lab at a random moment
     seconds: float = 0.0
     faulted_operations: list[int] = field(default_factory=list)
     audit: dict[str, int] = field(default_factory=dict)  # the strategy's audit details
@@ -107,13 +162,18 @@ class CellResult:
         if self.duplicates:
             problems.append(f"{self.duplicates} duplicate effects")
         if self.missing:
-            problems.append(f"{self.missing} missing operations")
+            problems.append(f"{self.missing} missing effects")
         if self.non_terminal is None:
             problems.append("no audit of non-terminal operations")
         elif self.non_terminal:
             problems.append(f"{self.non_terminal} operations left non-terminal")
         if self.pending_reviews:
             problems.append(f"{self.pending_reviews} reviews left unanswered")
+        if self.refused_foreign:
+            problems.append(
+                f"{len(self.refused_foreign)} runners failed with an error that is not ours "
+                f"(first: {self.refused_foreign[0]})"
+            )
         problems.extend(self.check_failures)
         return problems
 
@@ -138,9 +198,19 @@ class _Workers:
 
     def run(self, attempt: Attempt) -> Done | Killed:
         outcome = drive([(self.current, attempt)])[0]
-        if isinstance(outcome, Killed):
-            self.current = WorkerHandle(self.ctx, self.spec)
+        self.replace_dead()
         return outcome
+
+    def replace_dead(self) -> None:
+        """A new current worker if the lab killed this one (it may have finished first)."""
+        if self.current.killed_by_lab or self.current.crash_point is not None:
+            self.current.close()
+            self.current = WorkerHandle(self.ctx, self.spec)
+
+    def drop_extra(self) -> None:
+        for handle in self.extra:
+            handle.close()
+        self.extra.clear()
 
     def close(self) -> None:
         for handle in [self.current, *self.extra]:
@@ -159,6 +229,7 @@ def run_cell(
     started = time.perf_counter()
     point, strategy = cell.crash_point, cell.strategy
     result = CellResult(strategy.name, cell.provider, point.name, strategy.ours)
+    result.operations, result.first_operation = cell.ops, cell.first_index
     files = CellFiles.under(workdir)
     workdir.mkdir(parents=True, exist_ok=False)
     provider = cell.settings.open(files, cell.provider).setup()
@@ -169,18 +240,23 @@ def run_cell(
         provider_settings=cell.settings,
         crash_point=point.name,
         files=files,
+        effect_saver=strategy.effect_saver,
     )
     workers = _Workers(ctx, spec)
-    labels = [operation_label(i) for i in range(1, cell.ops + 1)]
+    indices = range(cell.first_index, cell.first_index + cell.ops)
+    intended: dict[str, int] = {}
+    timing = _Timing()
     try:
-        for index, label in enumerate(labels, start=1):
-            _run_operation(cell, workers, provider, result, index, label)
+        for index in indices:
+            label = operation_label(index)
+            intended.update(intended_effects(point.scenario, label))
+            _run_operation(cell, workers, provider, result, index, label, timing)
             on_operation()
     except WorkerError as exc:
         result.error = str(exc)
     finally:
         workers.close()
-    tally = provider.tally(labels)
+    tally = provider.tally(intended)
     result.intended = tally.intended
     result.sends, result.lookups = tally.sends, tally.lookups
     result.effects, result.duplicates, result.missing = (
@@ -215,6 +291,21 @@ def run_cell(
     return result
 
 
+class _Timing:
+    """How long an unfaulted first attempt takes in this cell: the median of the last
+    few (a worker's first attempt also waits for its graph to be built)."""
+
+    def __init__(self) -> None:
+        self.recent: list[float] = []
+
+    @property
+    def typical(self) -> float:
+        return statistics.median(self.recent) if self.recent else 0.05
+
+    def observe(self, seconds: float) -> None:
+        self.recent = [*self.recent[-19:], seconds]
+
+
 def _run_operation(
     cell: Cell,
     workers: _Workers,
@@ -222,6 +313,7 @@ def _run_operation(
     result: CellResult,
     index: int,
     label: str,
+    timing: _Timing,
 ) -> None:
     point = cell.crash_point
     base = Attempt(
@@ -231,46 +323,133 @@ def _run_operation(
     if faulted:
         result.faulted += 1
         result.faulted_operations.append(index)
-    first = AttemptFaults(
-        kill_at=point.first_kill if faulted else None,
-        timeout_after_apply=faulted and point.first_timeout,
-    )
-    outcome = workers.run(_with(base, faults=first))
-    if isinstance(outcome, Killed):
-        # Whatever runs after the crash runs in the changed world.
-        base = _with(base, policy_version=2 if point.bump_policy else 1)
-        result.kills += 1
-        if cell.provider == "withdrawn":
-            # The provider's back office withdraws what landed while nobody knew:
-            # its listing now hides it, only a single-item get still tells.
-            for record in provider.effects(label):
-                if not record.withdrawn:
-                    provider.withdraw(record.effect_id)
-        resume = _with(
-            base,
-            kind="resume",
-            faults=AttemptFaults(lookup_timeout=point.lookup_timeout, rendezvous=point.resumers > 1),
-        )
-        if point.resumers > 1:
-            runs = [(workers.current, resume)] + [
-                (workers.spawn(), resume) for _ in range(point.resumers - 1)
-            ]
-            outcomes = drive(runs)
-        else:
-            outcomes = [workers.run(resume)]
-        if any(isinstance(o, Killed) for o in outcomes):
-            raise WorkerError(f"operation {index}: a resumed attempt was killed")
-        reports = [o.report for o in outcomes if isinstance(o, Done)]
-        # The twin of a duplicate delivery has done its job.
-        for handle in workers.extra:
-            handle.close()
-        workers.extra.clear()
+    if point.scenario == "two-turns":
+        # The first turn runs untouched; the fault is in the second, the same request again.
+        _settle(cell, workers, provider, result, base, [_finished(workers.run(base), base)])
+        base = _with(base, turn=2)
+    first = _with(base, faults=cell.first_faults(index, timing.typical))
+    if first.faults.pause_at is not None:
+        # Continued after a rival had the thread: it may rightly lose it to the rival.
+        reports = _paused_owner(workers, result, _with(first, tolerate=True))
     else:
-        reports = [outcome.report]
-    _settle_reviews(cell, workers, provider, result, base, reports)
+        began = time.perf_counter()
+        outcome = workers.run(first)
+        if not faulted:
+            timing.observe(time.perf_counter() - began)
+        if isinstance(outcome, Killed):
+            reports = _resume_after_kill(cell, workers, provider, result, base, outcome)
+        else:
+            reports = [outcome.report]
+    _settle(cell, workers, provider, result, base, reports)
 
 
-def _settle_reviews(
+def _resume_after_kill(
+    cell: Cell,
+    workers: _Workers,
+    provider: Provider,
+    result: CellResult,
+    base: Attempt,
+    outcome: Killed,
+) -> list[AttemptReport]:
+    point = cell.crash_point
+    # Whatever runs after the crash runs in the changed world.
+    base = _with(base, policy_version=2 if point.bump_policy else 1)
+    result.kills += 1
+    if outcome.point == "random":
+        result.random_kills += 1
+    if cell.provider == "withdrawn":
+        # The provider's back office withdraws what landed while nobody knew:
+        # its listing now hides it, only a single-item get still tells.
+        for record in provider.effects():
+            if _of(record.operation, base.operation) and not record.withdrawn:
+                provider.withdraw(record.effect_id)
+    resume = _with(
+        base,
+        kind="resume",
+        faults=AttemptFaults(
+            lookup_timeout=point.lookup_timeout,
+            rendezvous=point.resumers > 1,
+            rendezvous_at_start=point.race,
+        ),
+        # Two runners on one thread: the one that loses it may fail (with our error).
+        tolerate=point.resumers > 1,
+    )
+    if point.resumers > 1:
+        # The second runner: recover() where the strategy keeps a ledger (it is the
+        # product's own resume path), else a plain resume like the first.
+        rival = _with(resume, kind="recover") if point.race and cell.strategy.ours else resume
+        runs = [(workers.current, resume)] + [(workers.spawn(), rival) for _ in range(point.resumers - 1)]
+        outcomes = drive(runs)
+    else:
+        outcomes = [workers.run(resume)]
+    if any(isinstance(o, Killed) for o in outcomes):
+        raise WorkerError(f"operation {base.index}: a resumed attempt was killed")
+    # The twin of a duplicate delivery has done its job.
+    workers.drop_extra()
+    return [o.report for o in outcomes if isinstance(o, Done)]
+
+
+def _paused_owner(workers: _Workers, result: CellResult, first: Attempt) -> list[AttemptReport]:
+    """The first worker stops itself at its pause point (SIGSTOP, same host, provably
+    alive); once its lease is long over a second worker resumes the thread; then the
+    first one is continued, and both run to their end."""
+    owner = workers.current
+    driver = Driver([(owner, first)])
+    driver.until(lambda: driver.done(0) or (0 in driver.paused and owner.stopped()))
+    if driver.done(0):
+        # It never reached the pause point (nothing to send, say): nothing to race.
+        return [_finished(driver.outcomes[0], first)]
+    result.kills += 1  # counted with the kills: the worker was stopped, then continued
+    rival = workers.spawn()  # builds its graph while the owner is stopped
+    time.sleep(PAUSE_SECONDS)  # the pause itself: the owner's lease runs out meanwhile
+    resume = _with(first, kind="resume", faults=AttemptFaults(announce=True), tolerate=True)
+    rival_run = Driver([(rival, resume)])
+    # The rival may rightly wait for the live owner: continue the owner either way,
+    # once the rival stood at the call long enough to decide about it.
+    rival_run.until(lambda: rival_run.done(0) or 0 in rival_run.reached, within=RIVAL_START_SECONDS)
+    rival_run.until(lambda: rival_run.done(0), within=RIVAL_DECIDE_SECONDS)
+    owner.resume_process()
+    outcomes = [driver.finish()[0], rival_run.finish()[0]]
+    workers.drop_extra()
+    return [_finished(o, first) for o in outcomes]
+
+
+def _answer(cell: Cell, provider: Provider, base: Attempt, report: AttemptReport) -> tuple[Any, bool]:
+    """The value for ``Command(resume=...)``: the lab's own questions are answered yes,
+    the reviews by the strategy (as an operator who checked the provider). Also
+    whether there were reviews among them."""
+    questions = [(i, v) for i, v in report.interrupts if _is_question(v)]
+    reviews = [(i, v) for i, v in report.interrupts if not _is_question(v)]
+    answers: dict[str, Any] = {interrupt_id: "yes" for interrupt_id, _ in questions}
+    if reviews and cell.strategy.answer_review is not None:
+        case = ReviewCase(
+            operation=base.operation,
+            thread_id=base.thread_id,
+            provider_mode=cell.provider,
+            crash_point=cell.crash_point.name,
+            interrupts=reviews,
+            effects=[r for r in provider.effects() if _of(r.operation, base.operation)],
+        )
+        value = cell.strategy.answer_review(case)
+        if isinstance(value, Mapping) and all(i in value for i, _ in reviews):
+            answers.update(value)
+        elif not questions:
+            return value, True
+    elif reviews:
+        return None, True
+    return answers, bool(reviews)
+
+
+def _of(label: str, operation: str) -> bool:
+    """Whether an effect's label belongs to the operation (its follow-up and siblings too)."""
+    return label == operation or label.startswith(operation + "/")
+
+
+def _is_question(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == QUESTION_TYPE
+
+
+def _settle(
     cell: Cell,
     workers: _Workers,
     provider: Provider,
@@ -278,30 +457,40 @@ def _settle_reviews(
     base: Attempt,
     reports: list[AttemptReport],
 ) -> None:
-    """Answer the operation's interrupts as an operator who checked the provider."""
-    if not any(r.interrupts for r in reports):
+    """Run the operation's thread to its end: answer its interrupts (the lab's
+    questions; reviews as an operator who checked the provider) and resume it while
+    work is pending (a runner that lost its race leaves it so)."""
+    for report in reports:
+        if report.refused is not None:
+            result.refused += 1
+            if not report.refused_ours:
+                result.refused_foreign.append(report.refused)
+    if not any(r.interrupts for r in reports) and all(r.finished for r in reports):
         # Each report describes the whole thread: count its error messages once.
         result.tool_errors += max(r.tool_errors for r in reports)
         return
-    result.sent_to_review += 1
-    answer = cell.strategy.answer_review
-    # Two resumers may report the same interrupt: ask the thread what is pending.
+    # Two runners may report the same interrupt: ask the thread what is pending.
     report = _finished(workers.run(_with(base, kind="inspect")), base)
-    rounds = 0
-    while report.interrupts and answer is not None and rounds < MAX_REVIEW_ROUNDS:
-        rounds += 1
-        case = ReviewCase(
-            operation=base.operation,
-            thread_id=base.thread_id,
-            provider_mode=cell.provider,
-            crash_point=cell.crash_point.name,
-            interrupts=report.interrupts,
-            effects=provider.effects(base.operation),
-        )
-        value = answer(case)
-        result.reviews_answered += 1
-        report = _finished(workers.run(_with(base, kind="answer", resume=value)), base)
-    if report.interrupts:
+    reviewed, rounds, resumes = False, 0, 0
+    while True:
+        if report.interrupts:
+            if rounds >= MAX_REVIEW_ROUNDS:
+                break
+            value, has_reviews = _answer(cell, provider, base, report)
+            reviewed = reviewed or has_reviews
+            if value is None:
+                break  # a review nobody can answer: left pending
+            rounds += 1
+            result.reviews_answered += int(has_reviews)
+            report = _finished(workers.run(_with(base, kind="answer", resume=value)), base)
+        elif not report.finished and resumes < MAX_FINISH_ROUNDS:
+            resumes += 1
+            result.resumes += 1
+            report = _finished(workers.run(_with(base, kind="resume")), base)
+        else:
+            break
+    result.sent_to_review += int(reviewed)
+    if any(not _is_question(v) for _, v in report.interrupts):
         result.pending_reviews += 1
     result.tool_errors += report.tool_errors
 

@@ -28,9 +28,11 @@ Crash points map onto the product's own fault points: ``A`` is the engine's
 ``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
 and the lost response (``timeout``) are inside the lab's client.
 
-The ledger lives in the checkpoints' database on its own connection, attached
-to the graph's checkpointer with :func:`~langgraph_effects.attach_ledger`. The
-audit counts operations left non-terminal from that file with plain SQL.
+The graph checkpoints through :class:`~langgraph_effects.EffectSqliteSaver`, as
+this package recommends: the ledger lives in the checkpoints' file on its own
+connection (a strategy run on a plain saver gets one attached with
+:func:`~langgraph_effects.attach_ledger`). The audit counts operations left
+non-terminal from that file with plain SQL.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from .. import _faults
-from ..checkpoint import attach_ledger
+from ..checkpoint import attach_ledger, ledger_of
 from ..context import current_operation
 from ..contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from ..lease import DEFAULT_LEASE_SECONDS
 from ..ledger.base import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
 from ..node import EffectToolNode
@@ -76,6 +79,7 @@ from .strategies import (
     ReviewCase,
     Strategy,
     register,
+    scenario_tools,
 )
 
 NAME = "EffectToolNode"
@@ -96,8 +100,13 @@ DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, Idempotenc
 
 ToolOutput = ToolMessage | Command[Any]
 
+#: Columns where the first request is still to come (its sender is alive, paused or
+#: still running) when someone else looks at the operation: nobody may send it again.
+IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt"})
+#: The soak's pseudo crash point (see ``runner.SOAK_POINT``).
+SOAK = "soak"
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
-AMBIGUOUS = frozenset({"B", "C", "timeout", "duplicate", "policy", "lookup-timeout"})
+AMBIGUOUS = frozenset(name for name, point in CRASH_POINTS.items() if point.ambiguous)
 
 
 # -- the worker side ---------------------------------------------------------------
@@ -156,7 +165,7 @@ def send_tool(ctx: BuildContext) -> BaseTool:
     async def send_notification(operation: str, body: str) -> str:
         """Send one notification."""
         key = current_operation().provider_key if keyed else None
-        receipt = client.send({"operation": operation, "body": body}, key=key)
+        receipt = await client.asend({"operation": operation, "body": body}, key=key)
         return f"sent {receipt.effect_id}"
 
     return send_notification
@@ -164,10 +173,12 @@ def send_tool(ctx: BuildContext) -> BaseTool:
 
 async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     """``EffectToolNode`` over the cell's provider, its ledger beside the checkpoints."""
-    ledger = SqliteLedger(await connect(ctx.files.ledger), where=f"sqlite:{ctx.files.ledger}")
-    ctx.exits.push_async_callback(ledger.aclose)
-    await ledger.setup()
-    attach_ledger(ctx.checkpointer, ledger)
+    if ledger_of(ctx.checkpointer) is None:
+        # A plain checkpointer: the ledger goes beside it, in the same file.
+        ledger = SqliteLedger(await connect(ctx.files.ledger), where=f"sqlite:{ctx.files.ledger}")
+        ctx.exits.push_async_callback(ledger.aclose)
+        await ledger.setup()
+        attach_ledger(ctx.checkpointer, ledger)
 
     faults = ctx.faults
 
@@ -191,11 +202,18 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
         return await execute(request)
 
     effect = effect_for(ctx)
+    extra = scenario_tools(ctx)
+    effects = {tool.name: Effect.read_only() for tool in extra}
+    if effect is not None:
+        effects[TOOL_NAME] = effect
+    point = CRASH_POINTS.get(ctx.crash_point)
+    lease = point.lease_seconds if point is not None else None
     return EffectToolNode(
-        [send_tool(ctx)],
-        effects={TOOL_NAME: effect} if effect is not None else {},
+        [send_tool(ctx), *extra],
+        effects=effects,
         handle_tool_errors=True,
         awrap_tool_call=line_up,
+        lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
 
 
@@ -211,10 +229,16 @@ def verdict(effects: Sequence[EffectRecord]) -> dict[str, Any]:
 
 
 def answer_from_provider(case: ReviewCase) -> Any:
-    """Answer every pending effect review with the provider's truth for the operation."""
+    """Answer every pending effect review with the provider's truth for the operation
+    each entry names (the ``operation`` label in its arguments)."""
     pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in case.interrupts]
+
+    def evidence(entry: Mapping[str, Any]) -> list[EffectRecord]:
+        label = (entry.get("args") or {}).get("operation")
+        return [e for e in case.effects if label is None or e.operation == label]
+
     decisions = {
-        entry["operation_id"]: verdict(case.effects)
+        entry["operation_id"]: verdict(evidence(entry))
         for _, value in case.interrupts
         if isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE
         for entry in value.get("operations", ())
@@ -266,8 +290,9 @@ def check_cell(report: CellReport) -> list[str]:
     """Our invariants beyond 0 duplicates / 0 missing / 0 left non-terminal."""
     problems = []
     details = report.audit.details if report.audit is not None else {}
+    # The soak's faults are drawn at random (and land anywhere): no fixed review count.
     expected = expected_reviews(report.provider_mode, report.crash_point, report.faulted)
-    if report.sent_to_review != expected:
+    if report.crash_point != SOAK and report.sent_to_review != expected:
         problems.append(
             f"{report.sent_to_review} operations sent to review, expected {expected} "
             "(an operator is asked exactly when evidence cannot settle it)"
@@ -282,6 +307,11 @@ def check_cell(report: CellReport) -> list[str]:
             )
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends to a blind provider")
+    if report.crash_point in IN_FLIGHT and report.sends != report.effects:
+        problems.append(
+            f"the provider got {report.sends} requests for {report.effects} effects: a request "
+            "whose sender was alive was sent again (a dedup provider may hide it, a 409 may not)"
+        )
     if report.crash_point == "policy":
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends under a changed policy version")
@@ -304,5 +334,6 @@ STRATEGY = register(
         audit=audit_ledger,
         check=check_cell,
         summary="EffectToolNode with the contract each provider offers (blind: undeclared)",
+        effect_saver=True,
     )
 )

@@ -297,13 +297,24 @@ class Provider:
 
     # -- the provider's API ---------------------------------------------------
 
-    def apply(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
+    def apply(
+        self,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        hold: Callable[[], None] | None = None,
+    ) -> Receipt:
         """Apply one effect.
 
         ``key`` is the idempotency key (``dedup``) or our reference
         (``lookup``/``lagging``/``withdrawn``); ``blind`` takes none. A payload
         with a true ``"reject"`` field is refused with :class:`ProviderRejected`
         and applies nothing (a 422).
+
+        ``hold`` keeps the request in flight at the provider until it returns:
+        a dedup provider calls it after claiming the key (a concurrent request
+        with that key then gets :class:`KeyInFlight`), the others before the
+        effect is stored (a lookup meanwhile finds nothing).
         """
         if self.mode in KEYED_MODES and not key:
             raise ValueError(f"a {self.mode} provider needs a key/reference")
@@ -311,9 +322,11 @@ class Provider:
             raise Unsupported("a blind provider takes no key")
         body = canonical_json(dict(payload))
         if self.mode != "dedup":
+            if hold is not None:
+                hold()
             return self._apply_plain(payload, body, key)
         assert key is not None
-        return self._apply_dedup(payload, body, key)
+        return self._apply_dedup(payload, body, key, hold)
 
     def get(self, reference: str) -> EffectRecord | Withdrawn | None:
         """The record carrying ``reference``, at once; ``None`` if there is none (404).
@@ -405,16 +418,20 @@ class Provider:
             raise ProviderRejected("the provider rejected the payload (422)")
         return receipt
 
-    def _apply_dedup(self, payload: Mapping[str, Any], body: str, key: str) -> Receipt:
+    def _apply_dedup(
+        self, payload: Mapping[str, Any], body: str, key: str, hold: Callable[[], None] | None = None
+    ) -> Receipt:
         digest = args_hash(payload)
         with self._transaction() as db:
             decision = self._claim(db, key, digest)
             request_id = self._log(db, "apply", key, body, _outcome_name(decision))
-            if isinstance(decision, _Claim) and self.processing_time <= 0:
+            if isinstance(decision, _Claim) and self.processing_time <= 0 and hold is None:
                 # Claim and effect in one transaction: no in-flight window at all.
                 decision = self._complete(db, payload, body, key, request_id)
         if isinstance(decision, _Claim):
             time.sleep(self.processing_time)
+            if hold is not None:
+                hold()
             with self._transaction() as db:
                 decision = self._complete(db, payload, body, key, request_id)
         if isinstance(decision, BaseException):
@@ -496,28 +513,30 @@ class Provider:
             row = db.execute("SELECT COUNT(*) FROM requests WHERE kind = ?", (kind,)).fetchone()
         return int(row[0])
 
-    def tally(self, intended: Sequence[str]) -> Tally:
-        """Compare the provider's records with the intended operation labels.
+    def tally(self, intended: Sequence[str] | Mapping[str, int]) -> Tally:
+        """Compare the provider's records with the intended effects.
 
-        ``duplicates`` counts every effect beyond the first of an operation (and
-        any effect of an operation nobody intended); ``missing`` counts intended
-        operations with no effect at all.
+        ``intended`` names the operation labels, each meant to take effect once,
+        or maps each label to how many effects were meant (two turns asking for
+        the same thing mean two). ``duplicates`` counts every effect beyond the
+        intended number of its label (and any effect of a label nobody
+        intended); ``missing`` counts intended effects that never happened.
         """
         per_operation = self.count_effects()
-        wanted = set(intended)
+        wanted = dict(intended) if isinstance(intended, Mapping) else dict.fromkeys(intended, 1)
         effects = sum(per_operation.values())
-        landed = sum(1 for op in wanted if per_operation.get(op, 0) > 0)
+        kept = sum(min(per_operation.get(op, 0), n) for op, n in wanted.items())
         db = self._connection()
         withdrawn = int(
             db.execute("SELECT COUNT(*) FROM effects WHERE withdrawn_at IS NOT NULL").fetchone()[0]
         )
         return Tally(
-            intended=len(wanted),
+            intended=sum(wanted.values()),
             sends=self.count_requests("apply"),
             lookups=self.count_requests("get") + self.count_requests("list"),
             effects=effects,
-            duplicates=effects - landed,
-            missing=len(wanted) - landed,
+            duplicates=effects - kept,
+            missing=sum(wanted.values()) - kept,
             withdrawn=withdrawn,
             per_operation=per_operation,
         )

@@ -10,6 +10,15 @@ only rows of this package decide the exit code:
 * 2: usage error (unknown option, strategy or crash point);
 * 5: a cell could not be run: a worker died where nothing was injected, or an
   attempt raised (a bug, as the console's exit code 5).
+
+``--soak N`` runs N operations of ours instead, spread over the built-in
+providers, each faulted or not by a seeded draw: killed at A, B or C, a lost
+response, or SIGKILLed by the lab at a random moment of its first attempt. It
+reports duplicates, missing effects and operations left open, with the same
+exit codes.
+
+Every finished cell prints one line to stderr, also when it is not a terminal
+(CI logs).
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .faults import CRASH_POINTS
-from .harness import Cell, CellResult, crash_point, run_cell
+from .faults import CRASH_POINTS, CrashPoint
+from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
+from .providers import MODES
 from .strategies import Strategy, registered
 from .worker import ProviderSettings, context
 
@@ -78,7 +88,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags")
     parser.add_argument("--list", action="store_true", help="list strategies and crash points, then exit")
+    parser.add_argument(
+        "--soak",
+        type=int,
+        metavar="N",
+        help="instead of the matrix: N operations of ours across the built-in providers, "
+        "faulted at random (seeded by --seed, default 0): kills at A/B/C, lost responses, "
+        "SIGKILLs at a random moment. Exit 1 on any duplicate, missing or open operation",
+    )
+    parser.add_argument(
+        "--soak-chunk",
+        type=int,
+        default=SOAK_CHUNK,
+        metavar="M",
+        help=f"operations per soak cell (each on fresh files; {SOAK_CHUNK})",
+    )
     return parser
+
+
+#: Operations per soak cell: small enough for a progress line every few seconds.
+SOAK_CHUNK = 100
+#: Share of soak operations whose first attempt is faulted.
+SOAK_FAULTED = 0.5
+#: What a faulted soak operation gets, drawn uniformly (``random`` thrice as often:
+#: a kill at a random moment reaches places no named point does).
+SOAK_FAULTS = ("A", "B", "C", "timeout", "random", "random", "random")
+SOAK_POINT = CrashPoint("soak", "seeded random faults: kills at A/B/C, lost responses, random-moment kills")
 
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_BROKEN_CELL = 0, 1, 2, 5
@@ -143,6 +178,8 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.ops < 1 or args.kill_every < 1 or args.jobs < 1:
         raise _Usage("--ops, --kill-every and --jobs must be at least 1")
+    if args.soak is not None:
+        return _soak(args, out, available)
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
@@ -153,22 +190,21 @@ def _main(args: argparse.Namespace) -> int:
     if not cells:
         raise _Usage("nothing to run: no chosen strategy supports the chosen crash points")
 
-    base = args.workdir or Path(tempfile.mkdtemp(prefix="lge-lab-", dir=_scratch_dir()))
-    rundir = base / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
-    started = time.perf_counter()
-    try:
-        results = _run(cells, rundir, args.jobs)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(base, ignore_errors=True)
-    elapsed = time.perf_counter() - started
+    results, elapsed, rundir = _run_in_workdir(args, cells)
 
     out.print(
         f"[bold]Crash lab[/bold]: {args.ops} operations per cell; the first attempt of every "
         f"{_ordinal(args.kill_every)} one is faulted, then its thread is resumed. Each cell reads "
         "[bold]effects / missing[/bold], counted from the provider's own records."
     )
-    out.print(render_table(results, points))
+    groups = dict.fromkeys(CRASH_POINTS[p].group for p in points)
+    for group in groups:
+        columns = [p for p in points if CRASH_POINTS[p].group == group]
+        if any(r.crash_point in columns for r in results):
+            table = render_table(results, columns)
+            if len(groups) > 1:
+                table.title, table.title_justify = group, "left"
+            out.print(table)
     for line in legend(results, points):
         out.print(line, style="dim", highlight=False)
     for line in _verdict(results, elapsed, args.jobs):
@@ -178,6 +214,160 @@ def _main(args: argparse.Namespace) -> int:
     if any(r.error for r in results):
         return EXIT_BROKEN_CELL
     return EXIT_VIOLATED if any(r.ours and r.violations() for r in results) else EXIT_OK
+
+
+def _run_in_workdir(args: argparse.Namespace, cells: Sequence[Cell]) -> tuple[list[CellResult], float, Path]:
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="lge-lab-", dir=_scratch_dir()))
+    rundir = base / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
+    started = time.perf_counter()
+    try:
+        results = _run(cells, rundir, args.jobs)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    return results, time.perf_counter() - started, rundir
+
+
+def soak_schedule(rng: random.Random, ops: int) -> tuple[SoakFault, ...]:
+    """Each operation's fault: ``none`` for about half, else one of :data:`SOAK_FAULTS`
+    (with the moment, a fraction of a typical attempt, for ``random``)."""
+    return tuple(
+        (rng.choice(SOAK_FAULTS) if rng.random() < SOAK_FAULTED else "none", rng.random()) for _ in range(ops)
+    )
+
+
+def plan_soak(
+    strategy: Strategy, total: int, chunk: int, seed: int, settings: ProviderSettings
+) -> list[Cell]:
+    """The soak's cells: ``total`` operations in chunks, the providers taking turns."""
+    rng = random.Random(seed)
+    cells = []
+    first = 1
+    for number in range((total + chunk - 1) // chunk):
+        ops = min(chunk, total - first + 1)
+        provider = strategy.providers[number % len(strategy.providers)]
+        cells.append(
+            Cell(
+                strategy,
+                provider,
+                SOAK_POINT,
+                ops,
+                kill_every=1,
+                settings=settings,
+                schedule=soak_schedule(rng, ops),
+                first_index=first,
+                tag=f"--{number:05d}",
+            )
+        )
+        first += ops
+    return cells
+
+
+def _soak(args: argparse.Namespace, out: Console, available: dict[str, Strategy]) -> int:
+    if args.soak < 1 or args.soak_chunk < 1:
+        raise _Usage("--soak and --soak-chunk must be at least 1")
+    if args.strategies is not None or args.crash_points is not None:
+        raise _Usage("--soak runs our strategy with random faults: drop --strategies/--crash-points")
+    ours = [s for s in available.values() if s.ours and set(MODES) <= set(s.providers)]
+    if not ours:
+        raise _Usage("no strategy of ours runs every built-in provider")
+    seed = 0 if args.seed is None else args.seed
+    cells = plan_soak(ours[0], args.soak, args.soak_chunk, seed, ProviderSettings(lag=args.lag))
+    results, elapsed, rundir = _run_in_workdir(args, cells)
+    totals = soak_totals(results)
+    out.print(render_soak(results))
+    failed = [r for r in results if r.violations() or r.error]
+    for r in failed[:20]:
+        why = r.error.strip().splitlines()[-1] if r.error else "; ".join(r.violations())
+        out.print(f"[bold red]FAIL[/bold red] {r.provider} operations {_span(r)}: {why}", highlight=False)
+    verdict = (
+        f"soak: {totals['operations']} operations, {totals['faulted']} faulted "
+        f"({totals['kills']} killed, {totals['random_kills']} of them at a random moment): "
+        f"{totals['duplicates']} duplicates, {totals['missing']} missing, "
+        f"{totals['non_terminal']} left non-terminal, {totals['pending_reviews']} reviews unanswered "
+        f"({totals['sent_to_review']} sent to review) · seed {seed} · {elapsed:.1f} s"
+    )
+    out.print(f"[bold red]{verdict}[/bold red]" if failed else f"[green]{verdict}[/green]", highlight=False)
+    if args.json is not None:
+        document = {
+            "soak": {
+                "operations": args.soak,
+                "chunk": args.soak_chunk,
+                "seed": seed,
+                "seconds": round(elapsed, 3),
+            },
+            "totals": totals,
+            "workdir": str(rundir) if args.workdir else None,
+            "rows": [r.to_json() for r in results],
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    if any(r.error for r in results):
+        return EXIT_BROKEN_CELL
+    return EXIT_VIOLATED if failed else EXIT_OK
+
+
+def _span(result: CellResult) -> str:
+    return f"{result.first_operation}-{result.first_operation + result.operations - 1}"
+
+
+def soak_totals(results: Sequence[CellResult]) -> dict[str, int]:
+    """The soak's sums over its cells (the counts its verdict and exit code rest on)."""
+    fields = (
+        "intended",
+        "faulted",
+        "kills",
+        "random_kills",
+        "sends",
+        "effects",
+        "duplicates",
+        "missing",
+        "sent_to_review",
+        "pending_reviews",
+        "tool_errors",
+    )
+    totals = {name: sum(int(getattr(r, name)) for r in results) for name in fields}
+    totals["operations"] = sum(r.operations for r in results)
+    totals["non_terminal"] = sum(r.non_terminal or 0 for r in results)
+    totals["cells_failed"] = sum(1 for r in results if r.error or r.violations())
+    return totals
+
+
+def render_soak(results: Sequence[CellResult]) -> Table:
+    """One row per provider: what the soak did to it and what its records say."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="soak", title_justify="left")
+    columns = (
+        "provider",
+        "operations",
+        "faulted",
+        "killed",
+        "random",
+        "effects",
+        "dup",
+        "missing",
+        "open",
+        "review",
+    )
+    for name in columns:
+        table.add_column(name, justify="left" if name == "provider" else "right")
+    for provider in dict.fromkeys(r.provider for r in results):
+        rows = [r for r in results if r.provider == provider]
+        sums = soak_totals(rows)
+        bad = sums["duplicates"] or sums["missing"] or sums["non_terminal"] or sums["cells_failed"]
+        table.add_row(
+            provider,
+            str(sums["operations"]),
+            str(sums["faulted"]),
+            str(sums["kills"]),
+            str(sums["random_kills"]),
+            str(sums["effects"]),
+            str(sums["duplicates"]),
+            str(sums["missing"]),
+            str(sums["non_terminal"]),
+            str(sums["sent_to_review"]),
+            style="bold red" if bad else None,
+        )
+    return table
 
 
 def _scratch_dir() -> str | None:
@@ -194,17 +384,19 @@ def _scratch_dir() -> str | None:
 
 def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
     ctx = context()
+    err = Console(stderr=True)
     progress = Progress(
         TextColumn("[bold]crash lab[/bold]"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("operations · {task.fields[cells]}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=err,
         transient=True,
     )
     total = sum(cell.ops for cell in cells)
     results: dict[int, CellResult] = {}
+    started = time.perf_counter()
     with progress:
         task = progress.add_task("lab", total=total, cells=f"0/{len(cells)} cells")
 
@@ -224,9 +416,35 @@ def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(one, i, cells[i]): i for i in order}
             for future in as_completed(futures):
-                results[futures[future]] = future.result()
+                result = future.result()
+                results[futures[future]] = result
                 progress.update(task, cells=f"{len(results)}/{len(cells)} cells")
+                # One plain line per cell, above the bar on a terminal and on its own in a
+                # CI log (where the bar is not drawn): a long run is never silent.
+                progress.console.print(
+                    progress_line(result, len(results), len(cells), time.perf_counter() - started),
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
     return [results[i] for i in range(len(cells))]
+
+
+def progress_line(result: CellResult, done: int, total: int, elapsed: float) -> str:
+    """``[done/total] strategy/provider/point: effects / missing ... (s)``, one per cell."""
+    name = f"{result.strategy}/{result.provider}/{result.crash_point}"
+    if result.crash_point == SOAK_POINT.name:
+        name += f" #{_span(result)}"
+    if result.error:
+        verdict = "error: " + result.error.strip().splitlines()[-1]
+    else:
+        verdict = f"{result.effects} / {result.missing} of {result.intended}"
+        if result.sent_to_review:
+            verdict += f", review {result.sent_to_review}"
+        if result.ours:
+            problems = result.violations()
+            verdict += f" · FAIL: {'; '.join(problems)}" if problems else " · ok"
+    return f"[{done}/{total}] {name}: {verdict} ({result.seconds:.1f} s; {elapsed:.0f} s elapsed)"
 
 
 def _cell_text(result: CellResult) -> Text:
@@ -302,8 +520,14 @@ def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
         "review N: operations sent to an operator, answered from the provider's records · "
         "n/a: the seed rows never look anything up"
     ]
-    lines.append(" · ".join(f"{p}: {CRASH_POINTS[p].summary}" for p in used if p in CRASH_POINTS))
+    lines.append(" · ".join(f"{p}: {_summary(CRASH_POINTS[p])}" for p in used if p in CRASH_POINTS))
     return lines
+
+
+def _summary(point: CrashPoint) -> str:
+    if point.per_operation > 1:
+        return f"{point.summary} ({point.per_operation} effects meant per thread)"
+    return point.summary
 
 
 def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[str]:
@@ -333,8 +557,7 @@ def _verdict(results: Sequence[CellResult], elapsed: float, jobs: int) -> list[s
         reviewed = sum(r.sent_to_review for r in ours)
         answered = sum(r.reviews_answered for r in ours)
         lines.append(
-            f"ours: {reviewed} operations sent to review ({answered} answers given); "
-            + _blind_summary(ours)
+            f"ours: {reviewed} operations sent to review ({answered} answers given); " + _blind_summary(ours)
         )
     for r in results:
         if r.error:
@@ -349,7 +572,9 @@ def _blind_summary(ours: Sequence[CellResult]) -> str:
     blind = [r for r in ours if r.provider == "blind" and not r.error]
     if not blind:
         return "no blind provider ran"
-    ambiguous = sum(r.faulted for r in blind if r.crash_point not in ("none", "A"))
+    ambiguous = sum(
+        r.faulted for r in blind if r.crash_point in CRASH_POINTS and CRASH_POINTS[r.crash_point].ambiguous
+    )
     reviewed = sum(r.sent_to_review for r in blind)
     resent = sum(r.sends - r.effects for r in blind)
     return (

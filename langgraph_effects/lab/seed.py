@@ -23,7 +23,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.prebuilt import ToolNode
 
-from .strategies import TOOL_NAME, BuildContext, Strategy, register
+from .strategies import TOOL_NAME, BuildContext, Strategy, register, scenario_tools
 
 
 class LocalMarkers:
@@ -72,11 +72,11 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
     @tool(TOOL_NAME)
     async def send_notification(operation: str, body: str) -> str:
         """Send one notification."""
-        receipt = client.send({"operation": operation, "body": body})
+        receipt = await client.asend({"operation": operation, "body": body})
         faults.reach("C")
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 
 
 def build_record_after(ctx: BuildContext) -> ToolNode:
@@ -95,12 +95,12 @@ def build_record_after(ctx: BuildContext) -> ToolNode:
         done = markers.get(marker)
         if done is not None:
             return f"already sent {done}"
-        receipt = client.send({"operation": operation, "body": body})
+        receipt = await client.asend({"operation": operation, "body": body})
         faults.reach("C")
         markers.put(marker, receipt.effect_id)
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 
 
 def build_record_before(ctx: BuildContext) -> ToolNode:
@@ -120,12 +120,12 @@ def build_record_before(ctx: BuildContext) -> ToolNode:
         if done is not None:
             return f"already sent {done}"
         markers.put(marker, "claimed")
-        receipt = client.send({"operation": operation, "body": body})
+        receipt = await client.asend({"operation": operation, "body": body})
         faults.reach("C")
         markers.put(marker, receipt.effect_id)
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 
 
 def build_provider_key(ctx: BuildContext) -> ToolNode:
@@ -141,11 +141,11 @@ def build_provider_key(ctx: BuildContext) -> ToolNode:
     ) -> str:
         """Send one notification."""
         key = call_identity(config, tool_call_id)
-        receipt = client.send({"operation": operation, "body": body}, key=key)
+        receipt = await client.asend({"operation": operation, "body": body}, key=key)
         faults.reach("C")
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 
 
 SEED_STRATEGIES: tuple[Strategy, ...] = tuple(

@@ -10,6 +10,10 @@ operation::
 after an error ``ToolMessage`` re-plans the call once with a new
 ``tool_call_id``, as a model would. ``tools`` is whatever the strategy builds:
 the prebuilt ``ToolNode`` for the seed rows, ``EffectToolNode`` for ours.
+Some columns run another scenario (:data:`.faults.Scenario`): two turns whose
+model repeats its ids, a follow-up call worded per worker, or an AIMessage with
+two sends and a read-only question that calls ``interrupt()`` (strategies add
+:func:`scenario_tools` to their node for it).
 
 To add a row, write a module-level builder and register it::
 
@@ -28,24 +32,32 @@ process.
 from __future__ import annotations
 
 import importlib
+import operator
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import interrupt
 
-from .faults import CRASH_POINTS, Faults, LabClient
+from .faults import CRASH_POINTS, Faults, LabClient, Scenario
 from .providers import EffectRecord, ProviderMode
 
 #: Modules that register strategies when imported (the workers preload them).
 BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
 
 TOOL_NAME = "send_notification"
+#: The read-only sibling of the ``siblings`` scenario; it asks the user with ``interrupt()``.
+QUESTION_TOOL = "ask_human"
+#: The ``type`` of its interrupt: the lab answers it itself (it is not a review).
+QUESTION_TYPE = "lab_question"
 #: The first call plus one re-planned retry after an error ToolMessage.
 MAX_CALLS = 2
 TENANT = "tenant-lab"
@@ -54,6 +66,16 @@ TENANT = "tenant-lab"
 class LabState(MessagesState):
     """Graph state: the conversation plus the operation this thread is about."""
 
+    index: int
+    operation: str
+    body: str
+
+
+class ListState(TypedDict):
+    """The ``two-turns`` state: messages in a plain list (no merging by message id,
+    which would fold a repeated id into the earlier message)."""
+
+    messages: Annotated[list[AnyMessage], operator.add]
     index: int
     operation: str
     body: str
@@ -101,6 +123,11 @@ class BuildContext:
     checkpointer: BaseCheckpointSaver[Any]
     exits: AsyncExitStack = field(default_factory=AsyncExitStack)
     """Closed when the worker exits cleanly (a killed worker closes nothing)."""
+
+    @property
+    def scenario(self) -> Scenario:
+        """What the cell's threads do (the column's scenario)."""
+        return CRASH_POINTS[self.crash_point].scenario if self.crash_point in CRASH_POINTS else "single"
 
 
 #: ``build(ctx) -> tools node`` (or an awaitable of one): anything
@@ -188,6 +215,9 @@ class Strategy:
         check: the strategy's own invariants beyond 0 duplicates / 0 missing /
             0 non-terminal (e.g. "a blind provider is never re-sent to").
         summary: one line for ``--list``.
+        effect_saver: the graph checkpoints through ``EffectSqliteSaver`` (the
+            ledger in the same file), as this package recommends, instead of
+            LangGraph's plain ``AsyncSqliteSaver``.
     """
 
     name: str
@@ -199,6 +229,7 @@ class Strategy:
     audit: CellAudit | None = None
     check: CellCheck | None = None
     summary: str = ""
+    effect_saver: bool = False
 
     def columns(self) -> tuple[str, ...]:
         """The crash points this strategy runs, in table order."""
@@ -236,20 +267,29 @@ def registered() -> dict[str, Strategy]:
 # -- the graph ------------------------------------------------------------------
 
 
+def _tool_call(name: str, args: dict[str, Any], call_id: str) -> ToolCall:
+    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+
+
 def _call(state: LabState, number: int) -> AIMessage:
     index = state["index"]
+    args = {"operation": state["operation"], "body": state["body"]}
     return AIMessage(
         content="",
         id=f"ai-{index}-{number}",
-        tool_calls=[
-            {
-                "name": TOOL_NAME,
-                "args": {"operation": state["operation"], "body": state["body"]},
-                "id": f"call-{index}-{number}",
-                "type": "tool_call",
-            }
-        ],
+        tool_calls=[_tool_call(TOOL_NAME, args, f"call-{index}-{number}")],
     )
+
+
+def intended_effects(scenario: Scenario, operation: str) -> dict[str, int]:
+    """The effects one thread of ``scenario`` is meant to have, per operation label."""
+    if scenario == "two-turns":
+        return {operation: 2}  # two turns, each asking for it once
+    if scenario == "follow-up":
+        return {operation: 1, f"{operation}/follow-up": 1}
+    if scenario == "siblings":
+        return {f"{operation}/a": 1, f"{operation}/b": 1}
+    return {operation: 1}
 
 
 def scripted_model(state: LabState) -> dict[str, list[AnyMessage]]:
@@ -269,15 +309,106 @@ def scripted_model(state: LabState) -> dict[str, list[AnyMessage]]:
     return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
 
 
-def _route(state: LabState) -> str:
+#: The id a model server that does not mint ids gives every message it returns.
+REPEATED_MESSAGE_ID = "chatcmpl-0"
+
+
+def repeating_model(state: ListState) -> dict[str, list[AnyMessage]]:
+    """A model server that repeats itself: every response has the same message id, and
+    tool calls are numbered per response (``call_0`` every turn). Each user turn asks
+    for the same notification, so each turn is one more intended effect."""
+    last = state["messages"][-1]
+    if isinstance(last, HumanMessage):
+        args = {"operation": state["operation"], "body": state["body"]}
+        call = _tool_call(TOOL_NAME, args, "call_0")
+        return {"messages": [AIMessage(content="", id=REPEATED_MESSAGE_ID, tool_calls=[call])]}
+    summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
+    return {"messages": [AIMessage(content=f"done: {summary}", id=REPEATED_MESSAGE_ID)]}
+
+
+def follow_up_model(state: LabState) -> dict[str, list[AnyMessage]]:
+    """One call, then a follow-up call whose wording depends on who planned it.
+
+    An LLM asked twice words its follow-up differently; here the follow-up names
+    the worker process that planned it (and gets fresh ids, as from a model
+    server). Two runners that both get this far therefore plan two different
+    follow-ups, and both are effects.
+    """
+    messages = state["messages"]
+    calls = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls]
+    last = messages[-1]
+    index = state["index"]
+    if not calls:
+        return {"messages": [_call(state, 1)]}
+    if len(calls) == 1 and isinstance(last, ToolMessage):
+        pid = os.getpid()
+        args = {
+            "operation": f"{state['operation']}/follow-up",
+            "body": f"follow-up to {last.content}, planned by worker {pid}",
+        }
+        call = _tool_call(TOOL_NAME, args, f"call-{index}-follow-up-{pid}")
+        return {"messages": [AIMessage(content="", id=f"ai-{index}-follow-up-{pid}", tool_calls=[call])]}
+    summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
+    return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{index}-end")]}
+
+
+def siblings_model(state: LabState) -> dict[str, list[AnyMessage]]:
+    """One AIMessage with two sends and, between them, a question to the user."""
+    messages = state["messages"]
+    index, operation, body = state["index"], state["operation"], state["body"]
+    if not any(isinstance(m, AIMessage) and m.tool_calls for m in messages):
+        calls = [
+            _tool_call(TOOL_NAME, {"operation": f"{operation}/a", "body": body}, f"call-{index}-a"),
+            _tool_call(QUESTION_TOOL, {"question": f"Also notify b for #{index}?"}, f"call-{index}-ask"),
+            _tool_call(TOOL_NAME, {"operation": f"{operation}/b", "body": body}, f"call-{index}-b"),
+        ]
+        return {"messages": [AIMessage(content="", id=f"ai-{index}-1", tool_calls=calls)]}
+    done = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
+    return {"messages": [AIMessage(content="done: " + "; ".join(done), id=f"ai-{index}-end")]}
+
+
+_MODELS: dict[Scenario, Any] = {
+    "single": scripted_model,
+    "two-turns": repeating_model,
+    "follow-up": follow_up_model,
+    "siblings": siblings_model,
+}
+
+
+def question_tool(ctx: BuildContext) -> BaseTool:
+    """The read-only sibling: asks the user through ``interrupt()``.
+
+    On an attempt that holds its sends in flight it first waits until both sends
+    are at the provider, so that the interrupt surfaces while they are running.
+    """
+    faults = ctx.faults
+
+    @tool(QUESTION_TOOL)
+    async def ask_human(question: str) -> str:
+        """Ask the user a yes/no question."""
+        await faults.until_held(2)
+        answer = interrupt({"type": QUESTION_TYPE, "question": question})
+        return f"the user said {answer}"
+
+    return ask_human
+
+
+def scenario_tools(ctx: BuildContext) -> list[BaseTool]:
+    """Tools the cell's scenario needs besides ``send_notification``."""
+    return [question_tool(ctx)] if ctx.scenario == "siblings" else []
+
+
+def _route(state: dict[str, Any]) -> str:  # any scenario's state (not a schema)
     last = state["messages"][-1]
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
-def lab_graph(tools: Any, checkpointer: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
-    """The graph every strategy runs in: scripted model, the strategy's tools node."""
-    graph = StateGraph(LabState)
-    graph.add_node("model", scripted_model)
+def lab_graph(
+    tools: Any, checkpointer: BaseCheckpointSaver[Any], scenario: Scenario = "single"
+) -> CompiledStateGraph[Any]:
+    """The graph every strategy runs in: the scenario's scripted model, the strategy's tools node."""
+    graph: StateGraph[Any] = StateGraph(ListState if scenario == "two-turns" else LabState)
+    graph.add_node("model", _MODELS[scenario])
     graph.add_node("tools", tools)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", _route, ["tools", END])

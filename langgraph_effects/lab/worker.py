@@ -8,8 +8,10 @@ after which the lab forks a replacement to resume the thread.
 
 Protocol (parent -> worker): an :class:`Attempt`, ``"go"`` after a rendezvous,
 ``None`` to exit. Worker -> parent: ``("done", AttemptReport)``,
-``("failed", traceback)``, ``("arrived", point)`` at a rendezvous, and
-``("crash", point)`` right before the worker SIGKILLs itself.
+``("failed", traceback)``, ``("arrived", point)`` at a rendezvous,
+``("crash", point)`` right before the worker SIGKILLs itself, ``("paused",
+point)`` right before it SIGSTOPs itself and ``("at", point)`` when an attempt
+armed to announce it reaches the call.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import asyncio
 import contextlib
 import inspect
 import multiprocessing
+import os
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkServerContext
 from typing import Any, Literal
@@ -32,7 +35,10 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from .faults import AttemptFaults, Faults, LabClient
+from ..checkpoint.sqlite import EffectSqliteSaver
+from ..errors import EffectsError
+from ..recovery import recover
+from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
 from .providers import Provider, ProviderMode
 from .strategies import BUILTIN_MODULES, TENANT, BuildContext, CellFiles, ToolsBuilder, lab_graph
 
@@ -69,13 +75,17 @@ class WorkerSpec:
     provider_settings: ProviderSettings
     crash_point: str
     files: CellFiles
+    effect_saver: bool = False
+    """Checkpoints through :class:`~langgraph_effects.EffectSqliteSaver` (the ledger in
+    the same file, and whatever the saver does to keep one runner per thread)
+    instead of LangGraph's plain ``AsyncSqliteSaver``."""
 
 
 @dataclass(frozen=True)
 class Attempt:
     """One ``graph.ainvoke`` on an operation's thread."""
 
-    kind: Literal["start", "resume", "answer", "inspect"]
+    kind: Literal["start", "resume", "recover", "answer", "inspect"]
     index: int
     operation: str
     body: str
@@ -84,7 +94,13 @@ class Attempt:
     policy_version: int = 1
     resume: Any = None
     """``answer`` attempts: the value for ``Command(resume=...)``. (``inspect``
-    runs nothing: it reports the thread's pending interrupts.)"""
+    runs nothing: it reports the thread's pending interrupts; ``recover`` runs
+    :func:`~langgraph_effects.recover` on the thread.)"""
+    turn: int = 1
+    """``start`` attempts: the user's turn (a later turn adds one more request)."""
+    tolerate: bool = False
+    """An exception is a result, not a broken cell: a runner that lost a race for the
+    thread is expected to fail (reported as ``refused``)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,13 @@ class AttemptReport:
     tool_messages: int
     tool_errors: int
     final: str
+    finished: bool = True
+    """The thread has no pending work (no next node) once the attempt returned."""
+    refused: str | None = None
+    """A tolerated attempt that raised (or a recovery that reported the thread
+    failed): the error, as ``Type: message``."""
+    refused_ours: bool = False
+    """Whether that error belongs to this package's hierarchy (``EffectsError``)."""
 
 
 @dataclass(frozen=True)
@@ -126,13 +149,21 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
     asyncio.run(_serve(conn, spec))
 
 
+def _saver(spec: WorkerSpec) -> contextlib.AbstractAsyncContextManager[AsyncSqliteSaver]:
+    path = str(spec.files.checkpoints)
+    if spec.effect_saver:
+        return EffectSqliteSaver.from_conn_string(path)
+    return AsyncSqliteSaver.from_conn_string(path)
+
+
 async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
     async with (
-        AsyncSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver,
+        _saver(spec) as saver,
         contextlib.AsyncExitStack() as exits,
     ):
+        await saver.setup()  # an EffectSqliteSaver sets up its ledger here, before recover() reads it
         ctx = BuildContext(
             strategy=spec.strategy,
             provider_mode=spec.provider_mode,
@@ -143,18 +174,26 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             checkpointer=saver,
             exits=exits,
         )
-        tools = spec.build(ctx)
-        if inspect.isawaitable(tools):
-            tools = await tools
-        graph = lab_graph(tools, saver)
+        try:
+            tools = spec.build(ctx)
+            if inspect.isawaitable(tools):
+                tools = await tools
+            point = CRASH_POINTS.get(spec.crash_point)
+            graph = lab_graph(tools, saver, point.scenario if point is not None else "single")
+        except Exception:
+            # Say why, rather than die with a bare exit code: the lab reads it first.
+            conn.send(("failed", traceback.format_exc()))
+            return
         while True:
-            # Idle between attempts: blocking here holds nothing the loop needs.
+            # Idle between attempts. Blocking here also holds back what an attempt left
+            # running on the loop (sends still in flight after a sibling interrupted):
+            # they go on with the next attempt, which is when the lab wants them to.
             attempt = conn.recv()
             if attempt is None:
                 break
             faults.arm(attempt.faults)
             try:
-                report = await _run(graph, attempt)
+                report = await _run(graph, attempt, faults)
             except Exception:
                 conn.send(("failed", traceback.format_exc()))
             else:
@@ -162,8 +201,8 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     provider.close()
 
 
-async def _run(graph: Any, attempt: Attempt) -> AttemptReport:
-    config = {
+async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
+    config: Any = {
         "configurable": {
             "thread_id": attempt.thread_id,
             # The keys EffectToolNode reads its scope from (engine.scope_from).
@@ -171,32 +210,87 @@ async def _run(graph: Any, attempt: Attempt) -> AttemptReport:
             "policy_version": attempt.policy_version,
         }
     }
-    if attempt.kind == "inspect":
-        snapshot = await graph.aget_state(config)
-        result = {**snapshot.values, "__interrupt__": list(snapshot.interrupts)}
-    else:
-        payload: Any
-        if attempt.kind == "start":
-            payload = {
-                "messages": [HumanMessage(f"Send notification {attempt.index}.")],
-                "index": attempt.index,
-                "operation": attempt.operation,
-                "body": attempt.body,
-            }
-        elif attempt.kind == "resume":
-            payload = None
-        else:
-            payload = Command(resume=attempt.resume)
-        result = await graph.ainvoke(payload, config, durability="sync")
-    interrupts = [(i.id, i.value) for i in result.get("__interrupt__", [])]
-    messages = result.get("messages", [])
+    refused: BaseException | str | None = None
+    if attempt.kind != "inspect":
+        try:
+            await _invoke(graph, attempt, config, faults)
+        except Exception as error:
+            if not attempt.tolerate:
+                raise
+            refused = error
+    snapshot = await graph.aget_state(config)
+    values = snapshot.values or {}
+    interrupts = [(i.id, i.value) for i in snapshot.interrupts]
+    messages = values.get("messages", [])
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
+    if isinstance(refused, _RecoveryFailed):
+        refused_text, ours = str(refused), refused.ours
+    elif refused is not None:
+        refused_text, ours = f"{type(refused).__name__}: {refused}", isinstance(refused, EffectsError)
+    else:
+        refused_text, ours = None, False
     return AttemptReport(
         interrupts=interrupts,
         tool_messages=len(tool_messages),
         tool_errors=sum(1 for m in tool_messages if m.status == "error"),
         final=str(messages[-1].content) if messages else "",
+        finished=not snapshot.next and bool(messages),
+        refused=refused_text,
+        refused_ours=ours,
     )
+
+
+class _RecoveryFailed(Exception):
+    """``recover()`` reported the thread as failed (it reports, it does not raise)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        # recover() keeps the error as text; our errors name their class first.
+        self.ours = any(error.startswith(f"{cls.__name__}:") for cls in _ours(EffectsError))
+
+
+def _ours(cls: type[BaseException]) -> list[type[BaseException]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _ours(sub))]
+
+
+def _start_payload(attempt: Attempt) -> dict[str, Any]:
+    if attempt.turn > 1:
+        return {"messages": [HumanMessage(f"Send notification {attempt.index} again.")]}
+    return {
+        "messages": [HumanMessage(f"Send notification {attempt.index}.")],
+        "index": attempt.index,
+        "operation": attempt.operation,
+        "body": attempt.body,
+    }
+
+
+async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
+    payload: Any
+    if attempt.kind == "start":
+        payload = _start_payload(attempt)
+    elif attempt.kind in ("resume", "recover"):
+        payload = None
+        snapshot = await graph.aget_state(config)
+        if not snapshot.values:
+            # Killed before the thread's first checkpoint: there is nothing to resume,
+            # so the request is made again, as its caller would.
+            payload = _start_payload(replace(attempt, turn=1))
+        elif attempt.kind == "recover":
+            faults.start()
+            report = await recover(
+                graph,
+                thread_ids=[attempt.thread_id],
+                min_idle=0,
+                config={"configurable": {"policy_version": attempt.policy_version}},
+            )
+            failed = [t for t in report.threads if t.action == "failed" or t.outcome == "error"]
+            if failed:
+                raise _RecoveryFailed(failed[0].error or "recover() reported the thread failed")
+            return
+    else:
+        payload = Command(resume=attempt.resume)
+    faults.start()
+    await graph.ainvoke(payload, config, durability="sync")
 
 
 # -- parent side -------------------------------------------------------------------
@@ -228,6 +322,7 @@ class WorkerHandle:
         # Drop our copy of the child's end, or its death would never read as EOF.
         child.close()
         self.crash_point: str | None = None
+        self.killed_by_lab = False
 
     def send(self, message: Any) -> None:
         self.conn.send(message)
@@ -241,6 +336,27 @@ class WorkerHandle:
         if message[0] == "crash":
             self.crash_point = str(message[1])
         return message
+
+    def kill_now(self) -> None:
+        """SIGKILL the worker from the lab (a kill at a random moment)."""
+        self.crash_point = "random"
+        self.killed_by_lab = True
+        self.process.kill()
+
+    def stopped(self) -> bool:
+        """Whether the worker is stopped (``SIGSTOP``), as the kernel says."""
+        pid = self.process.pid
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            return False
+        return stat[stat.rfind(")") + 2 :].split()[0] in ("T", "t")
+
+    def resume_process(self) -> None:
+        """``SIGCONT`` a stopped worker."""
+        if self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
 
     def reap(self) -> Killed:
         """The worker is gone: prove it was our SIGKILL at an armed point."""
@@ -263,6 +379,8 @@ class WorkerHandle:
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
+        if self._alive() and self.stopped():
+            self.resume_process()
         if self._alive():
             with contextlib.suppress(OSError):  # it may be dying already
                 self.conn.send(None)
@@ -273,42 +391,99 @@ class WorkerHandle:
         self.conn.close()
 
 
-def drive(runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0) -> list[Outcome]:
-    """Run attempts on several workers at once and collect each one's outcome.
+class Driver:
+    """Attempts running on several workers at once, collected as they finish.
 
-    Workers armed with a rendezvous are released together once every worker
-    still running is waiting at it, or after :data:`RENDEZVOUS_TIMEOUT`.
+    Workers armed with a rendezvous are released together once every worker still
+    running is waiting at it, or after :data:`RENDEZVOUS_TIMEOUT`. A worker that
+    stopped itself (``SIGSTOP``) is *paused*: not finished, until the lab continues
+    it (:meth:`WorkerHandle.resume_process`) and it reports. An attempt armed with
+    ``kill_after`` is SIGKILLed by the lab that long after it was sent.
     """
-    for handle, attempt in runs:
-        handle.send(attempt)
-    handles = [handle for handle, _ in runs]
-    outcomes: dict[int, Outcome] = {}
-    waiting: dict[int, float] = {}
-    deadline = time.monotonic() + deadline_seconds
-    while len(outcomes) < len(handles):
-        active = [i for i in range(len(handles)) if i not in outcomes]
-        if waiting and (
-            set(active) <= set(waiting) or time.monotonic() - min(waiting.values()) > RENDEZVOUS_TIMEOUT
+
+    def __init__(self, runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0):
+        self.handles = [handle for handle, _ in runs]
+        self.outcomes: dict[int, Outcome] = {}
+        self.paused: set[int] = set()
+        self.reached: set[int] = set()  # attempts that announced they reached the call
+        self._waiting: dict[int, float] = {}
+        self._kill_at: dict[int, float] = {}
+        self._deadline = time.monotonic() + deadline_seconds
+        self._deadline_seconds = deadline_seconds
+        sent = time.monotonic()
+        for i, (handle, attempt) in enumerate(runs):
+            handle.send(attempt)
+            if attempt.faults.kill_after is not None:
+                self._kill_at[i] = sent + attempt.faults.kill_after
+
+    def done(self, i: int) -> bool:
+        """Whether attempt ``i`` has its outcome."""
+        return i in self.outcomes
+
+    def until(self, condition: Callable[[], bool], *, within: float | None = None) -> bool:
+        """Collect messages until ``condition()`` holds or ``within`` seconds passed."""
+        limit = None if within is None else time.monotonic() + within
+        while not condition():
+            if limit is not None and time.monotonic() >= limit:
+                return False
+            self._step(limit)
+        return True
+
+    def finish(self) -> list[Outcome]:
+        """Collect until every attempt has its outcome; the outcomes, in order."""
+        self.until(lambda: len(self.outcomes) == len(self.handles))
+        return [self.outcomes[i] for i in range(len(self.handles))]
+
+    def _step(self, limit: float | None) -> None:
+        handles = self.handles
+        active = [i for i in range(len(handles)) if i not in self.outcomes]
+        now = time.monotonic()
+        running = [i for i in active if i not in self.paused]
+        if self._waiting and (
+            set(running) <= set(self._waiting) or now - min(self._waiting.values()) > RENDEZVOUS_TIMEOUT
         ):
-            for i in waiting:
+            for i in self._waiting:
                 handles[i].send("go")
-            waiting.clear()
-        if time.monotonic() > deadline:
+            self._waiting.clear()
+        for i, at in list(self._kill_at.items()):
+            if i in self.outcomes:
+                del self._kill_at[i]
+            elif now >= at and not handles[i].conn.poll():
+                # A random moment: wherever the worker is, it dies now.
+                handles[i].kill_now()
+                del self._kill_at[i]
+        if now > self._deadline and not self.paused:
             for handle in handles:
                 handle.process.kill()
-            raise WorkerError(f"attempt did not finish within {deadline_seconds} s")
-        ready = wait([handles[i].conn for i in active], timeout=0.05 if waiting else 1.0)
+            raise WorkerError(f"attempt did not finish within {self._deadline_seconds} s")
+        timeout = 0.05 if self._waiting else 1.0
+        if self._kill_at:
+            timeout = min(timeout, max(0.0, min(self._kill_at.values()) - now))
+        if limit is not None:
+            timeout = max(0.0, min(timeout, limit - now))
+        ready = wait([handles[i].conn for i in active], timeout=timeout)
         for i in active:
             if handles[i].conn not in ready:
                 continue
             message = handles[i].receive()
             if message is None:
-                outcomes[i] = handles[i].reap()
-                waiting.pop(i, None)
+                self.outcomes[i] = handles[i].reap()
+                self._waiting.pop(i, None)
+                self.paused.discard(i)
             elif message[0] == "done":
-                outcomes[i] = Done(message[1])
+                self.outcomes[i] = Done(message[1])
+                self.paused.discard(i)
             elif message[0] == "failed":
                 raise WorkerError(f"the attempt raised in the worker:\n{message[1]}")
             elif message[0] == "arrived":
-                waiting[i] = time.monotonic()
-    return [outcomes[i] for i in range(len(handles))]
+                self._waiting[i] = time.monotonic()
+            elif message[0] == "paused":
+                self.paused.add(i)
+            elif message[0] == "at":
+                self.reached.add(i)
+
+
+def drive(runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0) -> list[Outcome]:
+    """Run attempts on several workers at once and collect each one's outcome
+    (see :class:`Driver`)."""
+    return Driver(runs, deadline_seconds=deadline_seconds).finish()

@@ -46,7 +46,8 @@ def run_lab(workdir: Path, *extra: str) -> tuple[int, Rows, str]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Rows, str]:
-    return run_lab(tmp_path_factory.mktemp("lab"), "--strategies", NAME)
+    # The identity/ownership columns have their own module (test_lab_ownership.py).
+    return run_lab(tmp_path_factory.mktemp("lab"), "--strategies", NAME, "--crash-points", ",".join(POINTS))
 
 
 def test_every_cell_of_ours_ran_and_holds(lab: tuple[int, Rows, str]) -> None:

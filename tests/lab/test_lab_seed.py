@@ -33,6 +33,7 @@ pytestmark = pytest.mark.crash
 OPS, KILL_EVERY = 20, 10
 KILLED = OPS // KILL_EVERY
 SEED = "retry-only,record-after,record-before,provider-key"
+POINTS = "none,A,B,C,timeout,duplicate,policy"
 
 
 def run_lab(tmp_path: Path, *extra: str) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
@@ -44,7 +45,8 @@ def run_lab(tmp_path: Path, *extra: str) -> tuple[int, dict[tuple[str, str], dic
 
 @pytest.fixture(scope="module")
 def seed_lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[Any, dict[str, Any]]]:
-    return run_lab(tmp_path_factory.mktemp("lab"), "--strategies", SEED)
+    # The identity/ownership columns have their own module (test_lab_ownership.py).
+    return run_lab(tmp_path_factory.mktemp("lab"), "--strategies", SEED, "--crash-points", POINTS)
 
 
 def cell(rows: dict[Any, dict[str, Any]], strategy: str, point: str) -> tuple[int, int, int]:
@@ -199,4 +201,5 @@ def test_a_cell_that_cannot_run_is_an_error_not_a_result(
     monkeypatch.setitem(registry._REGISTRY, broken.name, broken)
     code, rows = run_lab(tmp_path, "--strategies", "broken", "--crash-points", "none")
     assert code == 5
-    assert "died unexpectedly" in rows[("broken", "none")]["error"]
+    # The worker says why before it goes: the build's own error reaches the row.
+    assert "this strategy cannot be built" in rows[("broken", "none")]["error"]
