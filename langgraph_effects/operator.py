@@ -21,6 +21,7 @@ it on its next resume exactly as if it had been given through ``Command(resume=.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -276,6 +277,7 @@ async def _enter_postgres(
             "Install it with `pip install 'langgraph-effects[postgres]'`."
         ) from error
     limit = connect_timeout if connect_timeout is not None else 30.0
+    await _probe_postgres(db, limit)
     try:
         ledger = await stack.enter_async_context(
             PostgresLedger.from_conn_string(
@@ -302,6 +304,29 @@ async def _enter_postgres(
     return ledger
 
 
+async def _probe_postgres(db: str, timeout: float) -> None:
+    """One plain connection attempt first: a refused port or a wrong password fails at once
+    with the server's own reason, instead of a pool retrying until its timeout."""
+    import psycopg
+
+    try:
+        conn = await asyncio.wait_for(
+            psycopg.AsyncConnection.connect(db, connect_timeout=max(2, round(timeout))),
+            timeout=timeout + 1,
+        )
+    except (psycopg.Error, asyncio.TimeoutError, OSError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, asyncio.TimeoutError):
+            reason = f"no answer within {timeout:g}s"
+        raise LedgerUnavailableError(
+            f"could not connect to the ledger at {describe_target(db)} ({reason}). Check that the "
+            "server is running and reachable and that the DSN (host, port, database, user, "
+            "password) is right, or raise --connect-timeout; nothing was written, retrying "
+            "later is safe."
+        ) from error
+    await conn.close()
+
+
 async def setup_database(
     db: str, *, schema: str | None = None, connect_timeout: float | None = None
 ) -> str:
@@ -319,6 +344,7 @@ async def setup_database(
                 f"cannot open {redact_dsn(db)}: the Postgres backend is not available ({error}). "
                 "Install it with `pip install 'langgraph-effects[postgres]'`."
             ) from error
+        await _probe_postgres(db, connect_timeout if connect_timeout is not None else 30.0)
         async with EffectPostgresSaver.from_conn_string(
             db, ledger_schema=schema, ledger_max_size=2, connect_timeout=connect_timeout
         ) as saver:

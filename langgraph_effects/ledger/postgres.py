@@ -402,7 +402,17 @@ class PostgresLedger(Ledger):
         """
         key = _lock_key(f"{what}:{self.schema or ''}")
         async with self._connection() as conn:
-            await conn.execute("SELECT pg_advisory_lock(%s)", [key])
+            # Polled, never waited for inside a statement: LangGraph's migrations run
+            # CREATE INDEX CONCURRENTLY, which waits for every open transaction, and a
+            # session blocked in pg_advisory_lock() is one (a deadlock nobody detects).
+            delay = 0.01
+            while True:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(0.25, delay * 2)
             try:
                 yield
             finally:
