@@ -23,6 +23,8 @@ caller can catch the package as a whole or one precise failure::
     │   ├── DecisionConflictError   a decision id reused with different content
     │   └── OperationNotFoundError
     ├── ReviewError                 an operator answer that cannot be applied
+    ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
+    ├── OversizedError              a receipt or evidence text over its documented limit
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
 """
 
@@ -161,6 +163,32 @@ class OperationNotFoundError(TransitionError):
 
 class ReviewError(EffectsError):
     """An operator answer that cannot be applied (unknown operation, wrong shape)."""
+
+
+class MalformedToolCallError(EffectsError):
+    """A model's effectful call that has no usable identity, so it was refused, never sent.
+
+    No id, an id shared with another call of the same message, or an id that is not
+    valid text (an unpaired surrogate). The model is answered with an error ToolMessage
+    saying so (its artifact names this class); the thread carries on.
+    """
+
+    def __init__(self, tool: str, tool_call_id: str, why: str) -> None:
+        super().__init__(
+            f"The {tool} call was not sent: it {why}, so it cannot be tracked safely. Call the "
+            "tool again, one call per id."
+        )
+        self.tool = tool
+        self.tool_call_id = tool_call_id
+        self.why = why
+
+
+class OversizedError(EffectsError, ValueError):
+    """A receipt or an evidence text larger than its documented limit: refused, nothing written.
+
+    See :data:`langgraph_effects.messages.MAX_RECEIPT_BYTES` and
+    :data:`~langgraph_effects.messages.MAX_EVIDENCE_CHARS`.
+    """
 
 
 class DefiniteFailure(EffectsError):
