@@ -1217,6 +1217,16 @@ def recover_command(
             help="Extra time past a lease's expiry before its sender counts as gone (clock skew).",
         ),
     ] = "0",
+    verdicts_within: Annotated[
+        str,
+        typer.Option(
+            "--verdicts-within",
+            metavar="SECONDS",
+            help="Look for out-of-band verdicts the graph has not answered among operations changed "
+            "this recently (7d, 12h; 'all' for the whole history). Older ones are answered by the "
+            "thread's next run, or by naming it with --thread.",
+        ),
+    ] = "7d",
     configurable: Annotated[
         list[str] | None,
         typer.Option(
@@ -1250,6 +1260,7 @@ def recover_command(
         factory = _load_graph_factory(graph)
         idle = _parse_duration(min_idle)
         grace = _parse_duration(lease_grace)
+        within = None if verdicts_within.strip().lower() == "all" else _parse_duration(verdicts_within)
         extra = _parse_configurable(configurable or [])
     except _BadInput as error:
         _fail(error, use_json)
@@ -1285,6 +1296,7 @@ def recover_command(
                 min_idle=idle,
                 lease_grace=grace,
                 config={"configurable": extra} if extra else None,
+                verdicts_within=within,
             )
 
     report = _run(target, work)

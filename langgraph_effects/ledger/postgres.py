@@ -604,6 +604,9 @@ class PostgresLedger(Ledger):
         if query.updated_before is not None:
             clauses.append("updated_at < %s")
             params.append(query.updated_before)
+        if query.updated_after is not None:
+            clauses.append("updated_at > %s")
+            params.append(query.updated_after)
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         params.append(query.limit)
         rows = await self._fetch(

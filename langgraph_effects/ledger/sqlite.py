@@ -435,6 +435,9 @@ def _where(query: OperationQuery) -> tuple[str, list[Any]]:
     if query.updated_before is not None:
         clauses.append("updated_at < ?")
         params.append(query.updated_before)
+    if query.updated_after is not None:
+        clauses.append("updated_at > ?")
+        params.append(query.updated_after)
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
