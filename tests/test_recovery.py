@@ -493,7 +493,8 @@ def test_cli_recover_exits_6_while_a_review_waits(tmp_path: Path) -> None:
     crash(s)
     done = cli("recover", "--db", s.db, "--graph", FACTORY, s=s)
     assert done.returncode == 6, done.stderr
-    assert "sent to review" in done.stdout and "langgraph-effects show op_" in done.stdout
+    assert "sent to review" in done.stdout
+    assert f"langgraph-effects --db {s.db} show op_" in done.stdout  # runnable as printed
     again = cli("recover", "--db", s.db, "--graph", FACTORY, "--json", s=s)
     assert again.returncode == 6, again.stderr
     report = json.loads(again.stdout)
