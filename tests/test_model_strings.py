@@ -158,3 +158,26 @@ async def test_surrogates_through_create_agent_and_middleware(tmp_path: Path, ba
         assert message.status == "error" and "not valid text" in str(message.content)
         assert provider.count_requests() == 0 and ops == []
     assert out["messages"][-1].content == "done"
+
+
+def test_console_prints_an_operation_with_surrogate_args(tmp_path: Path) -> None:
+    import asyncio
+
+    from langgraph_effects.ledger.sqlite import SqliteLedger
+
+    from .test_cli import run
+    from .test_operator import make_op, new_ledger_file, seed
+
+    db = tmp_path / "agent.sqlite"
+
+    async def populate() -> None:
+        await new_ledger_file(db)
+        async with SqliteLedger.from_conn_string(db) as ledger:
+            await ledger.setup()
+            await seed(ledger, make_op("op_" + "5" * 32, args={"text": RAW}), "review")
+
+    asyncio.run(populate())
+    for args in (("list",), ("show", "op_" + "5" * 32)):
+        done = run("--db", str(db), *args)
+        assert done.returncode == 0, done.stderr
+        assert "x\\ud800y" in done.stdout  # printed escaped, not a crash
