@@ -10,36 +10,47 @@
                                                           # resume threads a crash left mid-effect
     langgraph-effects lab ...                             # the crash lab
 
-``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``); it
-defaults to ``$LANGGRAPH_EFFECTS_DB`` and may be given before or after the command.
-``--json`` prints machine-readable JSON on stdout (errors too, as
-``{"error": {...}}``); human messages and errors always go to stderr.
+``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``, or libpq's
+``host=... port=... dbname=...``); it defaults to ``$LANGGRAPH_EFFECTS_DB`` and may be
+given before or after the command, like ``--schema`` (the ledger's Postgres schema) and
+``--connect-timeout`` (seconds to wait for the server, or for SQLite's write lock;
+default 5). ``--json`` prints machine-readable JSON on stdout (errors too, as
+``{"error": {...}}``); human messages, errors and the line saying where the console
+connects always go to stderr.
+
+Reading never writes: ``list`` and ``show`` open the ledger read-only, and every
+command refuses a database that holds no ledger (exit 4, nothing created). Tables are
+created or migrated only by ``langgraph-effects setup`` (or the graph's ``setup()``).
 
 A verdict is bound to the version you saw (``--expected-version``, printed by
 ``show``): if the operation changed since, it is refused and nothing is written.
 Re-running ``resolve`` with the same ``--decision-id`` is safe (a no-op).
 
-Exit codes (stable, for scripts):
+Exit codes: one table for every subcommand (``lab`` and ``crashtest`` included), see
+:mod:`langgraph_effects.exitcodes`:
 
 ====  ==========================================================================
-0     ok
-1     usage or bad input: unknown option, missing ``--db``, two decision flags,
-      ``--receipt`` that is not JSON, ``--reason`` missing for ``--abandon``
-2     not found: no such operation in this ledger (or not in ``--tenant``)
+0     ok (also: nothing to do)
+1     ``lab``/``crashtest``: an effect was duplicated or lost
+2     usage or bad input: unknown option, missing ``--db``, two decision flags,
+      ``--receipt`` that is not JSON or too big, ``--reason`` missing for ``--abandon``
 3     refused, nothing written: stale ``--expected-version``, decision id reused
       with other content, a state that takes no verdict (already resolved,
       pending), or a live lease (someone is sending it right now)
 4     ledger unavailable: the ``--db`` file does not exist (never created for
-      you), is not a ledger, is locked, or the Postgres server is unreachable
-5     internal error (a bug in langgraph-effects): please report it
+      you), the database holds no ledger (or one at another schema version), is
+      locked, or the Postgres server is unreachable or does not answer in time
+5     could not run: an internal error (a bug in langgraph-effects: please report
+      it), or a lab/crashtest run that could not be made
 6     ``recover`` only: done, but something waits for a human (an operation awaits
       an operator's verdict or approval, a thread is paused at another interrupt,
       or unresolved operations sit in a thread with no pending work)
 7     ``recover`` only: resuming at least one thread raised (see its ``error``);
       takes precedence over 6
+8     not found: no such operation in this ledger (or not in ``--tenant``)
 ====  ==========================================================================
 
-A missing SQLite file exits with 4, not 2, so that 2 always means "the ledger was
+A missing SQLite file exits with 4, not 8, so that 8 always means "the ledger was
 read and has no such operation".
 """
 
@@ -51,12 +62,14 @@ import inspect
 import json
 import logging
 import os
+import shlex
 import socket
 import sys
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
@@ -77,26 +90,34 @@ from .errors import (
     LedgerError,
     OperationNotFoundError,
     ReviewError,
+    SchemaBehindError,
     SchemaTooNewError,
     StaleVersionError,
     TransitionError,
 )
+from .exitcodes import HELP as EXIT_CODES_HELP
+from .exitcodes import ExitCode
 from .ledger.base import AuditEntry
 from .operation import Operation, State
 from .operator import (
+    DEFAULT_CONNECT_TIMEOUT,
     LeaseLiveError,
     LeaseStatus,
     LedgerNotFoundError,
     OperationView,
     Resolution,
     VerdictNotRecordedError,
+    describe_target,
+    has_password,
     is_postgres_dsn,
     lease_status,
     list_operations,
     new_decision_id,
     open_ledger,
     operation_to_json,
+    redact_dsn,
     resolve_report,
+    setup_database,
     show,
 )
 
@@ -106,22 +127,17 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ENV_DB = "LANGGRAPH_EFFECTS_DB"
+ENV_SCHEMA = "LANGGRAPH_EFFECTS_SCHEMA"
+ENV_CONNECT_TIMEOUT = "LANGGRAPH_EFFECTS_CONNECT_TIMEOUT"
 
-EXIT_OK = 0
-EXIT_USAGE = 1
-EXIT_NOT_FOUND = 2
-EXIT_REFUSED = 3
-EXIT_LEDGER = 4
-EXIT_INTERNAL = 5
-EXIT_NEEDS_OPERATOR = 6
-EXIT_RESUME_FAILED = 7
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok · 1 usage or bad input · 2 operation not found · "
-    "3 refused, nothing written (stale --expected-version, decision conflict, no verdict "
-    "allowed in this state, live lease) · 4 ledger unavailable (missing --db file, not a "
-    "ledger, locked, server unreachable) · 5 internal error."
-)
+EXIT_OK = int(ExitCode.OK)
+EXIT_USAGE = int(ExitCode.USAGE)
+EXIT_NOT_FOUND = int(ExitCode.NOT_FOUND)
+EXIT_REFUSED = int(ExitCode.REFUSED)
+EXIT_LEDGER = int(ExitCode.LEDGER)
+EXIT_INTERNAL = int(ExitCode.INTERNAL)
+EXIT_NEEDS_OPERATOR = int(ExitCode.NEEDS_OPERATOR)
+EXIT_RESUME_FAILED = int(ExitCode.RESUME_FAILED)
 
 STATE_STYLES: dict[State, str] = {
     State.PENDING: "cyan",
@@ -170,7 +186,29 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         metavar="PATH|DSN",
-        help=f"Ledger: SQLite file path or postgresql:// DSN. Default: the global --db, or ${ENV_DB}.",
+        help="Ledger: SQLite file path, or Postgres DSN (postgresql://... or host=... dbname=...). "
+        f"Default: the global --db, or ${ENV_DB}.",
+        show_default=False,
+    ),
+]
+SchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--schema",
+        metavar="NAME",
+        help=f"Postgres only: the schema holding the ledger's tables. Default: the global --schema, "
+        f"${ENV_SCHEMA}, or the search_path.",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--connect-timeout",
+        metavar="SECONDS",
+        min=0.5,
+        help=f"Give up after this long connecting to Postgres, or waiting for SQLite's write lock "
+        f"(default {DEFAULT_CONNECT_TIMEOUT:g}, or ${ENV_CONNECT_TIMEOUT}).",
         show_default=False,
     ),
 ]
@@ -194,13 +232,65 @@ def _root(
             show_default=False,
         ),
     ] = None,
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            metavar="NAME",
+            envvar=ENV_SCHEMA,
+            help="Postgres only: the schema holding the ledger's tables (default: the search_path).",
+            show_default=False,
+        ),
+    ] = None,
+    connect_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--connect-timeout",
+            metavar="SECONDS",
+            envvar=ENV_CONNECT_TIMEOUT,
+            min=0.5,
+            help="Give up after this long connecting to Postgres, or waiting for SQLite's write "
+            f"lock (default {DEFAULT_CONNECT_TIMEOUT:g}).",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Find, inspect and resolve operations left unresolved by a crash."""
-    ctx.obj = {"db": db, "json": json_output}
+    ctx.obj = {"db": db, "json": json_output, "schema": schema, "timeout": connect_timeout}
 
 
-def _settings(ctx: typer.Context, db: str | None, json_output: bool) -> tuple[str, bool]:
+@dataclass(frozen=True)
+class Target:
+    """The ledger a command works on, and how to reach it."""
+
+    db: str
+    schema: str | None
+    timeout: float
+    json: bool
+    from_env: bool
+    """``--db`` came from the environment, not the command line."""
+
+    def command(self, *words: str) -> str:
+        """``langgraph-effects --db ... WORDS``: a command the operator can paste as is.
+
+        A DSN holding a password is shown with the password starred out (it is never
+        printed): give the password to libpq through ``PGPASSWORD`` or ``~/.pgpass``.
+        """
+        db = redact_dsn(self.db) if has_password(self.db) else self.db
+        parts = ["langgraph-effects", "--db", shlex.quote(db)]
+        if self.schema:
+            parts += ["--schema", shlex.quote(self.schema)]
+        return " ".join([*parts, *words])
+
+
+def _settings(
+    ctx: typer.Context,
+    db: str | None,
+    json_output: bool,
+    schema: str | None = None,
+    timeout: float | None = None,
+) -> Target:
     """The ledger to use and the output mode: command option, then global option/env."""
     root: dict[str, Any] = ctx.obj or {}
     use_json = json_output or bool(root.get("json"))
@@ -213,7 +303,48 @@ def _settings(ctx: typer.Context, db: str | None, json_output: bool) -> tuple[st
             ),
             use_json,
         )
-    return str(value), use_json
+    chosen_schema = schema or root.get("schema") or None
+    if chosen_schema is not None and not is_postgres_dsn(str(value)):
+        _fail(
+            _BadInput(
+                f"--schema {chosen_schema} applies to a Postgres ledger only, and --db "
+                f"{str(value)!r} is a SQLite path (a DSN starts with postgresql:// or reads "
+                "host=... dbname=...)."
+            ),
+            use_json,
+        )
+    chosen_timeout = timeout if timeout is not None else root.get("timeout")
+    from_env = db is None and os.environ.get(ENV_DB) == value
+    return Target(
+        db=str(value),
+        schema=chosen_schema,
+        timeout=float(chosen_timeout) if chosen_timeout is not None else DEFAULT_CONNECT_TIMEOUT,
+        json=use_json,
+        from_env=from_env,
+    )
+
+
+def _connecting(target: Target, *, read_only: bool) -> None:
+    """One line on stderr: where the console connects, so a hang or a typo is visible."""
+    where = describe_target(target.db, schema=target.schema)
+    if is_postgres_dsn(target.db):
+        wait = f"connect timeout {target.timeout:g}s"
+    elif read_only:
+        wait = "read-only"
+    else:
+        wait = f"waits up to {target.timeout:g}s for the write lock"
+    verb = "reading" if read_only else "opening"
+    _stderr().print(Text(f"langgraph-effects: {verb} {where} ({wait})", style="dim"), soft_wrap=True)
+
+
+@asynccontextmanager
+async def _open(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
+    """The ledger for ``target`` (which must hold one): read-only for ``list``/``show``."""
+    _connecting(target, read_only=read_only)
+    async with open_ledger(
+        target.db, read_only=read_only, schema=target.schema, connect_timeout=target.timeout
+    ) as ledger:
+        yield ledger
 
 
 # -- output helpers -------------------------------------------------------------------
@@ -314,6 +445,7 @@ def _error_kind(error: BaseException) -> str:
         (LedgerNotFoundError, "ledger_not_found"),
         (LedgerCorruptError, "ledger_corrupt"),
         (SchemaTooNewError, "schema_too_new"),
+        (SchemaBehindError, "schema_behind"),
         (LedgerError, "ledger_unavailable"),
         (ReviewError, "bad_input"),
         (ValueError, "bad_input"),
@@ -324,12 +456,33 @@ def _error_kind(error: BaseException) -> str:
     return "ledger_unavailable" if exit_code_for(error) == EXIT_LEDGER else "internal"
 
 
-_HINTS = {
-    "not_found": "List operations with `langgraph-effects list` (add --all for resolved ones).",
-}
+def _hint(error: BaseException, target: Target | None) -> str | None:
+    """What to run next, as a command that works when pasted (it names ``--db``)."""
+    if target is None:
+        return None
+    kind = _error_kind(error)
+    op_id = getattr(error, "op_id", None)
+    if isinstance(error, VerdictNotRecordedError):
+        op_id = error.operation.op_id
+    lines: list[str] = []
+    if kind == "not_found":
+        lines.append(
+            f"List operations with `{target.command('list', '--all')}` (--all: resolved ones too)."
+        )
+    elif kind in ("stale_version", "lease_live", "verdict_not_recorded") and op_id:
+        lines.append(f"Read it again: `{target.command('show', shlex.quote(op_id))}`.")
+    elif kind == "ledger_not_found" and not os.path.isdir(target.db):
+        lines.append(
+            f"If this is the right database, create the ledger with `{target.command('setup')}`."
+        )
+    elif kind == "schema_behind":
+        lines.append(f"Migrate it with `{target.command('setup')}`.")
+    if lines and has_password(target.db):
+        lines.append("(The password is not printed: give it through PGPASSWORD or ~/.pgpass.)")
+    return "\n".join(lines) or None
 
 
-def _fail(error: BaseException, use_json: bool) -> NoReturn:
+def _fail(error: BaseException, use_json: bool, target: Target | None = None) -> NoReturn:
     """Report ``error`` (stderr; and stdout as JSON with ``--json``) and exit."""
     code = exit_code_for(error)
     message = str(error) or type(error).__name__
@@ -345,10 +498,13 @@ def _fail(error: BaseException, use_json: bool) -> NoReturn:
             payload["actual_version"] = error.actual
         if isinstance(error, VerdictNotRecordedError):
             payload["operation"] = operation_to_json(error.operation)
+        hint_text = _hint(error, target)
+        if hint_text:
+            payload["hint"] = hint_text
         _print_json({"error": payload})
     console = _stderr()
     console.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    hint = _HINTS.get(_error_kind(error))
+    hint = _hint(error, target)
     if hint:
         console.print(Text(hint, style="dim"), soft_wrap=True)
     if code == EXIT_INTERNAL:
@@ -362,7 +518,7 @@ def _fail(error: BaseException, use_json: bool) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _run(use_json: bool, work: Callable[[], Awaitable[T]]) -> T:
+def _run(target: Target, work: Callable[[], Awaitable[T]]) -> T:
     """Run one command's async work, mapping errors to documented exit codes."""
 
     async def runner() -> T:
@@ -371,7 +527,7 @@ def _run(use_json: bool, work: Callable[[], Awaitable[T]]) -> T:
     try:
         return asyncio.run(runner())
     except Exception as error:  # mapped to a documented exit code (5 if unexpected)
-        _fail(error, use_json)
+        _fail(error, target.json, target)
 
 
 # -- list ---------------------------------------------------------------------------
@@ -423,10 +579,16 @@ def list_command(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
     db: DbOption = None,
+    schema: SchemaOption = None,
+    connect_timeout: TimeoutOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """List operations, unresolved ones by default, least recently changed first."""
-    ledger_name, use_json = _settings(ctx, db, json_output)
+    """List operations, unresolved ones by default, least recently changed first.
+
+    Read-only: nothing is written, and it never waits for another process's write lock.
+    """
+    target = _settings(ctx, db, json_output, schema, connect_timeout)
+    use_json = target.json
     try:
         if all_states and state:
             raise _BadInput("give --state or --all, not both.")
@@ -436,7 +598,7 @@ def list_command(
     states: list[State] | None = list(State) if all_states else (state or None)
 
     async def work() -> list[Operation]:
-        async with open_ledger(ledger_name) as ledger:
+        async with _open(target, read_only=True) as ledger:
             return await list_operations(
                 ledger,
                 states=states,
@@ -447,7 +609,7 @@ def list_command(
                 limit=limit,
             )
 
-    ops = _run(use_json, work)
+    ops = _run(target, work)
     now = time.time()
     if use_json:
         _print_json(
@@ -459,10 +621,12 @@ def list_command(
             }
         )
         return
-    _render_list(ops, now=now, limit=limit, states=states)
+    _render_list(ops, now=now, limit=limit, states=states, target=target)
 
 
-def _render_list(ops: list[Operation], *, now: float, limit: int, states: list[State] | None) -> None:
+def _render_list(
+    ops: list[Operation], *, now: float, limit: int, states: list[State] | None, target: Target
+) -> None:
     console = _stdout()
     what = "Unresolved operations" if states is None else "Operations"
     if not ops:
@@ -474,7 +638,7 @@ def _render_list(ops: list[Operation], *, now: float, limit: int, states: list[S
     console.print(table)
     if len(ops) >= limit:
         console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
-    console.print(Text("\nInspect one: langgraph-effects show OPERATION", style="dim"))
+    console.print(Text(f"\nInspect one: {target.command('show', shlex.quote(ops[0].op_id))}", style="dim"))
 
 
 def _wide_table(ops: list[Operation], now: float) -> Table:
@@ -547,23 +711,28 @@ def show_command(
     operation: Annotated[str, typer.Argument(metavar="OPERATION", help="The operation id (op_...).")],
     tenant: TenantOption = None,
     db: DbOption = None,
+    schema: SchemaOption = None,
+    connect_timeout: TimeoutOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Show one operation: arguments (redacted), keys, lease, evidence and audit trail."""
-    ledger_name, use_json = _settings(ctx, db, json_output)
+    """Show one operation: arguments (redacted), keys, lease, evidence and audit trail.
+
+    Read-only: nothing is written, and it never waits for another process's write lock.
+    """
+    target = _settings(ctx, db, json_output, schema, connect_timeout)
 
     async def work() -> OperationView:
-        async with open_ledger(ledger_name) as ledger:
+        async with _open(target, read_only=True) as ledger:
             return await show(ledger, operation, tenant=tenant)
 
-    view = _run(use_json, work)
-    if use_json:
+    view = _run(target, work)
+    if target.json:
         _print_json(view.to_json())
         return
-    _render_view(view, now=time.time())
+    _render_view(view, now=time.time(), target=target, tenant=tenant)
 
 
-def _render_view(view: OperationView, *, now: float) -> None:
+def _render_view(view: OperationView, *, now: float, target: Target, tenant: str | None) -> None:
     op = view.operation
     console = _stdout()
     facts = Table.grid(padding=(0, 2))
@@ -612,7 +781,7 @@ def _render_view(view: OperationView, *, now: float) -> None:
     console.print()
     console.print(_audit_table(view.audit, now=now))
     console.print()
-    console.print(_next_steps(view))
+    console.print(_next_steps(view, target, tenant))
 
 
 def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:
@@ -647,7 +816,7 @@ def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:
     return table
 
 
-def _next_steps(view: OperationView) -> RenderableType:
+def _next_steps(view: OperationView, target: Target, tenant: str | None) -> RenderableType:
     op = view.operation
     if view.lease == "live":
         return Text(
@@ -662,7 +831,10 @@ def _next_steps(view: OperationView) -> RenderableType:
             f"{op.state.value}: nothing is in doubt; the graph sends it on its next run.",
             style="cyan",
         )
-    base = f"langgraph-effects resolve {op.op_id} --expected-version {op.version}"
+    words = ["resolve", shlex.quote(op.op_id), "--expected-version", str(op.version)]
+    if tenant:
+        words += ["--tenant", shlex.quote(tenant)]
+    base = target.command(*words)
     lines = Text("Decide (after checking the provider for key ", style="bold")
     lines.append(op.provider_key, style="bold")
     lines.append("):\n", style="bold")
@@ -673,6 +845,10 @@ def _next_steps(view: OperationView) -> RenderableType:
         lines.append(
             "\n  (its sender is gone: the lost lease is recorded first, then your verdict)",
             style="dim",
+        )
+    if has_password(target.db):
+        lines.append(
+            "\n  (the password is not printed: give it through PGPASSWORD or ~/.pgpass)", style="dim"
         )
     return lines
 
@@ -730,10 +906,13 @@ def resolve_command(
     ] = None,
     tenant: TenantOption = None,
     db: DbOption = None,
+    schema: SchemaOption = None,
+    connect_timeout: TimeoutOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Record a verdict: --landed [--receipt JSON] | --not-landed | --abandon --reason TEXT."""
-    ledger_name, use_json = _settings(ctx, db, json_output)
+    target = _settings(ctx, db, json_output, schema, connect_timeout)
+    use_json = target.json
     try:
         decision = _decision(landed, receipt, not_landed, abandon, reason)
     except _BadInput as error:
@@ -742,7 +921,7 @@ def resolve_command(
     who = actor or _default_actor()
 
     async def work() -> Resolution:
-        async with open_ledger(ledger_name) as ledger:
+        async with _open(target, read_only=False) as ledger:
             return await resolve_report(
                 ledger,
                 operation,
@@ -754,7 +933,7 @@ def resolve_command(
                 channel="console",
             )
 
-    report = _run(use_json, work)
+    report = _run(target, work)
     if use_json:
         _print_json(
             {
@@ -767,7 +946,7 @@ def resolve_command(
             }
         )
         return
-    _render_resolution(report, decision)
+    _render_resolution(report, decision, target)
 
 
 def _decision(
@@ -804,7 +983,7 @@ def _decision(
     return {"type": "abandon", "reason": reason}
 
 
-def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
+def _render_resolution(report: Resolution, decision: dict[str, Any], target: Target) -> None:
     console = _stdout()
     op = report.operation
     if report.replayed:
@@ -820,7 +999,8 @@ def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
         if lease_status(op) != "live" and op.state.value in ("unknown", "review", "dispatched"):
             console.print(
                 Text(
-                    "  It is in doubt again: `show` it and decide anew, with a new decision id.",
+                    f"  It is in doubt again: `{target.command('show', shlex.quote(op.op_id))}`, "
+                    "then decide anew, with a new decision id.",
                     style="yellow",
                 )
             )
@@ -846,14 +1026,47 @@ def _render_resolution(report: Resolution, decision: dict[str, Any]) -> None:
     console.print(Text(f"  Next: {_NEXT_STEP[decision['type']]}.", style="dim"))
 
 
+# -- setup --------------------------------------------------------------------------
+
+
+@app.command("setup", epilog=EXIT_CODES_HELP)
+def setup_command(
+    ctx: typer.Context,
+    db: DbOption = None,
+    schema: SchemaOption = None,
+    connect_timeout: TimeoutOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Create or migrate the ledger and LangGraph's checkpoint tables in --db.
+
+    The only console command that changes the schema (``list``, ``show``, ``resolve``
+    and ``recover`` refuse a database without a ledger). A SQLite file is created if
+    missing. Idempotent, and safe from many processes at once.
+    """
+    target = _settings(ctx, db, json_output, schema, connect_timeout)
+    _connecting(target, read_only=False)
+
+    async def work() -> str:
+        return await setup_database(target.db, schema=target.schema, connect_timeout=target.timeout)
+
+    where = _run(target, work)
+    if target.json:
+        _print_json({"ledger": where, "set_up": True})
+        return
+    _stdout().print(
+        Text.assemble(("Set up: ", "bold green"), f"the ledger and the checkpoint tables in {where}."),
+        soft_wrap=True,
+    )
+    _stdout().print(Text(f"List what is unresolved: {target.command('list')}", style="dim"))
+
+
 # -- recover ------------------------------------------------------------------------
 
 RECOVER_EXIT_CODES_HELP = (
-    "Exit codes: 0 done (also: nothing to do, or left alone because a worker is sending it "
-    "now) · 1 usage or bad input (bad --graph, a factory that fails) · 4 ledger unavailable · "
-    "5 internal error · 6 done, but something waits for a human (an operation awaits review "
-    "or approval, a thread is paused at another interrupt, or cannot be resumed) · 7 resuming "
-    "a thread raised (takes precedence over 6)."
+    EXIT_CODES_HELP
+    + " For recover: 0 also when a thread is left alone because a worker is sending it now; "
+    "2 also for a bad --graph or a factory that fails; 6 when an operation awaits review or "
+    "approval, a thread is paused at another interrupt, or cannot be resumed."
 )
 
 _HOW_TEXT = {
@@ -934,14 +1147,21 @@ def _parse_configurable(pairs: Sequence[str]) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def _open_checkpointer(db: str) -> AsyncIterator[Any]:
-    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``."""
-    async with open_ledger(db):
-        pass  # refuses a missing file, a non-ledger, an unreachable server; migrates the ledger
+async def _open_checkpointer(target: Target) -> AsyncIterator[Any]:
+    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``.
+
+    The ledger must be there already (a database without one is refused, nothing
+    created); the checkpoint tables are then set up as the saver needs them.
+    """
+    async with _open(target, read_only=False):
+        pass  # refuses a missing file, a non-ledger, an unreachable server, an old schema
+    db = target.db
     if is_postgres_dsn(db):
         from .checkpoint.postgres import EffectPostgresSaver
 
-        async with EffectPostgresSaver.from_conn_string(db) as saver:
+        async with EffectPostgresSaver.from_conn_string(
+            db, ledger_schema=target.schema, connect_timeout=target.timeout
+        ) as saver:
             await saver.setup()
             yield saver
         return
@@ -997,6 +1217,16 @@ def recover_command(
             help="Extra time past a lease's expiry before its sender counts as gone (clock skew).",
         ),
     ] = "0",
+    verdicts_within: Annotated[
+        str,
+        typer.Option(
+            "--verdicts-within",
+            metavar="SECONDS",
+            help="Look for out-of-band verdicts the graph has not answered among operations changed "
+            "this recently (7d, 12h; 'all' for the whole history). Older ones are answered by the "
+            "thread's next run, or by naming it with --thread.",
+        ),
+    ] = "7d",
     configurable: Annotated[
         list[str] | None,
         typer.Option(
@@ -1008,6 +1238,8 @@ def recover_command(
         ),
     ] = None,
     db: DbOption = None,
+    schema: SchemaOption = None,
+    connect_timeout: TimeoutOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Resume threads a crash left mid-effect, once each, and report what settled them.
@@ -1022,17 +1254,19 @@ def recover_command(
     """
     from .recovery import recover
 
-    ledger_name, use_json = _settings(ctx, db, json_output)
+    target = _settings(ctx, db, json_output, schema, connect_timeout)
+    use_json = target.json
     try:
         factory = _load_graph_factory(graph)
         idle = _parse_duration(min_idle)
         grace = _parse_duration(lease_grace)
+        within = None if verdicts_within.strip().lower() == "all" else _parse_duration(verdicts_within)
         extra = _parse_configurable(configurable or [])
     except _BadInput as error:
         _fail(error, use_json)
 
     async def work() -> RecoveryReport:
-        async with _open_checkpointer(ledger_name) as saver:
+        async with _open_checkpointer(target) as saver:
             ledger = saver.ledger
             try:
                 built = factory(saver)
@@ -1062,20 +1296,21 @@ def recover_command(
                 min_idle=idle,
                 lease_grace=grace,
                 config={"configurable": extra} if extra else None,
+                verdicts_within=within,
             )
 
-    report = _run(use_json, work)
+    report = _run(target, work)
     if use_json:
         _print_json(report.to_json())
     else:
-        _render_recovery(report)
+        _render_recovery(report, target)
     if report.failed:
         raise typer.Exit(EXIT_RESUME_FAILED)
     if report.needs_operator:
         raise typer.Exit(EXIT_NEEDS_OPERATOR)
 
 
-def _render_recovery(report: RecoveryReport) -> None:
+def _render_recovery(report: RecoveryReport, target: Target) -> None:
     console = _stdout()
     head = "Recovery (dry run)" if report.dry_run else "Recovery"
     if not report.threads:
@@ -1117,9 +1352,10 @@ def _render_recovery(report: RecoveryReport) -> None:
         console.print(
             Text(
                 f"{len(needs)} operation(s) wait for an operator: check the provider, then\n"
-                + "\n".join(f"  langgraph-effects show {op_id}" for op_id in needs)
-                + "\nand record a verdict with `langgraph-effects resolve`; run recover again to "
-                "resume the thread.",
+                + "\n".join(f"  {target.command('show', shlex.quote(op_id))}" for op_id in needs)
+                + f"\nand record a verdict with `{target.command('resolve', '...')}` (show prints it "
+                f"in full); run `{target.command('recover', '--graph', '...')}` again to resume "
+                "the thread.",
                 style="bold magenta",
             )
         )
@@ -1156,8 +1392,12 @@ def lab_command(ctx: typer.Context) -> None:
         from .lab import runner
     except ImportError as error:
         _stderr().print(Text(f"error: the crash lab is not available in this installation ({error})."))
-        raise typer.Exit(EXIT_USAGE) from error
-    code = runner.main(list(ctx.args))
+        raise typer.Exit(EXIT_INTERNAL) from error
+    args = list(ctx.args)
+    if ("--help" in args or "-h" in args) and hasattr(runner, "build_parser"):
+        _print_argparse_help(runner.build_parser(), "Usage: langgraph-effects lab [OPTIONS]")
+        raise typer.Exit(EXIT_OK)
+    code = runner.main(args)
     raise typer.Exit(int(code or 0))
 
 
@@ -1171,6 +1411,33 @@ def crashtest_command(ctx: typer.Context) -> None:
     from .crashtest import cli as crashtest_cli
 
     raise typer.Exit(crashtest_cli.main(list(ctx.args)))
+
+
+def _print_argparse_help(parser: Any, usage: str) -> None:
+    """An argparse parser's help, laid out like the console's own (options panel, exit codes)."""
+    console = _stdout()
+    console.print()
+    console.print(Text(usage, style="bold"))
+    console.print()
+    if parser.description:
+        console.print(Padding(Text(parser.description), (0, 1)))
+        console.print()
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(style="yellow", no_wrap=True)
+    table.add_column()
+    for action in parser._actions:  # argparse keeps no public list of its options
+        if not action.option_strings:
+            continue
+        metavar = ""
+        if action.nargs != 0:
+            metavar = str(action.metavar or action.dest.upper())
+        text = str(action.help or "")
+        if text and action.default not in (None, False) and "%(default)" in text:
+            text = text % {"default": action.default}
+        table.add_row(", ".join(action.option_strings), metavar, text)
+    console.print(Panel(table, title="Options", title_align="left", border_style="dim"))
+    console.print(Padding(Text(EXIT_CODES_HELP, style="dim"), (0, 1)))
 
 
 # -- entry point ----------------------------------------------------------------------
@@ -1191,6 +1458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     command = typer.main.get_command(app)
     click_error, usage_error = _click_exception_types()
+    # A model can put unpaired surrogates in arguments: print them escaped, never crash.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")
     try:
         result = command.main(args=args or ["--help"], prog_name="langgraph-effects", standalone_mode=False)
     except usage_error as error:

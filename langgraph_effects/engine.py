@@ -43,6 +43,7 @@ from .errors import (
     DecisionConflictError,
     DurabilityError,
     IllegalTransitionError,
+    MalformedToolCallError,
     ReviewError,
     StaleVersionError,
     TransitionError,
@@ -1361,8 +1362,10 @@ def effectful_calls(
     known_tools: Callable[[str], bool],
 ) -> tuple[list[Mapping[str, Any]], set[str]]:
     """Split effectful calls (registered tools not declared read-only) into those the
-    ledger tracks and the ids of those refused: a call with no id, or whose id another
-    call of the same message shares, has no identity to bind, so it is never sent."""
+    ledger tracks and the ids of those refused: a call with no id, whose id another
+    call of the same message shares, or whose id cannot be stored as it is (an unpaired
+    surrogate, which the checkpoint turns into ``?``), has no identity to bind, so it is
+    never sent."""
     effectful = [
         call
         for call in tool_calls
@@ -1373,21 +1376,44 @@ def effectful_calls(
     for call in tool_calls:
         key = str(call.get("id") or "")
         counts[key] = counts.get(key, 0) + 1
-    refused = {key for key, n in counts.items() if not key or n > 1}
+    refused = {key for key, n in counts.items() if not key or n > 1 or not _encodable(key)}
     tracked = [call for call in effectful if str(call.get("id") or "") not in refused]
     return tracked, refused
 
 
-def refusal(tool_call: Mapping[str, Any]) -> ToolMessage:
-    """The answer to an effectful call that has no usable identity: not sent."""
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def refusal_error(tool_call: Mapping[str, Any]) -> MalformedToolCallError:
+    """Why an effectful call has no usable identity (see :func:`effectful_calls`)."""
     call_id = str(tool_call.get("id") or "")
-    why = "has no id" if not call_id else f"shares its id {call_id!r} with another call"
+    if not call_id:
+        why = "has no id"
+    elif not _encodable(call_id):
+        why = (
+            f"has an id that is not valid text ({call_id.encode('utf-8', 'backslashreplace').decode()!r}"
+            ": an unpaired surrogate)"
+        )
+    else:
+        why = f"shares its id {call_id!r} with another call"
+    return MalformedToolCallError(str(tool_call.get("name")), call_id, why)
+
+
+def refusal(tool_call: Mapping[str, Any]) -> ToolMessage:
+    """The answer to an effectful call that has no usable identity: not sent.
+
+    The artifact names the error (:class:`~langgraph_effects.errors.MalformedToolCallError`).
+    """
+    error = refusal_error(tool_call)
     return ToolMessage(
-        content=(
-            f"The {tool_call.get('name')} call was not sent: it {why}, so it cannot be tracked "
-            "safely. Call the tool again, one call per id."
-        ),
+        content=str(error),
         name=str(tool_call.get("name")),
-        tool_call_id=call_id,
+        tool_call_id=error.tool_call_id,
         status="error",
+        artifact={"error": type(error).__name__, "sent": False},
     )

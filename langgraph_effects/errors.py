@@ -10,7 +10,8 @@ caller can catch the package as a whole or one precise failure::
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
-    │   ├── LedgerNotFoundError     the console was pointed at a file that holds no ledger
+│   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
+    │   ├── LedgerNotFoundError     the console was pointed at a database that holds no ledger
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
     │   ├── IllegalTransitionError  the state machine does not allow it
@@ -23,6 +24,8 @@ caller can catch the package as a whole or one precise failure::
     │   └── OperationNotFoundError
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── ReviewError                 an operator answer that cannot be applied
+    ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
+    ├── OversizedError              a receipt or evidence text over its documented limit
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
 """
 
@@ -70,6 +73,24 @@ class SchemaTooNewError(LedgerError):
         )
         self.found = found
         self.supported = supported
+
+
+class SchemaBehindError(LedgerError):
+    """The ledger is at an older schema version than this langgraph-effects needs.
+
+    Only ``setup()`` migrates (``langgraph-effects setup`` from the console): a
+    command that merely reads or decides never changes the schema behind the
+    workers' backs.
+    """
+
+    def __init__(self, found: int, needed: int, where: str) -> None:
+        super().__init__(
+            f"the ledger at {where} is at schema version {found}, but this langgraph-effects "
+            f"needs {needed}: migrate it first with `langgraph-effects --db ... setup` (or the "
+            "graph's saver.setup()). Nothing was changed."
+        )
+        self.found = found
+        self.needed = needed
 
 
 class LedgerUnavailableError(LedgerError):
@@ -188,6 +209,32 @@ class ReviewError(EffectsError):
     """An operator answer that cannot be applied (unknown operation, wrong shape)."""
 
 
+class MalformedToolCallError(EffectsError):
+    """A model's effectful call that has no usable identity, so it was refused, never sent.
+
+    No id, an id shared with another call of the same message, or an id that is not
+    valid text (an unpaired surrogate). The model is answered with an error ToolMessage
+    saying so (its artifact names this class); the thread carries on.
+    """
+
+    def __init__(self, tool: str, tool_call_id: str, why: str) -> None:
+        super().__init__(
+            f"The {tool} call was not sent: it {why}, so it cannot be tracked safely. Call the "
+            "tool again, one call per id."
+        )
+        self.tool = tool
+        self.tool_call_id = tool_call_id
+        self.why = why
+
+
+class OversizedError(EffectsError, ValueError):
+    """A receipt or an evidence text larger than its documented limit: refused, nothing written.
+
+    See :data:`langgraph_effects.messages.MAX_RECEIPT_BYTES` and
+    :data:`~langgraph_effects.messages.MAX_EVIDENCE_CHARS`.
+    """
+
+
 class DefiniteFailure(EffectsError):
     """Raise from a tool when the provider definitely did not apply the effect.
 
@@ -205,27 +252,43 @@ class DefiniteFailure(EffectsError):
 
 
 class LedgerNotFoundError(LedgerError):
-    """The SQLite file named as the ledger does not exist, or holds no ledger.
+    """The database named as the ledger does not exist, or holds no ledger.
 
-    Nothing is created: an operator who mistypes a path must not be told "nothing
-    unresolved" by a brand-new empty database.
+    Nothing is created: an operator who mistypes a path or a database name must not
+    be told "nothing unresolved" by a brand-new empty ledger.
     """
 
-    def __init__(self, path: str, *, empty: bool = False) -> None:
-        if empty:
+    def __init__(
+        self, path: str, *, empty: bool = False, postgres: bool = False, schema: str | None = None
+    ) -> None:
+        sqlite_check = (
+            "Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the SQLite file "
+            "the graph's ledger uses"
+        )
+        if postgres:
+            place = f"schema {schema!r}" if schema else "the search_path's schema"
+            what = (
+                f"the Postgres database {path} holds no langgraph-effects ledger in {place} (no "
+                "effect_migrations table): is it the right database (and --schema)?"
+            )
+            check = "Check --db (or LANGGRAPH_EFFECTS_DB) and --schema"
+        elif empty:
             what = (
                 f"{path!r} is a SQLite database but holds no langgraph-effects ledger (no "
-                "effect_migrations table): is it the right file? The ledger's tables are "
-                "created when the graph's ledger is set up."
+                "effect_migrations table): is it the right file?"
             )
+            check = sqlite_check
         else:
             what = f"no ledger database at {path!r}: the file does not exist."
-        super().__init__(
-            f"{what} Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the "
-            "SQLite file the graph's ledger uses. Nothing was created or changed."
-        )
+            check = sqlite_check
+        if postgres or empty:
+            what += (
+                " The ledger's tables are created by the graph's setup() or "
+                "`langgraph-effects --db ... setup`."
+            )
+        super().__init__(f"{what} {check}. Nothing was created or changed.")
         self.path = path
-        self.empty = empty
+        self.empty = empty or postgres
 
 
 class LeaseLiveError(TransitionError):

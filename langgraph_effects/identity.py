@@ -27,8 +27,14 @@ _HASH_KEY_ENV = "LANGGRAPH_EFFECTS_HASH_KEY"
 
 
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no whitespace, non-JSON values as ``str``."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Deterministic JSON: sorted keys, no whitespace, non-JSON values as ``str``.
+
+    Always encodable as UTF-8: an unpaired surrogate (``"x\ud800y"``, which JSON from a
+    model can carry) becomes ``?``, exactly as LangGraph's checkpoint serializer stores
+    it, so a call hashes the same before a crash and after the resume that reads it back.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def hash_key_from_env() -> bytes | None:

@@ -14,9 +14,67 @@ from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
+from .errors import OversizedError
+from .identity import canonical_json
 from .operation import Operation, State
 
 _SERDE = JsonPlusSerializer()
+
+#: The largest receipt (as canonical JSON, in UTF-8 bytes) recorded in the ledger and
+#: carried whole in the ToolMessage artifact. A bigger one is refused, nothing written.
+MAX_RECEIPT_BYTES = 64 * 1024
+#: The longest text an operator may give as evidence (an abandon reason, an approval
+#: note). Text the package records itself (an exception's message, a lookup's reason)
+#: is cut to this length instead, with a marker saying how long it was.
+MAX_EVIDENCE_CHARS = 4096
+#: What the model sees of a receipt or an evidence text: a preview of this many
+#: characters (the whole receipt stays in the artifact and the ledger).
+PREVIEW_CHARS = 300
+
+
+def receipt_bytes(receipt: Any) -> int:
+    """The size a receipt is measured by: its canonical JSON in UTF-8 bytes."""
+    return len(canonical_json(receipt).encode("utf-8"))
+
+
+def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
+    """``receipt`` if within :data:`MAX_RECEIPT_BYTES`, else :class:`OversizedError`."""
+    if receipt is None:
+        return receipt
+    size = receipt_bytes(receipt)
+    if size > MAX_RECEIPT_BYTES:
+        raise OversizedError(
+            f"the {what} is {size:,} bytes as JSON, over the {MAX_RECEIPT_BYTES:,}-byte limit; "
+            "nothing was recorded. Give the provider's id and the few fields that prove the "
+            "effect landed, not the whole response."
+        )
+    return receipt
+
+
+def check_text(text: str, *, what: str) -> str:
+    """``text`` if within :data:`MAX_EVIDENCE_CHARS`, else :class:`OversizedError`."""
+    if len(text) > MAX_EVIDENCE_CHARS:
+        raise OversizedError(
+            f"the {what} is {len(text):,} characters, over the {MAX_EVIDENCE_CHARS:,}-character "
+            "limit; nothing was recorded. Say it in fewer words."
+        )
+    return text
+
+
+def bounded(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with a marker saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [cut: {len(text):,} characters in all]"
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """What the model sees of a receipt or an evidence text: at most ``limit`` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
+
 ToolOutput = ToolMessage | Command  # type: ignore[type-arg]
 
 #: The artifact key a review placeholder carries (never reaches the model).
@@ -61,8 +119,7 @@ def decorate(output: Any, op: Operation) -> Any:
 def _receipt_text(receipt: Any) -> str:
     if receipt is None:
         return ""
-    text = receipt if isinstance(receipt, str) else json.dumps(receipt, default=str)
-    return f" Receipt: {text}."
+    return f" Receipt: {preview(receipt)}."
 
 
 def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessage:
@@ -87,7 +144,7 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
     elif op.state is State.ABANDONED and evidence.get("kind") == "approval":
         status = "error"
         note = evidence.get("message")
-        because = f" The approver said: {note}." if note else ""
+        because = f" The approver said: {preview(str(note))}." if note else ""
         content = (
             f"The {tool} call was rejected by the approver and was not sent.{because} Do not "
             "retry it unless the user asks you to."
@@ -95,7 +152,7 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
     elif op.state is State.ABANDONED:
         status = "error"
         reason = evidence.get("reason")
-        because = f" Reason: {reason}." if reason else ""
+        because = f" Reason: {preview(str(reason))}." if reason else ""
         content = (
             f"The {tool} effect was NOT confirmed: the call was interrupted and an operator "
             f"closed it without confirming that it happened.{because} Do not retry it unless "
@@ -103,7 +160,8 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
         )
     elif op.state is State.FAILED:
         status = "error"
-        content = f"The {tool} call failed: {evidence.get('error', 'the provider rejected it')}."
+        error = str(evidence.get("error", "the provider rejected it"))
+        content = f"The {tool} call failed: {preview(error)}."
     else:  # pragma: no cover - callers only pass settled operations
         raise ValueError(f"operation {op.op_id} is not settled ({op.state})")
     return ToolMessage(

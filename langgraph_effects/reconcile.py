@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from .errors import OversizedError
+from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
 from .operation import Event, Operation
 
 
@@ -166,8 +168,13 @@ async def _reconcile_by_lookup(
         )
         found = await _lookup_once(effect, request)
         if isinstance(found, Landed):
+            try:
+                receipt = check_receipt(found.receipt, what="lookup's receipt")
+            except OversizedError as error:
+                # Proof it landed, but too big to record: an operator decides on it.
+                return f"the lookup found it, but {error}"
             evidence: dict[str, Any] = {"kind": "lookup", "found": True, "polls": polls}
-            evidence["receipt"] = found.receipt
+            evidence["receipt"] = receipt
             if found.withdrawn:
                 evidence["withdrawn"] = True
             return Outcome("confirm", evidence)
@@ -180,7 +187,7 @@ async def _reconcile_by_lookup(
             await sleep(min(delay, remaining))
         else:
             inconclusive += 1
-            reasons.append(found.reason)
+            reasons.append(bounded(str(found.reason), MAX_EVIDENCE_CHARS // 4))
             if inconclusive < effect.lookup_attempts:
                 await sleep(delay)
         delay = min(delay * 2, 2.0)

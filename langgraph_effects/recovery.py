@@ -85,6 +85,8 @@ log = logging.getLogger("langgraph_effects.recovery")
 #: The approval interrupt's ``type`` (see :mod:`langgraph_effects.review`).
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 _SCAN_LIMIT = 1_000_000
+#: How far back recover() looks for out-of-band verdicts by default (seconds).
+DEFAULT_VERDICTS_WITHIN = 7 * 86400.0
 
 ThreadAction = Literal[
     "resumed",
@@ -435,6 +437,7 @@ async def recover(
     config: Mapping[str, Any] | None = None,
     context: Any = None,
     durability: Literal["sync", "async"] = "sync",
+    verdicts_within: float | None = DEFAULT_VERDICTS_WITHIN,
 ) -> RecoveryReport:
     """Find threads a crash left mid-effect, resume each once, and report what happened.
 
@@ -460,6 +463,11 @@ async def recover(
             ``thread_id`` and the tenant recorded with the thread's operations.
         context: the runtime context to resume with, for graphs with a context schema.
         durability: ``"sync"`` (default) or ``"async"``.
+        verdicts_within: look for out-of-band verdicts (not yet answered by the
+            graph) among operations changed in the last this many seconds only
+            (default a week), so the scan costs what changed, not the whole
+            history. ``None``: every decided operation. An older verdict is still
+            answered by the next run of its thread, or by naming it in ``thread_ids``.
 
     Returns a :class:`RecoveryReport`. A failing thread is reported (``failed``, with
     the error) and does not stop the others.
@@ -502,7 +510,11 @@ async def recover(
         context=context,
         durability=durability,
     )
-    threads = wanted if wanted is not None else await _candidate_threads(found, tenant)
+    threads = (
+        wanted
+        if wanted is not None
+        else await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
+    )
     reports: list[ThreadReport] = []
     for thread_id in threads:
         try:
@@ -534,8 +546,15 @@ async def recover(
     )
 
 
-async def _candidate_threads(ledger: Ledger, tenant: str | None) -> list[str]:
-    """Threads with an unresolved operation or an out-of-band verdict, oldest first."""
+async def _candidate_threads(
+    ledger: Ledger, tenant: str | None, *, verdicts_within: float | None = None
+) -> list[str]:
+    """Threads with an unresolved operation or a recent out-of-band verdict, oldest first.
+
+    Decided operations are read only if they changed within ``verdicts_within`` seconds
+    (a filter in the ledger's query): a thread whose graph answered the verdict since
+    is then skipped by :meth:`_Run.thread` (nothing left to answer)."""
+    since = time.time() - verdicts_within if verdicts_within is not None else None
     first_seen: dict[str, float] = {}
     unresolved = await ledger.list_operations(
         OperationQuery(states=UNRESOLVED, tenant=tenant, limit=_SCAN_LIMIT)
@@ -544,7 +563,10 @@ async def _candidate_threads(ledger: Ledger, tenant: str | None) -> list[str]:
         first_seen.setdefault(op.thread_id, op.updated_at)
     decided = await ledger.list_operations(
         OperationQuery(
-            states=frozenset({State.CONFIRMED, State.ABANDONED}), tenant=tenant, limit=_SCAN_LIMIT
+            states=frozenset({State.CONFIRMED, State.ABANDONED}),
+            tenant=tenant,
+            updated_after=since,
+            limit=_SCAN_LIMIT,
         )
     )
     for op in decided:

@@ -17,9 +17,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError, field_validator
 
 from .errors import ReviewError
+from .messages import check_receipt, check_text
 from .operation import Change, Event, Operation
 
 REVIEW_TYPE = "effect_review"
@@ -31,6 +32,11 @@ class LandedDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["landed"] = "landed"
     receipt: Any = None
+
+    @field_validator("receipt")
+    @classmethod
+    def _bounded_receipt(cls, value: Any) -> Any:
+        return check_receipt(value)  # at most MAX_RECEIPT_BYTES: refused, nothing written
 
 
 class NotLandedDecision(BaseModel):
@@ -46,6 +52,11 @@ class AbandonDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["abandon"] = "abandon"
     reason: str = Field(min_length=1)
+
+    @field_validator("reason")
+    @classmethod
+    def _bounded_reason(cls, value: str) -> str:
+        return check_text(value, what="reason")  # at most MAX_EVIDENCE_CHARS
 
 
 Decision = Annotated[

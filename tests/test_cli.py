@@ -180,14 +180,14 @@ def test_show_json_and_result_never_printed(ledgerfile: Ledgerfile) -> None:
     assert "not shown" in human.stdout
 
 
-def test_show_missing_operation_exits_2(ledgerfile: Ledgerfile) -> None:
+def test_show_missing_operation_exits_8(ledgerfile: Ledgerfile) -> None:
     done = run("show", "op_nope", "--db", str(ledgerfile.path))
-    assert done.returncode == 2
+    assert done.returncode == 8
     assert "no operation 'op_nope'" in done.stderr
     other_tenant = run("show", TENANTED, "--tenant", "globex", "--db", str(ledgerfile.path))
-    assert other_tenant.returncode == 2
+    assert other_tenant.returncode == 8
     data = as_json(run("show", "op_nope", "--db", str(ledgerfile.path), "--json"))
-    assert data["error"]["kind"] == "not_found" and data["error"]["exit_code"] == 2
+    assert data["error"]["kind"] == "not_found" and data["error"]["exit_code"] == 8
 
 
 # -- resolve ----------------------------------------------------------------------------
@@ -295,11 +295,11 @@ def test_stale_expected_version_is_refused_and_nothing_changes(ledgerfile: Ledge
         ("--landed", "--expected-version", "zero"),  # not a number
     ],
 )
-def test_bad_input_exits_1_and_writes_nothing(ledgerfile: Ledgerfile, flags: Sequence[str]) -> None:
+def test_bad_input_exits_2_and_writes_nothing(ledgerfile: Ledgerfile, flags: Sequence[str]) -> None:
     before = ledgerfile.read(REVIEW)
     version = [] if "--expected-version" in flags else ["--expected-version", "3"]
     done = run("resolve", REVIEW, *flags, *version, "--db", str(ledgerfile.path))
-    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.strip()
     assert ledgerfile.read(REVIEW) == before
 
@@ -316,7 +316,7 @@ def test_invalid_receipt_json_says_what_to_do(ledgerfile: Ledgerfile) -> None:
         "--db",
         str(ledgerfile.path),
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "--receipt is not valid JSON" in done.stderr
 
 
@@ -368,7 +368,7 @@ def test_tenant_scoped_resolve(ledgerfile: Ledgerfile) -> None:
         "--db",
         str(ledgerfile.path),
     )
-    assert done.returncode == 2
+    assert done.returncode == 8
     assert ledgerfile.read(TENANTED) == before
 
 
@@ -404,9 +404,9 @@ def test_not_a_database_exits_4(tmp_path: Path) -> None:
     assert "not a usable SQLite database" in done.stderr
 
 
-def test_no_db_given_exits_1() -> None:
+def test_no_db_given_exits_2() -> None:
     done = run("list")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "LANGGRAPH_EFFECTS_DB" in done.stderr
 
 
@@ -423,13 +423,13 @@ def test_help_documents_exit_codes() -> None:
     assert resolve_help.returncode == 0 and "--expected-version" in resolve_help.stdout
 
 
-def test_usage_errors_exit_1() -> None:
-    assert run().returncode == 1  # prints the help
+def test_usage_errors_exit_2() -> None:
+    assert run().returncode == 2  # prints the help
     unknown = run("list", "--bogus")
-    assert unknown.returncode == 1 and "--bogus" in unknown.stderr
-    assert run("frobnicate").returncode == 1
-    assert run("list", "--state", "nonsense", "--db", "x").returncode == 1
-    assert run("list", "--older-than", "soon", "--db", "x").returncode == 1
+    assert unknown.returncode == 2 and "--bogus" in unknown.stderr
+    assert run("frobnicate").returncode == 2
+    assert run("list", "--state", "nonsense", "--db", "x").returncode == 2
+    assert run("list", "--older-than", "soon", "--db", "x").returncode == 2
 
 
 def test_installed_script() -> None:
@@ -446,7 +446,8 @@ def test_installed_script() -> None:
 def test_lab_reaches_the_runner() -> None:
     done = run("lab", "--help")
     assert done.returncode == 0, done.stderr
-    assert "usage: langgraph-effects lab" in done.stdout
+    assert "Usage: langgraph-effects lab" in done.stdout
+    assert "--kill-every" in done.stdout and "Exit codes (every command)" in done.stdout
 
 
 def test_lab_forwards_every_argument(monkeypatch: pytest.MonkeyPatch) -> None:

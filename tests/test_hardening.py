@@ -222,10 +222,10 @@ def test_cross_tenant_resolve_is_refused_by_the_console(tenant_review: TenantRev
             "resolve", tenant_review.op_id, *flags, "--expected-version", version,
             "--tenant", "globex", "--actor", "mallory", "--db", db,
         )
-        assert done.returncode == 2, (done.returncode, done.stderr)
+        assert done.returncode == 8, (done.returncode, done.stderr)
         assert tenant_review.op_id in done.stderr
     shown = run_console("show", tenant_review.op_id, "--tenant", "globex", "--json", "--db", db)
-    assert shown.returncode == 2
+    assert shown.returncode == 8
     listed = run_console("list", "--tenant", "globex", "--json", "--db", db)
     assert listed.returncode == 0 and json.loads(listed.stdout)["count"] == 0
     assert ledger_rows(tenant_review.db) == before_rows

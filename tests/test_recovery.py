@@ -493,7 +493,8 @@ def test_cli_recover_exits_6_while_a_review_waits(tmp_path: Path) -> None:
     crash(s)
     done = cli("recover", "--db", s.db, "--graph", FACTORY, s=s)
     assert done.returncode == 6, done.stderr
-    assert "sent to review" in done.stdout and "langgraph-effects show op_" in done.stdout
+    assert "sent to review" in done.stdout
+    assert f"langgraph-effects --db {s.db} show op_" in done.stdout  # runnable as printed
     again = cli("recover", "--db", s.db, "--graph", FACTORY, "--json", s=s)
     assert again.returncode == 6, again.stderr
     report = json.loads(again.stdout)
@@ -510,11 +511,11 @@ def test_cli_recover_refuses_bad_input(tmp_path: Path) -> None:
 
     crash(s)
     no_colon = cli("recover", "--db", s.db, "--graph", "tests.helpers.recovery_agent")
-    assert no_colon.returncode == 1 and "MODULE:ATTR" in no_colon.stderr
+    assert no_colon.returncode == 2 and "MODULE:ATTR" in no_colon.stderr
     no_attr = cli("recover", "--db", s.db, "--graph", "tests.helpers.recovery_agent:nope")
-    assert no_attr.returncode == 1 and "no attribute" in no_attr.stderr
+    assert no_attr.returncode == 2 and "no attribute" in no_attr.stderr
     bad_set = cli("recover", "--db", s.db, "--graph", FACTORY, "-c", "thread_id=x", s=s)
-    assert bad_set.returncode == 1 and "--thread" in bad_set.stderr
+    assert bad_set.returncode == 2 and "--thread" in bad_set.stderr
     assert {op.state for op, _ in operations(s).values()} == {State.DISPATCHED}  # nothing touched
 
 

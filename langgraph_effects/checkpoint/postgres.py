@@ -64,20 +64,27 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         serde: SerializerProtocol | None = None,
         ledger_schema: str | None = None,
         ledger_max_size: int = 10,
+        connect_timeout: float | None = None,
     ) -> AsyncIterator[EffectPostgresSaver]:
         """Open the checkpoints and the ledger in the Postgres database ``conn_string``.
 
         The checkpoints use one connection (as ``AsyncPostgresSaver`` does), the
         ledger its own pool of up to ``ledger_max_size`` connections, in
         ``ledger_schema`` if given (else the connection's ``search_path``).
+        ``connect_timeout`` (seconds) bounds every connection attempt.
         """
+        extra: dict[str, Any] = {}
+        ledger_timeout: dict[str, Any] = {}
+        if connect_timeout is not None:
+            extra["connect_timeout"] = max(2, round(connect_timeout))
+            ledger_timeout = {"timeout": connect_timeout, "connect_timeout": connect_timeout}
         async with (
             PostgresLedger.from_conn_string(
-                conn_string, schema=ledger_schema, max_size=ledger_max_size
+                conn_string, schema=ledger_schema, max_size=ledger_max_size, **ledger_timeout
             ) as ledger,
             # The same connection settings AsyncPostgresSaver.from_conn_string uses.
             await AsyncConnection.connect(
-                conn_string, autocommit=True, prepare_threshold=0, row_factory=dict_row
+                conn_string, autocommit=True, prepare_threshold=0, row_factory=dict_row, **extra
             ) as conn,
         ):
             if pipeline:
@@ -87,9 +94,16 @@ class EffectPostgresSaver(AsyncPostgresSaver):
                 yield cls(conn, ledger, serde=serde)
 
     async def setup(self) -> None:
-        """Create or migrate both the checkpoint tables and the ledger tables."""
+        """Create or migrate both the checkpoint tables and the ledger tables.
+
+        Safe from many processes at once (a deploy starting its workers together):
+        LangGraph's own migrations take no lock, so concurrent first setups collide on
+        ``CREATE TABLE`` (``UniqueViolation``); here they run under a session advisory
+        lock, one process after the other, and the later ones find nothing to do.
+        """
         await self.ledger.setup()
-        await super().setup()
+        async with self.ledger.migration_lock("checkpoints"):
+            await super().setup()
         await self.setup_fencing()
 
     async def setup_fencing(self) -> None:

@@ -45,6 +45,8 @@ class OperationQuery:
     tool: str | None = None
     updated_before: float | None = None
     """Only operations not touched since this time (for "older than")."""
+    updated_after: float | None = None
+    """Only operations changed after this time (for "what changed since we last looked")."""
     limit: int = 100
 
     @classmethod

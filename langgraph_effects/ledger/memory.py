@@ -99,6 +99,7 @@ class InMemoryLedger(Ledger):
             and (query.tenant is None or op.tenant == query.tenant)
             and (query.tool is None or op.tool == query.tool)
             and (query.updated_before is None or op.updated_at < query.updated_before)
+            and (query.updated_after is None or op.updated_at > query.updated_after)
         ]
         ops.sort(key=lambda o: (o.updated_at, o.op_id))
         return ops[: query.limit]

@@ -136,6 +136,11 @@ _CHUNK = 500
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
+async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Every transaction on this connection is read-only: the server refuses any write."""
+    await conn.execute("SET default_transaction_read_only = on")
+
+
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -160,6 +165,13 @@ def describe(conninfo: str, schema: str | None = None, **kwargs: Any) -> str:
 
 def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
     """Map psycopg errors to ours, with a message that says what to do."""
+    if isinstance(error, PoolTimeout) and cause is not None:
+        # Never connected at all: the pool's size has nothing to do with it.
+        return LedgerUnavailableError(
+            f"could not connect to the ledger at {where} ({cause}). Check that the server is "
+            "running and reachable and that the DSN (host, port, database, user) is right; "
+            "nothing was written, retrying later is safe."
+        )
     if isinstance(error, PoolTimeout):
         return LedgerUnavailableError(
             f"could not get a connection to the ledger at {where} in time ({cause or error}). "
@@ -212,6 +224,12 @@ class PostgresLedger(Ledger):
 
     ``schema`` puts the tables in that schema (created by :meth:`setup`);
     ``None`` uses the connection's ``search_path``.
+
+    ``read_only=True`` (what the console's ``list``/``show`` use) makes every
+    transaction of its own pool read-only (``default_transaction_read_only``), and
+    :meth:`setup` refuses: reading a database never creates tables in it.
+    ``connect_timeout`` (seconds) bounds each connection attempt (libpq's own
+    ``connect_timeout``); ``timeout`` bounds waiting for a pooled connection.
     """
 
     def __init__(
@@ -222,10 +240,14 @@ class PostgresLedger(Ledger):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        read_only: bool = False,
+        connect_timeout: float | None = None,
     ) -> None:
         if schema is not None and not _SCHEMA_NAME.match(schema):
             raise ValueError(f"not a plain schema name: {schema!r}")
         self.schema = schema
+        self.read_only = read_only
+        self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._open_lock = asyncio.Lock()
         self._closed = False
@@ -279,9 +301,19 @@ class PostgresLedger(Ledger):
         max_size: int = 10,
         schema: str | None = None,
         timeout: float = 30.0,
+        read_only: bool = False,
+        connect_timeout: float | None = None,
     ) -> AsyncIterator[PostgresLedger]:
         """Open a ledger on its own pool to ``dsn``; the pool is closed on exit."""
-        ledger = cls(dsn, schema=schema, min_size=min_size, max_size=max_size, timeout=timeout)
+        ledger = cls(
+            dsn,
+            schema=schema,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            read_only=read_only,
+            connect_timeout=connect_timeout,
+        )
         try:
             await ledger._open()
             yield ledger
@@ -293,13 +325,18 @@ class PostgresLedger(Ledger):
     def _new_pool(self) -> AsyncConnectionPool[Any]:
         # Created closed and opened on first use: no event loop is needed here.
         assert self._dsn is not None
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if self._connect_timeout is not None:
+            # libpq takes whole seconds and treats anything below 2 as 2.
+            kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
         return AsyncConnectionPool(
             self._dsn,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
             timeout=self._timeout,
-            kwargs={"autocommit": True},
+            kwargs=kwargs,
+            configure=_read_only_session if self.read_only else None,
             # One empty round trip per checkout: after a server restart or failover a
             # stale pooled connection is replaced instead of failing a ledger write.
             check=AsyncConnectionPool.check_connection,
@@ -330,9 +367,10 @@ class PostgresLedger(Ledger):
         """The server's own reason a connection fails (the pool only logs it)."""
         if self._dsn is None:
             return None
+        limit = self._connect_timeout if self._connect_timeout is not None else self._timeout
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self._dsn, connect_timeout=max(1, min(10, int(self._timeout)))
+                self._dsn, connect_timeout=max(2, min(10, round(limit)))
             )
         except psycopg.Error as error:
             return " ".join(str(error).split())
@@ -357,8 +395,59 @@ class PostgresLedger(Ledger):
 
     # -- the protocol ----------------------------------------------------------------
 
+    @asynccontextmanager
+    async def migration_lock(self, what: str) -> AsyncIterator[None]:
+        """Hold a session advisory lock named after ``what`` (and the schema) meanwhile.
+
+        For migrations that take no lock of their own (LangGraph's checkpoint tables):
+        processes that set up together then migrate one after the other. The lock is
+        held on one of the ledger's own connections and released on exit (or when the
+        session ends, should the process die).
+        """
+        key = _lock_key(f"{what}:{self.schema or ''}")
+        async with self._connection() as conn:
+            # Polled, never waited for inside a statement: LangGraph's migrations run
+            # CREATE INDEX CONCURRENTLY, which waits for every open transaction, and a
+            # session blocked in pg_advisory_lock() is one (a deadlock nobody detects).
+            delay = 0.01
+            while True:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(0.25, delay * 2)
+            try:
+                yield
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+    async def schema_version(self) -> int | None:
+        """The schema version recorded in this database, without writing anything.
+
+        ``None``: no langgraph-effects ledger here (no ``effect_migrations`` table in
+        ``schema``, or on the ``search_path``). Compare with :data:`SCHEMA_VERSION`.
+        """
+        async with self._connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                "SELECT 1 FROM pg_tables WHERE schemaname = COALESCE(%s, current_schema()) "
+                "AND tablename = 'effect_migrations'",
+                [self.schema],
+            )
+            if await cur.fetchone() is None:
+                return None
+            await cur.execute(f"SELECT MAX(v) AS v FROM {self._migrations_table}")
+            row = await cur.fetchone()
+            return int(row["v"]) + 1 if row is not None and row["v"] is not None else 0
+
     async def setup(self) -> None:
         schema = self.schema
+        if self.read_only:
+            raise LedgerUnavailableError(
+                f"the ledger at {self.where} was opened read-only: setup() cannot migrate it. "
+                "Open it without read_only (or run `langgraph-effects --db DSN setup`)."
+            )
         async with self._connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             # Held until commit: concurrent setups migrate one after the other.
@@ -534,6 +623,9 @@ class PostgresLedger(Ledger):
         if query.updated_before is not None:
             clauses.append("updated_at < %s")
             params.append(query.updated_before)
+        if query.updated_after is not None:
+            clauses.append("updated_at > %s")
+            params.append(query.updated_after)
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         params.append(query.limit)
         rows = await self._fetch(

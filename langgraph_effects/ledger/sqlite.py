@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiosqlite
 
@@ -156,13 +157,23 @@ class SqliteLedger(Ledger):
     Use :meth:`from_conn_string` (an async context manager), or pass an open
     ``aiosqlite.Connection`` you manage. Call :meth:`setup` once before use.
     Never share the checkpointer's connection: its commits would swallow ours.
+
+    ``read_only=True`` (what the console's ``list``/``show`` use) opens the file with
+    ``mode=ro`` and ``query_only``: nothing can be written, the file is never created,
+    and no write lock is ever waited for (WAL readers do not block on a writer).
     """
 
     def __init__(
-        self, conn: aiosqlite.Connection, *, where: str = "sqlite", busy_timeout_ms: int = 30_000
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        where: str = "sqlite",
+        busy_timeout_ms: int = 30_000,
+        read_only: bool = False,
     ) -> None:
         self.conn = conn
         self.where = where
+        self.read_only = read_only
         self._busy_timeout_ms = busy_timeout_ms
         self._configured = False
         self._file: str | None = None
@@ -170,12 +181,17 @@ class SqliteLedger(Ledger):
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, path: str | Path, *, busy_timeout_ms: int = 30_000
+        cls, path: str | Path, *, busy_timeout_ms: int = 30_000, read_only: bool = False
     ) -> AsyncIterator[SqliteLedger]:
-        """Open the ledger at ``path`` (``":memory:"`` for a throw-away one)."""
-        conn = await connect(path)
+        """Open the ledger at ``path`` (``":memory:"`` for a throw-away one).
+
+        With ``read_only`` a missing file is an error, never created.
+        """
+        conn = await connect(path, read_only=read_only)
         try:
-            yield cls(conn, where=f"sqlite:{path}", busy_timeout_ms=busy_timeout_ms)
+            yield cls(
+                conn, where=f"sqlite:{path}", busy_timeout_ms=busy_timeout_ms, read_only=read_only
+            )
         finally:
             await conn.close()
 
@@ -201,10 +217,15 @@ class SqliteLedger(Ledger):
         return guarded
 
     async def _configure(self) -> None:
+        read_only = self.read_only
+
         def configure(db: sqlite3.Connection) -> None:
             db.isolation_level = None  # we issue BEGIN IMMEDIATE / COMMIT ourselves
             db.row_factory = sqlite3.Row
             db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            if read_only:
+                db.execute("PRAGMA query_only = ON")  # setting the journal mode would write
+                return
             if db.execute("PRAGMA journal_mode").fetchone()[0] != "memory":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = FULL")
@@ -220,8 +241,31 @@ class SqliteLedger(Ledger):
 
     # -- the protocol ----------------------------------------------------------------
 
+    async def schema_version(self) -> int | None:
+        """The schema version recorded in this database, without writing anything.
+
+        ``None``: the database holds no langgraph-effects ledger (no
+        ``effect_migrations`` table). Compare with :data:`SCHEMA_VERSION`.
+        """
+
+        def read(db: sqlite3.Connection) -> int | None:
+            found = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effect_migrations'"
+            ).fetchone()
+            if found is None:
+                return None
+            row = db.execute("SELECT MAX(v) FROM effect_migrations").fetchone()
+            return int(row[0]) + 1 if row[0] is not None else 0
+
+        return await self._run(read)
+
     async def setup(self) -> None:
         where = self.where
+        if self.read_only:
+            raise LedgerUnavailableError(
+                f"{where} was opened read-only: setup() cannot migrate it. Open it without "
+                "read_only (or run `langgraph-effects --db PATH setup`)."
+            )
 
         def migrate(db: sqlite3.Connection) -> None:
             db.execute("BEGIN IMMEDIATE")
@@ -412,12 +456,22 @@ def _where(query: OperationQuery) -> tuple[str, list[Any]]:
     if query.updated_before is not None:
         clauses.append("updated_at < ?")
         params.append(query.updated_before)
+    if query.updated_after is not None:
+        clauses.append("updated_at > ?")
+        params.append(query.updated_after)
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-async def connect(path: str | Path) -> aiosqlite.Connection:
-    """Open an aiosqlite connection suitable for a ledger (autocommit; we BEGIN ourselves)."""
-    conn = aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
+async def connect(path: str | Path, *, read_only: bool = False) -> aiosqlite.Connection:
+    """Open an aiosqlite connection suitable for a ledger (autocommit; we BEGIN ourselves).
+
+    ``read_only`` opens the file with ``mode=ro``: it must exist and is never written.
+    """
+    if read_only and str(path) != ":memory:":
+        uri = "file:" + quote(str(Path(path).absolute())) + "?mode=ro"
+        conn = aiosqlite.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        conn = aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
         return await conn
     except sqlite3.Error as error:

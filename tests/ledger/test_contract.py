@@ -498,6 +498,8 @@ async def test_list_operations_filters(ledger: Ledger, make_op: OpFactory) -> No
     assert await listed(states=frozenset({State.CONFIRMED}), thread_id="t-1") == ""
     assert await listed(updated_before=cut) == "abc"
     assert await listed(updated_before=ops["a"].updated_at) == ""  # strictly before
+    assert await listed(updated_after=ops["f"].updated_at) == "g"  # strictly after
+    assert await listed(updated_after=ops["c"].updated_at, updated_before=ops["g"].updated_at) == "def"
     assert await listed(limit=3) == "abc"
     assert await listed(tenant="acme", limit=2) == "ab"
     assert await listed(thread_id="t-none") == ""
