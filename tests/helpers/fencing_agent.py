@@ -52,13 +52,16 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import Effect, _faults, recover
+from langgraph_effects.checkpoint import attach_ledger
 from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
 from langgraph_effects.context import current_operation
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger.sqlite import SqliteLedger, connect
 from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import State
 
@@ -76,6 +79,7 @@ class FenceSpec:
     parties: int = 2
     durable_wait_seconds: float = 30.0
     subgraph: bool = False  # the agent runs as a subgraph node of a parent graph
+    plain: bool = False  # LangGraph's saver + attach_ledger: no fencing (the "before")
 
 
 _counter = itertools.count()
@@ -174,13 +178,36 @@ def is_postgres(db: str) -> bool:
 
 
 @asynccontextmanager
-async def open_saver(db: str) -> AsyncIterator[Any]:
-    """``EffectPostgresSaver`` for a Postgres DSN (set up beforehand), else ``EffectSqliteSaver``."""
-    if is_postgres(db):
-        from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+async def open_saver(db: str, *, plain: bool = False) -> AsyncIterator[Any]:
+    """``EffectPostgresSaver`` for a Postgres DSN (set up beforehand), else ``EffectSqliteSaver``.
 
-        async with EffectPostgresSaver.from_conn_string(db, ledger_max_size=2) as saver:
-            yield saver
+    ``plain``: LangGraph's own saver with the ledger attached (``attach_ledger``), which
+    does not fence threads: what the race did before the one-runner rule.
+    """
+    if is_postgres(db):
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+        from langgraph_effects.ledger.postgres import PostgresLedger
+
+        if plain:
+            async with (
+                AsyncPostgresSaver.from_conn_string(db) as bare,
+                PostgresLedger.from_conn_string(db, max_size=2) as ledger,
+            ):
+                yield attach_ledger(bare, ledger)
+        else:
+            async with EffectPostgresSaver.from_conn_string(db, ledger_max_size=2) as saver:
+                yield saver
+    elif plain:
+        async with AsyncSqliteSaver.from_conn_string(db) as bare:
+            ledger = SqliteLedger(await connect(db), where=f"sqlite:{db}")
+            try:
+                await ledger.setup()
+                await bare.setup()
+                yield attach_ledger(bare, ledger)
+            finally:
+                await ledger.aclose()
     else:
         async with EffectSqliteSaver.from_conn_string(db) as saver:
             await saver.setup()
@@ -196,7 +223,7 @@ async def run(spec: FenceSpec) -> dict[str, Any]:
     if spec.mode == "crash":
         _faults.install("before_outcome", lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     out: dict[str, Any] = {"pid": os.getpid(), "threads": {}}
-    async with open_saver(spec.db) as saver:
+    async with open_saver(spec.db, plain=spec.plain) as saver:
         graph = build(spec, saver, provider)
         _with_overlap(saver, spec)
         if spec.go is not None:
