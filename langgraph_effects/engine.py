@@ -378,6 +378,7 @@ class Session:
         self._fresh: list[_Call] = []
         self._source: Source | None = None
         self._closed = False
+        self._reading: asyncio.Future[dict[str, Operation]] | None = None
 
     # -- opening ---------------------------------------------------------------------
 
@@ -1142,7 +1143,9 @@ class Session:
         request leaves with that much time to spare. ``False`` (and our lease
         dropped) if it was taken over."""
         assert c.owner is not None
-        found = await self._reload(c)
+        found = (await self._shared_read()).get(c.op.op_id)
+        if found is None or not protocol.ours(found, c.owner.token):
+            found = await self._reload(c)  # the shared read may predate our own dispatch
         ok = protocol.ours(found, c.owner.token)
         if ok:
             c.op = found
@@ -1156,6 +1159,25 @@ class Session:
             self._release(c)
             c.op = await self._reload(c)
         return ok
+
+    async def _shared_read(self) -> dict[str, Operation]:
+        """The leased rows of this session, read once for every call that reaches its
+        last check while the read is in flight: parallel calls leave together instead
+        of queueing one ledger round trip each. A snapshot taken a moment earlier is
+        as good: a lease can only be extended by its holder, so "ours, with half a
+        lease to spare" still holds."""
+        pending = self._reading
+        if pending is None:
+            ids = sorted(c.op.op_id for c in self.calls.values() if c.owner is not None)
+            pending = asyncio.ensure_future(self.ledger.get_many(ids))
+            self._reading = pending
+
+            def done(_: object, mine: asyncio.Future[dict[str, Operation]] = pending) -> None:
+                if self._reading is mine:
+                    self._reading = None
+
+            pending.add_done_callback(done)
+        return await asyncio.shield(pending)
 
     def start_heartbeat(self, call_id: str) -> None:
         """Keep the lease of a running call alive (call on the session's event loop)."""
