@@ -49,7 +49,7 @@ from .errors import (
     TransitionError,
 )
 from .ledger.base import Ledger
-from .operation import Change, Event, Operation, Owner, State
+from .operation import DECIDABLE, Change, Event, Operation, Owner, State
 from .reconcile import Scope, reconcile
 from .review import (
     APPROVAL_TYPE,
@@ -982,7 +982,7 @@ class Session:
             )
             if c.op.decisions and any(d == change.decision_id for d, _ in c.op.decisions):
                 continue
-            if c.op.state not in (State.REVIEW, State.UNKNOWN):
+            if c.op.state not in DECIDABLE:
                 log.warning("operation %s is %s, not under review; answer ignored", op_id, c.op.state)
                 continue
             try:

@@ -104,6 +104,46 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
 SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND})
 #: Events that are an operator's verdict: they need a decision id.
 VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
+#: States a verdict may land on, derived from the table: the one place that says so.
+DECIDABLE: frozenset[State] = frozenset(
+    state for state in State if all((state, verdict) in TRANSITIONS for verdict in VERDICTS)
+)
+
+
+class EvidenceKind(str, enum.Enum):
+    """What an audit entry's ``evidence["kind"]`` says moved the operation."""
+
+    INTENT = "intent"
+    """The intent (and, for direct calls, the dispatch marker) was recorded."""
+    APPROVAL = "approval"
+    """An approver approved, edited or rejected the call before its first send."""
+    RESULT = "result"
+    """The tool returned (``late`` when it arrived after a takeover)."""
+    ERROR = "error"
+    """The tool raised: definite or ambiguous, as the contract says."""
+    TIMEOUT = "timeout"
+    """The tool timed out: ambiguous."""
+    LEASE = "lease"
+    """The sender's lease expired or its owner died."""
+    INTERRUPT = "interrupt"
+    """The tool paused itself with ``interrupt()``."""
+    LOOKUP = "lookup"
+    """The provider's lookup answered."""
+    DEDUP = "dedup"
+    """The provider deduplicates on the key within its window: a re-send is safe."""
+    BLIND = "blind"
+    """The provider can prove nothing: only an operator can settle it."""
+    POLICY = "policy"
+    """The tenant or policy version changed since the intent: no automatic re-send."""
+    ATTEMPTS = "attempts"
+    """The call used up its ``max_attempts``."""
+    NOT_RUN = "not_run"
+    """The call never started."""
+    VERDICT = "verdict"
+    """An operator's verdict (interrupt answer, console or API)."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from .errors import (
 from .lease import lease_expired, owner_alive
 from .ledger.base import AuditEntry, Ledger, OperationQuery
 from .ledger.sqlite import SqliteLedger
-from .operation import UNRESOLVED, Change, Event, Operation, State, decision_digest
+from .operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State, decision_digest
 from .review import (
     AbandonDecision,
     LandedDecision,
@@ -91,7 +91,7 @@ __all__ = [
 DECISION_TYPES: tuple[str, ...] = ("landed", "not_landed", "abandon")
 
 #: States an operator may decide on (plus ``dispatched`` once its lease expired).
-RESOLVABLE: frozenset[State] = frozenset({State.UNKNOWN, State.REVIEW})
+RESOLVABLE: frozenset[State] = DECIDABLE  # the state machine says which states take a verdict
 
 LeaseStatus = Literal["live", "expired", "owner_dead"]
 """A ``dispatched`` operation's lease: someone is sending it (``live``), or its sender
