@@ -36,7 +36,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import (
-    DecisionConflictError,
     EffectsError,
     LeaseLiveError,
     LedgerCorruptError,
@@ -52,7 +51,7 @@ from .errors import (
 from .lease import lease_expired, owner_alive
 from .ledger.base import AuditEntry, Ledger, OperationQuery
 from .ledger.sqlite import SqliteLedger
-from .operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State, decision_digest
+from .operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
 from .review import (
     AbandonDecision,
     LandedDecision,
@@ -384,7 +383,7 @@ def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | No
 
 def allowed_decisions(op: Operation, *, now: float | None = None) -> tuple[str, ...]:
     """The verdicts an operator may give on ``op`` now (empty: nothing to decide)."""
-    if op.state in RESOLVABLE:
+    if op.state in DECIDABLE:
         return DECISION_TYPES
     if op.state is State.DISPATCHED and lease_expired(op, now=now):
         return DECISION_TYPES
@@ -578,39 +577,45 @@ async def resolve_report(
 
     op = await _get_scoped(ledger, op_id, tenant)
 
-    # Idempotency first: retrying a decision that was applied is a success, whatever
-    # version or state the operation has reached since.
-    digest = decision_digest(change.decision)
-    for seen_id, seen_digest in op.decisions:
-        if seen_id == did:
-            if seen_digest != digest:
-                raise DecisionConflictError(op.op_id, did)
-            return Resolution(op, did, replayed=True, lease_lost=False, from_state=op.state)
+    if op.state is State.DISPATCHED and did not in dict(op.decisions):
+        return await _decide_lost(ledger, op, change, did, expected_version, actor, channel)
+    # The state machine checks the rest, in this order: a decision id already applied
+    # (a replay, or a conflict), the version, then whether the state takes a verdict.
+    result = await ledger.apply(
+        op.op_id, change, expected_version=expected_version, actor=actor, decidable_only=True
+    )
+    return Resolution(
+        result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state
+    )
 
-    if op.version != expected_version:
-        raise StaleVersionError(op.op_id, expected_version, op.version)
 
-    if op.state is State.DISPATCHED:
-        stamp = time.time()
-        if not lease_expired(op, now=stamp):
-            raise LeaseLiveError(op, now=stamp)
-        lost = await ledger.transition(
-            op.op_id,
-            Change(event=Event.LOSE, evidence=_lease_evidence(op, actor, channel, stamp)),
-            expected_version=expected_version,
-            actor=actor,
-        )
-        try:
-            after = await ledger.transition(op.op_id, change, expected_version=lost.version, actor=actor)
-        except Exception as error:
-            raise VerdictNotRecordedError(lost, error) from error
-        return Resolution(after, did, replayed=False, lease_lost=True, from_state=op.state)
-
-    if op.state not in RESOLVABLE:
-        raise NotResolvableError(op, change.event)
-
-    after = await ledger.transition(op.op_id, change, expected_version=expected_version, actor=actor)
-    return Resolution(after, did, replayed=False, lease_lost=False, from_state=op.state)
+async def _decide_lost(
+    ledger: Ledger,
+    op: Operation,
+    change: Change,
+    did: str,
+    expected_version: int,
+    actor: str,
+    channel: str,
+) -> Resolution:
+    """A verdict on a ``dispatched`` operation: only once its lease is gone, and after
+    recording it as lost (``dispatched -> unknown``)."""
+    stamp = time.time()
+    if not lease_expired(op, now=stamp):
+        if op.version != expected_version:
+            raise StaleVersionError(op.op_id, expected_version, op.version)  # read it again first
+        raise LeaseLiveError(op, now=stamp)
+    lost = await ledger.transition(
+        op.op_id,
+        Change(event=Event.LOSE, evidence=_lease_evidence(op, actor, channel, stamp)),
+        expected_version=expected_version,
+        actor=actor,
+    )
+    try:
+        after = await ledger.transition(op.op_id, change, expected_version=lost.version, actor=actor)
+    except Exception as error:
+        raise VerdictNotRecordedError(lost, error) from error
+    return Resolution(after, did, replayed=False, lease_lost=True, from_state=op.state)
 
 
 def _lease_evidence(op: Operation, actor: str, channel: str, now: float) -> dict[str, Any]:

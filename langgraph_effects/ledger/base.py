@@ -195,13 +195,20 @@ def record_plan(
 
 
 def transition_plan(
-    op_id: str, change: Change, expected_version: int | None, actor: str, where: str
+    op_id: str,
+    change: Change,
+    expected_version: int | None,
+    actor: str,
+    where: str,
+    decidable_only: bool = False,
 ) -> Plan[Transition]:
     """Lock the row, apply the state machine, compare-and-set, audit."""
     before = yield Lock(op_id)
     if before is None:
         raise OperationNotFoundError(op_id)
-    after = advance(before, change, expected_version=expected_version, now=now())
+    after = advance(
+        before, change, expected_version=expected_version, now=now(), decidable_only=decidable_only
+    )
     if after is None:
         return Transition(before, applied=False)
     if not (yield CompareAndSet(after, before.version)):  # impossible under the row lock
@@ -341,14 +348,17 @@ class Ledger(abc.ABC):
         *,
         expected_version: int | None,
         actor: str = DEFAULT_ACTOR,
+        decidable_only: bool = False,
     ) -> Transition:
         """Compare-and-set one transition and audit it, in one commit.
 
         ``expected_version=None`` skips the version check (the state machine still
         applies). A verdict whose decision id was already applied with the same
         content changes nothing: ``applied`` is then ``False`` and ``op`` the stored row.
+        ``decidable_only`` (an operator's verdict) refuses states outside
+        :data:`~langgraph_effects.operation.DECIDABLE` (see ``advance``).
         """
-        plan = transition_plan(op_id, change, expected_version, actor, self.where)
+        plan = transition_plan(op_id, change, expected_version, actor, self.where, decidable_only)
         return await self._transact(plan)
 
     async def transition(
