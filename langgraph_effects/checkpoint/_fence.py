@@ -32,10 +32,13 @@ ids' order, so clocks that differ between hosts do not matter.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 
 from ..errors import ThreadConflictError
 
@@ -173,3 +176,16 @@ def check_run(config: Mapping[str, Any]) -> None:
         return
     e = mark.refused
     raise ThreadConflictError(e.thread_id, e.checkpoint_ns, e.parent_id, e.child_id)
+
+
+async def load(
+    get: Callable[[RunnableConfig], Awaitable[CheckpointTuple | None]], config: RunnableConfig
+) -> CheckpointTuple | None:
+    """A saver's ``aget_tuple`` through ``get`` (LangGraph's own): a run's first load
+    starts its mark, and a tool waiting for a checkpoint its refused run will never
+    save gets the refusal instead of waiting."""
+    on_load(config)
+    found = await get(config)
+    if found is None and config["configurable"].get("checkpoint_id"):
+        check_run(config)
+    return found

@@ -10,12 +10,12 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
-from langgraph.checkpoint.postgres import _ainternal
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 
+from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence
@@ -43,7 +43,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
 
     def __init__(
         self,
-        conn: _ainternal.Conn,
+        conn: Conn,
         ledger: PostgresLedger,
         pipe: AsyncPipeline | None = None,
         serde: SerializerProtocol | None = None,
@@ -113,7 +113,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         Serialised by an advisory lock: concurrent ``CREATE INDEX IF NOT EXISTS``
         can fail with a unique violation.
         """
-        async with _ainternal.get_connection(self.conn) as conn, conn.transaction():
+        async with postgres_connection(self.conn) as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
             )
@@ -126,7 +126,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         if fenced is not None:
             yield fenced
             return
-        async with super()._cursor(pipeline=pipeline) as cur:
+        async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
             yield cur
 
     @asynccontextmanager
@@ -136,7 +136,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         In pipeline mode (where libpq has it) the lock and the check go in one round
         trip, LangGraph's statements and the commit in another.
         """
-        async with self.lock, _ainternal.get_connection(self.conn) as conn, AsyncExitStack() as stack:
+        async with self.lock, postgres_connection(self.conn) as conn, AsyncExitStack() as stack:
             if self.supports_pipeline:
                 await stack.enter_async_context(conn.pipeline())
             await stack.enter_async_context(conn.transaction())
@@ -162,13 +162,8 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
-        tool waiting for a checkpoint its refused run will never save gets the refusal."""
-        _fence.on_load(config)
-        found = await super().aget_tuple(config)
-        if found is None and config["configurable"].get("checkpoint_id"):
-            _fence.check_run(config)
-        return found
+        """LangGraph's ``aget_tuple``, with the fencing mark kept (see ``_fence.load``)."""
+        return await _fence.load(super().aget_tuple, config)
 
     async def aput(
         self,

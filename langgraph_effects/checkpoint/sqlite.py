@@ -22,25 +22,16 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from .._private import (
+    INSERT_CHECKPOINT_SQL,
+    INSERT_WRITES_SQL,
+    UPSERT_WRITES_SQL,
+    run_in_connection_thread,
+    sqlite_saver_is_setup,
+)
 from ..errors import ThreadConflictError
-from ..ledger.sqlite import SqliteLedger, connect, run_in_connection_thread
+from ..ledger.sqlite import SqliteLedger, connect
 from . import _fence
-
-# The statements AsyncSqliteSaver.aput / aput_writes run (langgraph-checkpoint-sqlite
-# 3.x), here inside our own transaction; tests/test_langgraph_contract.py fails if
-# LangGraph's change.
-INSERT_CHECKPOINT_SQL = (
-    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-UPSERT_WRITES_SQL = (
-    "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-INSERT_WRITES_SQL = (
-    "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 class EffectSqliteSaver(AsyncSqliteSaver):
@@ -87,7 +78,7 @@ class EffectSqliteSaver(AsyncSqliteSaver):
         ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; our part
         runs once, not as an empty write transaction on every checkpoint call.
         """
-        if self.is_setup:
+        if sqlite_saver_is_setup(self):
             return
         await self.ledger.setup()
         await super().setup()
@@ -122,13 +113,8 @@ class EffectSqliteSaver(AsyncSqliteSaver):
                 raise
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
-        tool waiting for a checkpoint its refused run will never save gets the refusal."""
-        _fence.on_load(config)
-        found = await super().aget_tuple(config)
-        if found is None and config["configurable"].get("checkpoint_id"):
-            _fence.check_run(config)
-        return found
+        """LangGraph's ``aget_tuple``, with the fencing mark kept (see ``_fence.load``)."""
+        return await _fence.load(super().aget_tuple, config)
 
     async def aput(
         self,

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import aiosqlite
 
+from .._private import run_in_connection_thread
 from ..errors import LedgerCorruptError, LedgerUnavailableError
 from ..operation import Operation
 from .base import (
@@ -396,16 +397,3 @@ async def connect(path: str | Path, *, read_only: bool = False) -> aiosqlite.Con
         return await conn
     except sqlite3.Error as error:
         raise _classify(error, f"sqlite:{path}") from error
-
-
-async def run_in_connection_thread(
-    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
-) -> T:
-    """Run ``fn(sqlite3_connection)`` on aiosqlite's worker thread.
-
-    aiosqlite exposes one statement per hop; a transaction of several statements
-    would cost a hop each and let other coroutines interleave. ``Connection._execute``
-    (private, stable since aiosqlite 0.17) runs any function on that thread;
-    ``tests/test_langgraph_contract.py`` fails loudly if it moves.
-    """
-    return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return,no-untyped-call]
