@@ -173,14 +173,7 @@ async def list_operations(
         if older_than < 0:
             raise ValueError(f"older_than must be a number of seconds >= 0, not {older_than}")
         updated_before = (time.time() if now is None else now) - older_than
-    query = OperationQuery(
-        states=wanted,
-        thread_id=thread_id,
-        tenant=tenant,
-        tool=tool,
-        updated_before=updated_before,
-        limit=limit,
-    )
+    query = OperationQuery(wanted, thread_id, tenant, tool, updated_before, limit=limit)
     return await ledger.list_operations(query)
 
 

@@ -470,19 +470,10 @@ COLUMNS: tuple[str, ...] = (
     "updated_at",
 )
 
-MUTABLE_COLUMNS: tuple[str, ...] = (
-    "state",
-    "version",
-    "attempts",
-    "owner",
-    "lease_expires_at",
-    "dispatched_at",
-    "result_type",
-    "result",
-    "evidence",
-    "decisions",
-    "updated_at",
-)
+#: Columns written once, when the intent is recorded: the call's identity and payload.
+_FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "created_at"}
+#: The columns a transition may change (in table order).
+MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
 
 
 def _dumps(value: Any) -> str | None:

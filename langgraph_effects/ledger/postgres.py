@@ -35,23 +35,14 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import LedgerError, LedgerUnavailableError
 from ..operation import Operation
+from . import base
 from .base import (
     COLUMNS,
-    LEDGER_TABLES,
     MUTABLE_COLUMNS,
     UNRESOLVED_SQL,
-    AppendAudit,
     AuditEntry,
-    CompareAndSet,
-    Fetch,
-    InsertIfAbsent,
     Ledger,
-    Load,
-    Lock,
     OperationQuery,
-    OurTables,
-    Plan,
-    Step,
     T,
     adrive,
     audit_from_row,
@@ -306,14 +297,9 @@ class PostgresLedger(Ledger):
         connect_timeout: float | None = None,
     ) -> AsyncIterator[PostgresLedger]:
         """Open a ledger on its own pool to ``dsn``; the pool is closed on exit."""
+        sizes = {"min_size": min_size, "max_size": max_size}
         ledger = cls(
-            dsn,
-            schema=schema,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=timeout,
-            read_only=read_only,
-            connect_timeout=connect_timeout,
+            dsn, schema=schema, timeout=timeout, read_only=read_only, connect_timeout=connect_timeout, **sizes
         )
         try:
             await ledger._open()
@@ -394,49 +380,49 @@ class PostgresLedger(Ledger):
             await cur.execute(sql, params)
             return await cur.fetchall()
 
-    async def _transact(self, plan: Plan[T]) -> T:
+    async def _transact(self, plan: base.Plan[T]) -> T:
         # Any exception inside the transaction block rolls it back: nothing is written.
         async with self._connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             result, _ = await adrive(plan, lambda step: self._answer(cur, step))
         return result
 
-    async def _read(self, plan: Plan[T]) -> T:
+    async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             result, _ = await adrive(plan, lambda step: self._answer(cur, step))
         return result
 
-    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: Step) -> Any:
+    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.Step) -> Any:
         """One storage primitive, in SQL (inside the caller's transaction)."""
-        if isinstance(step, Lock):
+        if isinstance(step, base.Lock):
             await cur.execute(self._lock_sql, [step.op_id])
             row = await cur.fetchone()
             return from_row(row) if row is not None else None
-        if isinstance(step, Load):
+        if isinstance(step, base.Load):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
-        if isinstance(step, InsertIfAbsent):
+        if isinstance(step, base.InsertIfAbsent):
             return await self._insert(cur, step.ops)
-        if isinstance(step, CompareAndSet):
+        if isinstance(step, base.CompareAndSet):
             values = to_row(step.after)
             params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id]
             await cur.execute(self._update_sql, [*params, step.expected_version])
             return cur.rowcount == 1
-        if isinstance(step, AppendAudit):
+        if isinstance(step, base.AppendAudit):
             for start in range(0, len(step.rows), _CHUNK):
                 chunk = step.rows[start : start + _CHUNK]
                 audit_values = [entry[c] for entry in chunk for c in _AUDIT_COLUMNS]
                 await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(chunk)), audit_values)
             return None
-        if isinstance(step, OurTables):
+        if isinstance(step, base.OurTables):
             await cur.execute(
                 "SELECT tablename FROM pg_tables "
                 "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
-                [self.schema, list(LEDGER_TABLES)],
+                [self.schema, list(base.LEDGER_TABLES)],
             )
             return {row["tablename"] for row in await cur.fetchall()}
-        if isinstance(step, Fetch):
+        if isinstance(step, base.Fetch):
             await cur.execute(step.sql)
             row = await cur.fetchone()
             return next(iter(row.values())) if row is not None else None

@@ -23,23 +23,14 @@ import aiosqlite
 from .._private import run_in_connection_thread
 from ..errors import LedgerCorruptError, LedgerUnavailableError
 from ..operation import Operation
+from . import base
 from .base import (
     COLUMNS,
-    LEDGER_TABLES,
     MUTABLE_COLUMNS,
     UNRESOLVED_SQL,
-    AppendAudit,
     AuditEntry,
-    CompareAndSet,
-    Fetch,
-    InsertIfAbsent,
     Ledger,
-    Load,
-    Lock,
     OperationQuery,
-    OurTables,
-    Plan,
-    Step,
     audit_from_row,
     drive,
     from_row,
@@ -244,7 +235,7 @@ class SqliteLedger(Ledger):
             self._configured = False
             raise
 
-    async def _transact(self, plan: Plan[T]) -> T:
+    async def _transact(self, plan: base.Plan[T]) -> T:
         def run(db: sqlite3.Connection) -> T:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -257,7 +248,7 @@ class SqliteLedger(Ledger):
 
         return await self._run(run)
 
-    async def _read(self, plan: Plan[T]) -> T:
+    async def _read(self, plan: base.Plan[T]) -> T:
         # Autocommit reads: no write lock, so read-only connections can run them too.
         return await self._run(lambda db: drive(plan, lambda step: _answer(db, step))[0])
 
@@ -346,26 +337,26 @@ class SqliteLedger(Ledger):
         return await self._run(find)
 
 
-def _answer(db: sqlite3.Connection, step: Step) -> Any:
+def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     """One storage primitive, in SQLite (inside the caller's transaction)."""
-    if isinstance(step, Lock):  # BEGIN IMMEDIATE already holds the write lock
+    if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
         return _select(db, [step.op_id]).get(step.op_id)
-    if isinstance(step, Load):
+    if isinstance(step, base.Load):
         return _select(db, list(step.op_ids))
-    if isinstance(step, InsertIfAbsent):
+    if isinstance(step, base.InsertIfAbsent):
         return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
-    if isinstance(step, CompareAndSet):
+    if isinstance(step, base.CompareAndSet):
         params = to_row(step.after)
         params["expected_version"] = step.expected_version
         return db.execute(_UPDATE, params).rowcount == 1
-    if isinstance(step, AppendAudit):
+    if isinstance(step, base.AppendAudit):
         db.executemany(_INSERT_AUDIT, step.rows)
         return None
-    if isinstance(step, OurTables):
-        marks = ", ".join("?" * len(LEDGER_TABLES))
+    if isinstance(step, base.OurTables):
+        marks = ", ".join("?" * len(base.LEDGER_TABLES))
         sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
-        return {r[0] for r in db.execute(sql, LEDGER_TABLES)}
-    if isinstance(step, Fetch):
+        return {r[0] for r in db.execute(sql, base.LEDGER_TABLES)}
+    if isinstance(step, base.Fetch):
         row = db.execute(step.sql).fetchone()
         return row[0] if row is not None else None
     db.execute(step.sql, step.params)
