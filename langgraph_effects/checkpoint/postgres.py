@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
@@ -26,7 +26,7 @@ from . import _fence
 _IN_FENCE: ContextVar[AsyncCursor[DictRow] | None] = ContextVar("_IN_FENCE", default=None)
 
 
-class EffectPostgresSaver(AsyncPostgresSaver):
+class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
     """An ``AsyncPostgresSaver`` whose database also holds the operation ledger.
 
     The ledger runs on its own connection pool to the same database: sharing the
@@ -161,43 +161,30 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         )
         return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``, with the fencing mark kept (see ``_fence.load``)."""
-        return await _fence.load(super().aget_tuple, config)
-
-    async def aput(
+    async def _put_fenced(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        check: bool,
     ) -> RunnableConfig:
-        """Save a checkpoint unless it would be a second child of its parent (see the module)."""
         thread_id, ns, parent = _fence.coordinates(config)
         async with self._fence(thread_id, ns) as cur:
-            if not _fence.deliberate(metadata):
+            if check:
                 children = await self._children(cur, thread_id, ns, parent, checkpoint["id"])
                 _fence.refuse_checkpoint(thread_id, ns, parent, children)
-            saved = await super().aput(config, checkpoint, metadata, new_versions)
-        self._written.add(checkpoint["id"])
-        return saved
+            return await AsyncPostgresSaver.aput(self, config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    async def _put_writes_fenced(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
-        """Store a task's writes, unless another runner already moved past their checkpoint."""
-        if _fence.own_refusal(writes):
-            return  # the refused run's error: nothing of it lands
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         async with self._fence(thread_id, ns) as cur:
             if checkpoint_id is not None:
                 children = await self._children(cur, thread_id, ns, checkpoint_id, "")
                 _fence.refuse_writes(thread_id, ns, checkpoint_id, children, self._written)
-            await super().aput_writes(config, writes, task_id, task_path)
+            await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
 
 
 __all__ = ["EffectPostgresSaver"]

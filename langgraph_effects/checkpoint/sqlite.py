@@ -17,7 +17,6 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -34,7 +33,7 @@ from ..ledger.sqlite import SqliteLedger, connect
 from . import _fence
 
 
-class EffectSqliteSaver(AsyncSqliteSaver):
+class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
     """An ``AsyncSqliteSaver`` whose database also holds the operation ledger.
 
     The ledger uses its own connection to the same file: sharing the saver's
@@ -112,25 +111,20 @@ class EffectSqliteSaver(AsyncSqliteSaver):
                 _fence.on_refused(error)
                 raise
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``, with the fencing mark kept (see ``_fence.load``)."""
-        return await _fence.load(super().aget_tuple, config)
-
-    async def aput(
+    async def _put_fenced(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        check: bool,
     ) -> RunnableConfig:
-        """Save a checkpoint unless it would be a second child of its parent (see the class)."""
         await self.setup()
         thread_id, ns, parent = _fence.coordinates(config)
         type_, blob = self.serde.dumps_typed(checkpoint)
         meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
             "utf-8", "ignore"
         )
-        check = not _fence.deliberate(metadata)
         sql = _fence.children_sql(parent, "?")
         params = _fence.children_params(thread_id, ns, parent, checkpoint["id"])
 
@@ -143,21 +137,13 @@ class EffectSqliteSaver(AsyncSqliteSaver):
             )
 
         await self._fenced(write)
-        self._written.add(checkpoint["id"])
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    async def _put_writes_fenced(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
-        """Store a task's writes, unless another runner already moved past their checkpoint."""
-        if _fence.own_refusal(writes):
-            return  # the refused run's error: nothing of it lands
         await self.setup()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         query = UPSERT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes) else INSERT_WRITES_SQL
