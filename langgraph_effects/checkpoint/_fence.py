@@ -179,6 +179,18 @@ def check_run(config: Mapping[str, Any]) -> None:
 
 
 
+@dataclass(frozen=True)
+class Put:
+    """One ``aput`` call, handed to a saver's fenced hook."""
+
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: ChannelVersions
+    check: bool
+    """Whether a second child is refused (not for LangGraph's deliberate branches)."""
+
+
 class FencedSaver:
     """The one-runner-per-thread flow of both savers, written once.
 
@@ -206,8 +218,8 @@ class FencedSaver:
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint unless it would be a second child of its parent."""
-        check = not deliberate(metadata)
-        saved = await self._put_fenced(config, checkpoint, metadata, new_versions, check)
+        put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
+        saved = await self._put_fenced(put)
         self._written.add(checkpoint["id"])
         return saved
 
@@ -223,16 +235,9 @@ class FencedSaver:
             return  # the refused run's error: nothing of it lands
         await self._put_writes_fenced(config, writes, task_id, task_path)
 
-    async def _put_fenced(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-        check: bool,
-    ) -> RunnableConfig:
-        """In one fenced transaction: unless ``check`` is false, refuse a second child of
-        the parent (:func:`refuse_checkpoint`); then store the checkpoint."""
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
+        """In one fenced transaction: if ``put.check``, refuse a second child of the
+        parent (:func:`refuse_checkpoint`); then store the checkpoint."""
         raise NotImplementedError
 
     async def _put_writes_fenced(

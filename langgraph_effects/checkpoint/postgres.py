@@ -9,7 +9,6 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
@@ -19,6 +18,7 @@ from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence
+from ._fence import Put
 
 # The cursor of the fenced transaction in progress: LangGraph's aput/aput_writes run
 # their own statements through ``self._cursor()``, which then hands them this one, so
@@ -161,20 +161,15 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
         )
         return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
 
-    async def _put_fenced(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-        check: bool,
-    ) -> RunnableConfig:
-        thread_id, ns, parent = _fence.coordinates(config)
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
+        thread_id, ns, parent = _fence.coordinates(put.config)
         async with self._fence(thread_id, ns) as cur:
-            if check:
-                children = await self._children(cur, thread_id, ns, parent, checkpoint["id"])
+            if put.check:
+                children = await self._children(cur, thread_id, ns, parent, put.checkpoint["id"])
                 _fence.refuse_checkpoint(thread_id, ns, parent, children)
-            return await AsyncPostgresSaver.aput(self, config, checkpoint, metadata, new_versions)
+            return await AsyncPostgresSaver.aput(
+                self, put.config, put.checkpoint, put.metadata, put.new_versions
+            )
 
     async def _put_writes_fenced(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str

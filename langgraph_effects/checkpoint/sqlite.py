@@ -14,9 +14,6 @@ import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -31,6 +28,7 @@ from .._private import (
 from ..errors import ThreadConflictError
 from ..ledger.sqlite import SqliteLedger, connect
 from . import _fence
+from ._fence import Put
 
 
 class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
@@ -111,25 +109,19 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
                 _fence.on_refused(error)
                 raise
 
-    async def _put_fenced(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-        check: bool,
-    ) -> RunnableConfig:
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
         await self.setup()
+        config, checkpoint = put.config, put.checkpoint
         thread_id, ns, parent = _fence.coordinates(config)
         type_, blob = self.serde.dumps_typed(checkpoint)
-        meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
+        meta = json.dumps(get_checkpoint_metadata(config, put.metadata), ensure_ascii=False).encode(
             "utf-8", "ignore"
         )
         sql = _fence.children_sql(parent, "?")
         params = _fence.children_params(thread_id, ns, parent, checkpoint["id"])
 
         def write(db: sqlite3.Connection) -> None:
-            if check:
+            if put.check:
                 children = [str(r[0]) for r in db.execute(sql, params)]
                 _fence.refuse_checkpoint(thread_id, ns, parent, children)
             db.execute(

@@ -141,28 +141,39 @@ receives their answers."""
 LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
 
 
+class _Run:
+    """A plan being run: hands out its steps, then keeps its result."""
+
+    def __init__(self, plan: Plan[Any]) -> None:
+        self.plan, self.wrote, self.result = plan, False, None
+
+    def send(self, reply: Any) -> Step | None:
+        """The next step (``reply`` answers the previous one), or ``None`` once done."""
+        try:
+            step = self.plan.send(reply)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.wrote = self.wrote or step.writes
+        return step
+
+
 def drive(plan: Plan[T], answer: Callable[[Step], Any]) -> tuple[T, bool]:
     """Run ``plan``, answering each step with ``answer``; returns (result, wrote)."""
-    wrote, reply = False, None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value, wrote
-        wrote = wrote or step.writes
-        reply = answer(step)
+    run = _Run(plan)
+    step = run.send(None)
+    while step is not None:
+        step = run.send(answer(step))
+    return run.result, run.wrote  # type: ignore[return-value]
 
 
 async def adrive(plan: Plan[T], answer: Callable[[Step], Awaitable[Any]]) -> tuple[T, bool]:
     """:func:`drive` for a backend whose answers are awaited."""
-    wrote, reply = False, None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value, wrote
-        wrote = wrote or step.writes
-        reply = await answer(step)
+    run = _Run(plan)
+    step = run.send(None)
+    while step is not None:
+        step = run.send(await answer(step))
+    return run.result, run.wrote  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,39 @@ def describe(conninfo: str, schema: str | None = None, **kwargs: Any) -> str:
     return f"{where} (schema {schema})" if schema else where
 
 
+#: What each kind of psycopg error means for the ledger, and what to do about it.
+_ADVICE: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] = (
+    (
+        PoolClosed,
+        "the connection pool of the ledger at {where} is closed ({error}). Open the pool "
+        "(or the ledger) before use and do not use it after aclose().",
+    ),
+    (
+        (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName),
+        "the ledger tables do not exist at {where} ({error}). Call setup() once (or "
+        "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
+        "search_path names no existing schema: pass schema=. Nothing was written.",
+    ),
+    (
+        pg_errors.ReadOnlySqlTransaction,
+        "{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
+        "ledger at the primary; the transaction was rolled back, retrying there is safe.",
+    ),
+    (
+        pg_errors.DiskFull,
+        "{where} is out of disk space ({error}); the transaction was rolled back. Free "
+        "space on the database server, then resume.",
+    ),
+    (
+        (psycopg.OperationalError, psycopg.InterfaceError),
+        "the ledger at {where} is unavailable ({error}). Check that the server is up and "
+        "reachable. Each change is one transaction, so nothing is half-written; if the "
+        "connection dropped while committing, read the operation again before deciding "
+        "(a repeated compare-and-set is refused if the first one landed).",
+    ),
+)
+
+
 def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
     """Map psycopg errors to ours, with a message that says what to do."""
     if isinstance(error, PoolTimeout) and cause is not None:
@@ -174,34 +207,9 @@ def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> Led
             "database, user) is right, or raise max_size if the pool is exhausted; nothing "
             "was written, retrying later is safe."
         )
-    if isinstance(error, PoolClosed):
-        return LedgerUnavailableError(
-            f"the connection pool of the ledger at {where} is closed ({error}). Open the pool "
-            "(or the ledger) before use and do not use it after aclose()."
-        )
-    if isinstance(error, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
-        return LedgerUnavailableError(
-            f"the ledger tables do not exist at {where} ({error}). Call setup() once (or "
-            "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
-            "search_path names no existing schema: pass schema=. Nothing was written."
-        )
-    if isinstance(error, pg_errors.ReadOnlySqlTransaction):
-        return LedgerUnavailableError(
-            f"{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
-            "ledger at the primary; the transaction was rolled back, retrying there is safe."
-        )
-    if isinstance(error, pg_errors.DiskFull):
-        return LedgerUnavailableError(
-            f"{where} is out of disk space ({error}); the transaction was rolled back. Free "
-            "space on the database server, then resume."
-        )
-    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
-        return LedgerUnavailableError(
-            f"the ledger at {where} is unavailable ({error}). Check that the server is up and "
-            "reachable. Each change is one transaction, so nothing is half-written; if the "
-            "connection dropped while committing, read the operation again before deciding "
-            "(a repeated compare-and-set is refused if the first one landed)."
-        )
+    for kinds, advice in _ADVICE:
+        if isinstance(error, kinds):
+            return LedgerUnavailableError(advice.format(where=where, error=error))
     sqlstate = getattr(error, "sqlstate", None)
     return LedgerError(f"the ledger at {where} failed ({error}; SQLSTATE {sqlstate}).")
 

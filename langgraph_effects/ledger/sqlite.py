@@ -25,9 +25,6 @@ from ..errors import LedgerCorruptError, LedgerUnavailableError
 from ..operation import Operation
 from . import base
 from .base import (
-    COLUMNS,
-    MUTABLE_COLUMNS,
-    UNRESOLVED_SQL,
     AuditEntry,
     Ledger,
     OperationQuery,
@@ -95,19 +92,19 @@ MIGRATIONS: tuple[str, ...] = (
     # Partial indexes: finding unresolved work costs O(result), not O(history).
     f"""
     CREATE INDEX effect_operations_unresolved
-        ON effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
+        ON effect_operations (updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
-        ON effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
+        ON effect_operations (thread_id, updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _INSERT = (
-    f"INSERT OR IGNORE INTO effect_operations ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join(':' + c for c in COLUMNS)})"
+    f"INSERT OR IGNORE INTO effect_operations ({', '.join(base.COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in base.COLUMNS)})"
 )
 _UPDATE = (
-    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in MUTABLE_COLUMNS)} "
+    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in base.MUTABLE_COLUMNS)} "
     "WHERE op_id = :op_id AND version = :expected_version"
 )
 _RENEW = renewal_sql("effect_operations", "json_extract(owner, '$.token')", "?")
