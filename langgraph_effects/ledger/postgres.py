@@ -47,11 +47,7 @@ from .base import (
     adrive,
     audit_from_row,
     from_row,
-    migrate_plan,
-    renewal_sql,
     to_row,
-    version_plan,
-    where_clause,
 )
 
 _AUDIT_COLUMNS: tuple[str, ...] = (
@@ -280,7 +276,7 @@ class PostgresLedger(Ledger):
         self._migrations_table = f"{prefix}effect_migrations"
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
-        self._renew_sql = renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
+        self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
         self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
         self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         self._audit_head = f"INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) VALUES "
@@ -488,7 +484,7 @@ class PostgresLedger(Ledger):
         ``None``: no langgraph-effects ledger here (no ``effect_migrations`` table in
         ``schema``, or on the ``search_path``). Compare with :data:`SCHEMA_VERSION`.
         """
-        return await self._read(version_plan(self._migrations_table))
+        return await self._read(base.version_plan(self._migrations_table))
 
     async def setup(self) -> None:
         schema = self.schema
@@ -497,7 +493,7 @@ class PostgresLedger(Ledger):
                 f"the ledger at {self.where} was opened read-only: setup() cannot migrate it. "
                 "Open it without read_only (or run `langgraph-effects --db DSN setup`)."
             )
-        plan = migrate_plan(
+        plan = base.migrate_plan(
             [migration.format(s=self._prefix) for migration in MIGRATIONS],
             self._migrations_table,
             f"CREATE TABLE {self._migrations_table} "
@@ -547,7 +543,7 @@ class PostgresLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        where, params = where_clause(query, "%s")
+        where, params = base.where_clause(query, "%s")
         params.append(query.limit)
         rows = await self._fetch(
             f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params
