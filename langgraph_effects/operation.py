@@ -21,6 +21,7 @@ from .errors import (
     ApprovalError,
     DecisionConflictError,
     IllegalTransitionError,
+    NotResolvableError,
     StaleVersionError,
 )
 
@@ -272,7 +273,12 @@ def create(op: Operation, *, now: float, change: Change | None = None) -> Operat
 
 
 def advance(
-    op: Operation, change: Change, *, expected_version: int | None, now: float
+    op: Operation,
+    change: Change,
+    *,
+    expected_version: int | None,
+    now: float,
+    decidable_only: bool = False,
 ) -> Operation | None:
     """Apply ``change`` to ``op``. Pure.
 
@@ -281,6 +287,8 @@ def advance(
     Raises :class:`DecisionConflictError` for a reused decision id with other
     content, :class:`StaleVersionError` if ``expected_version`` does not match, and
     :class:`IllegalTransitionError` if the table has no such row.
+    ``decidable_only`` (an operator's verdict): a state outside :data:`DECIDABLE`
+    is refused with :class:`NotResolvableError`, after the replay and version checks.
     """
     if change.event in VERDICTS and change.decision_id is None:
         raise ValueError(f"a {change.event} verdict needs a decision_id")
@@ -295,6 +303,8 @@ def advance(
         raise StaleVersionError(op.op_id, expected_version, op.version)
     if change.lease_seen is not None and op.lease_expires_at != change.lease_seen:
         raise StaleVersionError(op.op_id, op.version, op.version)
+    if decidable_only and op.state not in DECIDABLE:
+        raise NotResolvableError(op, change.event)
     target = next_state(op.state, change.event)
     if target is None:
         raise IllegalTransitionError(op.op_id, op.state.value, change.event.value)

@@ -471,3 +471,69 @@ def test_server_custom_checkpointer_adapter_shows_our_ledger(tmp_path: Any) -> N
         timeout=120,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
+
+
+# -- checkpoint savers and database drivers (langgraph_effects/_private.py) ------------
+
+
+@pytest.mark.asyncio
+async def test_private_aiosqlite_hop_runs_a_whole_transaction_on_its_thread(tmp_path: Any) -> None:
+    from langgraph_effects import _private
+
+    async with aiosqlite.connect(str(tmp_path / "hop.sqlite"), isolation_level=None) as conn:
+        await conn.execute("CREATE TABLE t (v INTEGER)")
+
+        def transaction(db: sqlite3.Connection) -> int:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT INTO t (v) VALUES (?)", [(1,), (2,)])
+            db.execute("COMMIT")
+            return int(db.execute("SELECT SUM(v) FROM t").fetchone()[0])
+
+        assert await _private.run_in_connection_thread(conn, transaction) == 3
+        async with conn.execute("SELECT COUNT(*) FROM t") as cur:
+            assert (await cur.fetchone()) == (2,)  # committed, seen by aiosqlite's own API
+
+
+@pytest.mark.asyncio
+async def test_private_sqlite_saver_is_setup_flag(tmp_path: Any) -> None:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from langgraph_effects import _private
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "cp.sqlite")) as saver:
+        assert _private.sqlite_saver_is_setup(saver) is False
+        await saver.setup()
+        assert _private.sqlite_saver_is_setup(saver) is True
+        async with saver.conn.execute("SELECT name FROM sqlite_master WHERE name = 'checkpoints'") as cur:
+            assert await cur.fetchone() is not None  # the flag means the tables exist
+    assert "self.is_setup" in inspect.getsource(AsyncSqliteSaver.setup)
+
+
+def test_private_postgres_pieces_keep_their_names() -> None:
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    from langgraph.checkpoint.postgres import _ainternal, aio
+
+    from langgraph_effects import _private
+
+    # The public alias we annotate with is the private one LangGraph uses.
+    assert "Conn" in aio.__all__ and aio.Conn is _ainternal.Conn
+    assert list(inspect.signature(_ainternal.get_connection).parameters) == ["conn"]
+    assert "_cursor" in vars(aio.AsyncPostgresSaver)
+    assert "pipeline" in inspect.signature(aio.AsyncPostgresSaver._cursor).parameters
+    # Our override hands LangGraph's statements the fenced cursor through the same name.
+    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+
+    assert "_cursor" in vars(EffectPostgresSaver)
+    assert _private.postgres_connection.__module__ == "langgraph_effects._private"
+
+
+def test_private_sqlite_saver_statements_match_langgraph() -> None:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from langgraph_effects import _private
+
+    put = _squash(inspect.getsource(AsyncSqliteSaver.aput))
+    writes = _squash(inspect.getsource(AsyncSqliteSaver.aput_writes))
+    assert _squash(_private.INSERT_CHECKPOINT_SQL) in put
+    assert _squash(_private.UPSERT_WRITES_SQL) in writes
+    assert _squash(_private.INSERT_WRITES_SQL) in writes

@@ -32,10 +32,13 @@ ids' order, so clocks that differ between hosts do not matter.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from ..errors import ThreadConflictError
 
@@ -173,3 +176,72 @@ def check_run(config: Mapping[str, Any]) -> None:
         return
     e = mark.refused
     raise ThreadConflictError(e.thread_id, e.checkpoint_ns, e.parent_id, e.child_id)
+
+
+
+@dataclass(frozen=True)
+class Put:
+    """One ``aput`` call, handed to a saver's fenced hook."""
+
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: ChannelVersions
+    check: bool
+    """Whether a second child is refused (not for LangGraph's deliberate branches)."""
+
+
+class FencedSaver:
+    """The one-runner-per-thread flow of both savers, written once.
+
+    Listed before LangGraph's saver among a saver's bases. The saver supplies
+    ``_written`` and the two hooks that check and store inside one fenced
+    transaction (its own SQL); the order of the checks lives here.
+    """
+
+    _written: Written
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``aget_tuple``; a run's first load starts its mark, and a tool
+        waiting for a checkpoint its refused run will never save gets the refusal."""
+        on_load(config)
+        found: CheckpointTuple | None = await super().aget_tuple(config)  # type: ignore[misc]
+        if found is None and config["configurable"].get("checkpoint_id"):
+            check_run(config)
+        return found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint unless it would be a second child of its parent."""
+        put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
+        saved = await self._put_fenced(put)
+        self._written.add(checkpoint["id"])
+        return saved
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, unless another runner already moved past their checkpoint."""
+        if own_refusal(writes):
+            return  # the refused run's error: nothing of it lands
+        await self._put_writes_fenced(config, writes, task_id, task_path)
+
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
+        """In one fenced transaction: if ``put.check``, refuse a second child of the
+        parent (:func:`refuse_checkpoint`); then store the checkpoint."""
+        raise NotImplementedError
+
+    async def _put_writes_fenced(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> None:
+        """In one fenced transaction: :func:`refuse_writes`, then store the writes."""
+        raise NotImplementedError

@@ -9,16 +9,16 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
-from langgraph.checkpoint.postgres import _ainternal
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 
+from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence
+from ._fence import Put
 
 # The cursor of the fenced transaction in progress: LangGraph's aput/aput_writes run
 # their own statements through ``self._cursor()``, which then hands them this one, so
@@ -26,7 +26,7 @@ from . import _fence
 _IN_FENCE: ContextVar[AsyncCursor[DictRow] | None] = ContextVar("_IN_FENCE", default=None)
 
 
-class EffectPostgresSaver(AsyncPostgresSaver):
+class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
     """An ``AsyncPostgresSaver`` whose database also holds the operation ledger.
 
     The ledger runs on its own connection pool to the same database: sharing the
@@ -43,7 +43,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
 
     def __init__(
         self,
-        conn: _ainternal.Conn,
+        conn: Conn,
         ledger: PostgresLedger,
         pipe: AsyncPipeline | None = None,
         serde: SerializerProtocol | None = None,
@@ -113,7 +113,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         Serialised by an advisory lock: concurrent ``CREATE INDEX IF NOT EXISTS``
         can fail with a unique violation.
         """
-        async with _ainternal.get_connection(self.conn) as conn, conn.transaction():
+        async with postgres_connection(self.conn) as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
             )
@@ -126,7 +126,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         if fenced is not None:
             yield fenced
             return
-        async with super()._cursor(pipeline=pipeline) as cur:
+        async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
             yield cur
 
     @asynccontextmanager
@@ -136,7 +136,7 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         In pipeline mode (where libpq has it) the lock and the check go in one round
         trip, LangGraph's statements and the commit in another.
         """
-        async with self.lock, _ainternal.get_connection(self.conn) as conn, AsyncExitStack() as stack:
+        async with self.lock, postgres_connection(self.conn) as conn, AsyncExitStack() as stack:
             if self.supports_pipeline:
                 await stack.enter_async_context(conn.pipeline())
             await stack.enter_async_context(conn.transaction())
@@ -161,48 +161,25 @@ class EffectPostgresSaver(AsyncPostgresSaver):
         )
         return [str(row["checkpoint_id"]) for row in await cur.fetchall()]
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
-        tool waiting for a checkpoint its refused run will never save gets the refusal."""
-        _fence.on_load(config)
-        found = await super().aget_tuple(config)
-        if found is None and config["configurable"].get("checkpoint_id"):
-            _fence.check_run(config)
-        return found
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Save a checkpoint unless it would be a second child of its parent (see the module)."""
-        thread_id, ns, parent = _fence.coordinates(config)
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
+        thread_id, ns, parent = _fence.coordinates(put.config)
         async with self._fence(thread_id, ns) as cur:
-            if not _fence.deliberate(metadata):
-                children = await self._children(cur, thread_id, ns, parent, checkpoint["id"])
+            if put.check:
+                children = await self._children(cur, thread_id, ns, parent, put.checkpoint["id"])
                 _fence.refuse_checkpoint(thread_id, ns, parent, children)
-            saved = await super().aput(config, checkpoint, metadata, new_versions)
-        self._written.add(checkpoint["id"])
-        return saved
+            return await AsyncPostgresSaver.aput(
+                self, put.config, put.checkpoint, put.metadata, put.new_versions
+            )
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    async def _put_writes_fenced(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
-        """Store a task's writes, unless another runner already moved past their checkpoint."""
-        if _fence.own_refusal(writes):
-            return  # the refused run's error: nothing of it lands
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         async with self._fence(thread_id, ns) as cur:
             if checkpoint_id is not None:
                 children = await self._children(cur, thread_id, ns, checkpoint_id, "")
                 _fence.refuse_writes(thread_id, ns, checkpoint_id, children, self._written)
-            await super().aput_writes(config, writes, task_id, task_path)
+            await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
 
 
 __all__ = ["EffectPostgresSaver"]

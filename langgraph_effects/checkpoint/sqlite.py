@@ -14,36 +14,24 @@ import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from .._private import (
+    INSERT_CHECKPOINT_SQL,
+    INSERT_WRITES_SQL,
+    UPSERT_WRITES_SQL,
+    run_in_connection_thread,
+    sqlite_saver_is_setup,
+)
 from ..errors import ThreadConflictError
-from ..ledger.sqlite import SqliteLedger, connect, run_in_connection_thread
+from ..ledger.sqlite import SqliteLedger, connect
 from . import _fence
-
-# The statements AsyncSqliteSaver.aput / aput_writes run (langgraph-checkpoint-sqlite
-# 3.x), here inside our own transaction; tests/test_langgraph_contract.py fails if
-# LangGraph's change.
-INSERT_CHECKPOINT_SQL = (
-    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-UPSERT_WRITES_SQL = (
-    "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-INSERT_WRITES_SQL = (
-    "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+from ._fence import Put
 
 
-class EffectSqliteSaver(AsyncSqliteSaver):
+class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
     """An ``AsyncSqliteSaver`` whose database also holds the operation ledger.
 
     The ledger uses its own connection to the same file: sharing the saver's
@@ -87,7 +75,7 @@ class EffectSqliteSaver(AsyncSqliteSaver):
         ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; our part
         runs once, not as an empty write transaction on every checkpoint call.
         """
-        if self.is_setup:
+        if sqlite_saver_is_setup(self):
             return
         await self.ledger.setup()
         await super().setup()
@@ -121,35 +109,19 @@ class EffectSqliteSaver(AsyncSqliteSaver):
                 _fence.on_refused(error)
                 raise
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``; a run's first load starts its fencing mark, and a
-        tool waiting for a checkpoint its refused run will never save gets the refusal."""
-        _fence.on_load(config)
-        found = await super().aget_tuple(config)
-        if found is None and config["configurable"].get("checkpoint_id"):
-            _fence.check_run(config)
-        return found
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Save a checkpoint unless it would be a second child of its parent (see the class)."""
+    async def _put_fenced(self, put: Put) -> RunnableConfig:
         await self.setup()
+        config, checkpoint = put.config, put.checkpoint
         thread_id, ns, parent = _fence.coordinates(config)
         type_, blob = self.serde.dumps_typed(checkpoint)
-        meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
+        meta = json.dumps(get_checkpoint_metadata(config, put.metadata), ensure_ascii=False).encode(
             "utf-8", "ignore"
         )
-        check = not _fence.deliberate(metadata)
         sql = _fence.children_sql(parent, "?")
         params = _fence.children_params(thread_id, ns, parent, checkpoint["id"])
 
         def write(db: sqlite3.Connection) -> None:
-            if check:
+            if put.check:
                 children = [str(r[0]) for r in db.execute(sql, params)]
                 _fence.refuse_checkpoint(thread_id, ns, parent, children)
             db.execute(
@@ -157,21 +129,13 @@ class EffectSqliteSaver(AsyncSqliteSaver):
             )
 
         await self._fenced(write)
-        self._written.add(checkpoint["id"])
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    async def _put_writes_fenced(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
-        """Store a task's writes, unless another runner already moved past their checkpoint."""
-        if _fence.own_refusal(writes):
-            return  # the refused run's error: nothing of it lands
         await self.setup()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         query = UPSERT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes) else INSERT_WRITES_SQL

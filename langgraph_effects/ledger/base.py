@@ -1,9 +1,12 @@
-"""The ledger protocol every backend implements, and the row codec they share.
+"""The ledger protocol, written once over a few storage primitives, and the row codec.
 
-Backends only store. Each transition is one transaction that loads the row,
-calls :func:`langgraph_effects.operation.advance` (pure), writes the result under
-a compare-and-set on the version, and appends an audit row. Unresolved
-operations are never expired or deleted by time: no method here deletes.
+Backends only store. Every write is a *plan* (a generator, in the style of a
+sans-IO protocol) that yields :data:`Step` requests: lock a row, load rows,
+insert-if-absent, compare-and-set, append audit rows. A backend runs a plan inside
+one transaction of its own (:meth:`Ledger._transact`) by answering each step with
+its SQL; the rules (the pure :func:`~langgraph_effects.operation.advance`, who may
+renew a lease, how migrations are ordered) live here, once. Unresolved operations
+are never expired or deleted by time: no step deletes.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-from ..operation import UNRESOLVED, Change, Operation, Owner, State
+from ..errors import LedgerCorruptError, LedgerError, OperationNotFoundError, SchemaTooNewError
+from ..operation import UNRESOLVED, Change, Operation, Owner, State, advance, create
+
+T = TypeVar("T")
 
 DEFAULT_ACTOR = "langgraph-effects"
 
@@ -56,6 +62,246 @@ class OperationQuery:
         return cls(states=UNRESOLVED, thread_id=thread_id, tenant=tenant, limit=limit)
 
 
+# -- the storage primitives a backend answers ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Lock:
+    """Load one row and hold it until the transaction ends; answered with the
+    :class:`Operation` or ``None``."""
+
+    op_id: str
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Load:
+    """Load rows without locking them; answered with ``{op_id: Operation}``."""
+
+    op_ids: tuple[str, ...]
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class InsertIfAbsent:
+    """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken;
+    answered with the ids actually inserted."""
+
+    ops: tuple[Operation, ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class CompareAndSet:
+    """Write ``after``'s mutable columns if the row is still at ``expected_version``;
+    answered with whether it was."""
+
+    after: Operation
+    expected_version: int
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class AppendAudit:
+    """Append audit rows (values from :func:`audit_row`); answered with ``None``."""
+
+    rows: tuple[dict[str, Any], ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class OurTables:
+    """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run a query; answered with the first column of its first row (or ``None``)."""
+
+    sql: str
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run a statement (DDL, or an insert into the migrations table)."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+    writes: ClassVar[bool] = True
+
+
+Step = Lock | Load | InsertIfAbsent | CompareAndSet | AppendAudit | OurTables | Fetch | Execute
+Plan = Generator[Step, Any, T]
+"""A unit of work that a backend runs as one transaction: it yields steps and
+receives their answers."""
+
+LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
+
+
+class _Run:
+    """A plan being run: hands out its steps, then keeps its result."""
+
+    def __init__(self, plan: Plan[Any]) -> None:
+        self.plan, self.wrote, self.result = plan, False, None
+
+    def send(self, reply: Any) -> Step | None:
+        """The next step (``reply`` answers the previous one), or ``None`` once done."""
+        try:
+            step = self.plan.send(reply)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.wrote = self.wrote or step.writes
+        return step
+
+
+def drive(plan: Plan[T], answer: Callable[[Step], Any]) -> tuple[T, bool]:
+    """Run ``plan``, answering each step with ``answer``; returns (result, wrote)."""
+    run = _Run(plan)
+    step = run.send(None)
+    while step is not None:
+        step = run.send(answer(step))
+    return run.result, run.wrote  # type: ignore[return-value]
+
+
+async def adrive(plan: Plan[T], answer: Callable[[Step], Awaitable[Any]]) -> tuple[T, bool]:
+    """:func:`drive` for a backend whose answers are awaited."""
+    run = _Run(plan)
+    step = run.send(None)
+    while step is not None:
+        step = run.send(await answer(step))
+    return run.result, run.wrote  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What :meth:`Ledger.apply` did: the stored operation, and whether this call
+    changed it (``False``: a verdict already applied with the same decision id)."""
+
+    op: Operation
+    applied: bool
+
+
+def record_plan(
+    operations: Sequence[Operation], change: Change | None, actor: str
+) -> Plan[list[Operation]]:
+    """Insert every operation not stored yet (and audit it); the stored rows, in order."""
+    stamp = now()
+    fresh: dict[str, Operation] = {}
+    for op in operations:  # a repeated id is inserted once, like the first occurrence
+        if op.op_id not in fresh:
+            fresh[op.op_id] = create(op, now=stamp, change=change)
+    # In op_id order: two workers recording overlapping batches take row locks in
+    # the same order (no deadlock), and every backend keeps the same row of a
+    # (tenant, provider_key) that two new operations share.
+    rows = tuple(sorted(fresh.values(), key=lambda op: op.op_id))
+    inserted = yield InsertIfAbsent(rows)
+    if inserted:
+        yield AppendAudit(tuple(audit_row(None, fresh[i], change, actor) for i in inserted))
+    stored = yield Load(tuple(fresh))
+    return [stored[op.op_id] for op in operations if op.op_id in stored]
+
+
+def transition_plan(
+    op_id: str,
+    change: Change,
+    expected_version: int | None,
+    actor: str,
+    where: str,
+    decidable_only: bool = False,
+) -> Plan[Transition]:
+    """Lock the row, apply the state machine, compare-and-set, audit."""
+    before = yield Lock(op_id)
+    if before is None:
+        raise OperationNotFoundError(op_id)
+    after = advance(
+        before, change, expected_version=expected_version, now=now(), decidable_only=decidable_only
+    )
+    if after is None:
+        return Transition(before, applied=False)
+    if not (yield CompareAndSet(after, before.version)):  # impossible under the row lock
+        raise LedgerError(
+            f"operation {op_id} changed under a row lock at {where}; nothing was written. "
+            "Read it again."
+        )
+    yield AppendAudit((audit_row(before, after, change, actor),))
+    return Transition(after, applied=True)
+
+
+def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:
+    """Read rows (no lock)."""
+    return (yield Load(tuple(op_ids)))  # type: ignore[no-any-return]
+
+
+def version_plan(migrations_table: str) -> Plan[int | None]:
+    """The schema version recorded (migrations applied), ``None`` without a ledger."""
+    if "effect_migrations" not in (yield OurTables()):
+        return None
+    latest = yield Fetch(f"SELECT MAX(v) FROM {migrations_table}")
+    return int(latest) + 1 if latest is not None else 0
+
+
+def migrate_plan(
+    migrations: Sequence[str], migrations_table: str, ddl: str, mark: str, where: str, elsewhere: str
+) -> Plan[None]:
+    """The migration runner: apply the ordered ``migrations`` not yet recorded.
+
+    ``ddl`` creates the version table; ``mark`` is the driver's placeholder;
+    ``elsewhere`` says where to put the ledger instead when foreign tables are found.
+    """
+    tables = yield OurTables()
+    if "effect_migrations" not in tables:
+        foreign = sorted(set(tables) - {"effect_migrations"})
+        if foreign:
+            raise LedgerCorruptError(
+                f"{where} has {'/'.join(foreign)} tables that langgraph-effects did not create "
+                f"(no effect_migrations table). Use {elsewhere}; nothing was changed."
+            )
+        yield Execute(ddl)
+    done = (yield from version_plan(migrations_table)) or 0
+    if done > len(migrations):
+        raise SchemaTooNewError(done, len(migrations), where)
+    for v in range(done, len(migrations)):
+        for statement in migrations[v].split(";"):
+            if statement.strip():
+                yield Execute(statement)
+        yield Execute(
+            f"INSERT INTO {migrations_table} (v, applied_at) VALUES ({mark}, {mark})", (v, now())
+        )
+
+
+def may_renew(op: Operation | None, token: str) -> bool:
+    """The lease-renewal rule: only a ``dispatched`` operation, only by its owner's token.
+
+    The SQL backends state the same rule in :func:`renewal_sql`.
+    """
+    return (
+        op is not None
+        and op.state is State.DISPATCHED
+        and op.owner is not None
+        and op.owner.token == token
+    )
+
+
+def renewal_sql(table: str, owner_token: str, mark: str) -> str:
+    """:func:`may_renew` as one UPDATE (lease, op_id, token), for a heartbeat's thread.
+
+    ``owner_token`` is the backend's expression for the owner JSON's ``token``.
+    """
+    return (
+        f"UPDATE {table} SET lease_expires_at = {mark} WHERE op_id = {mark} "
+        f"AND state = '{State.DISPATCHED.value}' AND {owner_token} = {mark}"
+    )
+
+
+def listing_order(ops: Sequence[Operation]) -> list[Operation]:
+    """Rows in the one order every listing uses: least recently updated first, then id."""
+    return sorted(ops, key=lambda op: (op.updated_at, op.op_id))
+
+
 class Ledger(abc.ABC):
     """Durable store of operations and their transitions. Async first."""
 
@@ -71,6 +317,13 @@ class Ledger(abc.ABC):
         """Release connections. The ledger cannot be used afterwards."""
 
     @abc.abstractmethod
+    async def _transact(self, plan: Plan[T]) -> T:
+        """Run ``plan`` as one transaction: committed if it wrote, else rolled back."""
+
+    async def _read(self, plan: Plan[T]) -> T:
+        """Run a plan that only reads (backends may skip the write transaction)."""
+        return await self._transact(plan)
+
     async def record_intents(
         self,
         operations: Sequence[Operation],
@@ -85,16 +338,40 @@ class Ledger(abc.ABC):
         Returns the stored row of each operation, in order: the new one, or the one
         that already existed (whose owner then tells the caller it did not win).
         """
+        if not operations:
+            return []
+        return await self._transact(record_plan(operations, change, actor))
 
-    @abc.abstractmethod
     async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
         """The stored operations among ``op_ids`` (missing ids are left out)."""
+        if not op_ids:
+            return {}
+        return await self._read(load_plan(op_ids))
 
     async def get(self, op_id: str) -> Operation | None:
         """One operation, or ``None``."""
         return (await self.get_many([op_id])).get(op_id)
 
-    @abc.abstractmethod
+    async def apply(
+        self,
+        op_id: str,
+        change: Change,
+        *,
+        expected_version: int | None,
+        actor: str = DEFAULT_ACTOR,
+        decidable_only: bool = False,
+    ) -> Transition:
+        """Compare-and-set one transition and audit it, in one commit.
+
+        ``expected_version=None`` skips the version check (the state machine still
+        applies). A verdict whose decision id was already applied with the same
+        content changes nothing: ``applied`` is then ``False`` and ``op`` the stored row.
+        ``decidable_only`` (an operator's verdict) refuses states outside
+        :data:`~langgraph_effects.operation.DECIDABLE` (see ``advance``).
+        """
+        plan = transition_plan(op_id, change, expected_version, actor, self.where, decidable_only)
+        return await self._transact(plan)
+
     async def transition(
         self,
         op_id: str,
@@ -103,12 +380,9 @@ class Ledger(abc.ABC):
         expected_version: int | None,
         actor: str = DEFAULT_ACTOR,
     ) -> Operation:
-        """Compare-and-set one transition and audit it, in one commit.
-
-        ``expected_version=None`` skips the version check (the state machine still
-        applies). A verdict whose decision id was already applied with the same
-        content changes nothing and returns the stored operation.
-        """
+        """:meth:`apply`, returning only the operation as stored afterwards."""
+        result = await self.apply(op_id, change, expected_version=expected_version, actor=actor)
+        return result.op
 
     @abc.abstractmethod
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
@@ -130,21 +404,30 @@ class Ledger(abc.ABC):
 
     @abc.abstractmethod
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        """Operations matching ``query``, oldest update first."""
+        """Operations matching ``query``, in :func:`listing_order`."""
 
     @abc.abstractmethod
     async def audit(self, op_id: str) -> list[AuditEntry]:
         """The audit trail of one operation, in order."""
 
-    @abc.abstractmethod
     async def find_by_payload(
         self, thread_id: str, payloads: Sequence[tuple[str, str]]
     ) -> list[Operation]:
-        """Operations of ``thread_id`` with any of the (tool, args hash) pairs.
+        """Operations of ``thread_id`` with any of the (tool, args hash) pairs, in
+        :func:`listing_order` on every backend.
 
         Used to recognise a re-planned duplicate: the same call minted again with a
         new tool_call_id after its first AIMessage was lost.
         """
+        if not payloads:
+            return []
+        return listing_order(await self._find_by_payload(thread_id, sorted(set(payloads))))
+
+    @abc.abstractmethod
+    async def _find_by_payload(
+        self, thread_id: str, pairs: Sequence[tuple[str, str]]
+    ) -> list[Operation]:
+        """The rows of :meth:`find_by_payload` (distinct ``pairs``), in any order."""
 
     async def unresolved(
         self, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000
@@ -198,19 +481,10 @@ COLUMNS: tuple[str, ...] = (
     "updated_at",
 )
 
-MUTABLE_COLUMNS: tuple[str, ...] = (
-    "state",
-    "version",
-    "attempts",
-    "owner",
-    "lease_expires_at",
-    "dispatched_at",
-    "result_type",
-    "result",
-    "evidence",
-    "decisions",
-    "updated_at",
-)
+#: Columns written once, when the intent is recorded: the call's identity and payload.
+_FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "created_at"}
+#: The columns a transition may change (in table order).
+MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
 
 
 def _dumps(value: Any) -> str | None:
@@ -334,3 +608,33 @@ def unresolved_values() -> list[str]:
     """The unresolved states' names, in a fixed order (for SQL ``IN`` lists)."""
     return sorted(s.value for s in UNRESOLVED)
 
+
+
+#: The unresolved states as a SQL list literal: a query spelled with it matches the
+#: partial indexes both SQL backends create on it.
+UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
+
+
+def where_clause(query: OperationQuery, mark: str) -> tuple[str, list[Any]]:
+    """``query``'s filters as a SQL ``WHERE`` (or ``""``) and its parameters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if query.states is not None:
+        values = sorted(s.value for s in query.states)
+        if values == unresolved_values():
+            clauses.append(f"state IN ({UNRESOLVED_SQL})")
+        else:
+            clauses.append(f"state IN ({', '.join([mark] * len(values))})")
+            params.extend(values)
+    for column in ("thread_id", "tenant", "tool"):
+        value = getattr(query, column)
+        if value is not None:
+            clauses.append(f"{column} = {mark}")
+            params.append(value)
+    if query.updated_before is not None:
+        clauses.append(f"updated_at < {mark}")
+        params.append(query.updated_before)
+    if query.updated_after is not None:
+        clauses.append(f"updated_at > {mark}")
+        params.append(query.updated_after)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params

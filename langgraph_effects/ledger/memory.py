@@ -5,10 +5,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
-from ..errors import OperationNotFoundError
-from ..operation import Change, Operation, advance, create
-from .base import DEFAULT_ACTOR, AuditEntry, Ledger, OperationQuery, audit_from_row, audit_row, now
+from ..operation import Operation
+from .base import (
+    AppendAudit,
+    AuditEntry,
+    CompareAndSet,
+    InsertIfAbsent,
+    Ledger,
+    Load,
+    Lock,
+    OperationQuery,
+    Plan,
+    Step,
+    T,
+    audit_from_row,
+    drive,
+    listing_order,
+    may_renew,
+)
 
 
 class InMemoryLedger(Ledger):
@@ -30,62 +46,43 @@ class InMemoryLedger(Ledger):
     async def aclose(self) -> None:
         return None
 
-    def _append_audit(
-        self, before: Operation | None, after: Operation, change: Change | None, actor: str
-    ) -> None:
-        row = audit_row(before, after, change, actor)
-        self._audit.setdefault(after.op_id, []).append(audit_from_row(row))
-
-    async def record_intents(
-        self,
-        operations: Sequence[Operation],
-        *,
-        change: Change | None = None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> list[Operation]:
+    async def _transact(self, plan: Plan[T]) -> T:
         async with self._lock:
-            stamp = now()
-            out = []
-            for op in operations:
-                stored = self._ops.get(op.op_id)
-                if stored is None:
-                    if (op.tenant, op.provider_key) in self._keys:
-                        continue  # UNIQUE (tenant, provider_key), as in the SQL backends
-                    stored = create(op, now=stamp, change=change)
-                    self._ops[op.op_id] = stored
-                    self._keys.add((op.tenant, op.provider_key))
-                    self._append_audit(None, stored, change, actor)
-                out.append(stored)
-            self.commits += 1
-            return out
+            result, wrote = drive(plan, self._answer)
+            self.commits += wrote
+            return result
 
-    async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
-        return {i: self._ops[i] for i in op_ids if i in self._ops}
-
-    async def transition(
-        self,
-        op_id: str,
-        change: Change,
-        *,
-        expected_version: int | None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> Operation:
-        async with self._lock:
-            before = self._ops.get(op_id)
-            if before is None:
-                raise OperationNotFoundError(op_id)
-            after = advance(before, change, expected_version=expected_version, now=now())
-            if after is None:
-                return before
-            self._ops[op_id] = after
-            self._append_audit(before, after, change, actor)
-            self.commits += 1
-            return after
+    def _answer(self, step: Step) -> Any:
+        if isinstance(step, Lock):
+            return self._ops.get(step.op_id)
+        if isinstance(step, Load):
+            return {i: self._ops[i] for i in step.op_ids if i in self._ops}
+        if isinstance(step, InsertIfAbsent):
+            inserted = []
+            for op in step.ops:
+                key = (op.tenant, op.provider_key)
+                if op.op_id in self._ops or key in self._keys:
+                    continue  # UNIQUE (tenant, provider_key), as in the SQL backends
+                self._ops[op.op_id] = op
+                self._keys.add(key)
+                inserted.append(op.op_id)
+            return inserted
+        if isinstance(step, CompareAndSet):
+            stored = self._ops.get(step.after.op_id)
+            if stored is None or stored.version != step.expected_version:
+                return False
+            self._ops[step.after.op_id] = step.after
+            return True
+        if isinstance(step, AppendAudit):
+            for row in step.rows:
+                self._audit.setdefault(row["op_id"], []).append(audit_from_row(row))
+            return None
+        raise TypeError(f"the memory ledger has no schema to answer {step!r}")
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._lock:
             op = self._ops.get(op_id)
-            if op is None or not op.lease_live(0) or op.owner is None or op.owner.token != token:
+            if op is None or not may_renew(op, token):
                 return False
             self._ops[op_id] = dataclasses.replace(op, lease_expires_at=lease_expires_at)
             return True
@@ -101,16 +98,15 @@ class InMemoryLedger(Ledger):
             and (query.updated_before is None or op.updated_at < query.updated_before)
             and (query.updated_after is None or op.updated_at > query.updated_after)
         ]
-        ops.sort(key=lambda o: (o.updated_at, o.op_id))
-        return ops[: query.limit]
+        return listing_order(ops)[: query.limit]
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         return list(self._audit.get(op_id, []))
 
-    async def find_by_payload(
-        self, thread_id: str, payloads: Sequence[tuple[str, str]]
+    async def _find_by_payload(
+        self, thread_id: str, pairs: Sequence[tuple[str, str]]
     ) -> list[Operation]:
-        wanted = set(payloads)
+        wanted = set(pairs)
         return [
             op
             for op in self._ops.values()

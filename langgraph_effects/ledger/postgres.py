@@ -33,30 +33,22 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import (
-    LedgerCorruptError,
-    LedgerError,
-    LedgerUnavailableError,
-    OperationNotFoundError,
-    SchemaTooNewError,
-)
-from ..operation import Change, Operation, advance, create
+from ..errors import LedgerError, LedgerUnavailableError
+from ..operation import Operation
+from . import base
 from .base import (
     COLUMNS,
-    DEFAULT_ACTOR,
     MUTABLE_COLUMNS,
+    UNRESOLVED_SQL,
     AuditEntry,
     Ledger,
     OperationQuery,
+    T,
+    adrive,
     audit_from_row,
-    audit_row,
     from_row,
-    now,
     to_row,
-    unresolved_values,
 )
-
-_UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
 
 _AUDIT_COLUMNS: tuple[str, ...] = (
     "op_id",
@@ -69,7 +61,6 @@ _AUDIT_COLUMNS: tuple[str, ...] = (
     "version",
     "evidence",
 )
-_OUR_TABLES = ("effect_operations", "effect_audit")
 
 #: Ordered schema migrations. Append only: never edit a released entry.
 #: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
@@ -123,9 +114,9 @@ MIGRATIONS: tuple[str, ...] = (
     # Partial indexes: finding unresolved work costs O(result), not O(history).
     f"""
     CREATE INDEX effect_operations_unresolved
-        ON {{s}}effect_operations (updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+        ON {{s}}effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
-        ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+        ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -163,6 +154,39 @@ def describe(conninfo: str, schema: str | None = None, **kwargs: Any) -> str:
     return f"{where} (schema {schema})" if schema else where
 
 
+#: What each kind of psycopg error means for the ledger, and what to do about it.
+_ADVICE: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] = (
+    (
+        PoolClosed,
+        "the connection pool of the ledger at {where} is closed ({error}). Open the pool "
+        "(or the ledger) before use and do not use it after aclose().",
+    ),
+    (
+        (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName),
+        "the ledger tables do not exist at {where} ({error}). Call setup() once (or "
+        "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
+        "search_path names no existing schema: pass schema=. Nothing was written.",
+    ),
+    (
+        pg_errors.ReadOnlySqlTransaction,
+        "{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
+        "ledger at the primary; the transaction was rolled back, retrying there is safe.",
+    ),
+    (
+        pg_errors.DiskFull,
+        "{where} is out of disk space ({error}); the transaction was rolled back. Free "
+        "space on the database server, then resume.",
+    ),
+    (
+        (psycopg.OperationalError, psycopg.InterfaceError),
+        "the ledger at {where} is unavailable ({error}). Check that the server is up and "
+        "reachable. Each change is one transaction, so nothing is half-written; if the "
+        "connection dropped while committing, read the operation again before deciding "
+        "(a repeated compare-and-set is refused if the first one landed).",
+    ),
+)
+
+
 def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
     """Map psycopg errors to ours, with a message that says what to do."""
     if isinstance(error, PoolTimeout) and cause is not None:
@@ -179,34 +203,9 @@ def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> Led
             "database, user) is right, or raise max_size if the pool is exhausted; nothing "
             "was written, retrying later is safe."
         )
-    if isinstance(error, PoolClosed):
-        return LedgerUnavailableError(
-            f"the connection pool of the ledger at {where} is closed ({error}). Open the pool "
-            "(or the ledger) before use and do not use it after aclose()."
-        )
-    if isinstance(error, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
-        return LedgerUnavailableError(
-            f"the ledger tables do not exist at {where} ({error}). Call setup() once (or "
-            "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
-            "search_path names no existing schema: pass schema=. Nothing was written."
-        )
-    if isinstance(error, pg_errors.ReadOnlySqlTransaction):
-        return LedgerUnavailableError(
-            f"{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
-            "ledger at the primary; the transaction was rolled back, retrying there is safe."
-        )
-    if isinstance(error, pg_errors.DiskFull):
-        return LedgerUnavailableError(
-            f"{where} is out of disk space ({error}); the transaction was rolled back. Free "
-            "space on the database server, then resume."
-        )
-    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
-        return LedgerUnavailableError(
-            f"the ledger at {where} is unavailable ({error}). Check that the server is up and "
-            "reachable. Each change is one transaction, so nothing is half-written; if the "
-            "connection dropped while committing, read the operation again before deciding "
-            "(a repeated compare-and-set is refused if the first one landed)."
-        )
+    for kinds, advice in _ADVICE:
+        if isinstance(error, kinds):
+            return LedgerUnavailableError(advice.format(where=where, error=error))
     sqlstate = getattr(error, "sqlstate", None)
     return LedgerError(f"the ledger at {where} failed ({error}; SQLSTATE {sqlstate}).")
 
@@ -277,10 +276,7 @@ class PostgresLedger(Ledger):
         self._migrations_table = f"{prefix}effect_migrations"
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
-        self._renew_sql = (
-            f"UPDATE {ops} SET lease_expires_at = %s WHERE op_id = %s "
-            "AND state = 'dispatched' AND owner::jsonb ->> 'token' = %s"
-        )
+        self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
         self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
         self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         self._audit_head = f"INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) VALUES "
@@ -305,14 +301,9 @@ class PostgresLedger(Ledger):
         connect_timeout: float | None = None,
     ) -> AsyncIterator[PostgresLedger]:
         """Open a ledger on its own pool to ``dsn``; the pool is closed on exit."""
+        sizes = {"min_size": min_size, "max_size": max_size}
         ledger = cls(
-            dsn,
-            schema=schema,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=timeout,
-            read_only=read_only,
-            connect_timeout=connect_timeout,
+            dsn, schema=schema, timeout=timeout, read_only=read_only, connect_timeout=connect_timeout, **sizes
         )
         try:
             await ledger._open()
@@ -393,6 +384,71 @@ class PostgresLedger(Ledger):
             await cur.execute(sql, params)
             return await cur.fetchall()
 
+    async def _transact(self, plan: base.Plan[T]) -> T:
+        # Any exception inside the transaction block rolls it back: nothing is written.
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            result, _ = await adrive(plan, lambda step: self._answer(cur, step))
+        return result
+
+    async def _read(self, plan: base.Plan[T]) -> T:
+        async with self._connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            result, _ = await adrive(plan, lambda step: self._answer(cur, step))
+        return result
+
+    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.Step) -> Any:
+        """One storage primitive, in SQL (inside the caller's transaction)."""
+        if isinstance(step, base.Lock):
+            await cur.execute(self._lock_sql, [step.op_id])
+            row = await cur.fetchone()
+            return from_row(row) if row is not None else None
+        if isinstance(step, base.Load):
+            await cur.execute(self._select_sql, [list(step.op_ids)])
+            return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
+        if isinstance(step, base.InsertIfAbsent):
+            return await self._insert(cur, step.ops)
+        if isinstance(step, base.CompareAndSet):
+            values = to_row(step.after)
+            params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id]
+            await cur.execute(self._update_sql, [*params, step.expected_version])
+            return cur.rowcount == 1
+        if isinstance(step, base.AppendAudit):
+            for start in range(0, len(step.rows), _CHUNK):
+                chunk = step.rows[start : start + _CHUNK]
+                audit_values = [entry[c] for entry in chunk for c in _AUDIT_COLUMNS]
+                await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(chunk)), audit_values)
+            return None
+        if isinstance(step, base.OurTables):
+            await cur.execute(
+                "SELECT tablename FROM pg_tables "
+                "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
+                [self.schema, list(base.LEDGER_TABLES)],
+            )
+            return {row["tablename"] for row in await cur.fetchall()}
+        if isinstance(step, base.Fetch):
+            await cur.execute(step.sql)
+            row = await cur.fetchone()
+            return next(iter(row.values())) if row is not None else None
+        await cur.execute(step.sql, step.params)
+        return None
+
+    async def _insert(self, cur: psycopg.AsyncCursor[dict[str, Any]], ops: Sequence[Operation]) -> list[str]:
+        inserted: list[str] = []
+        for start in range(0, len(ops), _CHUNK):
+            chunk = ops[start : start + _CHUNK]
+            params = [to_row(op)[c] for op in chunk for c in COLUMNS]
+            # No conflict target: like SQLite's INSERT OR IGNORE, an existing
+            # op_id or a (tenant, provider_key) taken by another operation is kept.
+            await cur.execute(
+                self._insert_head
+                + ", ".join([self._insert_row] * len(chunk))
+                + " ON CONFLICT DO NOTHING RETURNING op_id",
+                params,
+            )
+            inserted.extend(row["op_id"] for row in await cur.fetchall())
+        return inserted
+
     # -- the protocol ----------------------------------------------------------------
 
     @asynccontextmanager
@@ -428,18 +484,7 @@ class PostgresLedger(Ledger):
         ``None``: no langgraph-effects ledger here (no ``effect_migrations`` table in
         ``schema``, or on the ``search_path``). Compare with :data:`SCHEMA_VERSION`.
         """
-        async with self._connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                "SELECT 1 FROM pg_tables WHERE schemaname = COALESCE(%s, current_schema()) "
-                "AND tablename = 'effect_migrations'",
-                [self.schema],
-            )
-            if await cur.fetchone() is None:
-                return None
-            await cur.execute(f"SELECT MAX(v) AS v FROM {self._migrations_table}")
-            row = await cur.fetchone()
-            return int(row["v"]) + 1 if row is not None and row["v"] is not None else 0
+        return await self._read(base.version_plan(self._migrations_table))
 
     async def setup(self) -> None:
         schema = self.schema
@@ -448,6 +493,15 @@ class PostgresLedger(Ledger):
                 f"the ledger at {self.where} was opened read-only: setup() cannot migrate it. "
                 "Open it without read_only (or run `langgraph-effects --db DSN setup`)."
             )
+        plan = base.migrate_plan(
+            [migration.format(s=self._prefix) for migration in MIGRATIONS],
+            self._migrations_table,
+            f"CREATE TABLE {self._migrations_table} "
+            "(v integer PRIMARY KEY, applied_at double precision NOT NULL)",
+            "%s",
+            self.where,
+            "another database or schema",
+        )
         async with self._connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             # Held until commit: concurrent setups migrate one after the other.
@@ -456,129 +510,12 @@ class PostgresLedger(Ledger):
                 await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
                 if await cur.fetchone() is None:
                     await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
-            await cur.execute(
-                "SELECT tablename FROM pg_tables "
-                "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
-                [schema, [*_OUR_TABLES, "effect_migrations"]],
-            )
-            tables = {row["tablename"] for row in await cur.fetchall()}
-            if "effect_migrations" not in tables:
-                if tables:
-                    raise LedgerCorruptError(
-                        f"{self.where} has {'/'.join(sorted(tables))} tables that "
-                        "langgraph-effects did not create (no effect_migrations table). Use "
-                        "another database or schema; nothing was changed."
-                    )
-                await cur.execute(
-                    f"CREATE TABLE {self._migrations_table} "
-                    "(v integer PRIMARY KEY, applied_at double precision NOT NULL)"
-                )
-                done = 0
-            else:
-                await cur.execute(f"SELECT MAX(v) AS v FROM {self._migrations_table}")
-                row = await cur.fetchone()
-                done = row["v"] + 1 if row is not None and row["v"] is not None else 0
-            if done > SCHEMA_VERSION:
-                raise SchemaTooNewError(done, SCHEMA_VERSION, self.where)
-            for v in range(done, SCHEMA_VERSION):
-                for statement in MIGRATIONS[v].format(s=self._prefix).split(";"):
-                    if statement.strip():
-                        await cur.execute(statement)
-                await cur.execute(
-                    f"INSERT INTO {self._migrations_table} (v, applied_at) VALUES (%s, %s)",
-                    [v, now()],
-                )
+            await adrive(plan, lambda step: self._answer(cur, step))
 
     async def aclose(self) -> None:
         if self._owned:
             self._closed = True
             await self.pool.close()
-
-    async def record_intents(
-        self,
-        operations: Sequence[Operation],
-        *,
-        change: Change | None = None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> list[Operation]:
-        if not operations:
-            return []
-        stamp = now()
-        fresh: dict[str, Operation] = {}
-        for op in operations:  # a repeated id is inserted once, like the first occurrence
-            if op.op_id not in fresh:
-                fresh[op.op_id] = create(op, now=stamp, change=change)
-        # Insert in op_id order: two workers recording overlapping batches then
-        # take the row locks in the same order and cannot deadlock.
-        rows = sorted(fresh.values(), key=lambda op: op.op_id)
-        async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            inserted: list[str] = []
-            for start in range(0, len(rows), _CHUNK):
-                chunk = rows[start : start + _CHUNK]
-                params: list[Any] = []
-                for op in chunk:
-                    values = to_row(op)
-                    params.extend(values[c] for c in COLUMNS)
-                # No conflict target: like SQLite's INSERT OR IGNORE, an existing
-                # op_id or a (tenant, provider_key) taken by another operation is kept.
-                await cur.execute(
-                    self._insert_head
-                    + ", ".join([self._insert_row] * len(chunk))
-                    + " ON CONFLICT DO NOTHING RETURNING op_id",
-                    params,
-                )
-                inserted.extend(row["op_id"] for row in await cur.fetchall())
-            for start in range(0, len(inserted), _CHUNK):
-                ids = inserted[start : start + _CHUNK]
-                audit_params: list[Any] = []
-                for op_id in ids:
-                    op = fresh[op_id]
-                    entry = audit_row(None, op, change, actor)
-                    audit_params.extend(entry[c] for c in _AUDIT_COLUMNS)
-                await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(ids)), audit_params)
-            await cur.execute(self._select_sql, [list(fresh)])
-            stored = {row["op_id"]: from_row(row) for row in await cur.fetchall()}
-        return [stored[op.op_id] for op in operations if op.op_id in stored]
-
-    async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
-        if not op_ids:
-            return {}
-        rows = await self._fetch(self._select_sql, [list(op_ids)])
-        return {row["op_id"]: from_row(row) for row in rows}
-
-    async def transition(
-        self,
-        op_id: str,
-        change: Change,
-        *,
-        expected_version: int | None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> Operation:
-        # Any exception inside the transaction block rolls it back: nothing is written.
-        async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(self._lock_sql, [op_id])
-            row = await cur.fetchone()
-            if row is None:
-                raise OperationNotFoundError(op_id)
-            before = from_row(row)
-            after = advance(before, change, expected_version=expected_version, now=now())
-            if after is None:
-                return before
-            values = to_row(after)
-            await cur.execute(
-                self._update_sql,
-                [*(values[c] for c in MUTABLE_COLUMNS), op_id, before.version],
-            )
-            if cur.rowcount != 1:  # impossible under FOR UPDATE; never audit a lost write
-                raise LedgerError(
-                    f"operation {op_id} changed under a row lock at {self.where}; "
-                    "nothing was written. Read it again."
-                )
-            entry = audit_row(before, after, change, actor)
-            await cur.execute(self._audit_head + self._audit_row, [entry[c] for c in _AUDIT_COLUMNS])
-        return after
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._connection() as conn, conn.transaction():
@@ -606,27 +543,7 @@ class PostgresLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        if query.states is not None:
-            values = sorted(s.value for s in query.states)
-            if values == unresolved_values():
-                clauses.append(f"state IN ({_UNRESOLVED_SQL})")  # matches the partial indexes
-            else:
-                clauses.append("state = ANY(%s)")
-                params.append(values)
-        for column in ("thread_id", "tenant", "tool"):
-            value = getattr(query, column)
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        if query.updated_before is not None:
-            clauses.append("updated_at < %s")
-            params.append(query.updated_before)
-        if query.updated_after is not None:
-            clauses.append("updated_at > %s")
-            params.append(query.updated_after)
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        where, params = base.where_clause(query, "%s")
         params.append(query.limit)
         rows = await self._fetch(
             f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params
@@ -637,10 +554,9 @@ class PostgresLedger(Ledger):
         rows = await self._fetch(f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [op_id])
         return [audit_from_row(row) for row in rows]
 
-    async def find_by_payload(self, thread_id: str, payloads: Sequence[tuple[str, str]]) -> list[Operation]:
-        if not payloads:
-            return []
-        pairs = sorted(set(payloads))
+    async def _find_by_payload(
+        self, thread_id: str, pairs: Sequence[tuple[str, str]]
+    ) -> list[Operation]:
         rows = await self._fetch(
             f"SELECT * FROM {self._ops} WHERE thread_id = %s AND (tool, args_hash) IN "
             "(SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY updated_at, op_id",

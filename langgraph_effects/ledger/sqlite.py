@@ -5,7 +5,8 @@
   function on aiosqlite's worker thread: one thread hop per transaction, not per
   statement, and no other writer can interleave between our read and our write.
 * ``busy_timeout`` lets concurrent processes queue for the write lock.
-* Schema migrations are an ordered list; ``effect_migrations`` records which ran.
+* Schema migrations are an ordered list; ``effect_migrations`` records which ran
+  (the runner is :func:`~langgraph_effects.ledger.base.migrate_plan`).
 """
 
 from __future__ import annotations
@@ -19,31 +20,25 @@ from urllib.parse import quote
 
 import aiosqlite
 
-from ..errors import (
-    LedgerCorruptError,
-    LedgerUnavailableError,
-    OperationNotFoundError,
-    SchemaTooNewError,
-)
-from ..operation import Change, Operation, advance, create
+from .._private import run_in_connection_thread
+from ..errors import LedgerCorruptError, LedgerUnavailableError
+from ..operation import Operation
+from . import base
 from .base import (
-    COLUMNS,
-    DEFAULT_ACTOR,
-    MUTABLE_COLUMNS,
     AuditEntry,
     Ledger,
     OperationQuery,
     audit_from_row,
-    audit_row,
+    drive,
     from_row,
-    now,
+    migrate_plan,
+    renewal_sql,
     to_row,
-    unresolved_values,
+    version_plan,
+    where_clause,
 )
 
 T = TypeVar("T")
-
-_UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
 
 #: Ordered schema migrations. Append only: never edit a released entry.
 MIGRATIONS: tuple[str, ...] = (
@@ -97,25 +92,23 @@ MIGRATIONS: tuple[str, ...] = (
     # Partial indexes: finding unresolved work costs O(result), not O(history).
     f"""
     CREATE INDEX effect_operations_unresolved
-        ON effect_operations (updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+        ON effect_operations (updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
-        ON effect_operations (thread_id, updated_at) WHERE state IN ({_UNRESOLVED_SQL});
+        ON effect_operations (thread_id, updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _INSERT = (
-    f"INSERT OR IGNORE INTO effect_operations ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join(':' + c for c in COLUMNS)})"
+    f"INSERT OR IGNORE INTO effect_operations ({', '.join(base.COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in base.COLUMNS)})"
 )
 _UPDATE = (
-    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in MUTABLE_COLUMNS)} "
+    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in base.MUTABLE_COLUMNS)} "
     "WHERE op_id = :op_id AND version = :expected_version"
 )
-_RENEW = (
-    "UPDATE effect_operations SET lease_expires_at = ? WHERE op_id = ? "
-    "AND state = 'dispatched' AND json_extract(owner, '$.token') = ?"
-)
+_RENEW = renewal_sql("effect_operations", "json_extract(owner, '$.token')", "?")
+_MIGRATIONS_DDL = "CREATE TABLE effect_migrations (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
 _INSERT_AUDIT = (
     "INSERT INTO effect_audit (op_id, seq, at, actor, from_state, to_state, event, version, "
     "evidence) VALUES (:op_id, :seq, :at, :actor, :from_state, :to_state, :event, :version, "
@@ -239,6 +232,23 @@ class SqliteLedger(Ledger):
             self._configured = False
             raise
 
+    async def _transact(self, plan: base.Plan[T]) -> T:
+        def run(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result, wrote = drive(plan, lambda step: _answer(db, step))
+            except BaseException:
+                db.rollback()
+                raise
+            db.execute("COMMIT" if wrote else "ROLLBACK")
+            return result
+
+        return await self._run(run)
+
+    async def _read(self, plan: base.Plan[T]) -> T:
+        # Autocommit reads: no write lock, so read-only connections can run them too.
+        return await self._run(lambda db: drive(plan, lambda step: _answer(db, step))[0])
+
     # -- the protocol ----------------------------------------------------------------
 
     async def schema_version(self) -> int | None:
@@ -247,120 +257,26 @@ class SqliteLedger(Ledger):
         ``None``: the database holds no langgraph-effects ledger (no
         ``effect_migrations`` table). Compare with :data:`SCHEMA_VERSION`.
         """
-
-        def read(db: sqlite3.Connection) -> int | None:
-            found = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effect_migrations'"
-            ).fetchone()
-            if found is None:
-                return None
-            row = db.execute("SELECT MAX(v) FROM effect_migrations").fetchone()
-            return int(row[0]) + 1 if row[0] is not None else 0
-
-        return await self._run(read)
+        return await self._read(version_plan("effect_migrations"))
 
     async def setup(self) -> None:
-        where = self.where
         if self.read_only:
             raise LedgerUnavailableError(
-                f"{where} was opened read-only: setup() cannot migrate it. Open it without "
+                f"{self.where} was opened read-only: setup() cannot migrate it. Open it without "
                 "read_only (or run `langgraph-effects --db PATH setup`)."
             )
-
-        def migrate(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            tables = {
-                r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            if "effect_migrations" not in tables:
-                if "effect_operations" in tables or "effect_audit" in tables:
-                    db.rollback()
-                    raise LedgerCorruptError(
-                        f"{where} has effect_operations/effect_audit tables that "
-                        "langgraph-effects did not create (no effect_migrations table). "
-                        "Use another database file; nothing was changed."
-                    )
-                db.execute(
-                    "CREATE TABLE effect_migrations (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-                )
-                done = 0
-            else:
-                row = db.execute("SELECT MAX(v) FROM effect_migrations").fetchone()
-                done = (row[0] + 1) if row[0] is not None else 0
-            if done > SCHEMA_VERSION:
-                db.rollback()
-                raise SchemaTooNewError(done, SCHEMA_VERSION, where)
-            for v in range(done, SCHEMA_VERSION):
-                for statement in MIGRATIONS[v].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute("INSERT INTO effect_migrations (v, applied_at) VALUES (?, ?)", (v, now()))
-            db.execute("COMMIT")
-
-        await self._run(migrate)
+        plan = migrate_plan(
+            MIGRATIONS,
+            "effect_migrations",
+            _MIGRATIONS_DDL,
+            "?",
+            self.where,
+            "another database file",
+        )
+        await self._transact(plan)
 
     async def aclose(self) -> None:
         await self.conn.close()
-
-    async def record_intents(
-        self,
-        operations: Sequence[Operation],
-        *,
-        change: Change | None = None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> list[Operation]:
-        if not operations:
-            return []
-
-        def record(db: sqlite3.Connection) -> list[Operation]:
-            stamp = now()
-            fresh = [create(op, now=stamp, change=change) for op in operations]
-            db.execute("BEGIN IMMEDIATE")
-            for op in fresh:
-                if db.execute(_INSERT, to_row(op)).rowcount == 1:
-                    db.execute(_INSERT_AUDIT, audit_row(None, op, change, actor))
-            stored = _select(db, [op.op_id for op in operations])
-            db.execute("COMMIT")
-            return [stored[op.op_id] for op in operations if op.op_id in stored]
-
-        return await self._run(record)
-
-    async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
-        if not op_ids:
-            return {}
-        return await self._run(lambda db: _select(db, list(op_ids)))
-
-    async def transition(
-        self,
-        op_id: str,
-        change: Change,
-        *,
-        expected_version: int | None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> Operation:
-        def apply(db: sqlite3.Connection) -> Operation:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                before = _select(db, [op_id]).get(op_id)
-                if before is None:
-                    raise OperationNotFoundError(op_id)
-                after = advance(before, change, expected_version=expected_version, now=now())
-            except Exception:
-                db.rollback()
-                raise
-            if after is None:
-                db.rollback()
-                return before
-            params = to_row(after)
-            params["expected_version"] = before.version
-            db.execute(_UPDATE, params)
-            db.execute(
-                _INSERT_AUDIT, audit_row(before, after, change, actor)
-            )
-            db.execute("COMMIT")
-            return after
-
-        return await self._run(apply)
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         def renew(db: sqlite3.Connection) -> bool:
@@ -388,10 +304,8 @@ class SqliteLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        where, params = _where(query)
-        sql = (
-            f"SELECT * FROM effect_operations {where} ORDER BY updated_at, op_id LIMIT ?"
-        )
+        where, params = where_clause(query, "?")
+        sql = f"SELECT * FROM effect_operations {where} ORDER BY updated_at, op_id LIMIT ?"
         params.append(query.limit)
         return await self._run(lambda db: [from_row(r) for r in db.execute(sql, params)])
 
@@ -405,26 +319,45 @@ class SqliteLedger(Ledger):
             ]
         )
 
-    async def find_by_payload(
-        self, thread_id: str, payloads: Sequence[tuple[str, str]]
+    async def _find_by_payload(
+        self, thread_id: str, pairs: Sequence[tuple[str, str]]
     ) -> list[Operation]:
-        if not payloads:
-            return []
+        sql = "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ?"
 
         def find(db: sqlite3.Connection) -> list[Operation]:
-            out: list[Operation] = []
-            for tool, digest in set(payloads):
-                out.extend(
-                    from_row(r)
-                    for r in db.execute(
-                        "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? "
-                        "AND args_hash = ?",
-                        (thread_id, tool, digest),
-                    )
-                )
-            return out
+            return [
+                from_row(r)
+                for tool, digest in pairs
+                for r in db.execute(sql, (thread_id, tool, digest))
+            ]
 
         return await self._run(find)
+
+
+def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
+    """One storage primitive, in SQLite (inside the caller's transaction)."""
+    if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
+        return _select(db, [step.op_id]).get(step.op_id)
+    if isinstance(step, base.Load):
+        return _select(db, list(step.op_ids))
+    if isinstance(step, base.InsertIfAbsent):
+        return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
+    if isinstance(step, base.CompareAndSet):
+        params = to_row(step.after)
+        params["expected_version"] = step.expected_version
+        return db.execute(_UPDATE, params).rowcount == 1
+    if isinstance(step, base.AppendAudit):
+        db.executemany(_INSERT_AUDIT, step.rows)
+        return None
+    if isinstance(step, base.OurTables):
+        marks = ", ".join("?" * len(base.LEDGER_TABLES))
+        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+        return {r[0] for r in db.execute(sql, base.LEDGER_TABLES)}
+    if isinstance(step, base.Fetch):
+        row = db.execute(step.sql).fetchone()
+        return row[0] if row is not None else None
+    db.execute(step.sql, step.params)
+    return None
 
 
 def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:
@@ -436,30 +369,6 @@ def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:
             op = from_row(row)
             out[op.op_id] = op
     return out
-
-
-def _where(query: OperationQuery) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if query.states is not None:
-        values = sorted(s.value for s in query.states)
-        if values == unresolved_values():
-            clauses.append(f"state IN ({_UNRESOLVED_SQL})")  # matches the partial indexes
-        else:
-            clauses.append(f"state IN ({', '.join('?' * len(values))})")
-            params.extend(values)
-    for column in ("thread_id", "tenant", "tool"):
-        value = getattr(query, column)
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if query.updated_before is not None:
-        clauses.append("updated_at < ?")
-        params.append(query.updated_before)
-    if query.updated_after is not None:
-        clauses.append("updated_at > ?")
-        params.append(query.updated_after)
-    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 async def connect(path: str | Path, *, read_only: bool = False) -> aiosqlite.Connection:
@@ -476,16 +385,3 @@ async def connect(path: str | Path, *, read_only: bool = False) -> aiosqlite.Con
         return await conn
     except sqlite3.Error as error:
         raise _classify(error, f"sqlite:{path}") from error
-
-
-async def run_in_connection_thread(
-    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
-) -> T:
-    """Run ``fn(sqlite3_connection)`` on aiosqlite's worker thread.
-
-    aiosqlite exposes one statement per hop; a transaction of several statements
-    would cost a hop each and let other coroutines interleave. ``Connection._execute``
-    (private, stable since aiosqlite 0.17) runs any function on that thread;
-    ``tests/test_langgraph_contract.py`` fails loudly if it moves.
-    """
-    return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return,no-untyped-call]

@@ -308,6 +308,10 @@ async def test_verdict_is_idempotent_by_decision_id(ledger: Ledger, make_op: OpF
     again = await ledger.transition(op.op_id, verdict, expected_version=2, actor="alice")
     assert again == landed
     assert await trail_len(ledger, op.op_id) == 3
+    # apply() tells the replay from the first application.
+    replayed = await ledger.apply(op.op_id, verdict, expected_version=2, actor="alice")
+    assert (replayed.op, replayed.applied) == (landed, False)
+    assert await trail_len(ledger, op.op_id) == 3
 
     reused = dataclasses.replace(verdict, decision={"verdict": "landed", "note": "other"})
     with pytest.raises(DecisionConflictError):
@@ -541,6 +545,22 @@ async def test_find_by_payload(ledger: Ledger, make_op: OpFactory) -> None:
     assert await found("t-3", [("send_email", "h1")]) == []
     assert await found("t-1", []) == []
     assert await ledger.find_by_payload("t-1", [("send_email", "h1")]) == [confirmed]
+
+
+async def test_find_by_payload_order_is_the_listing_order(ledger: Ledger, make_op: OpFactory) -> None:
+    # Ids sorted against their update order, and pairs given in yet another order:
+    # every backend answers least recently updated first, then by id.
+    ops = [make_op(op_id=f"op-order-{c}", thread_id="t-o", args_hash=f"h{c}") for c in "dcba"]
+    await ledger.record_intents(ops, change=dispatch())
+    moved = await ledger.apply(ops[2].op_id, succeed(), expected_version=1)
+    assert moved.applied
+    pairs = [("send_email", f"h{c}") for c in "badc"]
+    found = await ledger.find_by_payload("t-o", pairs)
+    listed = await ledger.list_operations(OperationQuery(thread_id="t-o"))
+    expected = sorted(listed, key=lambda o: (o.updated_at, o.op_id))
+    assert ids(found) == ids(expected)
+    assert ids(found)[-1] == ops[2].op_id  # the one changed last comes last
+    assert ids(found)[:3] == sorted(ids(found)[:3])  # same stamp: by id
 
 
 # -- concurrency -----------------------------------------------------------------------
