@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from . import _pregel, identity
+from . import _private, identity
 from .actions import Settings, _Call
 from .contract import Effect
 from .errors import (
@@ -25,7 +25,7 @@ from .reconcile import Scope
 def history_of(state: Any, messages_key: str = "messages") -> list[BaseMessage]:
     """The message history in a node's input, when there is one."""
     if isinstance(state, dict):
-        if state.get("__type") == "tool_call_with_context":
+        if state.get("__type") == _private.TOOL_CALL_WITH_CONTEXT:
             return history_of(state.get("state"), messages_key)
         found = state.get(messages_key)
     elif isinstance(state, list):
@@ -106,13 +106,13 @@ async def durable_source(
     ``"exit"`` it will not be saved before the run ends, so refuse. ``None`` when
     the graph has no checkpointer (nothing durable to anchor on).
     """
-    parent = _pregel.parent_checkpoint(config)
-    saver = _pregel.checkpointer(config)
-    thread_id = _pregel.thread_id(config)
+    parent = _private.parent_checkpoint(config)
+    saver = _private.checkpointer(config)
+    thread_id = _private.thread_id(config)
     if parent is None or saver is None or thread_id is None:
         return None
     ns, checkpoint_id = parent
-    mode = _pregel.durability(config)
+    mode = _private.durability(config)
     deadline = time.monotonic() + wait_seconds
     delay = 0.002
     while True:

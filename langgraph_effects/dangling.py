@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from . import _pregel, identity, messages
+from . import _private, identity, messages
 from .engine import Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
 from .ledger.base import Ledger
 
@@ -105,11 +105,11 @@ async def answer_dangling(
     dangling = unanswered(history)
     if not dangling:
         return None
-    thread_id = _pregel.thread_id(config) or ""
+    thread_id = _private.thread_id(config) or ""
     scope = scope_from(config, context)
-    namespace = identity.namespace_path(_pregel.parent_namespace(_pregel.checkpoint_ns(config)))
-    loop = _pregel.parent_checkpoint(config)
-    saver = checkpointer if checkpointer is not None else _pregel.checkpointer(config)
+    namespace = identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config)))
+    loop = _private.parent_checkpoint(config)
+    saver = checkpointer if checkpointer is not None else _private.checkpointer(config)
     effectful = [
         (index, call) for index, call in dangling if not settings.effect_for(call["name"]).read_only_tool
     ]

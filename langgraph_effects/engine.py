@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _pregel, identity, lease
+from . import _private, identity, lease
 from .actions import (
     Action,
     Execute,
@@ -126,7 +126,7 @@ class Session(HumanQuestions):
         ``call_keys`` maps a call id to the key that tells it apart within its turn,
         when the call id itself is not stable (a Functional API task's id is not).
         """
-        thread_id = _pregel.thread_id(config)
+        thread_id = _private.thread_id(config)
         if thread_id is None:
             raise DurabilityError(
                 "effectful tool calls need a checkpointer and a thread_id: compile the graph "
@@ -134,11 +134,11 @@ class Session(HumanQuestions):
                 "config={'configurable': {'thread_id': ...}}"
             )
         scope = scope_from(config, context)
-        ns_full = _pregel.checkpoint_ns(config)
-        namespace = identity.namespace_path(_pregel.parent_namespace(ns_full))
+        ns_full = _private.checkpoint_ns(config)
+        namespace = identity.namespace_path(_private.parent_namespace(ns_full))
         history = history_of(state, messages_key)
         anchors = message_anchors(history)
-        task_id = _pregel.task_id(config) or ""
+        task_id = _private.task_id(config) or ""
         # One read of the checkpoint holding the calls: it is the durability barrier
         # (nothing leaves before it is saved) and the turn every id is anchored on.
         source = await durable_source(
@@ -241,7 +241,7 @@ class Session(HumanQuestions):
         fresh = self._fresh
         if not fresh:
             return
-        if _pregel.durability(self.config) == "exit":
+        if _private.durability(self.config) == "exit":
             raise DurabilityError(
                 "durability='exit' saves the checkpoint only when the run ends, so a crash "
                 "would lose the tool call that was already dispatched; nothing was sent. "

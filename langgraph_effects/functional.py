@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
 
-from . import _portal, _pregel
+from . import _portal, _private
 from .checkpoint import ledger_of
 from .contract import Effect
 from .engine import (
@@ -76,10 +76,10 @@ def effectful(
 
         def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
             config = get_config()
-            task_id = _pregel.task_id(config)
+            task_id = _private.task_id(config)
             if task_id is None:
                 raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
-            found = ledger or ledger_of(_pregel.checkpointer(config))
+            found = ledger or ledger_of(_private.checkpointer(config))
             if found is None:
                 raise NoLedgerError(
                     f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
@@ -89,8 +89,8 @@ def effectful(
             bound.apply_defaults()
             call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
             # The task id is derived from the checkpoint id, which time travel changes;
-            # the call path is not (see _pregel.call_path).
-            return call, dict(config), found, _pregel.call_path(config) or task_id
+            # the call path is not (see _private.call_path).
+            return call, dict(config), found, _private.call_path(config) or task_id
 
         def open_session(
             call: dict[str, Any], config: dict[str, Any], found: Ledger, key: str, sync: bool

@@ -23,7 +23,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from . import _portal, _pregel
+from . import _portal, _private
 from .checkpoint import ledger_of
 from .contract import Effect
 from .dangling import answer_dangling, unanswered
@@ -119,7 +119,7 @@ class EffectMiddleware(AgentMiddleware):
         if not _has_dangling(history):
             return None
         config = get_config()
-        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
             return None
         patched = await answer_dangling(
@@ -152,7 +152,7 @@ class EffectMiddleware(AgentMiddleware):
 
     def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
         config = request.runtime.config
-        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
             raise NoLedgerError(
                 "EffectMiddleware has no ledger: pass create_agent(checkpointer=EffectSqliteSaver(...)) "

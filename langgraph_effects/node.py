@@ -32,7 +32,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ValidationError
 
-from . import _portal, _pregel
+from . import _portal, _private
 from .checkpoint import ledger_of
 from .contract import Effect
 from .engine import (
@@ -165,7 +165,7 @@ class EffectToolNode(ToolNode):
     # -- node level ------------------------------------------------------------------------
 
     def _ledger_for(self, config: RunnableConfig) -> Ledger:
-        found = self.ledger or ledger_of(_pregel.checkpointer(config))
+        found = self.ledger or ledger_of(_private.checkpointer(config))
         if found is None:
             raise NoLedgerError(
                 "EffectToolNode has no ledger to record effectful calls in: compile the graph "
@@ -176,7 +176,7 @@ class EffectToolNode(ToolNode):
         return found
 
     def _effectful(self, input: Any) -> tuple[list[Mapping[str, Any]], set[str]]:
-        tool_calls, _ = self._parse_input(input)
+        tool_calls = _private.tool_calls_in(self, input)
         tracked, refused = effectful_calls(
             tool_calls, self._settings, lambda name: name in self.tools_by_name
         )
@@ -202,7 +202,7 @@ class EffectToolNode(ToolNode):
             state=input,
             config=config,
             context=runtime.context,
-            messages_key=self._messages_key,
+            messages_key=_private.messages_key(self),
             sync_checkpointer=sync,
         )
 
@@ -238,7 +238,7 @@ class EffectToolNode(ToolNode):
             _REFUSED.reset(refusals)
 
     async def _round(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        if self._wrap_tool_call is not None and self._awrap_tool_call is None:
+        if _private.sync_only_wrapper(self):
             # ToolNode runs a sync-only wrapper (and the tools under it) on the event
             # loop's thread. Blocking the loop there can stall a checkpointer's half-done
             # transaction on the same database file while we wait for its write lock, so

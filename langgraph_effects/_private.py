@@ -1,15 +1,22 @@
-"""The one place that reads LangGraph's private runtime config keys.
+"""The one adapter for private LangGraph and LangChain pieces the engine relies on.
 
 A node reaches the graph's checkpointer and durability mode only through
-``__pregel_*`` keys of its config. They are private; keeping every read here means
-one file to fix when they move, and ``tests/test_langgraph_contract.py`` fails
-loudly if they do (pinned range: see pyproject.toml).
+``__pregel_*`` keys of its config; ``EffectToolNode`` overrides and reads private
+``ToolNode`` members; a ``Send`` to the tool node carries a private payload shape.
+Keeping every such piece here means one file to fix when one moves, and
+``tests/test_langgraph_contract.py`` fails loudly if one does (pinned range: see
+pyproject.toml). Names public in LangGraph are used directly elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langgraph.prebuilt import ToolNode
+
+# -- the running task's config ------------------------------------------------------
 
 CHECKPOINTER = "__pregel_checkpointer"
 DURABILITY = "__pregel_durability"
@@ -100,3 +107,43 @@ def call_path(config: Mapping[str, Any]) -> str | None:
         return str(p)
 
     return render(path)
+
+
+# -- ToolNode internals ---------------------------------------------------------------
+
+#: The ``ToolNode`` methods ``EffectToolNode`` overrides, with their parameters: the
+#: node-level pair (one session per node execution) and the per-call pair (below any
+#: ``wrap_tool_call`` wrapper, whose ``execute`` goes through them).
+TOOL_NODE_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "_func": ("self", "input", "config", "runtime"),
+    "_afunc": ("self", "input", "config", "runtime"),
+    "_execute_tool_sync": ("self", "request", "input_type", "config"),
+    "_execute_tool_async": ("self", "request", "input_type", "config"),
+}
+
+
+def tool_calls_in(node: ToolNode, input: Any) -> list[Any]:
+    """The tool calls a ``ToolNode`` will run for ``input`` (its own parsing, so a
+    ``Send`` payload, a message list and a state dict are read exactly as it reads them)."""
+    tool_calls, _ = node._parse_input(input)
+    return list(tool_calls)
+
+
+def messages_key(node: ToolNode) -> str:
+    """The state key a ``ToolNode`` reads its messages from."""
+    return str(node._messages_key)
+
+
+def sync_only_wrapper(node: ToolNode) -> bool:
+    """Whether the node was given a ``wrap_tool_call`` wrapper but no async one (it then
+    runs the sync wrapper, and the tools under it, on the event loop's thread)."""
+    return node._wrap_tool_call is not None and node._awrap_tool_call is None
+
+
+# -- Send payloads --------------------------------------------------------------------
+
+#: A ``Send`` may carry one tool call to the tool node as ``{"__type":
+#: "tool_call_with_context", "tool_call": ..., "state": ...}`` (LangGraph's private
+#: ``ToolCallWithContext``; ``create_react_agent`` sends it): the history is in ``state``.
+TOOL_CALL_WITH_CONTEXT = "tool_call_with_context"
+
