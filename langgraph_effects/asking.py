@@ -18,7 +18,7 @@ from .errors import (
     ReviewError,
     StaleVersionError,
 )
-from .operation import DECIDABLE, Change, Event, Operation, State
+from .operation import DECIDABLE, Change, Event, EvidenceKind, Operation, State
 from .review import (
     APPROVAL_TYPE,
     ApprovalAnswer,
@@ -154,12 +154,12 @@ class HumanQuestions(CallDriver):
                 await self._send(
                     c,
                     Event.DISPATCH,
-                    {"kind": "approval", "decision": "approve", "args_hash": c.op.args_hash},
+                    {"kind": EvidenceKind.APPROVAL, "decision": "approve", "args_hash": c.op.args_hash},
                     decision_id=approval_id,
                     decision=content,
                 )
             elif isinstance(decision, RejectAction):
-                evidence = {"kind": "approval", "decision": "reject", "message": decision.message}
+                evidence = {"kind": EvidenceKind.APPROVAL, "decision": "reject", "message": decision.message}
                 change = Change(
                     Event.ABANDON, evidence=evidence, decision_id=approval_id, decision=content
                 )
@@ -198,7 +198,7 @@ class HumanQuestions(CallDriver):
         old = c.op
         superseded = Change(
             Event.ABANDON,
-            evidence={"kind": "approval", "decision": "edit", "superseded_by": new_id},
+            evidence={"kind": EvidenceKind.APPROVAL, "decision": "edit", "superseded_by": new_id},
             decision_id=approval_id,
             decision=content,
         )
@@ -210,7 +210,7 @@ class HumanQuestions(CallDriver):
             await self._send(
                 c,
                 Event.DISPATCH,
-                {"kind": "approval", "decision": "edit", "args_hash": digest},
+                {"kind": EvidenceKind.APPROVAL, "decision": "edit", "args_hash": digest},
                 decision_id=approval_id + ":edited",
                 decision=content,
             )

@@ -23,7 +23,7 @@ from .errors import (
     TransitionError,
 )
 from .ledger.base import Ledger
-from .operation import Change, Event, Operation, Owner
+from .operation import Change, Event, EvidenceKind, Operation, Owner
 from .reconcile import Scope, reconcile
 
 log = logging.getLogger("langgraph_effects")
@@ -112,7 +112,7 @@ class CallDriver:
                 )
             if isinstance(step, protocol.Dispatch):
                 _faults.fire("after_intent", op)
-                await self._send(c, Event.DISPATCH, {"kind": "intent"})
+                await self._send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
                 continue
             if isinstance(step, protocol.Run):
                 if c.batch_token is not None:
@@ -166,7 +166,7 @@ class CallDriver:
                 what = _describe(error) if error is not None else _message_text(output)
                 outcome = protocol.Ambiguous(
                     {
-                        "kind": "timeout" if isinstance(error, TimeoutError) else "error",
+                        "kind": EvidenceKind.TIMEOUT if isinstance(error, TimeoutError) else "error",
                         "error": self._scrub(c, what),
                     }
                 )
@@ -210,7 +210,7 @@ class CallDriver:
         self._stop_heartbeat(c)
         try:
             await self._move(
-                c, Change(Event.WITHDRAW, evidence={"kind": "interrupt"}), expected=c.op.version
+                c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.INTERRUPT}), expected=c.op.version
             )
         finally:
             c.running = False
@@ -248,7 +248,7 @@ class CallDriver:
         try:
             if protocol.ours(c.op, self._token(c)):
                 await self._move(
-                    c, Change(Event.WITHDRAW, evidence={"kind": "not_run"}), expected=c.op.version
+                    c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.NOT_RUN}), expected=c.op.version
                 )
         finally:
             self._release(c)

@@ -68,7 +68,7 @@ from .loops import (
     with_reviews,
     with_reviews_sync,
 )
-from .operation import Change, Event, Owner, State
+from .operation import Change, Event, EvidenceKind, Owner, State
 
 # Callers import these from here; they live in the modules named in the docstring.
 __all__ = [
@@ -261,7 +261,7 @@ class Session(HumanQuestions):
                     Event.DISPATCH,
                     owner=owner,
                     lease_expires_at=time.time() + self.settings.lease_seconds,
-                    evidence={"kind": "intent"},
+                    evidence={"kind": EvidenceKind.INTENT},
                 )
                 stored = by_id(await self.ledger.record_intents([c.op for c in direct], change=change))
                 self._batch_owners[owner.token] = owner

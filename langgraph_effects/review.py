@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, Valid
 
 from .errors import ReviewError
 from .messages import check_receipt, check_text
-from .operation import Change, Event, Operation
+from .operation import Change, Event, EvidenceKind, Operation
 
 REVIEW_TYPE = "effect_review"
 
@@ -192,7 +192,7 @@ def decision_change(
 ) -> Change:
     """The ledger change that records ``decision`` (a verdict transition)."""
     content = decision.model_dump(mode="json")
-    evidence: dict[str, Any] = {"kind": "verdict", "decision": decision.type, "actor": actor}
+    evidence: dict[str, Any] = {"kind": EvidenceKind.VERDICT, "decision": decision.type, "actor": actor}
     evidence["channel"] = channel
     if isinstance(decision, LandedDecision):
         evidence["receipt"] = content.get("receipt")
