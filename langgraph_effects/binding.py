@@ -54,7 +54,8 @@ class Source:
 
     ``turn`` is its coordinate in operation ids (:func:`identity.turn_of`);
     ``origin`` names the state the model answered (:func:`identity.origin_of`), which
-    re-plan detection compares (DESIGN: never bind across a turn).
+    re-plan detection compares (a re-planned call binds only to an operation asked
+    from the same state, never to one asked from another).
     """
 
     namespace: str
