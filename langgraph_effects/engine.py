@@ -19,6 +19,13 @@ us; the session only decides whether a call may leave, and remembers what happen
 The per-call decisions themselves are pure code in :mod:`langgraph_effects.protocol`;
 the session does the I/O they name (ledger reads and writes, liveness probes,
 heartbeats, reconciliation).
+
+The session is split by reason to change: this module opens it (binding and the
+intent commit); :mod:`~langgraph_effects.binding` derives coordinates and ids;
+:mod:`~langgraph_effects.dispatch` drives each call; :mod:`~langgraph_effects.asking`
+asks a human; :mod:`~langgraph_effects.loops` holds the loops callers share;
+:mod:`~langgraph_effects.actions` the types they exchange. The names callers use are
+re-exported here. See ``docs/architecture.md``.
 """
 from __future__ import annotations
 
