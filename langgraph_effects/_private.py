@@ -1,20 +1,158 @@
-"""The private LangGraph, LangChain and driver pieces we rely on, behind one door.
+"""The one adapter for private LangGraph, LangChain and driver pieces we rely on.
 
-Nothing else in the package touches them directly. Each one has a contract test in
-``tests/test_langgraph_contract.py`` that fails loudly when an upgrade moves it.
+A node reaches the graph's checkpointer and durability mode only through
+``__pregel_*`` keys of its config; ``EffectToolNode`` overrides and reads private
+``ToolNode`` members; a ``Send`` to the tool node carries a private payload shape; the
+savers and ledgers reach into aiosqlite and LangGraph's savers. Keeping every such
+piece here means one file to fix when one moves, and ``tests/test_langgraph_contract.py``
+fails loudly if one does (pinned range: see pyproject.toml). Names public in
+LangGraph are used directly elsewhere.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import aiosqlite
+    from langgraph.prebuilt import ToolNode
 
 _T = TypeVar("_T")
+
+# -- the running task's config ------------------------------------------------------
+
+CHECKPOINTER = "__pregel_checkpointer"
+DURABILITY = "__pregel_durability"
+TASK_ID = "__pregel_task_id"
+
+
+def _configurable(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    return config.get("configurable") or {}
+
+
+def checkpointer(config: Mapping[str, Any]) -> Any | None:
+    """The graph's checkpointer as the running node sees it."""
+    return _configurable(config).get(CHECKPOINTER)
+
+
+def durability(config: Mapping[str, Any]) -> str | None:
+    """``"sync"``, ``"async"`` or ``"exit"`` when the run was given one explicitly.
+
+    ``None`` otherwise: LangGraph sets the key only for an explicit ``durability=``,
+    and never in a Functional API task's config; the run's mode is then unknown to
+    the node (LangGraph's default is ``"async"``).
+    """
+    value = _configurable(config).get(DURABILITY)
+    return str(value) if value is not None else None
+
+
+def task_id(config: Mapping[str, Any]) -> str | None:
+    value = _configurable(config).get(TASK_ID)
+    return str(value) if value is not None else None
+
+
+def thread_id(config: Mapping[str, Any]) -> str | None:
+    value = _configurable(config).get("thread_id")
+    return str(value) if value is not None else None
+
+
+def checkpoint_ns(config: Mapping[str, Any]) -> str:
+    return str(_configurable(config).get("checkpoint_ns") or "")
+
+
+def parent_namespace(ns: str) -> str:
+    """``"agent:<t1>|tools:<t2>"`` -> ``"agent:<t1>"``: the namespace the task runs in."""
+    return ns.rsplit("|", 1)[0] if "|" in ns else ""
+
+
+def parent_checkpoint(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, checkpoint id) of the checkpoint this task was prepared from.
+
+    That checkpoint holds the AIMessage whose calls the task runs (for a Functional
+    API ``@task``: the entrypoint's input); it must be durable before anything is
+    dispatched. The namespace is the one the checkpoint is *saved* under: a
+    Functional API task is pushed from inside the entrypoint's task, so its map has
+    an entry for that task's namespace that repeats the loop's checkpoint id; the
+    checkpoint itself lives in the loop's namespace, the topmost ancestor that maps
+    to the same id.
+    """
+    conf = _configurable(config)
+    ns = parent_namespace(checkpoint_ns(config))
+    mapping = conf.get("checkpoint_map") or {}
+    checkpoint_id = mapping.get(ns)
+    if checkpoint_id is None:
+        return None
+    while ns:
+        up = parent_namespace(ns)
+        if mapping.get(up) != checkpoint_id:
+            break
+        ns = up
+    return ns, str(checkpoint_id)
+
+
+def call_path(config: Mapping[str, Any]) -> str | None:
+    """Where a Functional API ``@task`` call sits in its entrypoint, without task ids.
+
+    ``metadata["langgraph_path"]`` is ``("__pregel_push", <parent path>, <call
+    index>, ...)``: the n-th task call of its parent, so every run of the same
+    entrypoint from the same checkpoint (resume, retry, time travel) reproduces it,
+    while the task id (derived from the checkpoint id) changes under time travel.
+    """
+    path = (config.get("metadata") or {}).get("langgraph_path")
+    if not isinstance(path, tuple | list) or not path:
+        return None
+
+    def render(p: Any) -> str:
+        if isinstance(p, tuple | list) and len(p) >= 2 and p[0] == "__pregel_pull":
+            return str(p[1])
+        if isinstance(p, tuple | list) and len(p) >= 3 and p[0] == "__pregel_push":
+            return f"{render(p[1])}/{p[2]}"
+        return str(p)
+
+    return render(path)
+
+
+# -- ToolNode internals ---------------------------------------------------------------
+
+#: The ``ToolNode`` methods ``EffectToolNode`` overrides, with their parameters: the
+#: node-level pair (one session per node execution) and the per-call pair (below any
+#: ``wrap_tool_call`` wrapper, whose ``execute`` goes through them).
+TOOL_NODE_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "_func": ("self", "input", "config", "runtime"),
+    "_afunc": ("self", "input", "config", "runtime"),
+    "_execute_tool_sync": ("self", "request", "input_type", "config"),
+    "_execute_tool_async": ("self", "request", "input_type", "config"),
+}
+
+
+def tool_calls_in(node: ToolNode, input: Any) -> list[Any]:
+    """The tool calls a ``ToolNode`` will run for ``input`` (its own parsing, so a
+    ``Send`` payload, a message list and a state dict are read exactly as it reads them)."""
+    tool_calls, _ = node._parse_input(input)
+    return list(tool_calls)
+
+
+def messages_key(node: ToolNode) -> str:
+    """The state key a ``ToolNode`` reads its messages from."""
+    return str(node._messages_key)
+
+
+def sync_only_wrapper(node: ToolNode) -> bool:
+    """Whether the node was given a ``wrap_tool_call`` wrapper but no async one (it then
+    runs the sync wrapper, and the tools under it, on the event loop's thread)."""
+    return node._wrap_tool_call is not None and node._awrap_tool_call is None
+
+
+# -- Send payloads --------------------------------------------------------------------
+
+#: A ``Send`` may carry one tool call to the tool node as ``{"__type":
+#: "tool_call_with_context", "tool_call": ..., "state": ...}`` (LangGraph's private
+#: ``ToolCallWithContext``; ``create_react_agent`` sends it): the history is in ``state``.
+TOOL_CALL_WITH_CONTEXT = "tool_call_with_context"
+
 
 # -- checkpoint savers and database drivers
 

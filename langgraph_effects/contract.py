@@ -1,6 +1,6 @@
 """The effect contract: what a tool's provider can tell us after a crash.
 
-What the provider can prove decides what recovery may do (DESIGN §5):
+What the provider can prove decides what recovery may do (see docs/architecture.md):
 
 * a **dedup key** the provider honours within a window: re-send under the same key;
 * an **authoritative lookup** by our key: confirm with its receipt, or re-send on

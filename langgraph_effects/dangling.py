@@ -13,13 +13,17 @@ have been sent: intents are durable before dispatch).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from . import _pregel, identity, messages
-from .engine import Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from . import _private, identity, messages
+from .actions import Settings
+from .binding import history_of, identify, read_checkpoint, scope_from, turn_of_saved
 from .ledger.base import Ledger
+from .operation import Operation
+from .reconcile import Scope
 
 
 def _unknown_message(op: Any, *, tool_call_id: str, tool: str) -> ToolMessage:
@@ -82,6 +86,72 @@ def unanswered(history: Sequence[BaseMessage]) -> list[tuple[int, Mapping[str, A
     return sorted((item for items in open_calls.values() for item in items), key=lambda x: x[0])
 
 
+@dataclass
+class _Finder:
+    """Finds the operation a dangling call was bound to, checkpoint by checkpoint."""
+
+    history: Sequence[BaseMessage]
+    ledger: Ledger
+    settings: Settings
+    config: Mapping[str, Any]
+    scope: Scope
+    thread_id: str
+    namespace: str
+    loop_ns: str
+    saver: Any
+    sync: bool
+    messages_key: str
+    saved_by_id: dict[str, Any] = field(default_factory=dict)
+    fingerprints: list[str] = field(default_factory=list)
+
+    async def saved(self, checkpoint_id: str) -> Any:
+        if checkpoint_id not in self.saved_by_id:
+            self.saved_by_id[checkpoint_id] = (
+                await read_checkpoint(self.saver, self.loop_ns, checkpoint_id, self.thread_id, self.sync)
+                if self.saver is not None
+                else None
+            )
+        return self.saved_by_id[checkpoint_id]
+
+    def prefix(self, index: int) -> list[str]:
+        while len(self.fingerprints) <= index:
+            self.fingerprints.append(_fingerprint(self.history[len(self.fingerprints)]))
+        return self.fingerprints[: index + 1]
+
+    def op_id(self, call: Mapping[str, Any], turn: str) -> str:
+        effect = self.settings.effect_for(call["name"])
+        op_id, _, _ = identify(
+            call, effect=effect, settings=self.settings, scope=self.scope, thread_id=self.thread_id,
+            namespace=self.namespace, turn=turn, config=self.config,
+        )
+        return op_id
+
+    def from_this_turn(self, index: int, saved: Any) -> bool:
+        """Whether ``saved`` holds this history up to the AIMessage at ``index``."""
+        before = history_of(saved.checkpoint.get("channel_values") or {}, self.messages_key)
+        return len(before) > index and [_fingerprint(m) for m in before[: index + 1]] == self.prefix(
+            index
+        )
+
+    async def find(self, index: int, call: Mapping[str, Any], mine: list[Operation]) -> Operation | None:
+        """The operation among ``mine`` (same tool, args and call id) that this call's
+        turn derives; else, for a logical key, the one the key names."""
+        for o in sorted(mine, key=lambda o: o.created_at, reverse=True):
+            x = await self.saved(str(o.checkpoint_id))
+            if x is None or not self.from_this_turn(index, x):
+                continue  # recorded from another turn (or branch) than this AIMessage's
+            turn = await turn_of_saved(
+                self.saver, x, thread_id=self.thread_id, namespace=self.loop_ns, sync=self.sync
+            )
+            if self.op_id(call, turn) == o.op_id:
+                return o
+        if self.settings.effect_for(call["name"]).key is not None:
+            # A logical key names the operation whatever the turn.
+            op_id = self.op_id(call, "")
+            return (await self.ledger.get_many([op_id])).get(op_id)
+        return None
+
+
 async def answer_dangling(
     history: Sequence[BaseMessage],
     *,
@@ -105,11 +175,21 @@ async def answer_dangling(
     dangling = unanswered(history)
     if not dangling:
         return None
-    thread_id = _pregel.thread_id(config) or ""
-    scope = scope_from(config, context)
-    namespace = identity.namespace_path(_pregel.parent_namespace(_pregel.checkpoint_ns(config)))
-    loop = _pregel.parent_checkpoint(config)
-    saver = checkpointer if checkpointer is not None else _pregel.checkpointer(config)
+    thread_id = _private.thread_id(config) or ""
+    loop = _private.parent_checkpoint(config)
+    finder = _Finder(
+        history=history,
+        ledger=ledger,
+        settings=settings,
+        config=config,
+        scope=scope_from(config, context),
+        thread_id=thread_id,
+        namespace=identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config))),
+        loop_ns=loop[0] if loop else "",
+        saver=checkpointer if checkpointer is not None else _private.checkpointer(config),
+        sync=sync_checkpointer,
+        messages_key=messages_key,
+    )
     effectful = [
         (index, call) for index, call in dangling if not settings.effect_for(call["name"]).read_only_tool
     ]
@@ -124,28 +204,8 @@ async def answer_dangling(
         if effectful and thread_id
         else []
     )
-    loop_ns = loop[0] if loop else ""
-    saved_by_id: dict[str, Any] = {}
-
-    async def saved(checkpoint_id: str) -> Any:
-        if checkpoint_id not in saved_by_id:
-            saved_by_id[checkpoint_id] = (
-                await read_checkpoint(saver, loop_ns, checkpoint_id, thread_id, sync_checkpointer)
-                if saver is not None
-                else None
-            )
-        return saved_by_id[checkpoint_id]
-
-    fingerprints: list[str] = []
-
-    def prefix(index: int) -> list[str]:
-        while len(fingerprints) <= index:
-            fingerprints.append(_fingerprint(history[len(fingerprints)]))
-        return fingerprints[: index + 1]
-
-    answers: dict[tuple[int, str], Any] = {}
+    answers: dict[tuple[int, str], Operation | None] = {}
     for index, call in effectful:
-        effect = settings.effect_for(call["name"])
         mine = [
             o
             for o in candidates
@@ -154,39 +214,16 @@ async def answer_dangling(
             and o.tool_call_id == call["id"]
             and o.checkpoint_id
         ]
-        found = None
-        for o in sorted(mine, key=lambda o: o.created_at, reverse=True):
-            x = await saved(str(o.checkpoint_id))
-            if x is None:
-                continue
-            before = history_of(x.checkpoint.get("channel_values") or {}, messages_key)
-            if len(before) <= index or [_fingerprint(m) for m in before[: index + 1]] != prefix(index):
-                continue  # recorded from another turn (or branch) than this AIMessage's
-            turn = await turn_of_saved(
-                saver, x, thread_id=thread_id, namespace=loop_ns, sync=sync_checkpointer
-            )
-            op_id, _, _ = identify(
-                call,
-                effect=effect,
-                settings=settings,
-                scope=scope,
-                thread_id=thread_id,
-                namespace=namespace,
-                turn=turn,
-                config=config,
-            )
-            if op_id == o.op_id:
-                found = o
-                break
-        if found is None and effect.key is not None:
-            # A logical key names the operation whatever the turn.
-            op_id, _, _ = identify(
-                call, effect=effect, settings=settings, scope=scope, thread_id=thread_id,
-                namespace=namespace, turn="", config=config,
-            )
-            found = (await ledger.get_many([op_id])).get(op_id)
-        answers[(index, str(call["id"]))] = found
+        answers[(index, str(call["id"]))] = await finder.find(index, call, mine)
+    return _patched(history, dangling, answers)
 
+
+def _patched(
+    history: Sequence[BaseMessage],
+    dangling: Sequence[tuple[int, Mapping[str, Any]]],
+    answers: Mapping[tuple[int, str], Operation | None],
+) -> list[BaseMessage]:
+    """``history`` with each dangling call answered right after its AIMessage."""
     patched: list[BaseMessage] = []
     pending = {(index, str(call["id"])) for index, call in dangling}
     for index, message in enumerate(history):

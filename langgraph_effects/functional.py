@@ -28,25 +28,41 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
 
-from . import _portal, _pregel
+from . import _portal, _private
+from .actions import Settings
 from .checkpoint import ledger_of
 from .contract import Effect
-from .engine import (
-    Session,
-    Settings,
-    capture,
-    capture_sync,
-    drive,
-    drive_sync,
-    with_reviews,
-    with_reviews_sync,
-)
+from .engine import Session
 from .errors import ConfigurationError, NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
+from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _task_call(
+    tool: str, signature: inspect.Signature, ledger: Ledger | None, args: Any, kwargs: Any
+) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
+    """The running ``@task`` as a tool call: (call, config, ledger, the key that tells it
+    apart within its turn)."""
+    config = get_config()
+    task_id = _private.task_id(config)
+    if task_id is None:
+        raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
+    found = ledger or ledger_of(_private.checkpointer(config))
+    if found is None:
+        raise NoLedgerError(
+            f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
+            "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
+        )
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
+    # The task id is derived from the checkpoint id, which time travel changes;
+    # the call path is not (see _private.call_path).
+    return call, dict(config), found, _private.call_path(config) or task_id
 
 
 def effectful(
@@ -74,24 +90,6 @@ def effectful(
         )
         signature = inspect.signature(fn)
 
-        def prepare(args: Any, kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
-            config = get_config()
-            task_id = _pregel.task_id(config)
-            if task_id is None:
-                raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
-            found = ledger or ledger_of(_pregel.checkpointer(config))
-            if found is None:
-                raise NoLedgerError(
-                    f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
-                    "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
-                )
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
-            # The task id is derived from the checkpoint id, which time travel changes;
-            # the call path is not (see _pregel.call_path).
-            return call, dict(config), found, _pregel.call_path(config) or task_id
-
         def open_session(
             call: dict[str, Any], config: dict[str, Any], found: Ledger, key: str, sync: bool
         ) -> Any:
@@ -109,7 +107,7 @@ def effectful(
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                call, config, found, key = prepare(args, kwargs)
+                call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
                 session: Session = await open_session(call, config, found, key, False)
 
                 async def one_round() -> Any:
@@ -121,7 +119,7 @@ def effectful(
 
         @functools.wraps(fn)
         def run_sync(*args: Any, **kwargs: Any) -> Any:
-            call, config, found, key = prepare(args, kwargs)
+            call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
             session: Session = _portal.run(open_session(call, config, found, key, True))
 
             def one_round() -> Any:

@@ -169,7 +169,7 @@ def operation_id(
     ``turn`` comes from :func:`turn_of`; ``call_key`` tells the calls of one turn
     apart (the ``tool_call_id``, or a Functional API task's call path). The ``op_``
     prefix keeps a bare hex digest from being mistaken for an interrupt id in
-    ``Command(resume=...)`` (DESIGN §6).
+    ``Command(resume=...)``, which maps interrupt ids to answers.
     """
     return "op_" + _digest("call", thread_id, namespace, turn, call_key, args_hash)
 

@@ -16,7 +16,7 @@ from langgraph.types import Command
 
 from .errors import OversizedError
 from .identity import canonical_json
-from .operation import Operation, State
+from .operation import EvidenceKind, Operation, State
 
 _SERDE = JsonPlusSerializer()
 
@@ -90,12 +90,18 @@ def load(type_: str, data: bytes) -> Any:
     return _SERDE.loads_typed((type_, data))
 
 
+def _plain(kind: Any) -> Any:
+    """An evidence kind as stored in a message artifact: the plain string (the
+    checkpoint serializer need not know our enum)."""
+    return kind.value if isinstance(kind, EvidenceKind) else kind
+
+
 def effect_artifact(op: Operation) -> dict[str, Any]:
     evidence = dict(op.evidence or {})
     artifact: dict[str, Any] = {
         "operation_id": op.op_id,
         "state": op.state.value,
-        "evidence": evidence.get("kind", "result"),
+        "evidence": _plain(evidence.get("kind", EvidenceKind.RESULT)),
         "provider_key": op.provider_key,
         "attempts": op.attempts,
     }
@@ -128,7 +134,7 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
     kind = evidence.get("kind")
     receipt = _receipt_text(evidence.get("receipt"))
     status: str = "success"
-    if op.state is State.CONFIRMED and kind == "verdict":
+    if op.state is State.CONFIRMED and kind == EvidenceKind.VERDICT:
         content = (
             f"The {tool} effect landed: an operator checked with the provider and confirmed "
             f"it after the call was interrupted.{receipt} It is done; do not repeat it."
@@ -141,7 +147,7 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
             f"The {tool} effect landed{withdrawn}: the call was interrupted, and the "
             f"provider confirms it by lookup.{receipt} It is done; do not repeat it."
         )
-    elif op.state is State.ABANDONED and evidence.get("kind") == "approval":
+    elif op.state is State.ABANDONED and kind == EvidenceKind.APPROVAL:
         status = "error"
         note = evidence.get("message")
         because = f" The approver said: {preview(str(note))}." if note else ""

@@ -23,22 +23,12 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from . import _portal, _pregel
+from . import _portal, _private, loops
+from .actions import Settings
 from .checkpoint import ledger_of
 from .contract import Effect
 from .dangling import answer_dangling, unanswered
-from .engine import (
-    Session,
-    Settings,
-    capture,
-    capture_sync,
-    drive,
-    drive_sync,
-    effectful_calls,
-    refusal,
-    with_reviews,
-    with_reviews_sync,
-)
+from .engine import Session
 from .errors import NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
@@ -119,7 +109,7 @@ class EffectMiddleware(AgentMiddleware):
         if not _has_dangling(history):
             return None
         config = get_config()
-        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
             return None
         patched = await answer_dangling(
@@ -142,7 +132,7 @@ class EffectMiddleware(AgentMiddleware):
         # create_agent runs one task per call: count ids over the calls of the AIMessage
         # that holds this one, so a shared id is refused here as in EffectToolNode.
         siblings = _siblings(request.state, call)
-        tracked, refused = effectful_calls(siblings, self._settings, lambda _: True)
+        tracked, refused = loops.effectful_calls(siblings, self._settings, lambda _: True)
         effect = self._settings.effect_for(request.tool.name)
         if str(call.get("id") or "") in refused and not effect.read_only_tool:
             return None
@@ -152,7 +142,7 @@ class EffectMiddleware(AgentMiddleware):
 
     def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
         config = request.runtime.config
-        ledger = self.ledger or ledger_of(_pregel.checkpointer(config))
+        ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
             raise NoLedgerError(
                 "EffectMiddleware has no ledger: pass create_agent(checkpointer=EffectSqliteSaver(...)) "
@@ -175,17 +165,17 @@ class EffectMiddleware(AgentMiddleware):
         """Sync path (``agent.invoke``)."""
         tracked = self._tracked(request)
         if tracked is None:
-            return refusal(request.tool_call)
+            return loops.refusal(request.tool_call)
         if not tracked:
             return handler(request)
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, sync=True))
 
         def one_round() -> Any:
-            execute = lambda: capture_sync(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
-            return drive_sync(session, call_id, execute, _portal.run)
+            execute = lambda: loops.capture_sync(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
+            return loops.drive_sync(session, call_id, execute, _portal.run)
 
-        return with_reviews_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
+        return loops.with_reviews_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
 
     async def awrap_tool_call(
         self,
@@ -195,14 +185,14 @@ class EffectMiddleware(AgentMiddleware):
         """Async path (``agent.ainvoke``)."""
         tracked = self._tracked(request)
         if tracked is None:
-            return refusal(request.tool_call)
+            return loops.refusal(request.tool_call)
         if not tracked:
             return await handler(request)
         call_id = str(request.tool_call["id"])
         session: Session = await self._open(request, sync=False)
 
         async def one_round() -> Any:
-            execute = lambda: capture(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
-            return await drive(session, call_id, execute)
+            execute = lambda: loops.capture(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
+            return await loops.drive(session, call_id, execute)
 
-        return await with_reviews(session, one_round)  # type: ignore[no-any-return]
+        return await loops.with_reviews(session, one_round)  # type: ignore[no-any-return]

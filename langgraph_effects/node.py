@@ -25,6 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
@@ -32,21 +33,11 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ValidationError
 
-from . import _portal, _pregel
+from . import _portal, _private, loops
+from .actions import Settings
 from .checkpoint import ledger_of
 from .contract import Effect
-from .engine import (
-    Session,
-    Settings,
-    capture,
-    capture_sync,
-    drive,
-    drive_sync,
-    effectful_calls,
-    refusal,
-    with_reviews,
-    with_reviews_sync,
-)
+from .engine import Session
 from .errors import NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
@@ -165,7 +156,7 @@ class EffectToolNode(ToolNode):
     # -- node level ------------------------------------------------------------------------
 
     def _ledger_for(self, config: RunnableConfig) -> Ledger:
-        found = self.ledger or ledger_of(_pregel.checkpointer(config))
+        found = self.ledger or ledger_of(_private.checkpointer(config))
         if found is None:
             raise NoLedgerError(
                 "EffectToolNode has no ledger to record effectful calls in: compile the graph "
@@ -176,8 +167,8 @@ class EffectToolNode(ToolNode):
         return found
 
     def _effectful(self, input: Any) -> tuple[list[Mapping[str, Any]], set[str]]:
-        tool_calls, _ = self._parse_input(input)
-        tracked, refused = effectful_calls(
+        tool_calls = _private.tool_calls_in(self, input)
+        tracked, refused = loops.effectful_calls(
             tool_calls, self._settings, lambda name: name in self.tools_by_name
         )
         # Invalid arguments never dispatch (ToolNode answers them); ids are counted over
@@ -202,7 +193,7 @@ class EffectToolNode(ToolNode):
             state=input,
             config=config,
             context=runtime.context,
-            messages_key=self._messages_key,
+            messages_key=_private.messages_key(self),
             sync_checkpointer=sync,
         )
 
@@ -216,7 +207,7 @@ class EffectToolNode(ToolNode):
             token = _SESSION.set(session)
             try:
                 one_round = lambda: super(EffectToolNode, self)._func(input, config, runtime)  # noqa: E731
-                return with_reviews_sync(session, one_round, _portal.run)
+                return loops.with_reviews_sync(session, one_round, _portal.run)
             finally:
                 _SESSION.reset(token)
         finally:
@@ -231,14 +222,14 @@ class EffectToolNode(ToolNode):
             session: Session = await self._open(calls, input, config, runtime, sync=False)
             token = _SESSION.set(session)
             try:
-                return await with_reviews(session, lambda: self._round(input, config, runtime))
+                return await loops.with_reviews(session, lambda: self._round(input, config, runtime))
             finally:
                 _SESSION.reset(token)
         finally:
             _REFUSED.reset(refusals)
 
     async def _round(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        if self._wrap_tool_call is not None and self._awrap_tool_call is None:
+        if _private.sync_only_wrapper(self):
             # ToolNode runs a sync-only wrapper (and the tools under it) on the event
             # loop's thread. Blocking the loop there can stall a checkpointer's half-done
             # transaction on the same database file while we wait for its write lock, so
@@ -248,49 +239,58 @@ class EffectToolNode(ToolNode):
 
     # -- per call (below any wrap_tool_call wrapper) ------------------------------------
 
+    def _managed(self, request: ToolCallRequest) -> ToolMessage | tuple[Session, str] | None:
+        """The refusal of a call with no usable identity; else the session and call id
+        when this call is ours to drive; else ``None`` (ToolNode runs it as usual)."""
+        if self._refused(request):
+            return loops.refusal(request.tool_call)
+        session = _SESSION.get()
+        call_id = request.tool_call.get("id")
+        if session is None or request.tool is None or call_id is None or not session.manages(call_id):
+            return None
+        return session, call_id
+
     def _execute_tool_sync(
         self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
     ) -> Any:
-        session = _SESSION.get()
-        call_id = request.tool_call.get("id")
-        if self._refused(request):
-            return refusal(request.tool_call)
-        if session is None or request.tool is None or not session.manages(call_id):
+        managed = self._managed(request)
+        if isinstance(managed, ToolMessage):
+            return managed
+        if managed is None:
             return super()._execute_tool_sync(request, input_type, config)
-        assert call_id is not None
+        session, call_id = managed
 
         def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            output, error = capture_sync(
+            output, error = loops.capture_sync(
                 lambda: super(EffectToolNode, self)._execute_tool_sync(
                     _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
             )
             return output, error or catcher.error
 
-        return drive_sync(session, call_id, execute, _portal.run)
+        return loops.drive_sync(session, call_id, execute, _portal.run)
 
     async def _execute_tool_async(
         self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
     ) -> Any:
-        session = _SESSION.get()
-        call_id = request.tool_call.get("id")
-        if self._refused(request):
-            return refusal(request.tool_call)
-        if session is None or request.tool is None or not session.manages(call_id):
+        managed = self._managed(request)
+        if isinstance(managed, ToolMessage):
+            return managed
+        if managed is None:
             return await super()._execute_tool_async(request, input_type, config)
-        assert call_id is not None
+        session, call_id = managed
 
         async def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            output, error = await capture(
+            output, error = await loops.capture(
                 lambda: super(EffectToolNode, self)._execute_tool_async(
                     _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
                 )
             )
             return output, error or catcher.error
 
-        return await drive(session, call_id, execute)
+        return await loops.drive(session, call_id, execute)
 
 
 __all__ = ["EffectToolNode"]

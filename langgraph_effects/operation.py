@@ -233,7 +233,11 @@ class Operation:
     created_at: float = 0.0
     updated_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form context recorded at intent (e.g. approval id); never interpreted here."""
+    """Context recorded at intent. The engine reads three keys: ``approval``
+    (``"required"``: the call waits for an approver before its first send, see
+    :func:`needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
+    detection compares). ``edited_from`` (the operation an approver's edit replaced) is
+    written for operators and never read. Other keys are kept and shown, never read."""
 
     @property
     def terminal(self) -> bool:

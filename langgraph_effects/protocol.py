@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .operation import Change, Event, Operation, State, needs_approval
+from .operation import Change, Event, EvidenceKind, Operation, State, needs_approval
 
 # -- what a call does next ---------------------------------------------------------
 
@@ -132,7 +132,7 @@ def next_step(op: Operation, *, token: str | None, alive: bool | None, now: floa
         Change(
             Event.LOSE,
             evidence={
-                "kind": "lease",
+                "kind": EvidenceKind.LEASE,
                 "owner": op.owner.to_json() if op.owner else None,
                 "why": "owner gone" if alive is False else "lease expired",
                 "lease_expires_at": op.lease_expires_at,
@@ -180,14 +180,14 @@ def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Chan
     if isinstance(outcome, Succeeded):
         return Change(
             Event.SUCCEED,
-            evidence={"kind": "result", **({"sender": dict(sender)} if sender else {})},
+            evidence={"kind": EvidenceKind.RESULT, **({"sender": dict(sender)} if sender else {})},
             result_type=outcome.result_type,
             result=outcome.result,
         )
     if isinstance(outcome, Failed):
         return Change(
             Event.FAIL,
-            evidence={"kind": "error", "error": outcome.error},
+            evidence={"kind": EvidenceKind.ERROR, "error": outcome.error},
             result_type=outcome.result_type,
             result=outcome.result,
         )
@@ -204,7 +204,7 @@ def late(current: Operation, outcome: Outcome, *, token: str) -> Change | None:
     """
     if not isinstance(outcome, Succeeded):
         return None
-    evidence = {"kind": "result", "late": True, "owner_token": token}
+    evidence = {"kind": EvidenceKind.RESULT, "late": True, "owner_token": token}
     if current.state is State.UNKNOWN:
         return Change(
             Event.CONFIRM,

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from .contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .errors import OversizedError
 from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
-from .operation import Event, Operation
+from .operation import Event, EvidenceKind, Operation
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,10 @@ def _resend_or_escalate(
 ) -> Outcome:
     changes = scope_changes(op, scope)
     if changes:
-        return Outcome("escalate", {**evidence, "kind": "policy", "changed": changes})
+        return Outcome("escalate", {**evidence, "kind": EvidenceKind.POLICY, "changed": changes})
     if op.attempts >= effect.max_attempts:
         return Outcome(
-            "escalate", {**evidence, "kind": "attempts", "attempts": op.attempts}
+            "escalate", {**evidence, "kind": EvidenceKind.ATTEMPTS, "attempts": op.attempts}
         )
     return Outcome("resend", evidence)
 
@@ -124,18 +124,18 @@ async def _reconcile(
             if outcome.action == "resend":
                 return _resend_or_escalate(op, effect, scope, dict(outcome.evidence))
             return outcome
-        inconclusive = {"kind": "lookup", "found": None, "reason": outcome}
+        inconclusive = {"kind": EvidenceKind.LOOKUP, "found": None, "reason": outcome}
         if not _within_dedup_window(op, effect, clock()):
             return Outcome("escalate", inconclusive)
-        return _resend_or_escalate(op, effect, scope, {**inconclusive, "kind": "dedup"})
+        return _resend_or_escalate(op, effect, scope, {**inconclusive, "kind": EvidenceKind.DEDUP})
     if effect.dedup_seconds is not None:
         if _within_dedup_window(op, effect, clock()):
-            return _resend_or_escalate(op, effect, scope, {"kind": "dedup"})
+            return _resend_or_escalate(op, effect, scope, {"kind": EvidenceKind.DEDUP})
         return Outcome(
             "escalate",
-            {"kind": "dedup", "expired": True, "window_seconds": effect.dedup_seconds},
+            {"kind": EvidenceKind.DEDUP, "expired": True, "window_seconds": effect.dedup_seconds},
         )
-    return Outcome("escalate", {"kind": "blind"})
+    return Outcome("escalate", {"kind": EvidenceKind.BLIND})
 
 
 def _within_dedup_window(op: Operation, effect: Effect, now: float) -> bool:
@@ -173,7 +173,7 @@ async def _reconcile_by_lookup(
             except OversizedError as error:
                 # Proof it landed, but too big to record: an operator decides on it.
                 return f"the lookup found it, but {error}"
-            evidence: dict[str, Any] = {"kind": "lookup", "found": True, "polls": polls}
+            evidence: dict[str, Any] = {"kind": EvidenceKind.LOOKUP, "found": True, "polls": polls}
             evidence["receipt"] = receipt
             if found.withdrawn:
                 evidence["withdrawn"] = True
@@ -182,7 +182,7 @@ async def _reconcile_by_lookup(
             since_send = clock() - (op.dispatched_at or op.created_at)
             remaining = effect.settle_seconds - since_send
             if effect.lookup_consistency == "strong" or remaining <= 0:
-                return Outcome("resend", {"kind": "lookup", "found": False, "polls": polls})
+                return Outcome("resend", {"kind": EvidenceKind.LOOKUP, "found": False, "polls": polls})
             # Absence is not proof yet: the listing may lag. Wait, bounded by the settle time.
             await sleep(min(delay, remaining))
         else:

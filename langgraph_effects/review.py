@@ -21,15 +21,20 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, Valid
 
 from .errors import ReviewError
 from .messages import check_receipt, check_text
-from .operation import Change, Event, Operation
+from .operation import Change, Event, EvidenceKind, Operation
 
 REVIEW_TYPE = "effect_review"
 
 
-class LandedDecision(BaseModel):
-    """The operator checked: the effect landed. ``receipt`` is what the provider shows."""
+class _Strict(BaseModel):
+    """An answer shape that refuses unknown fields (a typo is an error, not ignored)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class LandedDecision(_Strict):
+    """The operator checked: the effect landed. ``receipt`` is what the provider shows."""
+
     type: Literal["landed"] = "landed"
     receipt: Any = None
 
@@ -39,17 +44,15 @@ class LandedDecision(BaseModel):
         return check_receipt(value)  # at most MAX_RECEIPT_BYTES: refused, nothing written
 
 
-class NotLandedDecision(BaseModel):
+class NotLandedDecision(_Strict):
     """The operator checked: it did not land. It is sent again under the same key."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["not_landed"] = "not_landed"
 
 
-class AbandonDecision(BaseModel):
+class AbandonDecision(_Strict):
     """Close the operation without confirming the effect; the model is told not to retry."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["abandon"] = "abandon"
     reason: str = Field(min_length=1)
 
@@ -81,25 +84,22 @@ class EditedAction(BaseModel):
     args: dict[str, Any]
 
 
-class ApproveAction(BaseModel):
+class ApproveAction(_Strict):
     """Approve the call as the model asked for it."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["approve"] = "approve"
 
 
-class EditAction(BaseModel):
+class EditAction(_Strict):
     """Approve a changed payload: a new payload, so a new operation."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["edit"] = "edit"
     edited_action: EditedAction
 
 
-class RejectAction(BaseModel):
+class RejectAction(_Strict):
     """Do not send; the model is told, with the approver's message."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["reject"] = "reject"
     message: str | None = None
 
@@ -107,20 +107,18 @@ class RejectAction(BaseModel):
 ApprovalDecision = Annotated[ApproveAction | EditAction | RejectAction, Field(discriminator="type")]
 
 
-class ApprovalAnswer(BaseModel):
+class ApprovalAnswer(_Strict):
     """The resume value of an ``effect_approval`` interrupt, in LangChain's HITL shape:
     one decision per entry of ``action_requests``, in the same order."""
 
-    model_config = ConfigDict(extra="forbid")
     decisions: list[ApprovalDecision]
 
 
-class RespondAction(BaseModel):
+class RespondAction(_Strict):
     """LangChain HITL ``respond``: the reviewer answers on behalf of the tool. In a
     review it means *it landed*; ``message`` is what the provider shows (a JSON text
     is read as the receipt's value)."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["respond"] = "respond"
     message: str
 
@@ -137,14 +135,13 @@ AnyDecision = Annotated[
 ]
 
 
-class DecisionsAnswer(BaseModel):
+class DecisionsAnswer(_Strict):
     """An answer in LangChain's HITL response shape, ``{"decisions": [...]}``: one
     decision per entry of the interrupt's ``action_requests``, in the same order.
 
     It answers whichever question the interrupt asked: an approval (``approve``,
     ``edit``, ``reject``) or a review (see :func:`review_decisions`)."""
 
-    model_config = ConfigDict(extra="forbid")
     decisions: list[AnyDecision]
 
 
@@ -192,7 +189,7 @@ def decision_change(
 ) -> Change:
     """The ledger change that records ``decision`` (a verdict transition)."""
     content = decision.model_dump(mode="json")
-    evidence: dict[str, Any] = {"kind": "verdict", "decision": decision.type, "actor": actor}
+    evidence: dict[str, Any] = {"kind": EvidenceKind.VERDICT, "decision": decision.type, "actor": actor}
     evidence["channel"] = channel
     if isinstance(decision, LandedDecision):
         evidence["receipt"] = content.get("receipt")

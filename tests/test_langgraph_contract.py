@@ -1,6 +1,6 @@
 """The private LangGraph / aiosqlite behaviour we rely on. If one of these fails after
 an upgrade, do not patch the test: fix the one adapter that reads it
-(``langgraph_effects/_pregel.py``, ``node.py`` or ``ledger/sqlite.py``)."""
+(``langgraph_effects/_private.py``, ``node.py`` or ``ledger/sqlite.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langgraph_effects import _pregel, identity
+from langgraph_effects import _private, identity
 from langgraph_effects.ledger.sqlite import run_in_connection_thread
 
 
@@ -77,11 +77,11 @@ def test_node_config_carries_the_keys_we_read() -> None:
     seen: dict[str, Any] = {}
 
     def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
-        seen["checkpointer"] = _pregel.checkpointer(config)
-        seen["durability"] = _pregel.durability(config)
-        seen["task_id"] = _pregel.task_id(config)
-        seen["parent"] = _pregel.parent_checkpoint(config)
-        seen["ns"] = _pregel.checkpoint_ns(config)
+        seen["checkpointer"] = _private.checkpointer(config)
+        seen["durability"] = _private.durability(config)
+        seen["task_id"] = _private.task_id(config)
+        seen["parent"] = _private.parent_checkpoint(config)
+        seen["ns"] = _private.checkpoint_ns(config)
         seen["message_id"] = state["messages"][-1].id
         return {"messages": []}
 
@@ -128,9 +128,9 @@ def _turn_graph(saver: Any, seen: list[dict[str, Any]]) -> Any:
     def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
         seen.append(
             {
-                "task_id": _pregel.task_id(config),
-                "parent": _pregel.parent_checkpoint(config),
-                "durability": _pregel.durability(config),
+                "task_id": _private.task_id(config),
+                "parent": _private.parent_checkpoint(config),
+                "durability": _private.durability(config),
             }
         )
         return {"messages": [ToolMessage("ok", tool_call_id="call_0")]}
@@ -246,10 +246,10 @@ def test_functional_task_coordinates() -> None:
         config = get_config()
         seen.append(
             {
-                "parent": _pregel.parent_checkpoint(config),
-                "path": _pregel.call_path(config),
-                "task_id": _pregel.task_id(config),
-                "durability": _pregel.durability(config),
+                "parent": _private.parent_checkpoint(config),
+                "path": _private.call_path(config),
+                "task_id": _private.task_id(config),
+                "durability": _private.durability(config),
             }
         )
         return i
@@ -537,3 +537,60 @@ def test_private_sqlite_saver_statements_match_langgraph() -> None:
     assert _squash(_private.INSERT_CHECKPOINT_SQL) in put
     assert _squash(_private.UPSERT_WRITES_SQL) in writes
     assert _squash(_private.INSERT_WRITES_SQL) in writes
+# -- the engine's adapter (langgraph_effects/_private.py) ------------------------------
+
+
+def test_toolnode_overrides_named_in_the_adapter_keep_their_shape() -> None:
+    """The methods ``EffectToolNode`` overrides exist on ``ToolNode`` with the parameters
+    the adapter lists (the node passes them straight through to ``super()``)."""
+    from langgraph_effects import EffectToolNode
+
+    for name, params in _private.TOOL_NODE_OVERRIDES.items():
+        assert tuple(inspect.signature(getattr(ToolNode, name)).parameters) == params, name
+        assert name in EffectToolNode.__dict__, name
+
+
+def test_toolnode_parses_every_input_shape_the_adapter_reads() -> None:
+    """``_parse_input`` reads a message list, a state dict and a ``Send`` payload;
+    ``_messages_key`` names the state key; ``history_of`` finds the history in each."""
+    from langgraph.prebuilt.tool_node import ToolCallWithContext
+
+    from langgraph_effects.engine import history_of
+
+    # (``__type`` is name-mangled in the TypedDict's annotations)
+    assert {"tool_call", "state"} <= set(ToolCallWithContext.__annotations__)
+
+    @tool
+    def probe(x: int) -> str:
+        """Probe."""
+        return str(x)
+
+    call = {"name": "probe", "args": {"x": 1}, "id": "c1", "type": "tool_call"}
+    asked = AIMessage("", tool_calls=[call])
+    node = ToolNode([probe], messages_key="chat")
+    assert _private.messages_key(node) == "chat"
+    state = {"chat": [HumanMessage("go"), asked]}
+    payload = {"__type": _private.TOOL_CALL_WITH_CONTEXT, "tool_call": call, "state": state}
+    for value in (state, payload):
+        assert [c["id"] for c in _private.tool_calls_in(node, value)] == ["c1"]
+        assert history_of(value, "chat") == state["chat"]
+    plain = ToolNode([probe])
+    assert [c["id"] for c in _private.tool_calls_in(plain, [asked])] == ["c1"]
+
+
+def test_toolnode_keeps_its_wrappers_where_the_adapter_reads_them() -> None:
+    @tool
+    def probe(x: int) -> str:
+        """Probe."""
+        return str(x)
+
+    def wrap(request: Any, execute: Any) -> Any:
+        return execute(request)
+
+    async def awrap(request: Any, execute: Any) -> Any:
+        return await execute(request)
+
+    assert not _private.sync_only_wrapper(ToolNode([probe]))
+    assert _private.sync_only_wrapper(ToolNode([probe], wrap_tool_call=wrap))
+    assert not _private.sync_only_wrapper(ToolNode([probe], wrap_tool_call=wrap, awrap_tool_call=awrap))
+    assert not _private.sync_only_wrapper(ToolNode([probe], awrap_tool_call=awrap))

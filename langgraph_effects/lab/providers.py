@@ -8,7 +8,7 @@ one short ``BEGIN IMMEDIATE ... COMMIT`` in WAL mode with ``synchronous=FULL``, 
 an effect that was committed survives the caller's SIGKILL a microsecond later.
 The lab's parent process reads the same file afterwards to count.
 
-One :class:`Provider` class covers the five contracts of DESIGN §5, chosen by
+One :class:`Provider` class covers the five effect contracts (:mod:`langgraph_effects.contract`), chosen by
 ``mode``:
 
 ``dedup``

@@ -1,0 +1,278 @@
+"""Binding a call to its operation: the durable checkpoint the call's task was
+prepared from (the durability barrier and the turn ids are anchored on), the tenant
+scope, and the one rule that derives an operation id (see ``docs/architecture.md``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from . import _private, identity
+from .actions import Settings, _Call
+from .contract import Effect
+from .errors import (
+    DurabilityError,
+)
+from .operation import Operation
+from .reconcile import Scope
+
+
+def history_of(state: Any, messages_key: str = "messages") -> list[BaseMessage]:
+    """The message history in a node's input, when there is one."""
+    if isinstance(state, dict):
+        if state.get("__type") == _private.TOOL_CALL_WITH_CONTEXT:
+            return history_of(state.get("state"), messages_key)
+        found = state.get(messages_key)
+    elif isinstance(state, list):
+        found = state
+    else:
+        found = getattr(state, messages_key, None)
+    return [m for m in found or [] if isinstance(m, BaseMessage)]
+
+
+def message_anchors(history: Iterable[BaseMessage]) -> dict[str, str]:
+    """tool_call_id -> id of the (latest) AIMessage that asked for it: recorded on the
+    operation for operators to read, never part of its identity (model servers
+    repeat message ids)."""
+    anchors: dict[str, str] = {}
+    for message in history:
+        if isinstance(message, AIMessage) and message.id:
+            for call in message.tool_calls:
+                if call.get("id"):
+                    anchors[str(call["id"])] = message.id
+    return anchors
+
+
+@dataclass(frozen=True)
+class Source:
+    """The durable checkpoint a tool task was prepared from (the one holding its call).
+
+    ``turn`` is its coordinate in operation ids (:func:`identity.turn_of`);
+    ``origin`` names the state the model answered (:func:`identity.origin_of`), which
+    re-plan detection compares (a re-planned call binds only to an operation asked
+    from the same state, never to one asked from another).
+    """
+
+    namespace: str
+    checkpoint_id: str
+    turn: str
+    origin: str | None
+
+
+async def read_checkpoint(saver: Any, ns: str, checkpoint_id: str, thread_id: str, sync: bool) -> Any:
+    target = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+    }
+    if sync:
+        return await asyncio.to_thread(saver.get_tuple, target)
+    return await saver.aget_tuple(target)
+
+
+def _parent_id(saved: Any) -> str | None:
+    parent = getattr(saved, "parent_config", None) or {}
+    found = (parent.get("configurable") or {}).get("checkpoint_id")
+    return str(found) if found is not None else None
+
+
+async def _unfork(saver: Any, saved: Any, thread_id: str, ns: str, sync: bool) -> str:
+    """The id of the checkpoint ``saved`` copies: time travel saves a ``"fork"``
+    checkpoint (new id, same channel values and versions) whose parent it copies."""
+    seen: set[str] = set()
+    while (saved.metadata or {}).get("source") == "fork":
+        parent = _parent_id(saved)
+        if parent is None or parent in seen:
+            break
+        seen.add(parent)
+        found = await read_checkpoint(saver, ns, parent, thread_id, sync)
+        if found is None:
+            break
+        saved = found
+    return str(saved.config["configurable"]["checkpoint_id"])
+
+
+async def durable_source(
+    config: Mapping[str, Any], *, wait_seconds: float, sync_checkpointer: bool
+) -> Source | None:
+    """Read the checkpoint the running task was prepared from, once it is durable.
+
+    Nothing may be dispatched before that checkpoint is saved (otherwise a crash
+    loses the call and a resume cannot find it), whatever the durability mode:
+    under ``"sync"`` it already is; under ``"async"`` (LangGraph's default, and the
+    mode a Functional API task cannot see) it is being saved, so poll for it; under
+    ``"exit"`` it will not be saved before the run ends, so refuse. ``None`` when
+    the graph has no checkpointer (nothing durable to anchor on).
+    """
+    parent = _private.parent_checkpoint(config)
+    saver = _private.checkpointer(config)
+    thread_id = _private.thread_id(config)
+    if parent is None or saver is None or thread_id is None:
+        return None
+    ns, checkpoint_id = parent
+    mode = _private.durability(config)
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.002
+    while True:
+        saved = await read_checkpoint(saver, ns, checkpoint_id, thread_id, sync_checkpointer)
+        if saved is not None:
+            break
+        if mode == "exit":
+            raise DurabilityError(
+                "durability='exit' saves the checkpoint only when the run ends, so a crash "
+                "would lose the tool call that was already dispatched; nothing was sent. "
+                "Run the graph with durability='sync' (recommended) or 'async'."
+            )
+        if time.monotonic() > deadline:
+            raise DurabilityError(
+                f"the checkpoint {checkpoint_id} holding this tool call was not saved within "
+                f"{wait_seconds:g}s (durability={mode or 'default'!r}); nothing was sent. "
+                "Check the checkpointer, and run with durability='sync' (recommended) or "
+                "'async'; 'exit' cannot protect effects."
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    turn = await turn_of_saved(saver, saved, thread_id=thread_id, namespace=ns, sync=sync_checkpointer)
+    origin = identity.origin_of(saved.checkpoint.get("versions_seen") or {})
+    parent_id = _parent_id(saved)
+    if origin is None and parent_id is not None:
+        # Counter versions: the parent checkpoint, followed through forks.
+        parent = await read_checkpoint(saver, ns, parent_id, thread_id, sync_checkpointer)
+        if parent is not None:
+            origin = "c:" + await _unfork(saver, parent, thread_id, ns, sync_checkpointer)
+    return Source(namespace=ns, checkpoint_id=checkpoint_id, turn=turn, origin=origin)
+
+
+async def turn_of_saved(saver: Any, saved: Any, *, thread_id: str, namespace: str, sync: bool) -> str:
+    """The turn coordinate of a saved checkpoint tuple (see :func:`identity.turn_of`)."""
+    versions = saved.checkpoint.get("channel_versions") or {}
+    checkpoint_id = str(saved.config["configurable"]["checkpoint_id"])
+    if not identity.versions_unique(versions):
+        checkpoint_id = await _unfork(saver, saved, thread_id, namespace, sync)
+    return identity.turn_of(versions, checkpoint_id)
+
+
+def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
+    """The tenant and policy version a call runs under.
+
+    Read from ``config["configurable"]`` (``tenant_id``, ``policy_version``), or from
+    the graph's runtime ``context`` (a mapping or object with those names).
+    """
+    conf = config.get("configurable") or {}
+
+    def pick(name: str) -> Any:
+        if conf.get(name) is not None:
+            return conf[name]
+        if isinstance(context, Mapping):
+            return context.get(name)
+        return getattr(context, name, None)
+
+    tenant = pick("tenant_id")
+    policy = pick("policy_version")
+    return Scope(
+        tenant="" if tenant is None else str(tenant),
+        policy_version=None if policy is None else str(policy),
+    )
+
+
+def identify(
+    tool_call: Mapping[str, Any],
+    *,
+    effect: Effect,
+    settings: Settings,
+    scope: Scope,
+    thread_id: str,
+    namespace: str,
+    turn: str,
+    config: Mapping[str, Any],
+    call_key: str | None = None,
+) -> tuple[str, str, str]:
+    """(operation id, provider key, args hash) of one call.
+
+    The one place an operation id is derived (node, middleware, ``@effectful``,
+    dangling-call answers; an approver's edit derives from the id it edits). Pure:
+    anyone holding the same coordinates finds the same row. ``turn`` is the
+    :class:`Source` turn of the checkpoint the call's task was prepared from;
+    ``call_key`` tells the calls of that turn apart (default: the ``tool_call_id``).
+    """
+    args = dict(tool_call.get("args") or {})
+    digest = identity.args_hash(args, key=settings.hash_key)
+    if effect.key is not None:
+        provider_key = str(effect.key(args, config))
+        return (
+            identity.logical_operation_id(tenant=scope.tenant, provider_key=provider_key),
+            provider_key,
+            digest,
+        )
+    # The tenant is recorded on the operation but is not part of a graph-derived id:
+    # the thread already names the conversation, and a resume that forgot its tenant
+    # must find the same operation (then refuse to re-send under the changed scope),
+    # not mint a new one and send again.
+    op_id = identity.operation_id(
+        thread_id=thread_id,
+        namespace=namespace,
+        turn=turn,
+        call_key=call_key if call_key is not None else str(tool_call["id"]),
+        args_hash=digest,
+    )
+    return op_id, identity.default_provider_key(op_id), digest
+
+
+def new_call(
+    tool_call: Mapping[str, Any],
+    *,
+    settings: Settings,
+    scope: Scope,
+    thread_id: str,
+    namespace: str,
+    source: Source | None,
+    task_id: str,
+    config: Mapping[str, Any],
+    message_id: str | None,
+    call_key: str | None,
+) -> _Call:
+    """One call bound to the operation its coordinates derive (not yet in the ledger)."""
+    call_id = str(tool_call["id"])
+    tool = str(tool_call["name"])
+    effect = settings.effect_for(tool)
+    args = dict(tool_call.get("args") or {})
+    # Without a checkpointer nothing is durable to anchor on; the task id is the
+    # best there is (stable across a RetryPolicy retry only).
+    turn = source.turn if source is not None else "t:" + task_id
+    op_id, provider_key, digest = identify(
+        tool_call,
+        effect=effect,
+        settings=settings,
+        scope=scope,
+        thread_id=thread_id,
+        namespace=namespace,
+        turn=turn,
+        config=config,
+        call_key=call_key,
+    )
+    extra: dict[str, Any] = {"turn": turn}
+    if source is not None and source.origin is not None:
+        extra["origin"] = source.origin
+    if effect.approval == "always":
+        extra["approval"] = "required"
+    op = Operation(
+        op_id=op_id,
+        thread_id=thread_id,
+        tool=tool,
+        tool_call_id=call_id,
+        args=identity.redact(args, effect.secret_fields),
+        args_hash=digest,
+        provider_key=provider_key,
+        contract=effect.kind,
+        checkpoint_ns=namespace,
+        tenant=scope.tenant,
+        policy_version=scope.policy_version,
+        message_id=message_id,
+        task_id=task_id or None,
+        checkpoint_id=source.checkpoint_id if source else None,
+        extra=extra,
+    )
+    return _Call(call_id=call_id, tool=tool, args=args, effect=effect, op=op)

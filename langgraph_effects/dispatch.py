@@ -1,0 +1,484 @@
+"""The per-call driver: what one call does next (``begin``), recording its outcome
+(``finish``), standing down (``withdraw``/``abort``/``close``), and the ledger I/O the pure
+decisions of :mod:`langgraph_effects.protocol` name (moves, leases, heartbeats)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from . import _faults, identity, lease, messages, protocol
+from .actions import Action, Execute, NeedsReview, Raise, Replay, Settings, _Call
+from .binding import Source
+from .context import OperationInfo
+from .errors import (
+    IllegalTransitionError,
+    StaleVersionError,
+    TransitionError,
+)
+from .ledger.base import Ledger
+from .operation import Change, Event, EvidenceKind, Operation, Owner
+from .reconcile import Scope, reconcile
+
+log = logging.getLogger("langgraph_effects")
+
+_MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not retries)
+
+
+class CallDriver:
+    """The per-call half of a :class:`~langgraph_effects.engine.Session`."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        settings: Settings,
+        config: Mapping[str, Any],
+        scope: Scope,
+        calls: dict[str, _Call],
+    ) -> None:
+        self.ledger = ledger
+        self.settings = settings
+        self.config = config
+        self.scope = scope
+        self.calls = calls
+        self._batch_refs: dict[str, int] = {}
+        self._batch_owners: dict[str, Owner] = {}
+        self._review: dict[str, _Call] = {}
+        self._approval: dict[str, _Call] = {}
+        self._fresh: list[_Call] = []
+        self._source: Source | None = None
+        self._closed = False
+        self._reading: asyncio.Future[dict[str, Operation]] | None = None
+
+    # -- the row the ledger kept ----------------------------------------------------
+
+    def _stored_or_conflict(self, c: _Call, stored: Mapping[str, Operation]) -> Operation:
+        """The row the ledger kept for ``c``; a missing row means its provider key is taken."""
+        op = stored.get(c.op.op_id)
+        if op is None:
+            c.conflict = (
+                f"the provider key {c.op.provider_key!r} already belongs to another operation in "
+                "this tenant; the call was not sent. Use a new key for a new effect."
+            )
+            return c.op
+        c.op = op
+        return op
+
+    # -- per call --------------------------------------------------------------------
+
+    def manages(self, call_id: str | None) -> bool:
+        return call_id is not None and call_id in self.calls
+
+    async def begin(self, call_id: str) -> Action:
+        """What the call should do now, moving its operation as evidence allows."""
+        c = self.calls[call_id]
+        if c.conflict is not None:
+            return Replay(
+                ToolMessage(
+                    content=c.conflict,
+                    name=c.tool,
+                    tool_call_id=call_id,
+                    status="error",
+                    artifact=messages.effect_artifact(c.op),
+                )
+            )
+        for _ in range(_MAX_STEPS):
+            if self._closed:
+                return await self._stand_down(c)
+            op = c.op
+            step = protocol.next_step(
+                op, token=self._token(c), alive=self._alive(c), now=time.time()
+            )
+            if isinstance(step, protocol.Replay):
+                self._review.pop(call_id, None)
+                self._approval.pop(call_id, None)
+                return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+            if isinstance(step, protocol.Review):
+                self._review[call_id] = c
+                return NeedsReview(
+                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                )
+            if isinstance(step, protocol.Approve):
+                self._approval[call_id] = c
+                return NeedsReview(
+                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                )
+            if isinstance(step, protocol.Dispatch):
+                _faults.fire("after_intent", op)
+                await self._send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
+                continue
+            if isinstance(step, protocol.Run):
+                if c.batch_token is not None:
+                    _faults.fire("after_intent", op)
+                if await self._still_ours(c):
+                    if self._closed:  # checked with no await before ``running`` is set
+                        return await self._stand_down(c)
+                    c.running = True
+                    return Execute(self._info(c))
+                continue
+            if isinstance(step, protocol.Wait):
+                await self._wait_for_other(c)
+                continue
+            if isinstance(step, protocol.TakeOver):
+                await self._move(c, step.change)
+                continue
+            if isinstance(step, protocol.Reconcile):
+                outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
+                # Keep what made it unknown (a crash, a timeout) beside what settled it.
+                evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
+                if outcome.action == "resend":
+                    await self._send(c, Event.RESEND, evidence)
+                else:
+                    await self._move(c, Change(outcome.event, evidence=evidence))
+                continue
+        raise TransitionError(
+            f"operation {c.op.op_id} kept changing under concurrent workers; giving up after "
+            f"{_MAX_STEPS} steps. Resume the thread again to settle it."
+        )
+
+    async def finish(
+        self, call_id: str, output: Any, error: BaseException | None
+    ) -> Action:
+        """Record what the dispatched call did, then settle or reconcile it."""
+        c = self.calls[call_id]
+        self._stop_heartbeat(c)
+        op = c.op
+        token = self._token(c) or ""
+        shown: Any = output
+        try:
+            _faults.fire("before_outcome", op)
+            outcome: protocol.Outcome
+            if error is None and not _is_error_message(output):
+                kind, blob = messages.dump(output)
+                outcome = protocol.Succeeded(kind, blob)
+            elif error is not None and c.effect.is_definite(error):
+                shown = self._scrub_output(c, output if output is not None else _error_message(c, error))
+                kind, blob = messages.dump(shown)
+                outcome = protocol.Failed(kind, blob, self._scrub(c, _describe(error)))
+            else:
+                what = _describe(error) if error is not None else _message_text(output)
+                outcome = protocol.Ambiguous(
+                    {
+                        "kind": EvidenceKind.TIMEOUT if isinstance(error, TimeoutError) else "error",
+                        "error": self._scrub(c, what),
+                    }
+                )
+            # Compare-and-set on the version we dispatched: it fails exactly when another
+            # worker took the operation over while the tool ran.
+            sender = {"host": c.owner.host, "pid": c.owner.pid} if c.owner else None
+            moved = await self._move(c, protocol.settle(outcome, sender=sender), expected=op.version)
+            if not moved:
+                await self._record_late(c, outcome, token)
+        finally:
+            c.running = False
+            self._release(c)
+        if protocol.after_record(moved, outcome) == "reconcile":
+            return await self.begin(call_id)
+        if isinstance(outcome, protocol.Succeeded):
+            return Replay(messages.decorate(output, c.op))
+        if isinstance(outcome, protocol.Failed):
+            return Raise(error) if output is None and error is not None else Replay(
+                messages.decorate(shown, c.op)
+            )
+        # Ambiguous, and another worker owns the operation now: the tool's own answer.
+        return Raise(error) if output is None and error is not None else Replay(output)
+
+    async def _record_late(self, c: _Call, outcome: protocol.Outcome, token: str) -> None:
+        """Another worker took the operation over while our tool ran: what it did is
+        evidence (never a reason to send again); the call answers with it as is."""
+        change = protocol.late(c.op, outcome, token=token)
+        log.warning(
+            "operation %s was taken over while its tool ran (now %s); the late %s is kept "
+            "as evidence and nothing is sent again",
+            c.op.op_id,
+            c.op.state,
+            type(outcome).__name__.lower(),
+        )
+        if change is not None:
+            await self._move(c, change)
+
+    async def withdraw(self, call_id: str) -> None:
+        """The tool paused itself with ``interrupt()``; it will run again on resume."""
+        c = self.calls[call_id]
+        self._stop_heartbeat(c)
+        try:
+            await self._move(
+                c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.INTERRUPT}), expected=c.op.version
+            )
+        finally:
+            c.running = False
+            self._release(c)
+
+    def abort(self, call_id: str) -> None:
+        """The call was cancelled or crashed in-process: leave it ``dispatched``.
+
+        Its lease owner is released, so a resumer in this process sees it dead at
+        once, marks it ``unknown`` and reconciles it.
+        """
+        c = self.calls[call_id]
+        c.running = False
+        self._stop_heartbeat(c)
+        self._release(c)
+    async def close(self) -> None:
+        """Release the leases of calls that are not running (leaving the rows as they are).
+
+        A call still executing (a sibling interrupted the node, or failed, while its
+        request is on the wire) keeps its lease and heartbeat until it finishes and
+        records its outcome: a resumer waits for it and replays, never re-sends it.
+        """
+        self._closed = True  # set before any await: see begin()
+        for c in self.calls.values():
+            if c.running:
+                continue
+            await self._stand_down(c)
+
+    async def _stand_down(self, c: _Call) -> Replay:
+        """The node is over (an interrupt, an error) and this call's tool never ran:
+        hand a lease it holds back (``withdraw``: provably nothing was sent), so a
+        resume sends it afresh without reconciling or waiting. Its answer is never
+        seen: the node's result is discarded."""
+        self._stop_heartbeat(c)
+        try:
+            if protocol.ours(c.op, self._token(c)):
+                await self._move(
+                    c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.NOT_RUN}), expected=c.op.version
+                )
+        finally:
+            self._release(c)
+        return Replay(
+            ToolMessage(
+                content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
+                name=c.tool,
+                tool_call_id=c.call_id,
+                status="error",
+            )
+        )
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _scrub(self, c: _Call, text: str) -> str:
+        return identity.scrub(text, c.args, c.effect.secret_fields)
+
+    def _scrub_output(self, c: _Call, output: Any) -> Any:
+        """An error message echoing a secret argument is stored and shown without it."""
+        if isinstance(output, ToolMessage) and isinstance(output.content, str):
+            return output.model_copy(update={"content": self._scrub(c, output.content)})
+        return output
+
+    def _scrub_evidence(self, c: _Call, evidence: Mapping[str, Any]) -> dict[str, Any]:
+        """Lookups see the full arguments; what they report back is scrubbed before storing."""
+        if not c.effect.secret_fields:
+            return dict(evidence)
+        return json.loads(self._scrub(c, json.dumps(evidence, default=str)))  # type: ignore[no-any-return]
+
+    def _info(self, c: _Call) -> OperationInfo:
+        return OperationInfo(
+            operation_id=c.op.op_id,
+            provider_key=c.op.provider_key,
+            attempt=c.op.attempts,
+            tool=c.tool,
+            args_hash=c.op.args_hash,
+            thread_id=c.op.thread_id,
+            tenant=c.op.tenant,
+        )
+
+    async def _send(
+        self,
+        c: _Call,
+        event: Event,
+        evidence: dict[str, Any],
+        *,
+        decision_id: str | None = None,
+        decision: Mapping[str, Any] | None = None,
+    ) -> None:
+        owner = lease.new_owner()
+        try:
+            moved = await self._move(
+                c,
+                Change(
+                    event,
+                    owner=owner,
+                    lease_expires_at=time.time() + self.settings.lease_seconds,
+                    evidence=evidence,
+                    decision_id=decision_id,
+                    decision=decision,
+                ),
+                expected=c.op.version,
+            )
+        except BaseException:
+            lease.release(owner)
+            raise
+        if moved:
+            c.owner = owner
+            c.batch_token = None
+        else:
+            lease.release(owner)
+
+    async def _move(self, c: _Call, change: Change, *, expected: int | None = None) -> bool:
+        """Apply one transition; on a lost race, reload and let the caller look again."""
+        try:
+            c.op = await self.ledger.transition(
+                c.op.op_id, change, expected_version=c.op.version if expected is None else expected
+            )
+            return True
+        except (StaleVersionError, IllegalTransitionError):
+            c.op = await self._reload(c)
+            return False
+
+    async def _reload(self, c: _Call) -> Operation:
+        found = await self.ledger.get(c.op.op_id)
+        return found if found is not None else c.op
+
+    async def _wait_for_other(self, c: _Call) -> None:
+        """Someone else holds a live lease: wait for them, never send or ask a human."""
+        delay = 0.02
+        start_version = c.op.version
+        holder = c.op.owner
+        log.info(
+            "waiting for operation %s: its dispatch by %s (pid %s) is still running",
+            c.op.op_id,
+            holder.host if holder else "?",
+            holder.pid if holder else "?",
+        )
+        while True:
+            await asyncio.sleep(delay)
+            c.op = await self._reload(c)
+            if c.op.version != start_version or protocol.holder_gone(
+                c.op, alive=self._alive(c), now=time.time()
+            ):
+                return
+            delay = min(delay * 2, 1.0)
+
+    def _token(self, c: _Call) -> str | None:
+        return c.owner.token if c.owner is not None else None
+
+    def _alive(self, c: _Call) -> bool | None:
+        """Same-host liveness of the lease holder, when the protocol needs it (I/O)."""
+        op = c.op
+        if op.owner is None or not protocol.needs_liveness(op, self._token(c)):
+            return None
+        return lease.owner_alive(op.owner)
+
+    async def _still_ours(self, c: _Call) -> bool:
+        """The last check before the tool runs: the ledger must still name this dispatch
+        as the lease holder (a compare on the owner token), with at least half a lease
+        left; otherwise the lease is renewed first (a compare-and-set on the token).
+        Nobody can take a lease over before it expires (or its owner dies), so the
+        request leaves with that much time to spare. ``False`` (and our lease
+        dropped) if it was taken over."""
+        assert c.owner is not None
+        found = (await self._shared_read()).get(c.op.op_id)
+        if found is None or not protocol.ours(found, c.owner.token):
+            found = await self._reload(c)  # the shared read may predate our own dispatch
+        ok = protocol.ours(found, c.owner.token)
+        if ok:
+            c.op = found
+            now = time.time()
+            if not protocol.lease_to_spare(found, now=now, lease_seconds=self.settings.lease_seconds):
+                ok = await self.ledger.renew_lease(
+                    c.op.op_id, c.owner.token, now + self.settings.lease_seconds
+                )
+        if not ok:
+            log.warning("operation %s was taken over before its tool ran; not sending", c.op.op_id)
+            self._release(c)
+            c.op = await self._reload(c)
+        return ok
+
+    async def _shared_read(self) -> dict[str, Operation]:
+        """The leased rows of this session, read once for every call that reaches its
+        last check while the read is in flight: parallel calls leave together instead
+        of queueing one ledger round trip each. A snapshot taken a moment earlier is
+        as good: a lease can only be extended by its holder, so "ours, with half a
+        lease to spare" still holds."""
+        pending = self._reading
+        if pending is None:
+            ids = sorted(c.op.op_id for c in self.calls.values() if c.owner is not None)
+            pending = asyncio.ensure_future(self.ledger.get_many(ids))
+            self._reading = pending
+
+            def done(_: object, mine: asyncio.Future[dict[str, Operation]] = pending) -> None:
+                if self._reading is mine:
+                    self._reading = None
+
+            pending.add_done_callback(done)
+        return await asyncio.shield(pending)
+
+    def start_heartbeat(self, call_id: str) -> None:
+        """Keep the lease of a running call alive (call on the session's event loop)."""
+        c = self.calls[call_id]
+        owner = c.owner
+        if owner is None or c.heartbeat is not None:
+            return
+        interval = self.settings.lease_seconds / 3
+        renew = self.ledger.lease_renewer()
+        if renew is not None:
+            op_id, seconds = c.op.op_id, self.settings.lease_seconds
+            c.heartbeat = lease.Heartbeat(
+                lambda: renew(op_id, owner.token, time.time() + seconds),
+                interval=interval,
+                name=op_id[:12],
+            ).start()
+            return
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.ledger.renew_lease(
+                        c.op.op_id, owner.token, time.time() + self.settings.lease_seconds
+                    )
+                except Exception as error:  # a missed heartbeat only shortens the lease
+                    log.warning("lease heartbeat for %s failed: %s", c.op.op_id, error)
+
+        c.heartbeat = asyncio.ensure_future(beat())
+
+    def _stop_heartbeat(self, c: _Call) -> None:
+        beat, c.heartbeat = c.heartbeat, None
+        if isinstance(beat, lease.Heartbeat):
+            beat.stop()
+        elif beat is not None:
+            beat.cancel()
+
+    def _release(self, c: _Call) -> None:
+        owner, c.owner = c.owner, None
+        if owner is None:
+            return
+        if c.batch_token is not None:
+            token, c.batch_token = c.batch_token, None
+            left = self._batch_refs.get(token, 1) - 1
+            self._batch_refs[token] = left
+            if left <= 0:
+                lease.release(self._batch_owners.pop(token, owner))
+            return
+        lease.release(owner)
+
+
+def _is_error_message(output: Any) -> bool:
+    return isinstance(output, ToolMessage) and output.status == "error"
+
+
+def _message_text(output: Any) -> str:
+    if isinstance(output, ToolMessage):
+        return str(output.content)[:500]
+    return repr(output)[:500]
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:500]
+
+
+def _error_message(c: _Call, error: BaseException) -> ToolMessage:
+    return ToolMessage(
+        content=f"Error: {_describe(error)}",
+        name=c.tool,
+        tool_call_id=c.call_id,
+        status="error",
+    )
+
