@@ -1,0 +1,44 @@
+"""``lab`` and ``crashtest``: argparse programs run under the console's name and exit codes."""
+
+from __future__ import annotations
+
+import typer
+from rich.text import Text
+
+from .app import app
+from .failures import EXIT_INTERNAL, EXIT_OK
+from .render import print_argparse_help, stderr
+
+# -- lab ----------------------------------------------------------------------------
+
+
+@app.command(
+    "lab",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def lab_command(ctx: typer.Context) -> None:
+    """The crash lab: run crash experiments (`langgraph-effects lab --help` for its options)."""
+    try:
+        from ..lab import runner
+    except ImportError as error:
+        stderr().print(Text(f"error: the crash lab is not available in this installation ({error})."))
+        raise typer.Exit(EXIT_INTERNAL) from error
+    args = list(ctx.args)
+    if ("--help" in args or "-h" in args) and hasattr(runner, "build_parser"):
+        print_argparse_help(runner.build_parser(), "Usage: langgraph-effects lab [OPTIONS]")
+        raise typer.Exit(EXIT_OK)
+    code = runner.main(args)
+    raise typer.Exit(int(code or 0))
+
+
+@app.command(
+    "crashtest",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def crashtest_command(ctx: typer.Context) -> None:
+    """Crash-test your own graph (`langgraph-effects crashtest --help` for its options)."""
+    from ..crashtest import cli as crashtest_cli
+
+    raise typer.Exit(crashtest_cli.main(list(ctx.args)))
