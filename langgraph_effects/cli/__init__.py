@@ -52,12 +52,32 @@ Exit codes: one table for every subcommand (``lab`` and ``crashtest`` included),
 
 A missing SQLite file exits with 4, not 8, so that 8 always means "the ledger was
 read and has no such operation".
+
+The package, one concern a module: ``app`` (the typer app and the options every
+command shares), ``target`` (which ledger ``--db``/``--schema`` name, and opening it
+or its checkpointer), ``failures`` (exit codes, error messages and hints),
+``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
+one module per command group (``listing``: list and show; ``resolve``; ``setup``;
+``recover``; ``passthrough``: lab and crashtest), and ``main`` (the entry point).
 """
 
 from __future__ import annotations
 
-# Importing the command modules registers their commands on ``app``.
-from . import listing, passthrough, recover, resolve, setup
+# Importing a command module registers its commands on ``app``; ``--help`` lists them in
+# this order.
+from . import listing  # list, show
+
+# isort: split
+from . import resolve
+
+# isort: split
+from . import setup
+
+# isort: split
+from . import recover
+
+# isort: split
+from . import passthrough  # lab, crashtest
 from .app import app
 from .failures import exit_code_for
 from .main import main
