@@ -37,12 +37,14 @@ _LEASE_TEXT: dict[LeaseStatus, tuple[str, str]] = {
 # -- output helpers -------------------------------------------------------------------
 
 
-def stdout() -> Console:
+def stdout(*, pipe_width: int = 240) -> Console:
+    """The console on stdout: ``pipe_width`` columns into a file or pipe (unless $COLUMNS)."""
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=240 if wide else None)
+    return Console(highlight=False, width=pipe_width if wide else None)
 
 
 def stderr() -> Console:
+    """The console on stderr: errors, hints and progress."""
     return Console(stderr=True, highlight=False)
 
 
