@@ -86,9 +86,7 @@ class SchemaTooNewError(LedgerError):
             f"the ledger at {where} has schema version {found}, but this "
             f"langgraph-effects understands versions up to {supported}. Upgrade "
             "langgraph-effects on this machine; nothing was changed.",
-            found=found,
-            supported=supported,
-            where=where,
+            found=found, supported=supported, where=where,
         )
 
 
@@ -113,10 +111,7 @@ class SchemaBehindError(LedgerError):
         self._record(
             f"{what} migrate it first with the graph's saver.setup() (or the ledger's own "
             "setup()). Nothing was changed.",
-            found=found,
-            needed=needed,
-            where=where,
-            what=what,
+            found=found, needed=needed, where=where, what=what,
         )
 
 
@@ -142,9 +137,7 @@ class IllegalTransitionError(TransitionError):
         self._record(
             f"operation {op_id} is {state!r}; the event {event!r} is not allowed from there "
             "(see langgraph_effects.operation.TRANSITIONS)",
-            op_id=op_id,
-            state=state,
-            event=event,
+            op_id=op_id, state=state, event=event,
         )
 
 
@@ -174,10 +167,7 @@ class StaleVersionError(TransitionError):
         what = f"operation {op_id} is at version {actual}, not {expected}: it changed since you read it."
         self._record(
             f"{what} Read it again (operator.show or Ledger.get) and decide on what it is now.",
-            op_id=op_id,
-            expected=expected,
-            actual=actual,
-            what=what,
+            op_id=op_id, expected=expected, actual=actual, what=what,
         )
 
 
@@ -191,8 +181,7 @@ class DecisionConflictError(TransitionError):
         self._record(
             f"decision {decision_id!r} was already applied to operation {op_id} with different "
             "content. Use a new decision id for a new decision.",
-            op_id=op_id,
-            decision_id=decision_id,
+            op_id=op_id, decision_id=decision_id,
         )
 
 
@@ -246,10 +235,7 @@ class ThreadConflictError(EffectsError):
             "Only one runner may advance a thread at a time. Read the thread's state "
             "(graph.aget_state) and resume it again only if it still has work left; to branch "
             "on purpose, replay from a checkpoint_id or use update_state.",
-            thread_id=thread_id,
-            checkpoint_ns=checkpoint_ns,
-            parent_id=parent_id,
-            child_id=child_id,
+            thread_id=thread_id, checkpoint_ns=checkpoint_ns, parent_id=parent_id, child_id=child_id,
         )
 
 
@@ -273,9 +259,7 @@ class MalformedToolCallError(EffectsError):
         self._record(
             f"The {tool} call was not sent: it {why}, so it cannot be tracked safely. Call the "
             "tool again, one call per id.",
-            tool=tool,
-            tool_call_id=tool_call_id,
-            why=why,
+            tool=tool, tool_call_id=tool_call_id, why=why,
         )
 
 
@@ -347,11 +331,7 @@ class LedgerNotFoundError(LedgerError):
             advice += " The ledger's tables are created by the graph's setup() (or the ledger's own setup())."
         self._record(
             f"{what}{advice} {check} Nothing was created or changed.",
-            path=path,
-            empty=empty or postgres,
-            postgres=postgres,
-            schema=schema,
-            what=what,
+            path=path, empty=empty or postgres, postgres=postgres, schema=schema, what=what,
         )
 
 
@@ -381,11 +361,8 @@ class LeaseLiveError(TransitionError):
         )
         self._record(
             f"{what} Wait until the worker finishes or its lease expires, then read it again.",
-            op_id=op.op_id,
-            owner=op.owner,
-            lease_expires_at=op.lease_expires_at,
-            remaining=remaining,
-            what=what,
+            op_id=op.op_id, owner=op.owner,
+            lease_expires_at=op.lease_expires_at, remaining=remaining, what=what,
         )
 
 
@@ -422,8 +399,7 @@ class VerdictNotRecordedError(TransitionError):
         self._record(
             f"{self.fact(operation, str(cause))} The operation still waits for a verdict: read "
             f"it again and resolve with expected_version={operation.version}.",
-            operation=operation,
-            cause=cause,
+            operation=operation, cause=cause,
         )
 
     @staticmethod

@@ -12,22 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import typer
 from rich.text import Text
 
-from ..errors import (
-    DecisionConflictError,
-    EffectsError,
-    IllegalTransitionError,
-    LeaseLiveError,
-    LedgerCorruptError,
-    LedgerError,
-    LedgerNotFoundError,
-    OperationNotFoundError,
-    ReviewError,
-    SchemaBehindError,
-    SchemaTooNewError,
-    StaleVersionError,
-    TransitionError,
-    VerdictNotRecordedError,
-)
+from .. import errors
 from ..exitcodes import ExitCode
 from ..operator import has_password, operation_to_json
 from .render import print_json, stderr
@@ -56,15 +41,15 @@ class BadInput(ValueError):
 
 def exit_code_for(error: BaseException) -> int:
     """The documented exit code for an error raised by a command."""
-    if isinstance(error, VerdictNotRecordedError):
-        return exit_code_for(error.cause) if isinstance(error.cause, EffectsError) else EXIT_REFUSED
-    if isinstance(error, OperationNotFoundError):
+    if isinstance(error, errors.VerdictNotRecordedError):
+        return exit_code_for(error.cause) if isinstance(error.cause, errors.EffectsError) else EXIT_REFUSED
+    if isinstance(error, errors.OperationNotFoundError):
         return EXIT_NOT_FOUND
-    if isinstance(error, TransitionError):
+    if isinstance(error, errors.TransitionError):
         return EXIT_REFUSED
-    if isinstance(error, LedgerError):
+    if isinstance(error, errors.LedgerError):
         return EXIT_LEDGER
-    if isinstance(error, ReviewError | ValueError):
+    if isinstance(error, errors.ReviewError | ValueError):
         return EXIT_USAGE
     if type(error).__module__.split(".", 1)[0] == "psycopg":
         return EXIT_LEDGER
@@ -73,18 +58,18 @@ def exit_code_for(error: BaseException) -> int:
 
 def error_kind(error: BaseException) -> str:
     kinds: list[tuple[type[BaseException], str]] = [
-        (VerdictNotRecordedError, "verdict_not_recorded"),
-        (OperationNotFoundError, "not_found"),
-        (StaleVersionError, "stale_version"),
-        (DecisionConflictError, "decision_conflict"),
-        (LeaseLiveError, "lease_live"),
-        (IllegalTransitionError, "illegal_transition"),
-        (LedgerNotFoundError, "ledger_not_found"),
-        (LedgerCorruptError, "ledger_corrupt"),
-        (SchemaTooNewError, "schema_too_new"),
-        (SchemaBehindError, "schema_behind"),
-        (LedgerError, "ledger_unavailable"),
-        (ReviewError, "bad_input"),
+        (errors.VerdictNotRecordedError, "verdict_not_recorded"),
+        (errors.OperationNotFoundError, "not_found"),
+        (errors.StaleVersionError, "stale_version"),
+        (errors.DecisionConflictError, "decision_conflict"),
+        (errors.LeaseLiveError, "lease_live"),
+        (errors.IllegalTransitionError, "illegal_transition"),
+        (errors.LedgerNotFoundError, "ledger_not_found"),
+        (errors.LedgerCorruptError, "ledger_corrupt"),
+        (errors.SchemaTooNewError, "schema_too_new"),
+        (errors.SchemaBehindError, "schema_behind"),
+        (errors.LedgerError, "ledger_unavailable"),
+        (errors.ReviewError, "bad_input"),
         (ValueError, "bad_input"),
     ]
     for cls, kind in kinds:
@@ -99,7 +84,7 @@ def hint(error: BaseException, target: Target | None) -> str | None:
         return None
     kind = error_kind(error)
     op_id = getattr(error, "op_id", None)
-    if isinstance(error, VerdictNotRecordedError):
+    if isinstance(error, errors.VerdictNotRecordedError):
         op_id = error.operation.op_id
     lines: list[str] = []
     if kind == "not_found":
@@ -125,30 +110,30 @@ def console_message(error: BaseException) -> str:
     Library errors say what to do in API terms; where that advice is a console command
     or flag here, it is worded from the error's attributes.
     """
-    if isinstance(error, VerdictNotRecordedError):
+    if isinstance(error, errors.VerdictNotRecordedError):
         return (
             f"{error.fact(error.operation, console_message(error.cause))} The operation still "
             "waits for a verdict: show it again and resolve with --expected-version "
             f"{error.operation.version}."
         )
-    if isinstance(error, StaleVersionError):
+    if isinstance(error, errors.StaleVersionError):
         return f"{error.what} Read it again (`langgraph-effects show`) and decide on what it is now."
-    if isinstance(error, LeaseLiveError):
+    if isinstance(error, errors.LeaseLiveError):
         return (
             f"{error.what} Wait until the worker finishes or its lease expires, then "
             "`langgraph-effects show` it again."
         )
-    if isinstance(error, SchemaBehindError):
+    if isinstance(error, errors.SchemaBehindError):
         return (
             f"{error.what} migrate it first with `langgraph-effects --db ... setup` (or the "
             "graph's saver.setup()). Nothing was changed."
         )
-    if isinstance(error, LedgerNotFoundError):
+    if isinstance(error, errors.LedgerNotFoundError):
         return _ledger_not_found(error)
     return str(error)
 
 
-def _ledger_not_found(error: LedgerNotFoundError) -> str:
+def _ledger_not_found(error: errors.LedgerNotFoundError) -> str:
     check = (
         "Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the SQLite file the "
         "graph's ledger uses"
@@ -198,10 +183,10 @@ def _json_error(error: BaseException, message: str, code: int, advice: str | Non
         "message": message,
         "exit_code": code,
     }
-    if isinstance(error, StaleVersionError):
+    if isinstance(error, errors.StaleVersionError):
         payload["expected_version"] = error.expected
         payload["actual_version"] = error.actual
-    if isinstance(error, VerdictNotRecordedError):
+    if isinstance(error, errors.VerdictNotRecordedError):
         payload["operation"] = operation_to_json(error.operation)
     if advice:
         payload["hint"] = advice

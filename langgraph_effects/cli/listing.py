@@ -15,21 +15,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..exitcodes import HELP as EXIT_CODES_HELP
 from ..ledger.base import AuditEntry
 from ..operation import Operation, State
 from ..operator import OperationView, has_password, lease_status, list_operations, operation_to_json, show
-from .app import DbOption, JsonOption, OperationArgument, SchemaOption, TenantOption, TimeoutOption, app
+from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, compact, field, print_json, relative, state_text, stdout, when
-from .target import Target, open_target, parse_duration, settings
+from .target import Target, ledger_command, open_target, parse_duration
 
 # -- list ---------------------------------------------------------------------------
 
 
-@app.command("list", epilog=EXIT_CODES_HELP)
+@ledger_command("list")
 def list_command(
-    ctx: typer.Context,
+    target: Target,
     state: Annotated[
         list[State] | None,
         typer.Option(
@@ -55,16 +54,11 @@ def list_command(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
-    db: DbOption = None,
-    schema: SchemaOption = None,
-    connect_timeout: TimeoutOption = None,
-    json_output: JsonOption = False,
 ) -> None:
     """List operations, unresolved ones by default, least recently changed first.
 
     Read-only: nothing is written, and it never waits for another process's write lock.
     """
-    target = settings(ctx, db, json_output, schema, connect_timeout)
     use_json = target.json
     try:
         if all_states and state:
@@ -77,13 +71,7 @@ def list_command(
     async def work() -> list[Operation]:
         async with open_target(target, read_only=True) as ledger:
             return await list_operations(
-                ledger,
-                states=states,
-                thread_id=thread,
-                tenant=tenant,
-                tool=tool,
-                older_than=seconds,
-                limit=limit,
+                ledger, states=states, thread_id=thread, tenant=tenant, tool=tool, older_than=seconds, limit=limit
             )
 
     ops = run(target, work)
@@ -183,21 +171,16 @@ def _narrow_table(ops: list[Operation], now: float, width: int) -> Table:
 # -- show ---------------------------------------------------------------------------
 
 
-@app.command("show", epilog=EXIT_CODES_HELP)
+@ledger_command("show")
 def show_command(
-    ctx: typer.Context,
+    target: Target,
     operation: OperationArgument,
     tenant: TenantOption = None,
-    db: DbOption = None,
-    schema: SchemaOption = None,
-    connect_timeout: TimeoutOption = None,
-    json_output: JsonOption = False,
 ) -> None:
     """Show one operation: arguments (redacted), keys, lease, evidence and audit trail.
 
     Read-only: nothing is written, and it never waits for another process's write lock.
     """
-    target = settings(ctx, db, json_output, schema, connect_timeout)
 
     async def work() -> OperationView:
         async with open_target(target, read_only=True) as ledger:

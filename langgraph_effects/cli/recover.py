@@ -10,11 +10,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..exitcodes import HELP as EXIT_CODES_HELP
-from .app import DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import EXIT_NEEDS_OPERATOR, EXIT_RESUME_FAILED, BadInput, fail, run
 from .graphs import build_graph, load_graph_factory, parse_configurable
 from .render import STATE_STYLES, print_json, stdout
-from .target import Target, open_checkpointer, parse_duration, settings
+from .target import Target, ledger_command, open_checkpointer, parse_duration
 
 if TYPE_CHECKING:
     from ..recovery import OperationReport, RecoveryReport
@@ -123,9 +122,9 @@ ConfigurableOption = Annotated[
 ]
 
 
-@app.command("recover", epilog=RECOVER_EXIT_CODES_HELP)
+@ledger_command("recover", epilog=RECOVER_EXIT_CODES_HELP)
 def recover_command(
-    ctx: typer.Context,
+    target: Target,
     graph: GraphOption,
     thread: ThreadsOption = None,
     tenant: OwnTenantOption = None,
@@ -134,10 +133,6 @@ def recover_command(
     lease_grace: LeaseGraceOption = "0",
     verdicts_within: VerdictsWithinOption = "7d",
     configurable: ConfigurableOption = None,
-    db: DbOption = None,
-    schema: SchemaOption = None,
-    connect_timeout: TimeoutOption = None,
-    json_output: JsonOption = False,
 ) -> None:
     """Resume threads a crash left mid-effect, once each, and report what settled them.
 
@@ -151,7 +146,6 @@ def recover_command(
     """
     from ..recovery import recover
 
-    target = settings(ctx, db, json_output, schema, connect_timeout)
     try:
         factory = load_graph_factory(graph)
         options: dict[str, Any] = {

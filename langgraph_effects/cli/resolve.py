@@ -11,12 +11,11 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..exitcodes import HELP as EXIT_CODES_HELP
 from ..operator import Resolution, lease_status, new_decision_id, operation_to_json, resolve_report
-from .app import DbOption, JsonOption, OperationArgument, SchemaOption, TenantOption, TimeoutOption, app
+from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
-from .target import Target, open_target, settings
+from .target import Target, ledger_command, open_target
 
 _NEXT_STEP = {
     "landed": "the graph answers the model with an 'effect landed' message on its next resume",
@@ -75,9 +74,9 @@ ActorOption = Annotated[
 ]
 
 
-@app.command("resolve", epilog=EXIT_CODES_HELP)
+@ledger_command("resolve")
 def resolve_command(
-    ctx: typer.Context,
+    target: Target,
     operation: OperationArgument,
     expected_version: ExpectedVersionOption,
     landed: LandedOption = False,
@@ -88,13 +87,8 @@ def resolve_command(
     decision_id: DecisionIdOption = None,
     actor: ActorOption = None,
     tenant: TenantOption = None,
-    db: DbOption = None,
-    schema: SchemaOption = None,
-    connect_timeout: TimeoutOption = None,
-    json_output: JsonOption = False,
 ) -> None:
     """Record a verdict: --landed [--receipt JSON] | --not-landed | --abandon --reason TEXT."""
-    target = settings(ctx, db, json_output, schema, connect_timeout)
     use_json = target.json
     try:
         decision = _decision(landed, receipt, not_landed, abandon, reason)

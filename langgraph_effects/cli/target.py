@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import shlex
-from collections.abc import AsyncIterator
+import typing
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +15,7 @@ from typing import Any
 import typer
 from rich.text import Text
 
+from ..exitcodes import HELP as EXIT_CODES_HELP
 from ..operator import (
     DEFAULT_CONNECT_TIMEOUT,
     describe_target,
@@ -20,7 +24,7 @@ from ..operator import (
     open_ledger,
     redact_dsn,
 )
-from .app import ENV_DB
+from .app import ENV_DB, DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import BadInput, fail
 from .render import stderr
 
@@ -87,6 +91,52 @@ def settings(
         json=use_json,
         from_env=from_env,
     )
+
+
+_LEDGER_OPTIONS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+    for name, default, annotation in (
+        ("db", None, DbOption),
+        ("schema", None, SchemaOption),
+        ("connect_timeout", None, TimeoutOption),
+        ("json_output", False, JsonOption),
+    )
+]
+
+
+_CONTEXT = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+
+
+def ledger_command(
+    name: str, *, epilog: str = EXIT_CODES_HELP
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a command on a ledger: it gets ``--db``, ``--schema``, ``--connect-timeout``
+    and ``--json`` (after its own options), and is called with the :class:`Target` they name.
+
+    ``command(target, ...)`` declares only its own options; typer reads the signature
+    built here, so every ledger command offers and resolves those four the same way.
+    """
+
+    def register(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [
+            parameter.replace(annotation=hints[parameter.name])
+            for parameter in inspect.signature(command).parameters.values()
+            if parameter.name != "target"
+        ]
+
+        @functools.wraps(command)
+        def run_command(ctx: typer.Context, **options: Any) -> None:
+            given = [options.pop(key) for key in ("db", "json_output", "schema", "connect_timeout")]
+            command(settings(ctx, *given), **options)
+
+        parameters = [_CONTEXT, *own, *_LEDGER_OPTIONS]
+        run_command.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+        run_command.__annotations__ = {p.name: p.annotation for p in parameters}
+        app.command(name, epilog=epilog)(run_command)
+        return run_command
+
+    return register
 
 
 def connecting(target: Target, *, read_only: bool) -> None:
