@@ -71,7 +71,8 @@ def list_command(
     async def work() -> list[Operation]:
         async with open_target(target, read_only=True) as ledger:
             return await list_operations(
-                ledger, states=states, thread_id=thread, tenant=tenant, tool=tool, older_than=seconds, limit=limit
+                ledger, states=states, thread_id=thread, tenant=tenant, tool=tool, older_than=seconds,
+                limit=limit,
             )
 
     ops = run(target, work)
