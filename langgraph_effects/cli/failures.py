@@ -33,7 +33,7 @@ EXIT_RESUME_FAILED = int(ExitCode.RESUME_FAILED)
 
 
 class BadInput(ValueError):
-    """A command line the console refuses (exit code 1), with what to do instead."""
+    """A command line the console refuses (exit code 2), with what to do instead."""
 
 
 # -- errors -------------------------------------------------------------------------
