@@ -27,6 +27,12 @@ caller can catch the package as a whole or one precise failure::
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
     ├── OversizedError              a receipt or evidence text over its documented limit
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
+
+Errors about one operation or one ledger carry what they are about as attributes
+(``op_id``, ``expected``/``actual`` versions, ``where``/``path``...), so a caller
+can act on them without parsing the message. The messages say what was wrong and
+what to do in terms of this API; the console (``langgraph_effects.cli``) prints its
+own advice, naming its commands and flags, from the same attributes.
 """
 
 from __future__ import annotations
@@ -35,11 +41,17 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .operation import Event, Operation
+    from .operation import Event, Operation, Owner
 
 
 class EffectsError(Exception):
     """Base class of every error langgraph-effects raises on purpose."""
+
+    def _record(self, message: str, **fields: Any) -> None:
+        """Set the message and the attributes that say what the error is about."""
+        Exception.__init__(self, message)
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class ConfigurationError(EffectsError):
@@ -65,32 +77,42 @@ class LedgerCorruptError(LedgerError):
 class SchemaTooNewError(LedgerError):
     """The ledger was migrated by a newer langgraph-effects than the one running."""
 
+    found: int
+    supported: int
+    where: str
+
     def __init__(self, found: int, supported: int, where: str) -> None:
-        super().__init__(
+        self._record(
             f"the ledger at {where} has schema version {found}, but this "
             f"langgraph-effects understands versions up to {supported}. Upgrade "
-            "langgraph-effects on this machine; nothing was changed."
+            "langgraph-effects on this machine; nothing was changed.",
+            found=found, supported=supported, where=where,
         )
-        self.found = found
-        self.supported = supported
 
 
 class SchemaBehindError(LedgerError):
     """The ledger is at an older schema version than this langgraph-effects needs.
 
-    Only ``setup()`` migrates (``langgraph-effects setup`` from the console): a
-    command that merely reads or decides never changes the schema behind the
-    workers' backs.
+    Only ``setup()`` migrates (the console's ``setup`` command runs it): a command
+    that merely reads or decides never changes the schema behind the workers' backs.
     """
 
+    found: int
+    needed: int
+    where: str
+    what: str
+    """The fact alone, without the advice (which the console words its own way)."""
+
     def __init__(self, found: int, needed: int, where: str) -> None:
-        super().__init__(
+        what = (
             f"the ledger at {where} is at schema version {found}, but this langgraph-effects "
-            f"needs {needed}: migrate it first with `langgraph-effects --db ... setup` (or the "
-            "graph's saver.setup()). Nothing was changed."
+            f"needs {needed}:"
         )
-        self.found = found
-        self.needed = needed
+        self._record(
+            f"{what} migrate it first with the graph's saver.setup() (or the ledger's own "
+            "setup()). Nothing was changed.",
+            found=found, needed=needed, where=where, what=what,
+        )
 
 
 class LedgerUnavailableError(LedgerError):
@@ -107,14 +129,16 @@ class TransitionError(EffectsError):
 class IllegalTransitionError(TransitionError):
     """The operation state machine does not allow this event in this state."""
 
+    op_id: str
+    state: str
+    event: str
+
     def __init__(self, op_id: str, state: str, event: str) -> None:
-        super().__init__(
+        self._record(
             f"operation {op_id} is {state!r}; the event {event!r} is not allowed from there "
-            "(see langgraph_effects.operation.TRANSITIONS)"
+            "(see langgraph_effects.operation.TRANSITIONS)",
+            op_id=op_id, state=state, event=event,
         )
-        self.op_id = op_id
-        self.state = state
-        self.event = event
 
 
 class ApprovalError(TransitionError):
@@ -124,42 +148,50 @@ class ApprovalError(TransitionError):
     or was already used. Nothing was written.
     """
 
+    op_id: str
+
     def __init__(self, op_id: str, why: str) -> None:
-        super().__init__(f"operation {op_id} cannot be dispatched: {why}")
-        self.op_id = op_id
+        self._record(f"operation {op_id} cannot be dispatched: {why}", op_id=op_id)
 
 
 class StaleVersionError(TransitionError):
     """The operation moved on since the caller read it (compare-and-set failed)."""
 
+    op_id: str
+    expected: int
+    actual: int
+    what: str
+    """The fact alone, without the advice (which the console words its own way)."""
+
     def __init__(self, op_id: str, expected: int, actual: int) -> None:
-        super().__init__(
-            f"operation {op_id} is at version {actual}, not {expected}: it changed since "
-            "you read it. Read it again (`langgraph-effects show`) and decide on what it is now."
+        what = f"operation {op_id} is at version {actual}, not {expected}: it changed since you read it."
+        self._record(
+            f"{what} Read it again (operator.show or Ledger.get) and decide on what it is now.",
+            op_id=op_id, expected=expected, actual=actual, what=what,
         )
-        self.op_id = op_id
-        self.expected = expected
-        self.actual = actual
 
 
 class DecisionConflictError(TransitionError):
     """A decision id was reused with different content."""
 
+    op_id: str
+    decision_id: str
+
     def __init__(self, op_id: str, decision_id: str) -> None:
-        super().__init__(
+        self._record(
             f"decision {decision_id!r} was already applied to operation {op_id} with different "
-            "content. Use a new decision id for a new decision."
+            "content. Use a new decision id for a new decision.",
+            op_id=op_id, decision_id=decision_id,
         )
-        self.op_id = op_id
-        self.decision_id = decision_id
 
 
 class OperationNotFoundError(TransitionError):
     """No operation with that id exists in this ledger (or in the caller's tenant)."""
 
+    op_id: str
+
     def __init__(self, op_id: str) -> None:
-        super().__init__(f"no operation {op_id!r} in this ledger")
-        self.op_id = op_id
+        self._record(f"no operation {op_id!r} in this ledger", op_id=op_id)
 
 
 class ThreadConflictError(EffectsError):
@@ -174,6 +206,11 @@ class ThreadConflictError(EffectsError):
     Deliberate branches (replaying from a ``checkpoint_id``, ``update_state``) are not
     refused.
     """
+
+    thread_id: str
+    checkpoint_ns: str
+    parent_id: str | None
+    child_id: str | None
 
     def __init__(
         self,
@@ -192,17 +229,14 @@ class ThreadConflictError(EffectsError):
                 f"checkpoint {parent_id}, but another runner already saved checkpoint {child_id} "
                 "after it"
             )
-        super().__init__(
+        self._record(
             f"{where} is being run by another runner: this run started from {started}. This run "
             f"was stopped and its {what} was not saved, so nothing of it landed in the thread. "
             "Only one runner may advance a thread at a time. Read the thread's state "
             "(graph.aget_state) and resume it again only if it still has work left; to branch "
-            "on purpose, replay from a checkpoint_id or use update_state."
+            "on purpose, replay from a checkpoint_id or use update_state.",
+            thread_id=thread_id, checkpoint_ns=checkpoint_ns, parent_id=parent_id, child_id=child_id,
         )
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.parent_id = parent_id
-        self.child_id = child_id
 
 
 class ReviewError(EffectsError):
@@ -217,14 +251,16 @@ class MalformedToolCallError(EffectsError):
     saying so (its artifact names this class); the thread carries on.
     """
 
+    tool: str
+    tool_call_id: str
+    why: str
+
     def __init__(self, tool: str, tool_call_id: str, why: str) -> None:
-        super().__init__(
+        self._record(
             f"The {tool} call was not sent: it {why}, so it cannot be tracked safely. Call the "
-            "tool again, one call per id."
+            "tool again, one call per id.",
+            tool=tool, tool_call_id=tool_call_id, why=why,
         )
-        self.tool = tool
-        self.tool_call_id = tool_call_id
-        self.why = why
 
 
 class OversizedError(EffectsError, ValueError):
@@ -255,61 +291,79 @@ class LedgerNotFoundError(LedgerError):
     """The database named as the ledger does not exist, or holds no ledger.
 
     Nothing is created: an operator who mistypes a path or a database name must not
-    be told "nothing unresolved" by a brand-new empty ledger.
+    be told "nothing unresolved" by a brand-new empty ledger. :attr:`postgres` and
+    :attr:`empty` say which case it is (a Postgres database without our tables in
+    :attr:`schema`; a SQLite file without them; or no file at all).
     """
+
+    path: str
+    empty: bool
+    """The database exists but holds no ledger (always true for Postgres)."""
+    postgres: bool
+    schema: str | None
+    what: str
+    """The fact alone, without the advice (which the console words its own way)."""
 
     def __init__(
         self, path: str, *, empty: bool = False, postgres: bool = False, schema: str | None = None
     ) -> None:
-        sqlite_check = (
-            "Check the path given with --db (or LANGGRAPH_EFFECTS_DB); it is the SQLite file "
-            "the graph's ledger uses"
+        check = (
+            "Check the path the ledger was opened with; it must be the SQLite file the graph's "
+            "ledger uses."
         )
         if postgres:
             place = f"schema {schema!r}" if schema else "the search_path's schema"
             what = (
                 f"the Postgres database {path} holds no langgraph-effects ledger in {place} (no "
-                "effect_migrations table): is it the right database (and --schema)?"
+                "effect_migrations table)"
             )
-            check = "Check --db (or LANGGRAPH_EFFECTS_DB) and --schema"
+            advice = ": is it the right database (and schema)?"
+            check = "Check the connection string and the schema the ledger was opened with."
         elif empty:
             what = (
                 f"{path!r} is a SQLite database but holds no langgraph-effects ledger (no "
-                "effect_migrations table): is it the right file?"
+                "effect_migrations table)"
             )
-            check = sqlite_check
+            advice = ": is it the right file?"
         else:
-            what = f"no ledger database at {path!r}: the file does not exist."
-            check = sqlite_check
+            what, advice = f"no ledger database at {path!r}: the file does not exist", "."
         if postgres or empty:
-            what += (
-                " The ledger's tables are created by the graph's setup() or "
-                "`langgraph-effects --db ... setup`."
-            )
-        super().__init__(f"{what} {check}. Nothing was created or changed.")
-        self.path = path
-        self.empty = empty or postgres
+            advice += " The ledger's tables are created by the graph's setup() (or the ledger's own setup())."
+        self._record(
+            f"{what}{advice} {check} Nothing was created or changed.",
+            path=path, empty=empty or postgres, postgres=postgres, schema=schema, what=what,
+        )
 
 
 class LeaseLiveError(TransitionError):
     """The operation is ``dispatched`` under a live lease: someone is sending it right now."""
+
+    op_id: str
+    owner: Owner | None
+    lease_expires_at: float | None
+    remaining: float | None
+    """Seconds the lease still had to run when the verdict was refused."""
+    what: str
+    """The fact alone, without the advice (which the console words its own way)."""
 
     def __init__(self, op: Operation, *, now: float | None = None) -> None:
         stamp = time.time() if now is None else now
         who = "a worker"
         if op.owner is not None:
             who = f"pid {op.owner.pid} on {op.owner.host}"
-        remaining = ""
+        remaining = None
         if op.lease_expires_at is not None:
-            remaining = f" for another {max(0.0, op.lease_expires_at - stamp):.0f}s"
-        super().__init__(
+            remaining = max(0.0, op.lease_expires_at - stamp)
+        left = f" for another {remaining:.0f}s" if remaining is not None else ""
+        what = (
             f"operation {op.op_id} is being sent right now: dispatched by {who}, lease live"
-            f"{remaining}. Nothing was changed. Wait until the worker finishes or its lease "
-            "expires, then `langgraph-effects show` it again."
+            f"{left}. Nothing was changed."
         )
-        self.op_id = op.op_id
-        self.owner = op.owner
-        self.lease_expires_at = op.lease_expires_at
+        self._record(
+            f"{what} Wait until the worker finishes or its lease expires, then read it again.",
+            op_id=op.op_id, owner=op.owner,
+            lease_expires_at=op.lease_expires_at, remaining=remaining, what=what,
+        )
 
 
 class NotResolvableError(IllegalTransitionError):
@@ -338,12 +392,21 @@ class VerdictNotRecordedError(TransitionError):
     waits for a verdict; :attr:`cause` says why the verdict was refused.
     """
 
+    operation: Operation
+    cause: Exception
+
     def __init__(self, operation: Operation, cause: Exception) -> None:
-        super().__init__(
+        self._record(
+            f"{self.fact(operation, str(cause))} The operation still waits for a verdict: read "
+            f"it again and resolve with expected_version={operation.version}.",
+            operation=operation, cause=cause,
+        )
+
+    @staticmethod
+    def fact(operation: Operation, cause: str) -> str:
+        """What happened, with the refusal ``cause`` worded by the caller."""
+        return (
             f"operation {operation.op_id}: its expired lease was recorded (dispatched -> "
             f"unknown, now version {operation.version}), but the verdict was NOT recorded: "
-            f"{cause}. The operation still waits for a verdict: show it again and resolve "
-            f"with --expected-version {operation.version}."
+            f"{cause}."
         )
-        self.operation = operation
-        self.cause = cause

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from langgraph_effects.cli.failures import console_message
 from langgraph_effects.errors import (
     DecisionConflictError,
     IllegalTransitionError,
@@ -546,7 +547,10 @@ async def test_a_verdict_that_fails_after_the_lease_loss_says_so(db: Path) -> No
     assert isinstance(error.cause, LedgerUnavailableError)
     assert error.operation.state is State.UNKNOWN
     assert error.operation.version == 2
-    assert "NOT recorded" in str(error) and "--expected-version 2" in str(error)
+    assert "NOT recorded" in str(error) and "expected_version=2" in str(error)
+    # The library says it in API terms; the console words the same advice as its flag.
+    assert "--expected-version" not in str(error)
+    assert "--expected-version 2" in console_message(error)
     async with open_ledger(str(db)) as again:
         stored = await again.get(op.op_id)
         assert stored is not None

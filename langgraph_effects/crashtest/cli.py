@@ -21,6 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..cli.passthrough import parse_args, usage_error
+from ..cli.render import stderr, stdout
+from ..exitcodes import ExitCode
 from .core import (
     POINTS,
     RANDOM,
@@ -33,7 +36,6 @@ from .core import (
     summary,
 )
 
-EXIT_OK, EXIT_BROKEN_EFFECTS, EXIT_USAGE, EXIT_NO_RUN = 0, 1, 2, 5
 _STYLE = {
     "exact": "green",
     "duplicated": "bold red",
@@ -102,11 +104,9 @@ def _json_arg(value: str | None, option: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Run the crash test; returns the exit code (see the module docstring)."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, or argparse's own usage error (already printed)
-        return int(exit_.code or 0)
-    err = Console(stderr=True, highlight=False)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         graph_input = _json_arg(args.input, "--input")
         config = _json_arg(args.config, "--config")
@@ -132,15 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     except (_Usage, CrashtestUsageError) as error:
-        parser.print_usage(sys.stderr)
-        err.print(Text(f"{parser.prog}: error: {error}"))
-        return EXIT_USAGE
+        return usage_error(parser, error)
     except CrashtestRunError as error:
-        err.print(Text(f"{parser.prog}: a run could not be made: {error}", style="bold red"))
-        return EXIT_NO_RUN
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        out = Console(width=120, highlight=False)
+        stderr().print(Text(f"{parser.prog}: a run could not be made: {error}", style="bold red"))
+        return int(ExitCode.INTERNAL)
+    out = stdout(pipe_width=120)
     render(report, out)
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")

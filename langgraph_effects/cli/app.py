@@ -1,0 +1,111 @@
+"""The ``typer`` application, its root options and the option types every command shares."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..exitcodes import HELP as EXIT_CODES_HELP
+from ..operator import DEFAULT_CONNECT_TIMEOUT
+
+ENV_DB = "LANGGRAPH_EFFECTS_DB"
+ENV_SCHEMA = "LANGGRAPH_EFFECTS_SCHEMA"
+ENV_CONNECT_TIMEOUT = "LANGGRAPH_EFFECTS_CONNECT_TIMEOUT"
+
+app = typer.Typer(
+    name="langgraph-effects",
+    help=(
+        "Operator console for langgraph-effects: find operations a crash left unresolved, "
+        "see the evidence, and record a verdict the graph honours on its next resume."
+    ),
+    epilog=EXIT_CODES_HELP,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+
+# -- options ------------------------------------------------------------------------
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="PATH|DSN",
+        help="Ledger: SQLite file path, or Postgres DSN (postgresql://... or host=... dbname=...). "
+        f"Default: the global --db, or ${ENV_DB}.",
+        show_default=False,
+    ),
+]
+SchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--schema",
+        metavar="NAME",
+        help=f"Postgres only: the schema holding the ledger's tables. Default: the global --schema, "
+        f"${ENV_SCHEMA}, or the search_path.",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--connect-timeout",
+        metavar="SECONDS",
+        min=0.5,
+        help=f"Give up after this long connecting to Postgres, or waiting for SQLite's write lock "
+        f"(default {DEFAULT_CONNECT_TIMEOUT:g}, or ${ENV_CONNECT_TIMEOUT}).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+TenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Only operations of this tenant (others count as missing)."),
+]
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            metavar="PATH|DSN",
+            envvar=ENV_DB,
+            help="Ledger: SQLite file path or postgresql:// DSN.",
+            show_default=False,
+        ),
+    ] = None,
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            metavar="NAME",
+            envvar=ENV_SCHEMA,
+            help="Postgres only: the schema holding the ledger's tables (default: the search_path).",
+            show_default=False,
+        ),
+    ] = None,
+    connect_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--connect-timeout",
+            metavar="SECONDS",
+            envvar=ENV_CONNECT_TIMEOUT,
+            min=0.5,
+            help="Give up after this long connecting to Postgres, or waiting for SQLite's write "
+            f"lock (default {DEFAULT_CONNECT_TIMEOUT:g}).",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Find, inspect and resolve operations left unresolved by a crash."""
+    ctx.obj = {"db": db, "json": json_output, "schema": schema, "timeout": connect_timeout}
+OperationArgument = Annotated[
+    str, typer.Argument(metavar="OPERATION", help="The operation id (op_...).")
+]
