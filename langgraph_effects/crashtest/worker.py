@@ -103,6 +103,15 @@ class Job:
     """Control run: ask the probe before every tool call how many effects the thread
     holds, so that reviews can later be answered call by call."""
 
+    @property
+    def faults(self) -> AttemptFaults:
+        """What the lab's driver arms for this job: nothing (the worker faults and kills
+        itself, see :attr:`fault` and :attr:`kill_after`)."""
+        return _DRIVER_ARMS_NOTHING
+
+
+_DRIVER_ARMS_NOTHING = AttemptFaults()
+
 
 @dataclass(frozen=True)
 class ToolCall:

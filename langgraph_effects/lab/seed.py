@@ -81,30 +81,17 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
 
 def build_record_after(ctx: BuildContext) -> ToolNode:
     """Send, then record completion; a re-run skips a call already recorded."""
-    client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
-
-    @tool(TOOL_NAME)
-    async def send_notification(
-        operation: str,
-        body: str,
-        tool_call_id: Annotated[str, InjectedToolCallId],
-        config: RunnableConfig,
-    ) -> str:
-        """Send one notification."""
-        marker = call_identity(config, tool_call_id)
-        done = markers.get(marker)
-        if done is not None:
-            return f"already sent {done}"
-        receipt = await client.asend({"operation": operation, "body": body})
-        faults.reach("C")
-        markers.put(marker, receipt.effect_id)
-        return f"sent {receipt.effect_id}"
-
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return _with_marker(ctx, claim_first=False)
 
 
 def build_record_before(ctx: BuildContext) -> ToolNode:
     """Record first, then send; a re-run treats the record as completion."""
+    return _with_marker(ctx, claim_first=True)
+
+
+def _with_marker(ctx: BuildContext, *, claim_first: bool) -> ToolNode:
+    """A tool that keeps a local completion marker per call (written before the send too,
+    as ``claimed``, when ``claim_first``) and skips a call already marked."""
     client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
 
     @tool(TOOL_NAME)
@@ -119,7 +106,8 @@ def build_record_before(ctx: BuildContext) -> ToolNode:
         done = markers.get(marker)
         if done is not None:
             return f"already sent {done}"
-        markers.put(marker, "claimed")
+        if claim_first:
+            markers.put(marker, "claimed")
         receipt = await client.asend({"operation": operation, "body": body})
         faults.reach("C")
         markers.put(marker, receipt.effect_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..ledger.base import AuditEntry
@@ -124,15 +124,7 @@ class Step:
     @classmethod
     def of(cls, entry: AuditEntry) -> Step:
         """The step an audit entry records."""
-        return cls(
-            event=entry.event,
-            from_state=entry.from_state,
-            to_state=entry.to_state,
-            version=entry.version,
-            evidence=entry.evidence,
-            actor=entry.actor,
-            at=entry.at,
-        )
+        return cls(**{f.name: getattr(entry, f.name) for f in fields(cls)})
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

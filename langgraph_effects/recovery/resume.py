@@ -85,21 +85,9 @@ async def recover(
     wanted = list(dict.fromkeys(str(t) for t in thread_ids)) if thread_ids is not None else None
     started = time.time()
     configured = (dict(config or {}).get("configurable") or {}).get("tenant_id")
-    run = _Run(
-        graph=graph,
-        ledger=found,
-        policy=Policy(
-            tenant=tenant,
-            explicit=wanted is not None,
-            dry_run=dry_run,
-            min_idle=min_idle,
-            configured_tenant=str(configured) if configured is not None else None,
-        ),
-        lease_grace=lease_grace,
-        config=config or {},
-        context=context,
-        durability=durability,
-    )
+    configured = None if configured is None else str(configured)
+    policy = Policy(tenant, wanted is not None, dry_run, min_idle, configured)
+    run = _Run(graph, found, policy, lease_grace, config or {}, context, durability)
     threads = wanted
     if threads is None:
         threads = await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
