@@ -372,17 +372,11 @@ def _report(
     steps: Sequence[Step] = (),
 ) -> OperationReport:
     """The report of one operation (``before`` is ``None`` for one the resume created)."""
-    return OperationReport(
-        op_id=after.op_id,
-        tool=after.tool,
-        tool_call_id=after.tool_call_id,
-        contract=after.contract,
-        provider_key=after.provider_key,
-        before=before,
-        after=after,
-        how=how,
-        detail=detail,
-        steps=tuple(steps),
-    )
+    identity = {name: getattr(after, name) for name in _IDENTITY}
+    return OperationReport(before=before, after=after, how=how, detail=detail, steps=tuple(steps), **identity)
+
+
+#: What names an operation in its report (copied from the operation as stored).
+_IDENTITY = ("op_id", "tool", "tool_call_id", "contract", "provider_key")
 
 
