@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,6 +29,8 @@ from ..errors import ConfigurationError, EffectsError
 from ..lab.strategies import BUILTIN_MODULES
 from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive
 from ..review import REVIEW_TYPE, resume_command
+from .results import CrashReport as CrashReport
+from .results import RunResult as RunResult
 from .worker import (
     CALLBACK_POINTS,
     ENGINE_POINTS,
@@ -69,171 +71,6 @@ class CrashtestUsageError(ConfigurationError):
 
 class CrashtestRunError(EffectsError):
     """A run could not be made (the probe raised, the control run failed, a worker broke)."""
-
-
-# -- results -------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    """One faulted run: a fresh thread, faulted once, resumed until it finished."""
-
-    point: str
-    call: int | None
-    """The control run's call (1-based) the fault was aimed at; ``None`` for random kills."""
-    tool: str | None
-    thread_id: str
-    expected: int
-    effects: int | None = None
-    """The probe's count for the thread once the run ended."""
-    reviews: int = 0
-    """Review rounds answered from the probe."""
-    processes: int = 0
-    kills: int = 0
-    fault_reached: bool = False
-    finished: bool = False
-    errors: list[str] = field(default_factory=list)
-    """What the graph raised along the way (a fault's timeout, a lost race)."""
-    problem: str | None = None
-    """Why the run could not be completed (it then decides nothing but exit code 5)."""
-    kill_after: float | None = None
-    seconds: float = 0.0
-
-    @property
-    def duplicates(self) -> int:
-        """Effects beyond the control run's."""
-        return max(0, (self.effects or 0) - self.expected) if self.effects is not None else 0
-
-    @property
-    def missing(self) -> int:
-        """Effects the control run made that this thread lacks."""
-        return max(0, self.expected - self.effects) if self.effects is not None else 0
-
-    @property
-    def label(self) -> str:
-        """``point at call N (tool)``, or the random kill's moment."""
-        if self.call is None:
-            return f"{self.point} (kill after {self.kill_after or 0.0:.2f} s)"
-        return f"{self.point} at call {self.call} ({self.tool})"
-
-    def outcome(self) -> str:
-        """One word: ``exact``, ``duplicated``, ``lost``, ``both`` or ``broken``."""
-        if self.problem is not None:
-            return "broken"
-        if self.duplicates and self.missing:
-            return "both"
-        if self.duplicates:
-            return "duplicated"
-        if self.missing:
-            return "lost"
-        return "exact"
-
-    def to_json(self) -> dict[str, Any]:
-        """The run as JSON-ready data, with its duplicates, missing and outcome."""
-        row = asdict(self)
-        row.update(duplicates=self.duplicates, missing=self.missing, outcome=self.outcome())
-        return row
-
-
-@dataclass
-class CrashReport:
-    """What :func:`crashtest` found; ``duplicates`` and ``missing`` sum over the runs."""
-
-    factory: str
-    probe: str
-    control_thread: str
-    expected: int
-    """Effects the probe counted for the control run's thread (no fault)."""
-    calls: list[ToolCall]
-    engine_points: list[str]
-    """Engine fault points the control run passed (empty: the graph does not use the package)."""
-    points: list[str]
-    runs: list[RunResult]
-    not_applicable: dict[str, str] = field(default_factory=dict)
-    """Requested points that ran nothing, and why."""
-    control_seconds: float = 0.0
-    seconds: float = 0.0
-
-    @property
-    def duplicates(self) -> int:
-        """Duplicated effects, summed over the faulted runs."""
-        return sum(r.duplicates for r in self.runs)
-
-    @property
-    def missing(self) -> int:
-        """Lost effects, summed over the faulted runs."""
-        return sum(r.missing for r in self.runs)
-
-    @property
-    def broken(self) -> list[RunResult]:
-        """The runs that could not be completed (see :attr:`RunResult.problem`)."""
-        return [r for r in self.runs if r.problem is not None]
-
-    @property
-    def ok(self) -> bool:
-        """Every faulted run ended with exactly the control run's effects."""
-        return not self.duplicates and not self.missing and not self.broken
-
-    @property
-    def exit_code(self) -> int:
-        """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be made."""
-        if self.duplicates or self.missing:
-            return 1
-        return 5 if self.broken else 0
-
-    def matrix(self) -> dict[str, dict[str, RunResult]]:
-        """``{point: {column: run}}``; columns are ``"1"``, ``"2"`` … per call, or the random run's number."""
-        out: dict[str, dict[str, RunResult]] = {}
-        for run in self.runs:
-            column = str(run.call) if run.call is not None else str(len(out.get(run.point, {})) + 1)
-            out.setdefault(run.point, {})[column] = run
-        return out
-
-    def verdict(self) -> str:
-        """One line: does the graph keep exactly its effects through every fault?"""
-        n = len(self.runs)
-        if not n:
-            return "crashtest: no faulted run was made (the control run made no tool call?)"
-        dup = [r for r in self.runs if r.duplicates]
-        lost = [r for r in self.runs if r.missing]
-        if dup or lost:
-            parts = []
-            if dup:
-                parts.append(f"{len(dup)} of {n} faulted runs duplicated effects ({self.duplicates} extra)")
-            if lost:
-                parts.append(f"{len(lost)} of {n} lost effects ({self.missing} missing)")
-            return f"crashtest: NOT crash-safe: {'; '.join(parts)}."
-        if self.broken:
-            return (
-                f"crashtest: {len(self.broken)} of {n} runs could not be completed "
-                f"({self.broken[0].problem}); the others kept exactly {self.expected} effect(s)."
-            )
-        return (
-            f"crashtest: crash-safe on every fault tried: all {n} faulted runs ended with exactly "
-            f"the control run's {self.expected} effect(s)."
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """What ``--json`` writes: the summary, the control run's calls and every run."""
-        return {
-            "factory": self.factory,
-            "probe": self.probe,
-            "control_thread": self.control_thread,
-            "expected": self.expected,
-            "calls": [asdict(c) for c in self.calls],
-            "engine_points": self.engine_points,
-            "points": self.points,
-            "not_applicable": self.not_applicable,
-            "duplicates": self.duplicates,
-            "missing": self.missing,
-            "broken": len(self.broken),
-            "ok": self.ok,
-            "exit_code": self.exit_code,
-            "verdict": self.verdict(),
-            "control_seconds": round(self.control_seconds, 3),
-            "seconds": round(self.seconds, 3),
-            "runs": [r.to_json() for r in self.runs],
-        }
 
 
 # -- targets -------------------------------------------------------------------------
@@ -451,6 +288,43 @@ async def crashtest(
     probe_name = target_name(probe, "probe")
     factory_fn = _resolve(factory_name, "factory")
     probe_fn = _resolve(probe_name, "probe") if isinstance(probe, str) else probe
+    chosen, user_config = _check_options(points, random, config)
+    own_dir = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="crashtest-")) if workdir is None else Path(workdir)
+    base.mkdir(parents=True, exist_ok=True)
+    name = f"crashtest-{uuid.uuid4().hex[:8]}"
+
+    def db_for(thread: str) -> str:
+        return db if db is not None else str(base / f"{thread}.sqlite")
+
+    pool: _Pool | None = None
+    try:
+        await _check_factory(factory_fn, factory_name, db_for(f"{name}-check"))
+        spec = Spec(factory=factory_name, probe=probe_name, cwd=os.getcwd(), env=dict(os.environ))
+        pool = _Pool(_context(), spec, deadline_seconds)
+        graph_input = DEFAULT_INPUT if input is None else input
+        session = _Session(pool, probe_fn, probe_name, graph_input, user_config, db_for)
+        result, control = await _survey(session, f"{name}-control", factory_name, chosen)
+        plans = _plan(chosen, control, result, random, seed)
+        for number, plan in enumerate(plans, start=1):
+            thread = f"{name}-{number}-{plan.point}" + (f"-{plan.call}" if plan.call else "")
+            run = await _faulted_run(session, plan, thread, control.calls, result.expected)
+            result.runs.append(run)
+            if on_run is not None:
+                on_run(run, number, len(plans))
+        result.seconds = time.perf_counter() - started
+        return result
+    finally:
+        if pool is not None:
+            pool.close()
+        if own_dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _check_options(
+    points: Sequence[str] | None, random: int, config: Mapping[str, Any] | None
+) -> tuple[list[str], dict[str, Any]]:
+    """The fault points chosen and the user's config, once both are known to be usable."""
     chosen = list(points) if points is not None else list(POINTS)
     unknown = [p for p in chosen if p not in POINTS]
     if unknown:
@@ -464,69 +338,44 @@ async def crashtest(
         raise CrashtestUsageError("config['configurable'] must be a mapping.")
     if "thread_id" in user_config.get("configurable", {}):
         raise CrashtestUsageError("config: leave out thread_id: every run gets a fresh thread of its own.")
-    graph_input = DEFAULT_INPUT if input is None else input
+    return chosen, user_config
 
-    own_dir = workdir is None
-    base = Path(tempfile.mkdtemp(prefix="crashtest-")) if workdir is None else Path(workdir)
-    base.mkdir(parents=True, exist_ok=True)
-    session = uuid.uuid4().hex[:8]
 
-    def db_for(name: str) -> str:
-        return db if db is not None else str(base / f"{name}.sqlite")
+@dataclass(frozen=True)
+class _Session:
+    """What every run of one crash test shares: the workers, the probe, the input and config."""
 
-    pool: _Pool | None = None
-    try:
-        await _check_factory(factory_fn, factory_name, db_for(f"{session}-check"))
-        spec = Spec(factory=factory_name, probe=probe_name, cwd=os.getcwd(), env=dict(os.environ))
-        pool = _Pool(_context(), spec, deadline_seconds)
+    pool: _Pool
+    probe: Callable[[str], Any]
+    probe_name: str
+    graph_input: Any
+    config: dict[str, Any]
+    db_for: Callable[[str], str]
 
-        control = f"crashtest-{session}-control"
-        await _probe(probe_fn, probe_name, control)  # a probe that cannot answer stops us here
-        report = await _control(pool, control, db_for(control), graph_input, user_config)
-        expected = await _probe(probe_fn, probe_name, control)
-        engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
-        result = CrashReport(
-            factory=factory_name,
-            probe=probe_name,
-            control_thread=control,
-            expected=expected,
-            calls=report.calls,
-            engine_points=engine_seen,
-            points=chosen,
-            runs=[],
-            control_seconds=report.seconds,
-        )
-        plans = _plan(chosen, report, result, random, seed)
-        if not plans:
-            why = "; ".join(f"{p}: {reason}" for p, reason in result.not_applicable.items())
-            raise CrashtestRunError(
-                f"no faulted run could be planned ({why or 'no point chosen'}). Check --input "
-                "(the control run must call a tool) and --points."
-            )
-        for number, plan in enumerate(plans, start=1):
-            thread = f"crashtest-{session}-{number}-{plan.point}" + (f"-{plan.call}" if plan.call else "")
-            run = await _faulted_run(
-                pool,
-                plan,
-                thread,
-                db_for(thread),
-                graph_input,
-                user_config,
-                report.calls,
-                expected,
-                probe_fn,
-                probe_name,
-            )
-            result.runs.append(run)
-            if on_run is not None:
-                on_run(run, number, len(plans))
-        result.seconds = time.perf_counter() - started
-        return result
-    finally:
-        if pool is not None:
-            pool.close()
-        if own_dir:
-            shutil.rmtree(base, ignore_errors=True)
+    async def count(self, thread: str) -> int:
+        """The probe's count of effects for ``thread``."""
+        return await _probe(self.probe, self.probe_name, thread)
+
+
+async def _survey(
+    session: _Session, control: str, factory_name: str, chosen: list[str]
+) -> tuple[CrashReport, RunReport]:
+    """The control run (no fault): the effects every thread should hold, and the calls to aim at."""
+    await session.count(control)  # a probe that cannot answer stops us here
+    report = await _control(session, control)
+    engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
+    result = CrashReport(
+        factory=factory_name,
+        probe=session.probe_name,
+        control_thread=control,
+        expected=await session.count(control),
+        calls=report.calls,
+        engine_points=engine_seen,
+        points=chosen,
+        runs=[],
+        control_seconds=report.seconds,
+    )
+    return result, report
 
 
 def _plan(
@@ -557,6 +406,12 @@ def _plan(
     rng = _random.Random(seed)
     span = max(control.seconds, 0.05)
     plans.extend(_Plan(RANDOM, None, None, kill_after=rng.uniform(0.0, span)) for _ in range(random))
+    if not plans:
+        why = "; ".join(f"{p}: {reason}" for p, reason in result.not_applicable.items())
+        raise CrashtestRunError(
+            f"no faulted run could be planned ({why or 'no point chosen'}). Check --input "
+            "(the control run must call a tool) and --points."
+        )
     return plans
 
 
@@ -568,9 +423,11 @@ async def _run_job(pool: _Pool, job: Job) -> tuple[Done | Killed, int]:
         raise CrashtestRunError(f"thread {job.thread_id}: {error}") from error
 
 
-async def _control(pool: _Pool, thread: str, db: str, graph_input: Any, config: dict[str, Any]) -> RunReport:
+async def _control(session: _Session, thread: str) -> RunReport:
+    db = session.db_for(thread)
     await _setup(db)
-    outcome, _ = await _run_job(pool, Job("start", thread, db, input=graph_input, config=config, record=True))
+    job = Job("start", thread, db, input=session.graph_input, config=session.config, record=True)
+    outcome, _ = await _run_job(session.pool, job)
     if isinstance(outcome, Killed):  # pragma: no cover - nothing is armed
         raise CrashtestRunError(f"the control run's worker died at {outcome.point}")
     report = _report(outcome)
@@ -597,23 +454,22 @@ async def _setup(db: str) -> None:
 
 
 async def _faulted_run(
-    pool: _Pool,
-    plan: _Plan,
-    thread: str,
-    db: str,
-    graph_input: Any,
-    config: dict[str, Any],
-    calls: list[ToolCall],
-    expected: int,
-    probe: Callable[[str], Any],
-    probe_name: str,
+    session: _Session, plan: _Plan, thread: str, calls: list[ToolCall], expected: int
 ) -> RunResult:
+    """One fresh thread faulted as ``plan`` says, resumed (and reviews answered) until it finished."""
     started = time.perf_counter()
+    pool, config, db = session.pool, session.config, session.db_for(thread)
     run = RunResult(plan.point, plan.call, plan.tool, thread, expected, kill_after=plan.kill_after)
     if db.endswith(".sqlite"):
         await _setup(db)
     job = Job(
-        "start", thread, db, input=graph_input, config=config, fault=plan.fault, kill_after=plan.kill_after
+        "start",
+        thread,
+        db,
+        input=session.graph_input,
+        config=config,
+        fault=plan.fault,
+        kill_after=plan.kill_after,
     )
     resume = Job("resume", thread, db, config=config)
     if plan.kill_after is not None:
@@ -646,7 +502,7 @@ async def _faulted_run(
                 run.errors.append(report.error)
                 outcome, used = await _run_job(pool, resume)
             elif report.interrupts:
-                answer = await _answer(report.interrupts, calls, probe, probe_name, thread)
+                answer = _answer(report.interrupts, calls, await session.count(thread))
                 if answer is None:
                     value = report.interrupts[0][1]
                     run.problem = f"stopped at an interrupt crashtest cannot answer: {value!r}"
@@ -663,7 +519,7 @@ async def _faulted_run(
     finally:
         for handle in twins or ():  # the fault was never reached: the twins were not needed
             handle.close()
-    run.effects = await _probe(probe, probe_name, thread)
+    run.effects = await session.count(thread)
     run.seconds = time.perf_counter() - started
     return run
 
@@ -700,21 +556,15 @@ def _matching_call(entry: Mapping[str, Any], calls: Sequence[ToolCall]) -> ToolC
     return same[0] if len(same) == 1 else None
 
 
-async def _answer(
-    interrupts: Sequence[tuple[str, Any]],
-    calls: Sequence[ToolCall],
-    probe: Callable[[str], Any],
-    probe_name: str,
-    thread: str,
-) -> Any:
+def _answer(interrupts: Sequence[tuple[str, Any]], calls: Sequence[ToolCall], now: int) -> Any:
     """Answer effect reviews as an operator who asked the provider: ``landed`` when it holds the effect.
 
     The probe counts per thread, so a call's effect is taken to have landed when
     the thread holds more effects than the control run's thread held when that
     call started. ``None`` when an interrupt is not an effect review, or a
-    reviewed call cannot be matched to one of the control run's.
+    reviewed call cannot be matched to one of the control run's. ``now``: the
+    probe's count for the thread.
     """
-    now = await _probe(probe, probe_name, thread)
     decisions: dict[str, Any] = {}
     for _, value in interrupts:
         if not (isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE):

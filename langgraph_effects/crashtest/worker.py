@@ -40,7 +40,7 @@ import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -75,8 +75,7 @@ class Spec:
     """The crash test's environment: a fork server child inherits the server's, not ours."""
 
 
-@dataclass(frozen=True)
-class Fault:
+class Fault(NamedTuple):
     """Break the ``call``-th event at ``point`` (1-based, counted within one attempt)."""
 
     point: str
@@ -102,6 +101,15 @@ class Job:
     record: bool = False
     """Control run: ask the probe before every tool call how many effects the thread
     holds, so that reviews can later be answered call by call."""
+
+    @property
+    def faults(self) -> AttemptFaults:
+        """What the lab's driver arms for this job: nothing (the worker faults and kills
+        itself, see :attr:`fault` and :attr:`kill_after`)."""
+        return _DRIVER_ARMS_NOTHING
+
+
+_DRIVER_ARMS_NOTHING = AttemptFaults()
 
 
 @dataclass(frozen=True)

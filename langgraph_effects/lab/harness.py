@@ -271,24 +271,27 @@ def run_cell(
             result.non_terminal = audit.non_terminal
             result.audit = dict(audit.details)
         if strategy.check is not None:
+            counts = {name: getattr(result, name) for name in _REPORTED_COUNTS}
             report = CellReport(
-                files=files,
-                provider_mode=cell.provider,
-                crash_point=point.name,
-                intended=result.intended,
-                faulted=result.faulted,
-                kills=result.kills,
-                sends=result.sends,
-                effects=result.effects,
-                sent_to_review=result.sent_to_review,
-                reviews_answered=result.reviews_answered,
-                tool_errors=result.tool_errors,
-                audit=audit,
+                files=files, provider_mode=cell.provider, crash_point=point.name, audit=audit, **counts
             )
             result.check_failures = list(strategy.check(report))
     provider.close()
     result.seconds = round(time.perf_counter() - started, 3)
     return result
+
+
+#: The counts a strategy's own check reads (:class:`CellReport`), as the cell's result has them.
+_REPORTED_COUNTS = (
+    "intended",
+    "faulted",
+    "kills",
+    "sends",
+    "effects",
+    "sent_to_review",
+    "reviews_answered",
+    "tool_errors",
+)
 
 
 class _Timing:

@@ -8,8 +8,8 @@ one short ``BEGIN IMMEDIATE ... COMMIT`` in WAL mode with ``synchronous=FULL``, 
 an effect that was committed survives the caller's SIGKILL a microsecond later.
 The lab's parent process reads the same file afterwards to count.
 
-One :class:`Provider` class covers the five effect contracts (:mod:`langgraph_effects.contract`), chosen by
-``mode``:
+One :class:`Provider` class covers the five provider contracts (what a provider can
+tell about a call after a crash; see the README), chosen by ``mode``:
 
 ``dedup``
     Stripe-like idempotency keys. The first response for a key (errors

@@ -16,8 +16,9 @@ duplicate deliveries also meet) and ``B`` are inside ``client.send``.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
@@ -81,57 +82,49 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
 
 def build_record_after(ctx: BuildContext) -> ToolNode:
     """Send, then record completion; a re-run skips a call already recorded."""
-    client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
-
-    @tool(TOOL_NAME)
-    async def send_notification(
-        operation: str,
-        body: str,
-        tool_call_id: Annotated[str, InjectedToolCallId],
-        config: RunnableConfig,
-    ) -> str:
-        """Send one notification."""
-        marker = call_identity(config, tool_call_id)
-        done = markers.get(marker)
-        if done is not None:
-            return f"already sent {done}"
-        receipt = await client.asend({"operation": operation, "body": body})
-        faults.reach("C")
-        markers.put(marker, receipt.effect_id)
-        return f"sent {receipt.effect_id}"
-
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return _with_marker(ctx, claim_first=False)
 
 
 def build_record_before(ctx: BuildContext) -> ToolNode:
     """Record first, then send; a re-run treats the record as completion."""
+    return _with_marker(ctx, claim_first=True)
+
+
+def _with_marker(ctx: BuildContext, *, claim_first: bool) -> ToolNode:
+    """A tool that keeps a local completion marker per call (written before the send too,
+    as ``claimed``, when ``claim_first``) and skips a call already marked."""
     client, faults, markers = ctx.client, ctx.faults, LocalMarkers(ctx.files.local)
 
-    @tool(TOOL_NAME)
-    async def send_notification(
-        operation: str,
-        body: str,
-        tool_call_id: Annotated[str, InjectedToolCallId],
-        config: RunnableConfig,
-    ) -> str:
-        """Send one notification."""
-        marker = call_identity(config, tool_call_id)
+    async def send(request: dict[str, Any], marker: str) -> str:
         done = markers.get(marker)
         if done is not None:
             return f"already sent {done}"
-        markers.put(marker, "claimed")
-        receipt = await client.asend({"operation": operation, "body": body})
+        if claim_first:
+            markers.put(marker, "claimed")
+        receipt = await client.asend(request)
         faults.reach("C")
         markers.put(marker, receipt.effect_id)
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return _per_call(ctx, send)
 
 
 def build_provider_key(ctx: BuildContext) -> ToolNode:
     """Send under a stable idempotency key to a provider that deduplicates."""
     client, faults = ctx.client, ctx.faults
 
+    async def send(request: dict[str, Any], key: str) -> str:
+        receipt = await client.asend(request, key=key)
+        faults.reach("C")
+        return f"sent {receipt.effect_id}"
+
+    return _per_call(ctx, send)
+
+
+def _per_call(ctx: BuildContext, send: Callable[[dict[str, Any], str], Awaitable[str]]) -> ToolNode:
+    """A ToolNode whose tool hands ``send`` the request and the call's identity
+    (:func:`call_identity`, stable across a resume of the same call)."""
+
     @tool(TOOL_NAME)
     async def send_notification(
         operation: str,
@@ -140,10 +133,7 @@ def build_provider_key(ctx: BuildContext) -> ToolNode:
         config: RunnableConfig,
     ) -> str:
         """Send one notification."""
-        key = call_identity(config, tool_call_id)
-        receipt = await client.asend({"operation": operation, "body": body}, key=key)
-        faults.reach("C")
-        return f"sent {receipt.effect_id}"
+        return await send({"operation": operation, "body": body}, call_identity(config, tool_call_id))
 
     return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 

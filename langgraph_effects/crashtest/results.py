@@ -1,0 +1,170 @@
+"""What a crash test found: one :class:`RunResult` per faulted run, and the :class:`CrashReport`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .worker import ToolCall
+
+
+@dataclass
+class RunResult:
+    """One faulted run: a fresh thread, faulted once, resumed until it finished."""
+
+    point: str
+    call: int | None
+    """The control run's call (1-based) the fault was aimed at; ``None`` for random kills."""
+    tool: str | None
+    thread_id: str
+    expected: int
+    effects: int | None = None
+    """The probe's count for the thread once the run ended."""
+    reviews: int = 0
+    """Review rounds answered from the probe."""
+    processes: int = 0
+    kills: int = 0
+    fault_reached: bool = False
+    finished: bool = False
+    errors: list[str] = field(default_factory=list)
+    """What the graph raised along the way (a fault's timeout, a lost race)."""
+    problem: str | None = None
+    """Why the run could not be completed (it then decides nothing but exit code 5)."""
+    kill_after: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def duplicates(self) -> int:
+        """Effects beyond the control run's."""
+        return max(0, (self.effects or 0) - self.expected) if self.effects is not None else 0
+
+    @property
+    def missing(self) -> int:
+        """Effects the control run made that this thread lacks."""
+        return max(0, self.expected - self.effects) if self.effects is not None else 0
+
+    @property
+    def label(self) -> str:
+        """``point at call N (tool)``, or the random kill's moment."""
+        if self.call is None:
+            return f"{self.point} (kill after {self.kill_after or 0.0:.2f} s)"
+        return f"{self.point} at call {self.call} ({self.tool})"
+
+    def outcome(self) -> str:
+        """One word: ``exact``, ``duplicated``, ``lost``, ``both`` or ``broken``."""
+        if self.problem is not None:
+            return "broken"
+        if self.duplicates and self.missing:
+            return "both"
+        if self.duplicates:
+            return "duplicated"
+        if self.missing:
+            return "lost"
+        return "exact"
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as JSON-ready data, with its duplicates, missing and outcome."""
+        row = asdict(self)
+        row.update(duplicates=self.duplicates, missing=self.missing, outcome=self.outcome())
+        return row
+
+
+@dataclass
+class CrashReport:
+    """What :func:`crashtest` found; ``duplicates`` and ``missing`` sum over the runs."""
+
+    factory: str
+    probe: str
+    control_thread: str
+    expected: int
+    """Effects the probe counted for the control run's thread (no fault)."""
+    calls: list[ToolCall]
+    engine_points: list[str]
+    """Engine fault points the control run passed (empty: the graph does not use the package)."""
+    points: list[str]
+    runs: list[RunResult]
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """Requested points that ran nothing, and why."""
+    control_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def duplicates(self) -> int:
+        """Duplicated effects, summed over the faulted runs."""
+        return sum(r.duplicates for r in self.runs)
+
+    @property
+    def missing(self) -> int:
+        """Lost effects, summed over the faulted runs."""
+        return sum(r.missing for r in self.runs)
+
+    @property
+    def broken(self) -> list[RunResult]:
+        """The runs that could not be completed (see :attr:`RunResult.problem`)."""
+        return [r for r in self.runs if r.problem is not None]
+
+    @property
+    def ok(self) -> bool:
+        """Every faulted run ended with exactly the control run's effects."""
+        return not self.duplicates and not self.missing and not self.broken
+
+    @property
+    def exit_code(self) -> int:
+        """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be made."""
+        if self.duplicates or self.missing:
+            return 1
+        return 5 if self.broken else 0
+
+    def matrix(self) -> dict[str, dict[str, RunResult]]:
+        """``{point: {column: run}}``; columns are ``"1"``, ``"2"`` … per call, or the random run's number."""
+        out: dict[str, dict[str, RunResult]] = {}
+        for run in self.runs:
+            column = str(run.call) if run.call is not None else str(len(out.get(run.point, {})) + 1)
+            out.setdefault(run.point, {})[column] = run
+        return out
+
+    def verdict(self) -> str:
+        """One line: does the graph keep exactly its effects through every fault?"""
+        n = len(self.runs)
+        if not n:
+            return "crashtest: no faulted run was made (the control run made no tool call?)"
+        dup = [r for r in self.runs if r.duplicates]
+        lost = [r for r in self.runs if r.missing]
+        if dup or lost:
+            parts = []
+            if dup:
+                parts.append(f"{len(dup)} of {n} faulted runs duplicated effects ({self.duplicates} extra)")
+            if lost:
+                parts.append(f"{len(lost)} of {n} lost effects ({self.missing} missing)")
+            return f"crashtest: NOT crash-safe: {'; '.join(parts)}."
+        if self.broken:
+            return (
+                f"crashtest: {len(self.broken)} of {n} runs could not be completed "
+                f"({self.broken[0].problem}); the others kept exactly {self.expected} effect(s)."
+            )
+        return (
+            f"crashtest: crash-safe on every fault tried: all {n} faulted runs ended with exactly "
+            f"the control run's {self.expected} effect(s)."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``--json`` writes: the summary, the control run's calls and every run."""
+        return {
+            "factory": self.factory,
+            "probe": self.probe,
+            "control_thread": self.control_thread,
+            "expected": self.expected,
+            "calls": [asdict(c) for c in self.calls],
+            "engine_points": self.engine_points,
+            "points": self.points,
+            "not_applicable": self.not_applicable,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "broken": len(self.broken),
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "verdict": self.verdict(),
+            "control_seconds": round(self.control_seconds, 3),
+            "seconds": round(self.seconds, 3),
+            "runs": [r.to_json() for r in self.runs],
+        }
