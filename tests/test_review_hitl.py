@@ -232,3 +232,23 @@ async def test_a_replayed_approval_answer_is_not_read_as_a_review_verdict(tmp_pa
     assert op is None and not state.interrupts
     [message] = tool_messages(state)
     assert message.status != "error" and "r1" in str(message.artifact or message.content)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_checkpoints_hold_no_package_types(tmp_path: Path, kind: str) -> None:
+    # Evidence travels into checkpoints (the review interrupt, the landed message's
+    # artifact). LangGraph's serializer warns on, and will refuse, types it was not told
+    # about: what we put there must be plain JSON values.
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, _ = await paused_at_review(spec, saver, provider)
+        answer = {"decisions": [{"type": "respond", "message": '{"effect_id": "eff_1"}'}]}
+        await agent.ainvoke(Command(resume=answer), CONFIG)
+        blobs: list[bytes] = []
+        async for saved in saver.alist(CONFIG):
+            blobs.append(saver.serde.dumps_typed(saved.checkpoint)[1])
+            blobs += [saver.serde.dumps_typed(value)[1] for _, _, value in saved.pending_writes or []]
+    assert len(blobs) > 3
+    assert not [b for b in blobs if b"langgraph_effects" in b]
