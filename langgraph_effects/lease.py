@@ -168,6 +168,12 @@ def _hold(token: str) -> str | None:
     return str(final)
 
 
+@cache
+def _own_start(pid: int) -> float:
+    # Keyed by pid: a forked child asks again for its own.
+    return process_start_time(pid) or 0.0
+
+
 def new_owner() -> Owner:
     """An owner for one dispatch by this process, provably live until :func:`release`."""
     token = uuid.uuid4().hex
@@ -176,7 +182,7 @@ def new_owner() -> Owner:
     return Owner(
         host=_host(),
         pid=pid,
-        started=process_start_time(pid) or 0.0,
+        started=_own_start(pid),
         token=token,
         lock=_hold(token),
     )
@@ -295,12 +301,14 @@ def owner_alive(owner: Owner) -> bool | None:
     """
     if owner.host != _host():
         return None
+    if owner.pid == os.getpid() and owner.started == _own_start(owner.pid):
+        # Our own dispatch: this process's record decides, not the lock file, whose
+        # removal (release_soon) may still be on its way.
+        return holds(owner)
     if owner.lock:
         verdict = _probe(owner.lock)
         if verdict is not None:
             return verdict
-    if owner.pid == os.getpid():
-        return holds(owner)
     start = process_start_time(owner.pid)
     if start is None:
         try:
