@@ -3,7 +3,9 @@
 Worker A dispatches and stalls mid-send (SIGSTOP, or an event loop blocked by
 ``time.sleep`` in an async tool) past its lease; worker B resumes the same thread.
 Effects are counted at a provider that keeps its own records; the ledger's audit
-trail says who sent.
+trail says who sent. A and B resumed the thread from the same checkpoint, so once A
+saved the next one, B's save is refused (``ThreadConflictError``, one runner per
+thread): the lease keeps B from sending, the fence keeps it from forking the thread.
 """
 
 from __future__ import annotations
