@@ -149,7 +149,12 @@ async def test_an_approval_for_another_payload_is_refused(request: pytest.Fixtur
     # Each attempt a fresh owner, all released at the end: a held owner is
     # process-wide state and would read as a live dispatch to the tests after this one.
     owners: list[Owner] = []
-    request.addfinalizer(lambda: [release(o) for o in owners])
+
+    def release_all() -> None:
+        for o in owners:
+            release(o)
+
+    request.addfinalizer(release_all)
 
     def dispatch(args_hash: str | None, approval_id: str | None, kind: str = "approval") -> Change:
         evidence = {"kind": kind, "decision": "approve", "args_hash": args_hash}
