@@ -24,10 +24,10 @@ from langgraph_effects import (
     State,
 )
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.lease import new_owner
+from langgraph_effects.lease import new_owner, release
 from langgraph_effects.middleware import EffectMiddleware
 from langgraph_effects.node import EffectToolNode
-from langgraph_effects.operation import Change, Event
+from langgraph_effects.operation import Change, Event, Owner
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -131,7 +131,7 @@ async def test_edit_is_a_new_operation_with_the_edited_payload(tmp_path: Path) -
         assert provider.count_requests("apply") == 1
 
 
-async def test_an_approval_for_another_payload_is_refused() -> None:
+async def test_an_approval_for_another_payload_is_refused(request: pytest.FixtureRequest) -> None:
     ledger = InMemoryLedger()
     op = Operation(
         op_id="op_gated",
@@ -146,10 +146,20 @@ async def test_an_approval_for_another_payload_is_refused() -> None:
     )
     [stored] = await ledger.record_intents([op])
     lease = time.time() + 30
+    # Each attempt a fresh owner, all released at the end: a held owner is
+    # process-wide state and would read as a live dispatch to the tests after this one.
+    owners: list[Owner] = []
+
+    def release_all() -> None:
+        for o in owners:
+            release(o)
+
+    request.addfinalizer(release_all)
 
     def dispatch(args_hash: str | None, approval_id: str | None, kind: str = "approval") -> Change:
         evidence = {"kind": kind, "decision": "approve", "args_hash": args_hash}
-        return Change(Event.DISPATCH, owner=new_owner(), lease_expires_at=lease, evidence=evidence,
+        owners.append(new_owner())
+        return Change(Event.DISPATCH, owner=owners[-1], lease_expires_at=lease, evidence=evidence,
                       decision_id=approval_id, decision={"type": "approve", "args_hash": args_hash})
 
     with pytest.raises(ApprovalError, match="other arguments"):

@@ -3,7 +3,9 @@
 Worker A dispatches and stalls mid-send (SIGSTOP, or an event loop blocked by
 ``time.sleep`` in an async tool) past its lease; worker B resumes the same thread.
 Effects are counted at a provider that keeps its own records; the ledger's audit
-trail says who sent.
+trail says who sent. A and B resumed the thread from the same checkpoint, so once A
+saved the next one, B's save is refused (``ThreadConflictError``, one runner per
+thread): the lease keeps B from sending, the fence keeps it from forking the thread.
 """
 
 from __future__ import annotations
@@ -138,6 +140,27 @@ def lease_spec(tmp_path: Path, **kw: Any) -> LeaseSpec:
     )
 
 
+def only_a_sent(s: LeaseSpec, a_pid: int, out_a: dict[str, Any], out_b: dict[str, Any]) -> None:
+    """After A (the stalled sender) and B (its waiting resumer) both ended: one effect,
+    sent by A; B never sent. Both runs started from the same checkpoint, so only one
+    of them may save the next (one runner per thread): normally A, and B, once it
+    stopped waiting, is refused with ``ThreadConflictError``. If B's replay of A's
+    recorded outcome happens to save first, A is the one refused. Either way the
+    thread holds A's answer."""
+    assert effects(s) == 1 and provider_requests(s, "apply") == 1
+    assert (out_a["sends"], out_b["sends"]) == (1, 0)  # B's tool body never ran
+    [row] = ledger_rows(s)
+    assert row["state"] == "confirmed" and row["attempts"] == 1
+    assert json.loads(row["evidence"])["sender"]["pid"] == a_pid
+    assert [e["event"] for e in audit(s)] == ["intent", "succeed"]  # never lost, never re-sent
+    assert (out_a["outcome"], out_b["outcome"]) in {("ok", "refused"), ("refused", "ok")}
+    # The run that advanced the thread carries A's answer (B's only by replay).
+    winner = out_a if out_a["outcome"] == "ok" else out_b
+    [message] = [m for m in winner["messages"] if m["type"] == "tool"]
+    assert message["content"].endswith(f"by {a_pid}")
+    assert winner["messages"][-1]["content"] == "done"
+
+
 def test_paused_owner_on_the_same_host_is_waited_for(tmp_path: Path, workers: list[Worker]) -> None:
     """3a: A is SIGSTOPped mid-dispatch past its 2 s lease; B resumes and must wait
     (A's process is provably alive), not mark it lost, look it up and re-send."""
@@ -161,21 +184,14 @@ def test_paused_owner_on_the_same_host_is_waited_for(tmp_path: Path, workers: li
 
     os.kill(a_pid, signal.SIGCONT)
     out_a, out_b = a.result(), b.result()
-    assert effects(s) == 1
-    assert provider_requests(s, "apply") == 1
-    [row] = ledger_rows(s)
-    assert row["state"] == "confirmed" and row["attempts"] == 1
+    assert out_b["pid"] != a_pid
+    only_a_sent(s, a_pid, out_a, out_b)
     # Who sent: the ledger's result evidence names A's process.
+    [row] = ledger_rows(s)
     assert json.loads(row["evidence"]) == {
         "kind": "result",
         "sender": {"host": json.loads(row["evidence"])["sender"]["host"], "pid": a_pid},
     }
-    assert [e["event"] for e in audit(s)] == ["intent", "succeed"]  # never lost, never re-sent
-    # B replayed A's answer.
-    for out in (out_a, out_b):
-        [message] = [m for m in out["messages"] if m["type"] == "tool"]
-        assert message["content"].endswith(f"by {a_pid}")
-    assert out_b["pid"] != a_pid
 
 
 @pytest.mark.parametrize("other_host", [False, True], ids=["same-host", "other-host"])
@@ -184,11 +200,12 @@ def test_blocked_event_loop_does_not_lapse_the_lease(
 ) -> None:
     """3b: A's async tool blocks its event loop for several leases. On the same host B
     sees A alive; from another host B sees the lease kept fresh by A's heartbeat
-    thread. Either way B waits and there is exactly one effect."""
+    thread. Either way B waits, never sends, and there is exactly one effect."""
     s = lease_spec(tmp_path, contract="lookup", provider_mode="lookup", lease_seconds=1.0)
     a = Worker(replace(s, stall="block"), tmp_path, "a", host="host-a" if other_host else None)
     workers.append(a)
-    blocked_at = wait_for(Path(s.marker))["at"]
+    marker = wait_for(Path(s.marker))
+    a_pid, blocked_at = marker["pid"], marker["at"]
     [row] = ledger_rows(s)
     first_expiry = row["lease_expires_at"]
 
@@ -206,14 +223,7 @@ def test_blocked_event_loop_does_not_lapse_the_lease(
 
     Path(s.release).write_text("go")
     out_a, out_b = a.result(), b.result()
-    assert effects(s) == 1
-    [row] = ledger_rows(s)
-    assert row["state"] == "confirmed" and row["attempts"] == 1
-    assert [e["event"] for e in audit(s)] == ["intent", "succeed"]
-    assert json.loads(row["evidence"])["sender"]["pid"] == out_a["pid"]
-    for out in (out_a, out_b):
-        [message] = [m for m in out["messages"] if m["type"] == "tool"]
-        assert message["content"].endswith(f"by {out_a['pid']}")
+    only_a_sent(s, a_pid, out_a, out_b)
 
 
 # -- a failed intent commit ------------------------------------------------------------
@@ -268,6 +278,7 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
                 "WHEN NEW.contract = 'blind' BEGIN "
                 "SELECT RAISE(ABORT, 'attempt to write a readonly database'); END"
             )
+        held_before = set(lease._held)
         with pytest.raises(LedgerUnavailableError, match="read-only"):
             await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
 
@@ -275,7 +286,7 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
         assert op.tool == "send" and op.state.value == "dispatched"
         assert op.owner is not None and op.owner.pid == os.getpid()
         assert lease.owner_alive(op.owner) is False  # released: provably not running
-        assert not lease._held  # nothing of it is held in this process
+        assert set(lease._held) <= held_before  # nothing of this run is held in this process
         reserved_until = op.lease_expires_at
         assert reserved_until is not None and reserved_until > time.time() + 300
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from langgraph_effects.operation import Operation
 from langgraph_effects.operation import State as OpState
 from langgraph_effects.testing import ScriptedChatModel
 from tests.helpers.agent import State
+from tests.helpers.lease_leaks import released_leases
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 CALLS = [
@@ -181,6 +183,6 @@ def test_siblings_in_flight_keep_their_lease_sync(tmp_path: Path) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_locks() -> Any:
-    yield
-    assert not lease._held, "a dispatch lease was never released"
+def _no_leftover_locks() -> Iterator[None]:
+    with released_leases():
+        yield

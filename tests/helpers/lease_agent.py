@@ -1,6 +1,10 @@
 """A worker whose tool can stall mid-dispatch, for the lease tests: ``python -m
-tests.helpers.lease_agent SPEC_JSON`` prints one JSON line (the messages the model
-saw, and this worker's pid).
+tests.helpers.lease_agent SPEC_JSON`` prints one JSON line: the thread's messages
+once the run ended, this worker's pid, ``outcome`` (``ok``, or ``refused`` when the
+checkpoint saver refused the run with
+:class:`~langgraph_effects.errors.ThreadConflictError` because another runner
+already moved the thread on) and ``sends`` (how many times the tool body reached
+the provider in this process).
 
 The tool writes ``<marker>`` once its lease is confirmed and it is about to send,
 then stalls the way the spec says:
@@ -32,6 +36,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.context import current_operation
+from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import Spec as AgentSpec
@@ -52,7 +57,7 @@ class LeaseSpec:
     resume: bool = False
 
 
-def send_tool(spec: LeaseSpec, provider: Provider) -> BaseTool:
+def send_tool(spec: LeaseSpec, provider: Provider, sends: list[str]) -> BaseTool:
     @tool
     async def send(operation: str) -> str:
         """Send the notification for ``operation``."""
@@ -65,20 +70,21 @@ def send_tool(spec: LeaseSpec, provider: Provider) -> BaseTool:
             while not Path(spec.release).exists():
                 time.sleep(0.02)  # the bug under test: a blocked event loop
         key = op.provider_key if spec.provider_mode != "blind" else None
+        sends.append(operation)
         receipt = provider.apply({"operation": operation}, key=key)
         return f"sent {receipt.effect_id} by {os.getpid()}"
 
     return send
 
 
-def build(spec: LeaseSpec, saver: Any, provider: Provider) -> Any:
+def build(spec: LeaseSpec, saver: Any, provider: Provider, sends: list[str]) -> Any:
     agent = AgentSpec(db=spec.db, provider=spec.provider, contract=spec.contract, thread=spec.thread)
     builder = StateGraph(State)
     builder.add_node("model", model_for(agent))
     builder.add_node(
         "tools",
         EffectToolNode(
-            [send_tool(spec, provider)],
+            [send_tool(spec, provider, sends)],
             effects=effect_for(agent, provider),
             lease_seconds=spec.lease_seconds,
         ),
@@ -96,11 +102,16 @@ async def run(spec: LeaseSpec) -> dict[str, Any]:
     config: Any = {"configurable": {"thread_id": spec.thread}}
     async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
-        graph = build(spec, saver, provider)
+        sends: list[str] = []
+        graph = build(spec, saver, provider, sends)
         payload = None if spec.resume else {"messages": [HumanMessage("go")]}
-        await graph.ainvoke(payload, config, durability="sync")
+        try:
+            await graph.ainvoke(payload, config, durability="sync")
+            outcome = "ok"
+        except ThreadConflictError:  # the other runner saved first: one runner per thread
+            outcome = "refused"
         out = describe(None, await graph.aget_state(config))
-    out["pid"] = os.getpid()
+    out.update(pid=os.getpid(), outcome=outcome, sends=len(sends))
     return out
 
 
