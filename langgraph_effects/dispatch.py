@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -31,31 +32,23 @@ log = logging.getLogger("langgraph_effects")
 _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not retries)
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class CallDriver:
     """The per-call half of a :class:`~langgraph_effects.engine.Session`."""
 
-    def __init__(
-        self,
-        *,
-        ledger: Ledger,
-        settings: Settings,
-        config: Mapping[str, Any],
-        scope: Scope,
-        calls: dict[str, _Call],
-    ) -> None:
-        self.ledger = ledger
-        self.settings = settings
-        self.config = config
-        self.scope = scope
-        self.calls = calls
-        self._batch_refs: dict[str, int] = {}
-        self._batch_owners: dict[str, Owner] = {}
-        self._review: dict[str, _Call] = {}
-        self._approval: dict[str, _Call] = {}
-        self._fresh: list[_Call] = []
-        self._source: Source | None = None
-        self._closed = False
-        self._reading: asyncio.Future[dict[str, Operation]] | None = None
+    ledger: Ledger
+    settings: Settings
+    config: Mapping[str, Any]
+    scope: Scope
+    calls: dict[str, _Call]
+    _batch_refs: dict[str, int] = field(default_factory=dict, init=False)
+    _batch_owners: dict[str, Owner] = field(default_factory=dict, init=False)
+    _review: dict[str, _Call] = field(default_factory=dict, init=False)
+    _approval: dict[str, _Call] = field(default_factory=dict, init=False)
+    _fresh: list[_Call] = field(default_factory=list, init=False)
+    _source: Source | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
+    _reading: asyncio.Future[dict[str, Operation]] | None = field(default=None, init=False)
 
     # -- the row the ledger kept ----------------------------------------------------
 
