@@ -47,6 +47,7 @@ from .actions import (
 )
 from .asking import HumanQuestions
 from .binding import (
+    Coordinates,
     Source,
     durable_source,
     history_of,
@@ -154,19 +155,16 @@ class Session(HumanQuestions):
             sync_checkpointer=sync_checkpointer,
         )
         keys = call_keys or {}
+        at = Coordinates(settings, scope, thread_id, namespace, config)
 
         calls: dict[str, _Call] = {}
         for tool_call in tool_calls:
             call_id = str(tool_call["id"])
             calls[call_id] = new_call(
                 tool_call,
-                settings=settings,
-                scope=scope,
-                thread_id=thread_id,
-                namespace=namespace,
+                at=at,
                 source=source,
                 task_id=task_id,
-                config=config,
                 message_id=anchors.get(call_id),
                 call_key=keys.get(call_id),
             )
