@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 
 from . import _faults, identity, lease, messages, protocol
-from .actions import Action, Execute, NeedsReview, Raise, Replay, Settings, _Call
+from .actions import Action, Answer, Execute, Settings, _Call
 from .binding import Source
 from .context import OperationInfo
 from .errors import (
@@ -73,7 +73,7 @@ class CallDriver:
         """What the call should do now, moving its operation as evidence allows."""
         c = self.calls[call_id]
         if c.conflict is not None:
-            return Replay(
+            return Answer(
                 ToolMessage(
                     content=c.conflict,
                     name=c.tool,
@@ -92,15 +92,15 @@ class CallDriver:
             if isinstance(step, protocol.Replay):
                 self._review.pop(call_id, None)
                 self._approval.pop(call_id, None)
-                return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+                return Answer(messages.replay(op, tool_call_id=call_id, tool=c.tool))
             if isinstance(step, protocol.Review):
                 self._review[call_id] = c
-                return NeedsReview(
+                return Answer(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
             if isinstance(step, protocol.Approve):
                 self._approval[call_id] = c
-                return NeedsReview(
+                return Answer(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
             if isinstance(step, protocol.Dispatch):
@@ -175,13 +175,13 @@ class CallDriver:
         if protocol.after_record(moved, outcome) == "reconcile":
             return await self.begin(call_id)
         if isinstance(outcome, protocol.Succeeded):
-            return Replay(messages.decorate(output, c.op))
+            return Answer(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
-            return Raise(error) if output is None and error is not None else Replay(
+            return Answer(error=error) if output is None and error is not None else Answer(
                 messages.decorate(shown, c.op)
             )
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
-        return Raise(error) if output is None and error is not None else Replay(output)
+        return Answer(error=error) if output is None and error is not None else Answer(output)
 
     async def _record_late(self, c: _Call, outcome: protocol.Outcome, token: str) -> None:
         """Another worker took the operation over while our tool ran: what it did is
@@ -232,7 +232,7 @@ class CallDriver:
                 continue
             await self._stand_down(c)
 
-    async def _stand_down(self, c: _Call) -> Replay:
+    async def _stand_down(self, c: _Call) -> Answer:
         """The node is over (an interrupt, an error) and this call's tool never ran:
         hand a lease it holds back (``withdraw``: provably nothing was sent), so a
         resume sends it afresh without reconciling or waiting. Its answer is never
@@ -245,7 +245,7 @@ class CallDriver:
                 )
         finally:
             self._release(c)
-        return Replay(
+        return Answer(
             ToolMessage(
                 content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
                 name=c.tool,

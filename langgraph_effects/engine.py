@@ -37,10 +37,8 @@ from typing import Any
 from . import _private, identity, lease
 from .actions import (
     Action,
+    Answer,
     Execute,
-    NeedsReview,
-    Raise,
-    Replay,
     Settings,
     _Call,
     by_id,
@@ -81,12 +79,10 @@ from .operation import Change, Event, EvidenceKind, Owner, State
 # Callers import these from here; they live in the modules named in the docstring.
 __all__ = [
     "Action",
+    "Answer",
     "AsyncExecutor",
     "Execute",
-    "NeedsReview",
     "PortalRun",
-    "Raise",
-    "Replay",
     "Session",
     "Settings",
     "Source",
