@@ -62,12 +62,14 @@ class HumanQuestions(CallDriver):
         if isinstance(answer, EffectAnswer):
             answer = answer.root
         if isinstance(answer, DecisionsAnswer):
-            if self._answered_before(round_no):
+            if self._answered_since(round_no):
                 # Positional answers name no operation: on a re-run LangGraph hands the
                 # ``round_no``-th answer back to whatever question comes ``round_no``-th,
-                # which may list other operations. One that was already applied here is
-                # stale; the operations still open are asked again.
-                log.info("HITL answer %d was applied in an earlier run; not re-applied", round_no)
+                # which may list other operations. If this round or a later one already
+                # recorded an answer, this one was read in an earlier run (applied, or
+                # ignored as not fitting the question then asked): reading it against
+                # today's shorter list would settle the wrong operation.
+                log.info("HITL answer %d was read in an earlier run; not re-applied", round_no)
                 return 0
             if self._approval:
                 approval = approval_answer(answer)
@@ -86,15 +88,16 @@ class HumanQuestions(CallDriver):
         root = answer.root if isinstance(answer, ReviewAnswer) else answer
         return await self.decide(root, round_no=round_no)
 
-    def _answered_before(self, round_no: int) -> bool:
-        """Whether a verdict or approval of round ``round_no`` is already recorded on one of
-        this node's operations (decision ids carry the round)."""
-        prefixes = (f"review:{round_no}:", f"approval:{round_no}:")
-        return any(
-            decision_id.startswith(prefixes)
-            for c in self.calls.values()
-            for decision_id, _ in c.op.decisions
-        )
+    def _answered_since(self, round_no: int) -> bool:
+        """Whether a verdict or approval of round ``round_no`` or a later round is already
+        recorded on one of this node's operations (decision ids carry the round)."""
+        for c in self.calls.values():
+            for decision_id, _ in c.op.decisions:
+                kind, _, rest = decision_id.partition(":")
+                recorded, _, _ = rest.partition(":")
+                if kind in ("review", "approval") and recorded.isdigit() and int(recorded) >= round_no:
+                    return True
+        return False
 
     def approvals(self) -> list[Operation]:
         """Operations waiting for an approval before their first dispatch, in call order."""

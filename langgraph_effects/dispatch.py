@@ -87,7 +87,7 @@ class CallDriver:
                 return await self._stand_down(c)
             op = c.op
             step = protocol.next_step(
-                op, token=self._token(c), alive=self._alive(c), now=time.time()
+                op, token=self._token(c), alive=await self._alive(c), now=time.time()
             )
             if isinstance(step, protocol.Replay):
                 self._review.pop(call_id, None)
@@ -291,7 +291,7 @@ class CallDriver:
         decision_id: str | None = None,
         decision: Mapping[str, Any] | None = None,
     ) -> None:
-        owner = lease.new_owner()
+        owner = await lease.new_owner_async()
         try:
             moved = await self._move(
                 c,
@@ -306,13 +306,13 @@ class CallDriver:
                 expected=c.op.version,
             )
         except BaseException:
-            lease.release(owner)
+            lease.release_soon(owner)
             raise
         if moved:
             c.owner = owner
             c.batch_token = None
         else:
-            lease.release(owner)
+            lease.release_soon(owner)
 
     async def _move(self, c: _Call, change: Change, *, expected: int | None = None) -> bool:
         """Apply one transition; on a lost race, reload and let the caller look again."""
@@ -344,7 +344,7 @@ class CallDriver:
             await asyncio.sleep(delay)
             c.op = await self._reload(c)
             if c.op.version != start_version or protocol.holder_gone(
-                c.op, alive=self._alive(c), now=time.time()
+                c.op, alive=await self._alive(c), now=time.time()
             ):
                 return
             delay = min(delay * 2, 1.0)
@@ -352,12 +352,13 @@ class CallDriver:
     def _token(self, c: _Call) -> str | None:
         return c.owner.token if c.owner is not None else None
 
-    def _alive(self, c: _Call) -> bool | None:
-        """Same-host liveness of the lease holder, when the protocol needs it (I/O)."""
+    async def _alive(self, c: _Call) -> bool | None:
+        """Same-host liveness of the lease holder, when the protocol needs it (file
+        I/O, so off the event loop)."""
         op = c.op
         if op.owner is None or not protocol.needs_liveness(op, self._token(c)):
             return None
-        return lease.owner_alive(op.owner)
+        return await lease.owner_alive_async(op.owner)
 
     async def _still_ours(self, c: _Call) -> bool:
         """The last check before the tool runs: the ledger must still name this dispatch
@@ -448,9 +449,9 @@ class CallDriver:
             left = self._batch_refs.get(token, 1) - 1
             self._batch_refs[token] = left
             if left <= 0:
-                lease.release(self._batch_owners.pop(token, owner))
+                lease.release_soon(self._batch_owners.pop(token, owner))
             return
-        lease.release(owner)
+        lease.release_soon(owner)
 
 
 def _is_error_message(output: Any) -> bool:

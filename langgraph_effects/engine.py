@@ -257,7 +257,7 @@ class Session(HumanQuestions):
         owner: Owner | None = None
         try:
             if direct:
-                owner = lease.new_owner()
+                owner = await lease.new_owner_async()
                 change = Change(
                     Event.DISPATCH,
                     owner=owner,
@@ -273,7 +273,7 @@ class Session(HumanQuestions):
                         c.batch_token = owner.token
                         self._batch_refs[owner.token] = self._batch_refs.get(owner.token, 0) + 1
                 if not self._batch_refs.get(owner.token):
-                    lease.release(owner)
+                    lease.release_soon(owner)
             if staged:
                 stored = by_id(await self.ledger.record_intents([c.op for c in staged]))
                 for c in staged:
@@ -286,7 +286,7 @@ class Session(HumanQuestions):
             if owner is not None:
                 self._batch_refs.pop(owner.token, None)
                 self._batch_owners.pop(owner.token, None)
-                lease.release(owner)
+                lease.release_soon(owner)
             raise
         self._fresh = []
 

@@ -23,6 +23,7 @@ still be taken over (README, "Leases").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -35,6 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -58,6 +60,8 @@ def _forget_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
     _held.clear()
+    global _releaser
+    _releaser = None
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -164,6 +168,12 @@ def _hold(token: str) -> str | None:
     return str(final)
 
 
+@cache
+def _own_start(pid: int) -> float:
+    # Keyed by pid: a forked child asks again for its own.
+    return process_start_time(pid) or 0.0
+
+
 def new_owner() -> Owner:
     """An owner for one dispatch by this process, provably live until :func:`release`."""
     token = uuid.uuid4().hex
@@ -172,25 +182,85 @@ def new_owner() -> Owner:
     return Owner(
         host=_host(),
         pid=pid,
-        started=process_start_time(pid) or 0.0,
+        started=_own_start(pid),
         token=token,
         lock=_hold(token),
     )
 
 
+def _forget(owner: Owner) -> int | None:
+    """Drop ``owner`` from this process's held dispatches (memory only, never blocks);
+    the descriptor still holding its flock, if any."""
+    with _held_lock:
+        return _held.pop(owner.token, None)
+
+
+def _discard(path: str | None, fd: int) -> None:
+    # Unlink first, then unlock: a resumer then finds it missing or free, never held.
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    os.close(fd)
+
+
 def release(owner: Owner | None) -> None:
-    """The dispatch this owner stood for is over (whatever its outcome)."""
+    """The dispatch this owner stood for is over (whatever its outcome).
+
+    Blocking (file-system calls): from a coroutine use :func:`release_soon`.
+    """
     if owner is None:
         return
+    fd = _forget(owner)
+    if fd is not None:
+        _discard(owner.lock, fd)
+
+
+#: One thread for lock-file releases from event-loop code: in order, off the loop.
+#: Made on first use, and afresh in a forked child (its parent's thread is not there).
+_releaser: ThreadPoolExecutor | None = None
+
+
+def _release_thread() -> ThreadPoolExecutor:
+    global _releaser
     with _held_lock:
-        fd = _held.pop(owner.token, None)
-    if fd is None:
+        if _releaser is None:
+            _releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-effects-lease")
+        return _releaser
+
+
+def release_soon(owner: Owner | None) -> None:
+    """:func:`release` for event-loop code: never blocks, never awaits (safe in a
+    ``finally`` of a cancelled task). The process stops holding the dispatch at once
+    (:func:`holds` is ``False``); its lock file is unlinked and unlocked on a worker
+    thread a moment later, so until then a resumer sees it running and waits, which
+    errs on the safe side. A process that exits first drops the lock with its death.
+    """
+    if owner is None:
         return
-    # Unlink first, then unlock: a resumer then finds it missing or free, never held.
-    if owner.lock:
-        with contextlib.suppress(OSError):
-            os.unlink(owner.lock)
-    os.close(fd)
+    fd = _forget(owner)
+    if fd is not None:
+        _release_thread().submit(_discard, owner.lock, fd)
+
+
+async def new_owner_async() -> Owner:
+    """:func:`new_owner` off the event loop (it creates and locks a file).
+
+    Cancelled while the file is being made, the owner is released as soon as it
+    exists, so no dispatch of this process is left looking alive for ever.
+    """
+    made = asyncio.get_running_loop().run_in_executor(None, new_owner)
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        made.add_done_callback(
+            lambda f: None if f.cancelled() or f.exception() else release_soon(f.result())
+        )
+        raise
+
+
+async def owner_alive_async(owner: Owner) -> bool | None:
+    """:func:`owner_alive` off the event loop (it opens and locks a file)."""
+    return await asyncio.to_thread(owner_alive, owner)
 
 
 def holds(owner: Owner) -> bool:
@@ -231,12 +301,14 @@ def owner_alive(owner: Owner) -> bool | None:
     """
     if owner.host != _host():
         return None
+    if owner.pid == os.getpid() and owner.started == _own_start(owner.pid):
+        # Our own dispatch: this process's record decides, not the lock file, whose
+        # removal (release_soon) may still be on its way.
+        return holds(owner)
     if owner.lock:
         verdict = _probe(owner.lock)
         if verdict is not None:
             return verdict
-    if owner.pid == os.getpid():
-        return holds(owner)
     start = process_start_time(owner.pid)
     if start is None:
         try:

@@ -183,8 +183,7 @@ class Change:
 
     event: Event
     evidence: Mapping[str, Any] | None = None
-    """What justified it: ``{"kind": "result" | "error" | "lookup" | "dedup" | "verdict"
-    | "lease" | "timeout", ...}``."""
+    """What justified it: ``{"kind": EvidenceKind, ...}``, stored as plain JSON values."""
     owner: Owner | None = None
     lease_expires_at: float | None = None
     result_type: str | None = None
@@ -197,6 +196,24 @@ class Change:
     """For a takeover (``lose`` by lease): the lease expiry the taker saw. A heartbeat
     renews a lease without a new version, so the taker also compares this: a lease
     renewed since is still its owner's and the takeover is refused as stale."""
+
+    def __post_init__(self) -> None:
+        # Evidence reaches checkpoints (message artifacts, interrupt values), whose
+        # serializer should see plain JSON values, never this package's enum types.
+        if self.evidence is not None:
+            object.__setattr__(self, "evidence", plain(self.evidence))
+
+
+def plain(value: Any) -> Any:
+    """``value`` with enum members replaced by their values, mappings by dicts and
+    sequences by lists: what JSON would give back."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

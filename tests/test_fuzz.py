@@ -41,7 +41,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -703,6 +703,12 @@ def verdicts(trail: list[Any]) -> int:
 
 
 @settings(FUZZ, max_examples=120)
+@example(  # a positional answer that did not fit, then one operation settled by id: on the
+    # re-sent answer the first one must not be re-read against the shorter review
+    sequence=[("by_interrupt", {"decisions": [{"type": "approve"}]}),
+              ("by_interrupt", {"review0": {"type": "landed"}})],
+    hexes=["0" * 32, "1" * 32],
+)
 @given(sequence=st.lists(answers(), min_size=1, max_size=3), hexes=st.lists(
     st.text(alphabet="0123456789abcdef", min_size=32, max_size=32), min_size=2, max_size=2))
 def test_generated_review_answers(sequence: list[tuple[str, Any]], hexes: list[str]) -> None:

@@ -5,7 +5,9 @@
   provider's own records hold one invoice.
 * Every command of "When something crashed" runs, in order, as subprocesses against a
   real SQLite file, with ``examples/support_agent.py`` as the agent; the exit codes and
-  the ids it prints are the README's, and the providers hold one effect each.
+  first lines are the README's, and so are the ids it prints up to renaming (operation
+  ids differ per run: each README id stands for the run's id that appears in the same
+  place, one to one); the providers hold one effect each.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -81,30 +84,89 @@ def first_line(text: str) -> str:
     return " ".join(line.strip(" │╭╮╰╯─").split())
 
 
-def test_when_something_crashed_runs_as_printed(tmp_path: Path) -> None:
-    commands = commands_of(readme_section("When something crashed"))
-    assert commands and commands[0][0] == "python support_agent.py crash", commands[:1]
-    assert any("recover --graph support_agent:make_graph" in c for c, _ in commands)
-    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+IDS = re.compile(r"\b(?:op|lge)_[0-9a-f]{32}\b")
+# The console's first stderr line says where it connects, naming the run's absolute
+# directory; the README leaves it out (its prose describes it).
+NOTICE = re.compile(r"^langgraph-effects: (?:opening|reading) .*\n?", flags=re.M)
+
+
+def crash_walkthrough() -> str:
+    """The steps of "When something crashed", without its reference subsections (their
+    commands need a Postgres database named in the text)."""
+    return readme_section("When something crashed").split("\n### ", 1)[0]
+
+
+def ids_in_order(text: str) -> list[str]:
+    """The operation ids and provider keys of ``text``, each once, by first appearance."""
+    return list(dict.fromkeys(IDS.findall(text)))
+
+
+@dataclass
+class Ran:
+    """One README command as run: the command with this run's ids, what it printed."""
+
+    command: str
+    printed: str  # under the command in the README
+    output: str  # stdout + stderr of the run
+    returncode: int
+
+
+def run_section(section: str, cwd: Path) -> tuple[list[Ran], dict[str, str]]:
+    """Run every ``$ command`` of ``section`` in ``cwd`` (holding ``support_agent.py``).
+
+    Ids differ per run, so each id the README shows is mapped onto the id the run prints
+    in its place: per command, the README's new ids and the run's new ids, both by first
+    appearance, pair up in order (prefix and count must agree, the mapping stays one to
+    one); a command is run with the README's ids replaced by the run's. Returns the runs
+    and the mapping (README id -> run id).
+    """
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "COLUMNS": WIDTH,
     }
     env.pop("LANGGRAPH_EFFECTS_DB", None)
-    for command, printed in commands:
+    ids: dict[str, str] = {}
+    ran: list[Ran] = []
+    for command, printed in commands_of(section):
+        unknown = [token for token in ids_in_order(command) if token not in ids]
+        assert not unknown, f"$ {command}: uses {unknown}, which no earlier output printed"
+        actual = IDS.sub(lambda m: ids[m.group(0)], command)
         run = subprocess.run(
-            shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+            shlex.split(actual), cwd=cwd, env=env, capture_output=True, text=True, timeout=240
         )
-        output = run.stdout + run.stderr
-        expected_code = 3 if printed.lstrip().startswith("error:") else 0
-        assert run.returncode == expected_code, f"$ {command}\n{output[-3000:]}"
-        assert first_line(output) == first_line(printed), f"$ {command}\n{output[-3000:]}"
-        for token in sorted(set(re.findall(r"\b(?:op|lge)_[0-9a-f]{32}\b", printed))):
-            assert token in output, (
-                f"$ {command}: the README shows {token}, this run did not print it (regenerate the "
-                f"section from a run of examples/support_agent.py):\n{output[-3000:]}"
-            )
+        output = NOTICE.sub("", run.stdout + run.stderr, count=1)
+        shown = [token for token in ids_in_order(printed) if token not in ids]
+        seen = set(ids.values())
+        new = [token for token in ids_in_order(output) if token not in seen]
+        assert [t.split("_")[0] for t in new] == [t.split("_")[0] for t in shown], (
+            f"$ {actual}: the README shows new ids {shown}, this run printed {new} (regenerate "
+            f"the section from a run of examples/support_agent.py):\n{output[-3000:]}"
+        )
+        ids.update(zip(shown, new, strict=True))
+        ran.append(Ran(actual, printed, output, run.returncode))
+    return ran, ids
+
+
+def test_when_something_crashed_runs_as_printed(tmp_path: Path) -> None:
+    section = crash_walkthrough()
+    commands = commands_of(section)
+    assert commands and commands[0][0] == "python support_agent.py crash", commands[:1]
+    assert any("recover --graph support_agent:make_graph" in c for c, _ in commands)
+    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+    ran, ids = run_section(section, tmp_path)
+    readme_id = {run_id: shown for shown, run_id in ids.items()}
+    assert len(readme_id) == len(ids), ids  # one to one
+    for r in ran:
+        output = IDS.sub(lambda m: readme_id.get(m.group(0), m.group(0)), r.output)
+        expected_code = 3 if r.printed.lstrip().startswith("error:") else 0
+        assert r.returncode == expected_code, f"$ {r.command}\n{r.output[-3000:]}"
+        assert first_line(output) == first_line(r.printed), f"$ {r.command}\n{r.output[-3000:]}"
+        # The ids the README prints under the command, this run printed in the same order.
+        assert ids_in_order(output) == ids_in_order(r.printed), (
+            f"$ {r.command}: the README shows {ids_in_order(r.printed)} (regenerate the section "
+            f"from a run of examples/support_agent.py):\n{r.output[-3000:]}"
+        )
     helpdesk = Provider(tmp_path / "helpdesk.sqlite", "blind")
     billing = Provider(tmp_path / "billing.sqlite", "dedup")
     assert len(helpdesk.effects()) == 1 and helpdesk.count_requests("apply") == 1  # never re-sent

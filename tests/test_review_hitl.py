@@ -232,3 +232,55 @@ async def test_a_replayed_approval_answer_is_not_read_as_a_review_verdict(tmp_pa
     assert op is None and not state.interrupts
     [message] = tool_messages(state)
     assert message.status != "error" and "r1" in str(message.artifact or message.content)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_checkpoints_hold_no_package_types(tmp_path: Path, kind: str) -> None:
+    # Evidence travels into checkpoints (the review interrupt, the landed message's
+    # artifact). LangGraph's serializer warns on, and will refuse, types it was not told
+    # about: what we put there must be plain JSON values.
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, _ = await paused_at_review(spec, saver, provider)
+        answer = {"decisions": [{"type": "respond", "message": '{"effect_id": "eff_1"}'}]}
+        await agent.ainvoke(Command(resume=answer), CONFIG)
+        blobs: list[bytes] = []
+        async for saved in saver.alist(CONFIG):
+            blobs.append(saver.serde.dumps_typed(saved.checkpoint)[1])
+            blobs += [saver.serde.dumps_typed(value)[1] for _, _, value in saved.pending_writes or []]
+    assert len(blobs) > 3
+    assert not [b for b in blobs if b"langgraph_effects" in b]
+async def test_an_ignored_positional_answer_is_not_applied_when_the_review_shrinks(
+    tmp_path: Path,
+) -> None:
+    # Round 0 answers a review of two operations with one positional decision: it does
+    # not fit and is ignored. Round 1 settles the first operation by id. Every later
+    # resume re-runs the node, and LangGraph hands the round-0 answer back to round 0,
+    # where only the second operation is still under review: read again, "approve"
+    # would now fit and re-send a blind effect nobody said was missing. (EffectToolNode
+    # only: under create_agent each call is its own task with its own one-item review.)
+    spec = blind_spec(tmp_path, "graph", calls=2)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        first, second = (e["operation_id"] for e in pending.value["operations"])
+        await agent.ainvoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), CONFIG)
+        [pending] = (await agent.aget_state(CONFIG)).interrupts
+        assert [e["operation_id"] for e in pending.value["operations"]] == [first, second]
+        by_id = {pending.id: {first: {"type": "landed"}}}
+        await agent.ainvoke(Command(resume=by_id), CONFIG)
+        await agent.ainvoke(Command(resume=by_id), CONFIG)  # the same answer again
+        [pending] = (await agent.aget_state(CONFIG)).interrupts
+        assert [e["operation_id"] for e in pending.value["operations"]] == [second]
+        op = await saver.ledger.get(second)
+        assert op is not None and op.state is State.REVIEW and not op.decisions
+        assert provider.count_requests("apply") == 2  # the two first attempts only
+        await agent.ainvoke(Command(resume={pending.id: {second: {"type": "landed"}}}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        ops = [await saver.ledger.get(i) for i in (first, second)]
+    assert not state.interrupts
+    assert [op.state for op in ops if op] == [State.CONFIRMED, State.CONFIRMED]
+    assert provider.count_requests("apply") == 2

@@ -104,7 +104,7 @@ def _render_list(
     console.print(table)
     if len(ops) >= limit:
         console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
-    console.print(Text(f"\nInspect one: {target.command('show', shlex.quote(ops[0].op_id))}", style="dim"))
+    console.print(Text(f"\nInspect one: {target.command('show', shlex.quote(ops[0].op_id))}", style="dim"), soft_wrap=True)
 
 
 def _wide_table(ops: list[Operation], now: float) -> Table:
@@ -243,7 +243,8 @@ def _render_view(view: OperationView, *, now: float, target: Target, tenant: str
     console.print()
     console.print(_audit_table(view.audit, now=now))
     console.print()
-    console.print(_next_steps(view, target, tenant))
+    # soft_wrap: each hint stays one line, so it can be pasted as printed
+    console.print(_next_steps(view, target, tenant), soft_wrap=True)
 
 
 def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:

@@ -1,0 +1,60 @@
+"""The dispatch lease's lock-file work stays off the event loop.
+
+``langgraph dev`` fails a run whose code makes a blocking call on the event loop
+(blockbuster); ``tests/test_langgraph_server.py`` caught the lease's ``flock`` files
+doing so (``tempfile.gettempdir`` -> ``os.getcwd``, ``mkdir``, ``open``, ``rename``,
+``unlink``). The same detector, without a server: the async entry points pass
+under it, the blocking ones are caught by it (so the check has teeth), and
+same-host liveness is still proved by the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from blockbuster import BlockBuster, BlockingError, blockbuster_ctx
+
+from langgraph_effects import lease
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def detector() -> Iterator[BlockBuster]:
+    with blockbuster_ctx() as bb:
+        yield bb
+
+
+async def _gone(path: Path) -> None:
+    for _ in range(500):
+        if not await asyncio.to_thread(path.exists):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{path} was never released")
+
+
+async def test_lease_entry_points_do_not_block_the_loop(runtime_dir: Path, detector: BlockBuster) -> None:
+    owner = await lease.new_owner_async()
+    assert owner.lock is not None and Path(owner.lock).parent == runtime_dir
+    assert await lease.owner_alive_async(owner) is True  # held by our flock
+
+    lease.release_soon(owner)
+    assert not lease.holds(owner)  # forgotten at once
+    await _gone(Path(owner.lock))
+    assert await lease.owner_alive_async(owner) is False  # the dispatch is provably over
+
+
+async def test_the_blocking_call_is_caught(runtime_dir: Path, detector: BlockBuster) -> None:
+    """The check has teeth: the synchronous entry point fails under the detector, as
+    it did in ``langgraph dev`` (``os.open`` and ``flock`` themselves are not on the
+    detector's list, so ``owner_alive`` cannot be caught this way; it moved anyway)."""
+    with pytest.raises(BlockingError):
+        lease.new_owner()
+    assert not await asyncio.to_thread(lambda: list(runtime_dir.glob("*.lock")))  # nothing made

@@ -1,0 +1,40 @@
+"""The package stays a code base a newcomer can change: no module over 700 lines and
+no function over 80, in ``langgraph_effects/`` (issue 14's limits, kept by a test)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "langgraph_effects"
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_module_is_over_the_limit() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in _modules()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these modules (over {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_no_function_is_over_the_limit() -> None:
+    long: dict[str, int] = {}
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}"] = lines
+    assert not long, f"split these functions (over {MAX_FUNCTION_LINES} lines): {long}"
+
+
+def test_the_limits_are_measured_on_the_package() -> None:
+    # Guards the two tests above against passing vacuously (a moved package, a bad path).
+    assert len(_modules()) > 40
