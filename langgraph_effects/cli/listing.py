@@ -104,7 +104,8 @@ def _render_list(
     console.print(table)
     if len(ops) >= limit:
         console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
-    console.print(Text(f"\nInspect one: {target.command('show', shlex.quote(ops[0].op_id))}", style="dim"), soft_wrap=True)
+    inspect = target.command("show", shlex.quote(ops[0].op_id))
+    console.print(Text(f"\nInspect one: {inspect}", style="dim"), soft_wrap=True)
 
 
 def _wide_table(ops: list[Operation], now: float) -> Table:
