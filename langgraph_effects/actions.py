@@ -8,8 +8,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-
 from . import identity, lease
 from .context import OperationInfo
 from .contract import BLIND, Effect
@@ -51,13 +49,6 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class Replay:
-    """Answer the call with this output; nothing is sent."""
-
-    output: Any
-
-
-@dataclass(frozen=True)
 class Execute:
     """Run the tool now, under this operation's lease."""
 
@@ -65,20 +56,16 @@ class Execute:
 
 
 @dataclass(frozen=True)
-class NeedsReview:
-    """Evidence cannot settle the call: the node must ask an operator."""
+class Answer:
+    """The call is settled for now: nothing is sent. It returns ``output`` (a recorded
+    outcome, or the placeholder of a call that waits for a human), or raises ``error``
+    (the tool's own exception, recorded, as ToolNode would propagate it)."""
 
-    placeholder: ToolMessage
-
-
-@dataclass(frozen=True)
-class Raise:
-    """Propagate the tool's exception (ToolNode semantics), after recording it."""
-
-    error: BaseException
+    output: Any = None
+    error: BaseException | None = None
 
 
-Action = Replay | Execute | NeedsReview | Raise
+Action = Answer | Execute
 
 
 @dataclass

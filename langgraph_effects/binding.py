@@ -14,7 +14,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from . import _private, identity
 from .actions import Settings, _Call
-from .contract import Effect
 from .errors import (
     DurabilityError,
 )
@@ -178,17 +177,20 @@ def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
     )
 
 
+@dataclass(frozen=True)
+class Coordinates:
+    """What every operation id of a round derives from besides the call and its turn:
+    the node's options, the tenant scope, the thread, the namespace and the run config."""
+
+    settings: Settings
+    scope: Scope
+    thread_id: str
+    namespace: str
+    config: Mapping[str, Any]
+
+
 def identify(
-    tool_call: Mapping[str, Any],
-    *,
-    effect: Effect,
-    settings: Settings,
-    scope: Scope,
-    thread_id: str,
-    namespace: str,
-    turn: str,
-    config: Mapping[str, Any],
-    call_key: str | None = None,
+    tool_call: Mapping[str, Any], *, at: Coordinates, turn: str, call_key: str | None = None
 ) -> tuple[str, str, str]:
     """(operation id, provider key, args hash) of one call.
 
@@ -198,12 +200,13 @@ def identify(
     :class:`Source` turn of the checkpoint the call's task was prepared from;
     ``call_key`` tells the calls of that turn apart (default: the ``tool_call_id``).
     """
+    effect = at.settings.effect_for(str(tool_call["name"]))
     args = dict(tool_call.get("args") or {})
-    digest = identity.args_hash(args, key=settings.hash_key)
+    digest = identity.args_hash(args, key=at.settings.hash_key)
     if effect.key is not None:
-        provider_key = str(effect.key(args, config))
+        provider_key = str(effect.key(args, at.config))
         return (
-            identity.logical_operation_id(tenant=scope.tenant, provider_key=provider_key),
+            identity.logical_operation_id(tenant=at.scope.tenant, provider_key=provider_key),
             provider_key,
             digest,
         )
@@ -212,8 +215,8 @@ def identify(
     # must find the same operation (then refuse to re-send under the changed scope),
     # not mint a new one and send again.
     op_id = identity.operation_id(
-        thread_id=thread_id,
-        namespace=namespace,
+        thread_id=at.thread_id,
+        namespace=at.namespace,
         turn=turn,
         call_key=call_key if call_key is not None else str(tool_call["id"]),
         args_hash=digest,
@@ -224,35 +227,21 @@ def identify(
 def new_call(
     tool_call: Mapping[str, Any],
     *,
-    settings: Settings,
-    scope: Scope,
-    thread_id: str,
-    namespace: str,
+    at: Coordinates,
     source: Source | None,
     task_id: str,
-    config: Mapping[str, Any],
     message_id: str | None,
     call_key: str | None,
 ) -> _Call:
     """One call bound to the operation its coordinates derive (not yet in the ledger)."""
     call_id = str(tool_call["id"])
     tool = str(tool_call["name"])
-    effect = settings.effect_for(tool)
+    effect = at.settings.effect_for(tool)
     args = dict(tool_call.get("args") or {})
     # Without a checkpointer nothing is durable to anchor on; the task id is the
     # best there is (stable across a RetryPolicy retry only).
     turn = source.turn if source is not None else "t:" + task_id
-    op_id, provider_key, digest = identify(
-        tool_call,
-        effect=effect,
-        settings=settings,
-        scope=scope,
-        thread_id=thread_id,
-        namespace=namespace,
-        turn=turn,
-        config=config,
-        call_key=call_key,
-    )
+    op_id, provider_key, digest = identify(tool_call, at=at, turn=turn, call_key=call_key)
     extra: dict[str, Any] = {"turn": turn}
     if source is not None and source.origin is not None:
         extra["origin"] = source.origin
@@ -260,16 +249,16 @@ def new_call(
         extra["approval"] = "required"
     op = Operation(
         op_id=op_id,
-        thread_id=thread_id,
+        thread_id=at.thread_id,
         tool=tool,
         tool_call_id=call_id,
         args=identity.redact(args, effect.secret_fields),
         args_hash=digest,
         provider_key=provider_key,
         contract=effect.kind,
-        checkpoint_ns=namespace,
-        tenant=scope.tenant,
-        policy_version=scope.policy_version,
+        checkpoint_ns=at.namespace,
+        tenant=at.scope.tenant,
+        policy_version=at.scope.policy_version,
         message_id=message_id,
         task_id=task_id or None,
         checkpoint_id=source.checkpoint_id if source else None,

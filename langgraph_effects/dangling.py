@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from . import _private, identity, messages
 from .actions import Settings
-from .binding import history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from .binding import Coordinates, history_of, identify, read_checkpoint, scope_from, turn_of_saved
 from .ledger.base import Ledger
 from .operation import Operation
 from .reconcile import Scope
@@ -119,11 +119,8 @@ class _Finder:
         return self.fingerprints[: index + 1]
 
     def op_id(self, call: Mapping[str, Any], turn: str) -> str:
-        effect = self.settings.effect_for(call["name"])
-        op_id, _, _ = identify(
-            call, effect=effect, settings=self.settings, scope=self.scope, thread_id=self.thread_id,
-            namespace=self.namespace, turn=turn, config=self.config,
-        )
+        at = Coordinates(self.settings, self.scope, self.thread_id, self.namespace, self.config)
+        op_id, _, _ = identify(call, at=at, turn=turn)
         return op_id
 
     def from_this_turn(self, index: int, saved: Any) -> bool:

@@ -9,12 +9,13 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 
 from . import _faults, identity, lease, messages, protocol
-from .actions import Action, Execute, NeedsReview, Raise, Replay, Settings, _Call
+from .actions import Action, Answer, Execute, Settings, _Call
 from .binding import Source
 from .context import OperationInfo
 from .errors import (
@@ -31,31 +32,23 @@ log = logging.getLogger("langgraph_effects")
 _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not retries)
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class CallDriver:
     """The per-call half of a :class:`~langgraph_effects.engine.Session`."""
 
-    def __init__(
-        self,
-        *,
-        ledger: Ledger,
-        settings: Settings,
-        config: Mapping[str, Any],
-        scope: Scope,
-        calls: dict[str, _Call],
-    ) -> None:
-        self.ledger = ledger
-        self.settings = settings
-        self.config = config
-        self.scope = scope
-        self.calls = calls
-        self._batch_refs: dict[str, int] = {}
-        self._batch_owners: dict[str, Owner] = {}
-        self._review: dict[str, _Call] = {}
-        self._approval: dict[str, _Call] = {}
-        self._fresh: list[_Call] = []
-        self._source: Source | None = None
-        self._closed = False
-        self._reading: asyncio.Future[dict[str, Operation]] | None = None
+    ledger: Ledger
+    settings: Settings
+    config: Mapping[str, Any]
+    scope: Scope
+    calls: dict[str, _Call]
+    _batch_refs: dict[str, int] = field(default_factory=dict, init=False)
+    _batch_owners: dict[str, Owner] = field(default_factory=dict, init=False)
+    _review: dict[str, _Call] = field(default_factory=dict, init=False)
+    _approval: dict[str, _Call] = field(default_factory=dict, init=False)
+    _fresh: list[_Call] = field(default_factory=list, init=False)
+    _source: Source | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
+    _reading: asyncio.Future[dict[str, Operation]] | None = field(default=None, init=False)
 
     # -- the row the ledger kept ----------------------------------------------------
 
@@ -80,7 +73,7 @@ class CallDriver:
         """What the call should do now, moving its operation as evidence allows."""
         c = self.calls[call_id]
         if c.conflict is not None:
-            return Replay(
+            return Answer(
                 ToolMessage(
                     content=c.conflict,
                     name=c.tool,
@@ -99,15 +92,15 @@ class CallDriver:
             if isinstance(step, protocol.Replay):
                 self._review.pop(call_id, None)
                 self._approval.pop(call_id, None)
-                return Replay(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+                return Answer(messages.replay(op, tool_call_id=call_id, tool=c.tool))
             if isinstance(step, protocol.Review):
                 self._review[call_id] = c
-                return NeedsReview(
+                return Answer(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
             if isinstance(step, protocol.Approve):
                 self._approval[call_id] = c
-                return NeedsReview(
+                return Answer(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
                 )
             if isinstance(step, protocol.Dispatch):
@@ -182,13 +175,13 @@ class CallDriver:
         if protocol.after_record(moved, outcome) == "reconcile":
             return await self.begin(call_id)
         if isinstance(outcome, protocol.Succeeded):
-            return Replay(messages.decorate(output, c.op))
+            return Answer(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
-            return Raise(error) if output is None and error is not None else Replay(
+            return Answer(error=error) if output is None and error is not None else Answer(
                 messages.decorate(shown, c.op)
             )
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
-        return Raise(error) if output is None and error is not None else Replay(output)
+        return Answer(error=error) if output is None and error is not None else Answer(output)
 
     async def _record_late(self, c: _Call, outcome: protocol.Outcome, token: str) -> None:
         """Another worker took the operation over while our tool ran: what it did is
@@ -239,7 +232,7 @@ class CallDriver:
                 continue
             await self._stand_down(c)
 
-    async def _stand_down(self, c: _Call) -> Replay:
+    async def _stand_down(self, c: _Call) -> Answer:
         """The node is over (an interrupt, an error) and this call's tool never ran:
         hand a lease it holds back (``withdraw``: provably nothing was sent), so a
         resume sends it afresh without reconciling or waiting. Its answer is never
@@ -252,7 +245,7 @@ class CallDriver:
                 )
         finally:
             self._release(c)
-        return Replay(
+        return Answer(
             ToolMessage(
                 content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
                 name=c.tool,

@@ -37,16 +37,15 @@ from typing import Any
 from . import _private, identity, lease
 from .actions import (
     Action,
+    Answer,
     Execute,
-    NeedsReview,
-    Raise,
-    Replay,
     Settings,
     _Call,
     by_id,
 )
 from .asking import HumanQuestions
 from .binding import (
+    Coordinates,
     Source,
     durable_source,
     history_of,
@@ -80,12 +79,10 @@ from .operation import Change, Event, EvidenceKind, Owner, State
 # Callers import these from here; they live in the modules named in the docstring.
 __all__ = [
     "Action",
+    "Answer",
     "AsyncExecutor",
     "Execute",
-    "NeedsReview",
     "PortalRun",
-    "Raise",
-    "Replay",
     "Session",
     "Settings",
     "Source",
@@ -154,19 +151,16 @@ class Session(HumanQuestions):
             sync_checkpointer=sync_checkpointer,
         )
         keys = call_keys or {}
+        at = Coordinates(settings, scope, thread_id, namespace, config)
 
         calls: dict[str, _Call] = {}
         for tool_call in tool_calls:
             call_id = str(tool_call["id"])
             calls[call_id] = new_call(
                 tool_call,
-                settings=settings,
-                scope=scope,
-                thread_id=thread_id,
-                namespace=namespace,
+                at=at,
                 source=source,
                 task_id=task_id,
-                config=config,
                 message_id=anchors.get(call_id),
                 call_key=keys.get(call_id),
             )

@@ -38,7 +38,7 @@ own advice, naming its commands and flags, from the same attributes.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from .operation import Event, Operation, Owner
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 class EffectsError(Exception):
     """Base class of every error langgraph-effects raises on purpose."""
+
+    kind: ClassVar[str | None] = None
+    """What the console's ``--json`` error output calls it (``None``: by its exit code)."""
 
     def _record(self, message: str, **fields: Any) -> None:
         """Set the message and the attributes that say what the error is about."""
@@ -69,13 +72,19 @@ class DurabilityError(ConfigurationError):
 class LedgerError(EffectsError):
     """The durable operation store cannot be used."""
 
+    kind = "ledger_unavailable"
+
 
 class LedgerCorruptError(LedgerError):
     """The file is not a database, or holds tables under our names that we did not write."""
 
+    kind = "ledger_corrupt"
+
 
 class SchemaTooNewError(LedgerError):
     """The ledger was migrated by a newer langgraph-effects than the one running."""
+
+    kind = "schema_too_new"
 
     found: int
     supported: int
@@ -96,6 +105,8 @@ class SchemaBehindError(LedgerError):
     Only ``setup()`` migrates (the console's ``setup`` command runs it): a command
     that merely reads or decides never changes the schema behind the workers' backs.
     """
+
+    kind = "schema_behind"
 
     found: int
     needed: int
@@ -129,6 +140,8 @@ class TransitionError(EffectsError):
 class IllegalTransitionError(TransitionError):
     """The operation state machine does not allow this event in this state."""
 
+    kind = "illegal_transition"
+
     op_id: str
     state: str
     event: str
@@ -157,6 +170,8 @@ class ApprovalError(TransitionError):
 class StaleVersionError(TransitionError):
     """The operation moved on since the caller read it (compare-and-set failed)."""
 
+    kind = "stale_version"
+
     op_id: str
     expected: int
     actual: int
@@ -174,6 +189,8 @@ class StaleVersionError(TransitionError):
 class DecisionConflictError(TransitionError):
     """A decision id was reused with different content."""
 
+    kind = "decision_conflict"
+
     op_id: str
     decision_id: str
 
@@ -187,6 +204,8 @@ class DecisionConflictError(TransitionError):
 
 class OperationNotFoundError(TransitionError):
     """No operation with that id exists in this ledger (or in the caller's tenant)."""
+
+    kind = "not_found"
 
     op_id: str
 
@@ -242,6 +261,8 @@ class ThreadConflictError(EffectsError):
 class ReviewError(EffectsError):
     """An operator answer that cannot be applied (unknown operation, wrong shape)."""
 
+    kind = "bad_input"
+
 
 class MalformedToolCallError(EffectsError):
     """A model's effectful call that has no usable identity, so it was refused, never sent.
@@ -296,6 +317,8 @@ class LedgerNotFoundError(LedgerError):
     :attr:`schema`; a SQLite file without them; or no file at all).
     """
 
+    kind = "ledger_not_found"
+
     path: str
     empty: bool
     """The database exists but holds no ledger (always true for Postgres)."""
@@ -337,6 +360,8 @@ class LedgerNotFoundError(LedgerError):
 
 class LeaseLiveError(TransitionError):
     """The operation is ``dispatched`` under a live lease: someone is sending it right now."""
+
+    kind = "lease_live"
 
     op_id: str
     owner: Owner | None
@@ -391,6 +416,8 @@ class VerdictNotRecordedError(TransitionError):
     The operation is now ``unknown`` (:attr:`operation`, at a new version) and still
     waits for a verdict; :attr:`cause` says why the verdict was refused.
     """
+
+    kind = "verdict_not_recorded"
 
     operation: Operation
     cause: Exception

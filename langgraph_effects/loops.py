@@ -11,7 +11,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from .actions import Action, Execute, NeedsReview, Raise, Replay, Settings
+from .actions import Action, Answer, Execute, Settings
 from .context import running
 from .errors import (
     MalformedToolCallError,
@@ -29,13 +29,11 @@ PortalRun = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 def answer(action: Action) -> Any:
-    """The value a call returns for a final action (raising for ``Raise``)."""
-    if isinstance(action, Replay):
+    """The value a call returns for a final action (raising its ``error``, if any)."""
+    if isinstance(action, Answer):
+        if action.error is not None:
+            raise action.error
         return action.output
-    if isinstance(action, NeedsReview):
-        return action.placeholder
-    if isinstance(action, Raise):
-        raise action.error
     raise AssertionError(f"not a final action: {action!r}")  # pragma: no cover
 
 

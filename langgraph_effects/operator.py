@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from .errors import (
     LeaseLiveError,
@@ -227,54 +228,24 @@ class Resolution:
     """The state the operation was in when the operator decided."""
 
 
-async def resolve(
-    ledger: Ledger,
-    op_id: str,
-    decision: AnyDecision | Mapping[str, Any],
-    *,
-    expected_version: int,
-    decision_id: str | None = None,
-    actor: str,
-    tenant: str | None = None,
-    channel: Literal["console", "api"] = "api",
-) -> Operation:
-    """Record an operator's verdict on ``op_id``; returns the operation afterwards.
+P = ParamSpec("P")
+T = TypeVar("T")
 
-    ``decision`` is a review decision model or a mapping such as
-    ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
-    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects.review`).
 
-    Refusals change nothing:
+def _takes_arguments_of(
+    model: Callable[P, Any],
+) -> Callable[[Callable[..., Awaitable[T]]], Callable[P, Awaitable[T]]]:
+    """Give the decorated function ``model``'s parameters: for type checkers and for
+    ``inspect.signature``/``help()``; it must pass them on to ``model`` unchanged."""
 
-    * ``expected_version`` is not the operation's version:
-      :class:`~langgraph_effects.errors.StaleVersionError` (read it again);
-    * the operation is ``dispatched`` under a live lease: :class:`LeaseLiveError`
-      (someone is sending it right now);
-    * it is ``pending`` or terminal: :class:`NotResolvableError` (an
-      :class:`~langgraph_effects.errors.IllegalTransitionError`);
-    * ``decision_id`` was already used with other content:
-      :class:`~langgraph_effects.errors.DecisionConflictError`;
-    * with ``tenant``, an operation of another tenant:
-      :class:`~langgraph_effects.errors.OperationNotFoundError`.
+    def decorate(function: Callable[..., Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        returns = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.signature(model).replace(  # type: ignore[attr-defined]
+            return_annotation=returns
+        )
+        return function
 
-    The same ``decision_id`` with the same content again is a no-op that returns the
-    stored operation (safe to retry). A ``dispatched`` operation whose lease expired
-    (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
-    ``expected_version``), then decided at ``expected_version + 1``; if that second
-    write fails, :class:`VerdictNotRecordedError` says so (the operation is then
-    ``unknown``, waiting for a verdict at the new version).
-    """
-    report = await resolve_report(
-        ledger,
-        op_id,
-        decision,
-        expected_version=expected_version,
-        decision_id=decision_id,
-        actor=actor,
-        tenant=tenant,
-        channel=channel,
-    )
-    return report.operation
+    return decorate
 
 
 async def resolve_report(
@@ -313,6 +284,37 @@ async def resolve_report(
     return Resolution(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state
     )
+
+
+@_takes_arguments_of(resolve_report)
+async def resolve(*args: Any, **kwargs: Any) -> Operation:
+    """Record an operator's verdict on ``op_id``; returns the operation afterwards.
+
+    ``decision`` is a review decision model or a mapping such as
+    ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
+    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects.review`).
+
+    Refusals change nothing:
+
+    * ``expected_version`` is not the operation's version:
+      :class:`~langgraph_effects.errors.StaleVersionError` (read it again);
+    * the operation is ``dispatched`` under a live lease: :class:`LeaseLiveError`
+      (someone is sending it right now);
+    * it is ``pending`` or terminal: :class:`NotResolvableError` (an
+      :class:`~langgraph_effects.errors.IllegalTransitionError`);
+    * ``decision_id`` was already used with other content:
+      :class:`~langgraph_effects.errors.DecisionConflictError`;
+    * with ``tenant``, an operation of another tenant:
+      :class:`~langgraph_effects.errors.OperationNotFoundError`.
+
+    The same ``decision_id`` with the same content again is a no-op that returns the
+    stored operation (safe to retry). A ``dispatched`` operation whose lease expired
+    (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
+    ``expected_version``), then decided at ``expected_version + 1``; if that second
+    write fails, :class:`VerdictNotRecordedError` says so (the operation is then
+    ``unknown``, waiting for a verdict at the new version).
+    """
+    return (await resolve_report(*args, **kwargs)).operation
 
 
 async def _decide_lost(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,35 +29,41 @@ app = typer.Typer(
 
 # -- options ------------------------------------------------------------------------
 
+
+def _target_option(
+    flag: str, metavar: str, help: str, *, envvar: str | None = None, min: float | None = None
+) -> Any:
+    """One of the options naming the ledger (``--db``, ``--schema``, ``--connect-timeout``):
+    on the root (reading its environment variable) or on a command (overriding the root)."""
+    return typer.Option(flag, metavar=metavar, envvar=envvar, min=min, help=help, show_default=False)
+
+
 DbOption = Annotated[
     str | None,
-    typer.Option(
+    _target_option(
         "--db",
-        metavar="PATH|DSN",
-        help="Ledger: SQLite file path, or Postgres DSN (postgresql://... or host=... dbname=...). "
+        "PATH|DSN",
+        "Ledger: SQLite file path, or Postgres DSN (postgresql://... or host=... dbname=...). "
         f"Default: the global --db, or ${ENV_DB}.",
-        show_default=False,
     ),
 ]
 SchemaOption = Annotated[
     str | None,
-    typer.Option(
+    _target_option(
         "--schema",
-        metavar="NAME",
-        help=f"Postgres only: the schema holding the ledger's tables. Default: the global --schema, "
+        "NAME",
+        "Postgres only: the schema holding the ledger's tables. Default: the global --schema, "
         f"${ENV_SCHEMA}, or the search_path.",
-        show_default=False,
     ),
 ]
 TimeoutOption = Annotated[
     float | None,
-    typer.Option(
+    _target_option(
         "--connect-timeout",
-        metavar="SECONDS",
-        min=0.5,
-        help=f"Give up after this long connecting to Postgres, or waiting for SQLite's write lock "
+        "SECONDS",
+        "Give up after this long connecting to Postgres, or waiting for SQLite's write lock "
         f"(default {DEFAULT_CONNECT_TIMEOUT:g}, or ${ENV_CONNECT_TIMEOUT}).",
-        show_default=False,
+        min=0.5,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -72,34 +78,28 @@ def _root(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option(
-            "--db",
-            metavar="PATH|DSN",
-            envvar=ENV_DB,
-            help="Ledger: SQLite file path or postgresql:// DSN.",
-            show_default=False,
+        _target_option(
+            "--db", "PATH|DSN", "Ledger: SQLite file path or postgresql:// DSN.", envvar=ENV_DB
         ),
     ] = None,
     schema: Annotated[
         str | None,
-        typer.Option(
+        _target_option(
             "--schema",
-            metavar="NAME",
+            "NAME",
+            "Postgres only: the schema holding the ledger's tables (default: the search_path).",
             envvar=ENV_SCHEMA,
-            help="Postgres only: the schema holding the ledger's tables (default: the search_path).",
-            show_default=False,
         ),
     ] = None,
     connect_timeout: Annotated[
         float | None,
-        typer.Option(
+        _target_option(
             "--connect-timeout",
-            metavar="SECONDS",
+            "SECONDS",
+            "Give up after this long connecting to Postgres, or waiting for SQLite's write "
+            f"lock (default {DEFAULT_CONNECT_TIMEOUT:g}).",
             envvar=ENV_CONNECT_TIMEOUT,
             min=0.5,
-            help="Give up after this long connecting to Postgres, or waiting for SQLite's write "
-            f"lock (default {DEFAULT_CONNECT_TIMEOUT:g}).",
-            show_default=False,
         ),
     ] = None,
     json_output: JsonOption = False,

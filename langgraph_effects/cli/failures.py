@@ -57,24 +57,11 @@ def exit_code_for(error: BaseException) -> int:
 
 
 def error_kind(error: BaseException) -> str:
-    kinds: list[tuple[type[BaseException], str]] = [
-        (errors.VerdictNotRecordedError, "verdict_not_recorded"),
-        (errors.OperationNotFoundError, "not_found"),
-        (errors.StaleVersionError, "stale_version"),
-        (errors.DecisionConflictError, "decision_conflict"),
-        (errors.LeaseLiveError, "lease_live"),
-        (errors.IllegalTransitionError, "illegal_transition"),
-        (errors.LedgerNotFoundError, "ledger_not_found"),
-        (errors.LedgerCorruptError, "ledger_corrupt"),
-        (errors.SchemaTooNewError, "schema_too_new"),
-        (errors.SchemaBehindError, "schema_behind"),
-        (errors.LedgerError, "ledger_unavailable"),
-        (errors.ReviewError, "bad_input"),
-        (ValueError, "bad_input"),
-    ]
-    for cls, kind in kinds:
-        if isinstance(error, cls):
-            return kind
+    """The ``kind`` of the ``--json`` error output: the error's own, else by its type."""
+    if isinstance(error, errors.EffectsError) and error.kind is not None:
+        return error.kind
+    if isinstance(error, ValueError):
+        return "bad_input"
     return "ledger_unavailable" if exit_code_for(error) == EXIT_LEDGER else "internal"
 
 

@@ -16,14 +16,7 @@ import typer
 from rich.text import Text
 
 from ..exitcodes import HELP as EXIT_CODES_HELP
-from ..operator import (
-    DEFAULT_CONNECT_TIMEOUT,
-    describe_target,
-    has_password,
-    is_postgres_dsn,
-    open_ledger,
-    redact_dsn,
-)
+from ..ledger import opener
 from .app import ENV_DB, DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import BadInput, fail
 from .render import stderr
@@ -46,7 +39,7 @@ class Target:
         A DSN holding a password is shown with the password starred out (it is never
         printed): give the password to libpq through ``PGPASSWORD`` or ``~/.pgpass``.
         """
-        db = redact_dsn(self.db) if has_password(self.db) else self.db
+        db = opener.redact_dsn(self.db) if opener.has_password(self.db) else self.db
         parts = ["langgraph-effects", "--db", shlex.quote(db)]
         if self.schema:
             parts += ["--schema", shlex.quote(self.schema)]
@@ -73,7 +66,7 @@ def settings(
             use_json,
         )
     chosen_schema = schema or root.get("schema") or None
-    if chosen_schema is not None and not is_postgres_dsn(str(value)):
+    if chosen_schema is not None and not opener.is_postgres_dsn(str(value)):
         fail(
             BadInput(
                 f"--schema {chosen_schema} applies to a Postgres ledger only, and --db "
@@ -87,7 +80,7 @@ def settings(
     return Target(
         db=str(value),
         schema=chosen_schema,
-        timeout=float(chosen_timeout) if chosen_timeout is not None else DEFAULT_CONNECT_TIMEOUT,
+        timeout=float(chosen_timeout) if chosen_timeout is not None else opener.DEFAULT_CONNECT_TIMEOUT,
         json=use_json,
         from_env=from_env,
     )
@@ -141,8 +134,8 @@ def ledger_command(
 
 def connecting(target: Target, *, read_only: bool) -> None:
     """One line on stderr: where the console connects, so a hang or a typo is visible."""
-    where = describe_target(target.db, schema=target.schema)
-    if is_postgres_dsn(target.db):
+    where = opener.describe_target(target.db, schema=target.schema)
+    if opener.is_postgres_dsn(target.db):
         wait = f"connect timeout {target.timeout:g}s"
     elif read_only:
         wait = "read-only"
@@ -156,7 +149,7 @@ def connecting(target: Target, *, read_only: bool) -> None:
 async def open_target(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
     """The ledger for ``target`` (which must hold one): read-only for ``list``/``show``."""
     connecting(target, read_only=read_only)
-    async with open_ledger(
+    async with opener.open_ledger(
         target.db, read_only=read_only, schema=target.schema, connect_timeout=target.timeout
     ) as ledger:
         yield ledger
@@ -173,7 +166,7 @@ async def open_checkpointer(target: Target) -> AsyncIterator[Any]:
     async with open_target(target, read_only=False):
         pass  # refuses a missing file, a non-ledger, an unreachable server, an old schema
     db = target.db
-    if is_postgres_dsn(db):
+    if opener.is_postgres_dsn(db):
         from ..checkpoint.postgres import EffectPostgresSaver
 
         async with EffectPostgresSaver.from_conn_string(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._fields import pick
 from .worker import ToolCall
 
 
@@ -150,19 +151,11 @@ class CrashReport:
     def to_json(self) -> dict[str, Any]:
         """What ``--json`` writes: the summary, the control run's calls and every run."""
         return {
-            "factory": self.factory,
-            "probe": self.probe,
-            "control_thread": self.control_thread,
-            "expected": self.expected,
+            **pick(self, "factory", "probe", "control_thread", "expected"),
             "calls": [asdict(c) for c in self.calls],
-            "engine_points": self.engine_points,
-            "points": self.points,
-            "not_applicable": self.not_applicable,
-            "duplicates": self.duplicates,
-            "missing": self.missing,
+            **pick(self, "engine_points", "points", "not_applicable", "duplicates", "missing"),
             "broken": len(self.broken),
-            "ok": self.ok,
-            "exit_code": self.exit_code,
+            **pick(self, "ok", "exit_code"),
             "verdict": self.verdict(),
             "control_seconds": round(self.control_seconds, 3),
             "seconds": round(self.seconds, 3),

@@ -24,7 +24,15 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.prebuilt import ToolNode
 
-from .strategies import TOOL_NAME, BuildContext, Strategy, register, scenario_tools
+from .providers import ProviderMode
+from .strategies import (
+    TOOL_NAME,
+    BuildContext,
+    Strategy,
+    ToolsBuilder,
+    register,
+    scenario_tools,
+)
 
 
 class LocalMarkers:
@@ -138,32 +146,19 @@ def _per_call(ctx: BuildContext, send: Callable[[dict[str, Any], str], Awaitable
     return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
 
 
+# The four seed rows: (name, tools builder, provider mode, one line for ``--list``).
+_SEED_ROWS: tuple[tuple[str, ToolsBuilder, ProviderMode, str], ...] = (
+    ("retry-only", build_retry_only, "blind",
+     "plain ToolNode; resume re-runs the call, no key, no record"),
+    ("record-after", build_record_after, "blind",
+     "send, then write a local completion marker; skip if marked"),
+    ("record-before", build_record_before, "blind",
+     "write the marker, then send; skip if marked"),
+    ("provider-key", build_provider_key, "dedup",
+     "stable key (thread:tool_call_id) to a deduplicating provider"),
+)
+
 SEED_STRATEGIES: tuple[Strategy, ...] = tuple(
-    register(strategy)
-    for strategy in (
-        Strategy(
-            "retry-only",
-            build_retry_only,
-            providers=("blind",),
-            summary="plain ToolNode; resume re-runs the call, no key, no record",
-        ),
-        Strategy(
-            "record-after",
-            build_record_after,
-            providers=("blind",),
-            summary="send, then write a local completion marker; skip if marked",
-        ),
-        Strategy(
-            "record-before",
-            build_record_before,
-            providers=("blind",),
-            summary="write the marker, then send; skip if marked",
-        ),
-        Strategy(
-            "provider-key",
-            build_provider_key,
-            providers=("dedup",),
-            summary="stable key (thread:tool_call_id) to a deduplicating provider",
-        ),
-    )
+    register(Strategy(name, build, providers=(mode,), summary=summary))
+    for name, build, mode, summary in _SEED_ROWS
 )

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from .._fields import pick
 from ..ledger.base import AuditEntry
 from ..operation import Operation, State, needs_approval
 
@@ -166,16 +167,10 @@ class OperationReport:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (arguments and results are not included: use ``show``)."""
         return {
-            "op_id": self.op_id,
-            "tool": self.tool,
-            "tool_call_id": self.tool_call_id,
-            "contract": self.contract,
-            "provider_key": self.provider_key,
-            "new": self.new,
+            **pick(self, "op_id", "tool", "tool_call_id", "contract", "provider_key", "new"),
             "before": _state_json(self.before),
             "after": _state_json(self.after),
-            "how": self.how,
-            "detail": self.detail,
+            **pick(self, "how", "detail"),
             "steps": [step.to_json() for step in self.steps],
         }
 
@@ -219,12 +214,7 @@ class ThreadReport:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "thread_id": self.thread_id,
-            "tenant": self.tenant,
-            "action": self.action,
-            "reason": self.reason,
-            "outcome": self.outcome,
-            "error": self.error,
+            **pick(self, "thread_id", "tenant", "action", "reason", "outcome", "error"),
             "interrupts": list(self.interrupts),
             "awaiting_review": list(self.awaiting_review),
             "seconds": round(self.seconds, 3),
@@ -291,10 +281,7 @@ class RecoveryReport:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``langgraph-effects recover --json`` prints)."""
         return {
-            "ledger": self.ledger,
-            "dry_run": self.dry_run,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
+            **pick(self, "ledger", "dry_run", "started_at", "finished_at"),
             "options": dict(self.options),
             "nothing_to_do": self.nothing_to_do,
             "counts": self.counts(),
