@@ -48,6 +48,20 @@ def tool_messages(state: Any) -> list[ToolMessage]:
     return [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
 
 
+async def answered(tmp_path: Path, kind: str, decision: dict[str, Any]) -> tuple[Any, Any, Provider]:
+    """Pause a blind call at its review and answer it with one HITL ``decision``: the
+    thread's state after the answer, its operation as recorded, and the provider."""
+    spec = blind_spec(tmp_path, kind)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        await agent.ainvoke(Command(resume={pending.id: {"decisions": [decision]}}), CONFIG)
+        state = await agent.aget_state(CONFIG)
+        op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
+    return state, op, provider
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_review_interrupt_carries_the_hitl_request_shape(tmp_path: Path, kind: str) -> None:
     spec = blind_spec(tmp_path, kind)
@@ -72,16 +86,8 @@ async def test_review_interrupt_carries_the_hitl_request_shape(tmp_path: Path, k
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_respond_means_landed(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
-        answer = {"decisions": [{"type": "respond", "message": '{"effect_id": "eff_1"}'}]}
-        await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
-        state = await agent.aget_state(CONFIG)
-        op_id = pending.value["operations"][0]["operation_id"]
-        op = await saver.ledger.get(op_id)
+    respond = {"type": "respond", "message": '{"effect_id": "eff_1"}'}
+    state, op, provider = await answered(tmp_path, kind, respond)
     assert not state.interrupts
     [message] = tool_messages(state)
     assert message.status == "success"
@@ -94,16 +100,9 @@ async def test_respond_means_landed(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_approve_means_not_landed_and_sends_again(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
-        # "approve" in a review: the operator says it did not land; it is sent again,
-        # once, as the same operation.
-        await agent.ainvoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), CONFIG)
-        state = await agent.aget_state(CONFIG)
-        op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
+    # "approve" in a review: the operator says it did not land; it is sent again,
+    # once, as the same operation.
+    state, op, provider = await answered(tmp_path, kind, {"type": "approve"})
     assert not state.interrupts
     [message] = tool_messages(state)
     assert message.status == "success" and message.content.startswith("sent eff_")
@@ -113,15 +112,7 @@ async def test_approve_means_not_landed_and_sends_again(tmp_path: Path, kind: st
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_reject_means_abandon(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
-        answer = {"decisions": [{"type": "reject", "message": "customer cancelled"}]}
-        await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
-        state = await agent.aget_state(CONFIG)
-        op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
+    state, op, provider = await answered(tmp_path, kind, {"type": "reject", "message": "customer cancelled"})
     [message] = tool_messages(state)
     assert message.status == "error"
     assert "NOT confirmed" in message.content and "Reason: customer cancelled" in message.content
