@@ -83,6 +83,16 @@ class Load:
 
 
 @dataclass(frozen=True)
+class FindByPayload:
+    """The rows of ``thread_id`` with any of the (tool, args hash) ``pairs``, in any
+    order; answered with a list of :class:`Operation`."""
+
+    thread_id: str
+    pairs: tuple[tuple[str, str], ...]
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
 class InsertIfAbsent:
     """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken;
     answered with the ids actually inserted."""
@@ -133,7 +143,10 @@ class Execute:
     writes: ClassVar[bool] = True
 
 
-Step = Lock | Load | InsertIfAbsent | CompareAndSet | AppendAudit | OurTables | Fetch | Execute
+Step = (
+    Lock | Load | FindByPayload | InsertIfAbsent | CompareAndSet | AppendAudit | OurTables | Fetch
+    | Execute
+)
 Plan = Generator[Step, Any, T]
 """A unit of work that a backend runs as one transaction: it yields steps and
 receives their answers."""
@@ -236,6 +249,13 @@ def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:
     return (yield Load(tuple(op_ids)))  # type: ignore[no-any-return]
 
 
+def payload_plan(thread_id: str, pairs: Sequence[tuple[str, str]]) -> Plan[list[Operation]]:
+    """Rows of ``thread_id`` with any of the (tool, args hash) ``pairs``, in
+    :func:`listing_order` (no lock)."""
+    found = yield FindByPayload(thread_id, tuple(sorted(set(pairs))))
+    return listing_order(found)
+
+
 def version_plan(migrations_table: str) -> Plan[int | None]:
     """The schema version recorded (migrations applied), ``None`` without a ledger."""
     if "effect_migrations" not in (yield OurTables()):
@@ -322,6 +342,14 @@ class Ledger(abc.ABC):
 
     async def _read(self, plan: Plan[T]) -> T:
         """Run a plan that only reads (backends may skip the write transaction)."""
+        return await self._transact(plan)
+
+    async def transact(self, plan: Plan[T]) -> T:
+        """Run ``plan`` (a generator of this module's steps, e.g. composed of
+        :func:`load_plan`, :func:`payload_plan` and :func:`record_plan`) as **one**
+        transaction: committed if any step wrote, else rolled back. One round trip
+        to the database's connection where the backend can manage it, so a caller
+        that needs to read, decide and write pays for one transaction, not three."""
         return await self._transact(plan)
 
     async def record_intents(
@@ -421,13 +449,7 @@ class Ledger(abc.ABC):
         """
         if not payloads:
             return []
-        return listing_order(await self._find_by_payload(thread_id, sorted(set(payloads))))
-
-    @abc.abstractmethod
-    async def _find_by_payload(
-        self, thread_id: str, pairs: Sequence[tuple[str, str]]
-    ) -> list[Operation]:
-        """The rows of :meth:`find_by_payload` (distinct ``pairs``), in any order."""
+        return await self._read(payload_plan(thread_id, payloads))
 
     async def unresolved(
         self, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000

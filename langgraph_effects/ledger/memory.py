@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 from ..operation import Operation
@@ -12,6 +11,7 @@ from .base import (
     AppendAudit,
     AuditEntry,
     CompareAndSet,
+    FindByPayload,
     InsertIfAbsent,
     Ledger,
     Load,
@@ -57,6 +57,13 @@ class InMemoryLedger(Ledger):
             return self._ops.get(step.op_id)
         if isinstance(step, Load):
             return {i: self._ops[i] for i in step.op_ids if i in self._ops}
+        if isinstance(step, FindByPayload):
+            wanted = set(step.pairs)
+            return [
+                op
+                for op in self._ops.values()
+                if op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted
+            ]
         if isinstance(step, InsertIfAbsent):
             inserted = []
             for op in step.ops:
@@ -102,13 +109,3 @@ class InMemoryLedger(Ledger):
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         return list(self._audit.get(op_id, []))
-
-    async def _find_by_payload(
-        self, thread_id: str, pairs: Sequence[tuple[str, str]]
-    ) -> list[Operation]:
-        wanted = set(pairs)
-        return [
-            op
-            for op in self._ops.values()
-            if op.thread_id == thread_id and (op.tool, op.args_hash) in wanted
-        ]

@@ -275,6 +275,10 @@ class PostgresLedger(Ledger):
         self._audit = audit
         self._migrations_table = f"{prefix}effect_migrations"
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
+        self._payload_sql = (
+            f"SELECT * FROM {ops} WHERE thread_id = %s AND (tool, args_hash) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[]))"
+        )
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
         self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
         self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
@@ -406,6 +410,11 @@ class PostgresLedger(Ledger):
         if isinstance(step, base.Load):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
+        if isinstance(step, base.FindByPayload):
+            await cur.execute(self._payload_sql, [
+                step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]
+            ])
+            return [from_row(row) for row in await cur.fetchall()]
         if isinstance(step, base.InsertIfAbsent):
             return await self._insert(cur, step.ops)
         if isinstance(step, base.CompareAndSet):
@@ -553,16 +562,6 @@ class PostgresLedger(Ledger):
     async def audit(self, op_id: str) -> list[AuditEntry]:
         rows = await self._fetch(f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [op_id])
         return [audit_from_row(row) for row in rows]
-
-    async def _find_by_payload(
-        self, thread_id: str, pairs: Sequence[tuple[str, str]]
-    ) -> list[Operation]:
-        rows = await self._fetch(
-            f"SELECT * FROM {self._ops} WHERE thread_id = %s AND (tool, args_hash) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY updated_at, op_id",
-            [thread_id, [t for t, _ in pairs], [h for _, h in pairs]],
-        )
-        return [from_row(row) for row in rows]
 
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresLedger"]

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -319,27 +319,19 @@ class SqliteLedger(Ledger):
             ]
         )
 
-    async def _find_by_payload(
-        self, thread_id: str, pairs: Sequence[tuple[str, str]]
-    ) -> list[Operation]:
-        sql = "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ?"
-
-        def find(db: sqlite3.Connection) -> list[Operation]:
-            return [
-                from_row(r)
-                for tool, digest in pairs
-                for r in db.execute(sql, (thread_id, tool, digest))
-            ]
-
-        return await self._run(find)
-
-
 def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     """One storage primitive, in SQLite (inside the caller's transaction)."""
     if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
         return _select(db, [step.op_id]).get(step.op_id)
     if isinstance(step, base.Load):
         return _select(db, list(step.op_ids))
+    if isinstance(step, base.FindByPayload):
+        sql = "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ?"
+        return [
+            from_row(r)
+            for tool, digest in step.pairs
+            for r in db.execute(sql, (step.thread_id, tool, digest))
+        ]
     if isinstance(step, base.InsertIfAbsent):
         return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
     if isinstance(step, base.CompareAndSet):
