@@ -11,6 +11,7 @@ from typing import Any
 from . import identity, lease
 from .context import OperationInfo
 from .contract import BLIND, Effect
+from .heartbeat import Heartbeat
 from .operation import Operation, Owner
 
 
@@ -76,7 +77,7 @@ class _Call:
     effect: Effect
     op: Operation
     owner: Owner | None = None
-    heartbeat: lease.Heartbeat | asyncio.Task[None] | None = None
+    heartbeat: Heartbeat | asyncio.Task[None] | None = None
     running: bool = False
     """Between :meth:`Session.begin` answering ``Execute`` and the outcome being
     recorded: the tool may be on the wire, so its lease is kept until then."""

@@ -218,15 +218,6 @@ class HumanQuestions(CallDriver):
                 decision=content,
             )
 
-    async def _follow_edits(self) -> None:
-        """A call whose payload an approver edited now stands for the edited operation."""
-        for c in self.calls.values():
-            successor = (c.op.evidence or {}).get("superseded_by")
-            if c.op.state is State.ABANDONED and successor:
-                found = await self.ledger.get(str(successor))
-                if found is not None:
-                    c.op, c.args, c.edited = found, dict(found.args), True
-
     def edited_args(self, call_id: str) -> dict[str, Any] | None:
         """The arguments to send instead of the model's, when an approver edited them."""
         c = self.calls[call_id]

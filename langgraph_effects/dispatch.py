@@ -23,6 +23,7 @@ from .errors import (
     StaleVersionError,
     TransitionError,
 )
+from .heartbeat import Heartbeat
 from .ledger.base import Ledger
 from .operation import Change, Event, EvidenceKind, Operation, Owner
 from .reconcile import Scope, reconcile
@@ -368,6 +369,13 @@ class CallDriver:
         request leaves with that much time to spare. ``False`` (and our lease
         dropped) if it was taken over."""
         assert c.owner is not None
+        if protocol.ours(c.op, c.owner.token) and protocol.lease_to_spare(
+            c.op, now=time.time(), lease_seconds=self.settings.lease_seconds
+        ):
+            # ``c.op`` is the row our own dispatch wrote, moments ago by this clock (a
+            # pause since, SIGSTOP included, shows as less lease left): nobody can
+            # take a lease over before it expires, so the ledger would say the same.
+            return True
         found = (await self._shared_read()).get(c.op.op_id)
         if found is None or not protocol.ours(found, c.owner.token):
             found = await self._reload(c)  # the shared read may predate our own dispatch
@@ -414,7 +422,7 @@ class CallDriver:
         renew = self.ledger.lease_renewer()
         if renew is not None:
             op_id, seconds = c.op.op_id, self.settings.lease_seconds
-            c.heartbeat = lease.Heartbeat(
+            c.heartbeat = Heartbeat(
                 lambda: renew(op_id, owner.token, time.time() + seconds),
                 interval=interval,
                 name=op_id[:12],
@@ -435,7 +443,7 @@ class CallDriver:
 
     def _stop_heartbeat(self, c: _Call) -> None:
         beat, c.heartbeat = c.heartbeat, None
-        if isinstance(beat, lease.Heartbeat):
+        if isinstance(beat, Heartbeat):
             beat.stop()
         elif beat is not None:
             beat.cancel()

@@ -29,6 +29,7 @@ re-exported here. See ``docs/architecture.md``.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -58,7 +59,7 @@ from .binding import (
 )
 from .contract import Effect
 from .errors import DurabilityError
-from .ledger.base import Ledger
+from .ledger.base import DEFAULT_ACTOR, Ledger, Load, Plan, payload_plan, record_plan
 from .loops import (
     AsyncExecutor,
     PortalRun,
@@ -74,7 +75,7 @@ from .loops import (
     with_reviews,
     with_reviews_sync,
 )
-from .operation import Change, Event, EvidenceKind, Owner, State
+from .operation import Change, Event, EvidenceKind, Operation, Owner, State
 
 # Callers import these from here; they live in the modules named in the docstring.
 __all__ = [
@@ -143,103 +144,86 @@ class Session(HumanQuestions):
         history = history_of(state, messages_key)
         anchors = message_anchors(history)
         task_id = _private.task_id(config) or ""
-        # One read of the checkpoint holding the calls: it is the durability barrier
-        # (nothing leaves before it is saved) and the turn every id is anchored on.
-        source = await durable_source(
-            config,
-            wait_seconds=settings.durable_wait_seconds,
-            sync_checkpointer=sync_checkpointer,
+        # A dispatch owner (a locked file, made on a worker thread) is made while the
+        # checkpoint is read, for the calls that may be dispatched by the open itself;
+        # released at once if none is.
+        made = (
+            asyncio.ensure_future(lease.new_owner_async())
+            if any(not _staged(settings.effect_for(str(c["name"]))) for c in tool_calls)
+            else None
         )
-        keys = call_keys or {}
-        at = Coordinates(settings, scope, thread_id, namespace, config)
-
-        calls: dict[str, _Call] = {}
-        for tool_call in tool_calls:
-            call_id = str(tool_call["id"])
-            calls[call_id] = new_call(
-                tool_call,
-                at=at,
-                source=source,
-                task_id=task_id,
-                message_id=anchors.get(call_id),
-                call_key=keys.get(call_id),
+        owner: Owner | None = None
+        try:
+            # One read of the checkpoint holding the calls: it is the durability barrier
+            # (nothing leaves before it is saved) and the turn every id is anchored on.
+            source = await durable_source(
+                config,
+                wait_seconds=settings.durable_wait_seconds,
+                sync_checkpointer=sync_checkpointer,
             )
-
-        session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
-        session._source = source
-        await session._bind(history_known=bool(history))
-        await session._record_new()
+            at = Coordinates(settings, scope, thread_id, namespace, config)
+            keys = call_keys or {}
+            calls = {
+                str(c["id"]): new_call(
+                    c,
+                    at=at,
+                    source=source,
+                    task_id=task_id,
+                    message_id=anchors.get(str(c["id"])),
+                    call_key=keys.get(str(c["id"])),
+                )
+                for c in tool_calls
+            }
+            session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
+            session._source = source
+            owner = await made if made is not None else None
+            await ledger.transact(session._open_plan(history_known=bool(history), owner=owner))
+        except BaseException:
+            # No session comes out of a failed open, so nobody would release what this
+            # transaction may have reserved: a resume would wait for a dispatch that
+            # never runs.
+            if owner is not None:
+                lease.release_soon(owner)
+            elif made is not None:
+                made.cancel()  # new_owner_async releases the owner once it exists
+            raise
+        session._adopt(owner)
         return session
 
-    async def _bind(self, *, history_known: bool) -> None:
-        """Find operations already in the ledger: by id, then re-planned duplicates."""
-        wanted = {c.op.op_id for c in self.calls.values()}
-        stored = await self.ledger.get_many(sorted(wanted))
-        fresh: list[_Call] = []
-        for c in self.calls.values():
-            found = stored.get(c.op.op_id)
-            if found is None:
-                fresh.append(c)
-            elif found.args_hash != c.op.args_hash:
-                c.conflict = (
-                    f"the provider key {found.provider_key!r} already belongs to a {found.tool} "
-                    "call with different arguments; the call was not sent. Use a new key for a "
-                    "new effect."
-                )
-                c.op = found
-            else:
-                c.op = found
-        await self._follow_edits()
+    def _open_plan(self, *, history_known: bool, owner: Owner | None) -> Plan[None]:
+        """Bind every call and record the new intents: **one** ledger transaction.
+
+        Reads the stored rows (and an approver's edits, and re-plan candidates) and
+        inserts what is new in the same transaction, so opening costs one round trip
+        and one durable commit whatever the fan-out.
+        """
+        stored = yield Load(tuple(sorted({c.op.op_id for c in self.calls.values()})))
+        fresh = [c for c in self.calls.values() if not self._adopt_stored(c, stored.get(c.op.op_id))]
+        edited = {
+            c.call_id: str(successor)
+            for c in self.calls.values()
+            if c.op.state is State.ABANDONED
+            and (successor := (c.op.evidence or {}).get("superseded_by"))
+        }
+        if edited:
+            # A call whose payload an approver edited stands for the edited operation.
+            successors = yield Load(tuple(sorted(set(edited.values()))))
+            for call_id, successor in edited.items():
+                if (found := successors.get(successor)) is not None:
+                    c = self.calls[call_id]
+                    c.op, c.args, c.edited = found, dict(found.args), True
         source = self._source
-        if not (
+        if (
             fresh
             and history_known
             and self.settings.detect_replans
             and source is not None
             and source.origin is not None
         ):
-            self._fresh = fresh
-            return
-        candidates = await self.ledger.find_by_payload(
-            fresh[0].op.thread_id, [(c.tool, c.op.args_hash) for c in fresh]
-        )
-        taken: set[str] = set()
-        still_fresh: list[_Call] = []
-        for c in fresh:
-            match = None
-            for o in sorted(candidates, key=lambda o: o.created_at):
-                if (
-                    o.tool == c.tool
-                    and o.args_hash == c.op.args_hash
-                    and o.tenant == c.op.tenant
-                    and o.checkpoint_ns == c.op.checkpoint_ns
-                    and o.state not in (State.FAILED, State.ABANDONED)
-                    and o.op_id not in taken
-                    and o.extra.get("turn") not in (None, source.turn)
-                    and o.extra.get("origin") == source.origin
-                ):
-                    match = o
-                    break
-            if match is None:
-                still_fresh.append(c)
-            else:
-                # The model answered the very state it answered before, whose AIMessage
-                # was lost (never saw the outcome): the same intent, not a second one.
-                log.warning(
-                    "tool call %s (%s) re-plans operation %s (call %s), asked from the same "
-                    "state %s; binding to it instead of sending again",
-                    c.call_id,
-                    c.tool,
-                    match.op_id,
-                    match.tool_call_id,
-                    source.origin,
-                )
-                taken.add(match.op_id)
-                c.op = match
-        self._fresh = still_fresh
-
-    async def _record_new(self) -> None:
-        fresh = self._fresh
+            candidates = yield from payload_plan(
+                fresh[0].op.thread_id, [(c.tool, c.op.args_hash) for c in fresh]
+            )
+            fresh = _bind_replans(fresh, candidates, source)
         if not fresh:
             return
         if _private.durability(self.config) == "exit":
@@ -250,45 +234,95 @@ class Session(HumanQuestions):
             )
         # The checkpoint holding the calls is durable: ``open`` read it back.
         # Calls that can be reconciled without a human get intent and dispatch marker in
-        # one commit; blind and approval-gated calls first commit ``pending``, so a crash
-        # before the send is provably harmless and needs no operator.
+        # one write; blind and approval-gated calls are written ``pending`` first, so a
+        # crash before the send is provably harmless and needs no operator.
         direct = [c for c in fresh if not _staged(c.effect)]
         staged = [c for c in fresh if _staged(c.effect)]
-        owner: Owner | None = None
-        try:
-            if direct:
-                owner = await lease.new_owner_async()
-                change = Change(
-                    Event.DISPATCH,
-                    owner=owner,
-                    lease_expires_at=time.time() + self.settings.lease_seconds,
-                    evidence={"kind": EvidenceKind.INTENT},
-                )
-                stored = by_id(await self.ledger.record_intents([c.op for c in direct], change=change))
-                self._batch_owners[owner.token] = owner
-                for c in direct:
-                    op = self._stored_or_conflict(c, stored)
-                    if op.owner is not None and op.owner.token == owner.token:
-                        c.owner = owner
-                        c.batch_token = owner.token
-                        self._batch_refs[owner.token] = self._batch_refs.get(owner.token, 0) + 1
-                if not self._batch_refs.get(owner.token):
-                    lease.release_soon(owner)
-            if staged:
-                stored = by_id(await self.ledger.record_intents([c.op for c in staged]))
-                for c in staged:
-                    self._stored_or_conflict(c, stored)
-        except BaseException:
-            # No session comes out of a failed open, so nobody would release what this
-            # commit reserved: a resume would wait for a dispatch that never runs.
+        if direct:
+            assert owner is not None  # made whenever a call may be direct
+            change = Change(
+                Event.DISPATCH,
+                owner=owner,
+                lease_expires_at=time.time() + self.settings.lease_seconds,
+                evidence={"kind": EvidenceKind.INTENT},
+            )
+            rows = by_id((yield from record_plan([c.op for c in direct], change, DEFAULT_ACTOR)))
             for c in direct:
-                c.owner = c.batch_token = None
-            if owner is not None:
-                self._batch_refs.pop(owner.token, None)
-                self._batch_owners.pop(owner.token, None)
-                lease.release_soon(owner)
-            raise
-        self._fresh = []
+                op = self._stored_or_conflict(c, rows)
+                if op.owner is not None and op.owner.token == owner.token:
+                    c.owner = owner
+                    c.batch_token = owner.token
+        if staged:
+            rows = by_id((yield from record_plan([c.op for c in staged], None, DEFAULT_ACTOR)))
+            for c in staged:
+                self._stored_or_conflict(c, rows)
+
+    def _adopt_stored(self, c: _Call, found: Operation | None) -> bool:
+        """Bind ``c`` to its stored row; ``False`` if there is none (a new intent)."""
+        if found is None:
+            return False
+        if found.args_hash != c.op.args_hash:
+            c.conflict = (
+                f"the provider key {found.provider_key!r} already belongs to a {found.tool} "
+                "call with different arguments; the call was not sent. Use a new key for a "
+                "new effect."
+            )
+        c.op = found
+        return True
+
+    def _adopt(self, owner: Owner | None) -> None:
+        """Count the calls the open's dispatch owner stands for; release it if none."""
+        if owner is None:
+            return
+        refs = sum(1 for c in self.calls.values() if c.batch_token == owner.token)
+        if refs:
+            self._batch_owners[owner.token] = owner
+            self._batch_refs[owner.token] = refs
+        else:
+            lease.release_soon(owner)
+
+
+def _bind_replans(fresh: list[_Call], candidates: Sequence[Operation], source: Source) -> list[_Call]:
+    """Bind each new call that re-plans an earlier operation to it; the calls left new.
+
+    A re-plan: the model answered the very state it answered before (same origin),
+    in another turn, with the same tool and arguments, and the earlier operation
+    neither failed nor was abandoned (``candidates`` come in listing order).
+    """
+    taken: set[str] = set()
+    still_fresh: list[_Call] = []
+    for c in fresh:
+        match = None
+        for o in sorted(candidates, key=lambda o: o.created_at):
+            if (
+                o.tool == c.tool
+                and o.args_hash == c.op.args_hash
+                and o.tenant == c.op.tenant
+                and o.checkpoint_ns == c.op.checkpoint_ns
+                and o.state not in (State.FAILED, State.ABANDONED)
+                and o.op_id not in taken
+                and o.extra.get("turn") not in (None, source.turn)
+                and o.extra.get("origin") == source.origin
+            ):
+                match = o
+                break
+        if match is None:
+            still_fresh.append(c)
+            continue
+        # The model answered the very state it answered before, whose AIMessage
+        # was lost (never saw the outcome): the same intent, not a second one.
+        log.warning(
+            "tool call %s (%s) re-plans operation %s (call %s), asked from the same "
+            "state %s; binding to it instead of sending again",
+            c.call_id,
+            c.tool,
+            match.op_id,
+            match.tool_call_id,
+            source.origin,
+        )
+        taken.add(match.op_id)
+        c.op = match
+    return still_fresh
 
 
 def _staged(effect: Effect) -> bool:

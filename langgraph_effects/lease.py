@@ -35,7 +35,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -334,42 +333,3 @@ def lease_expired(op: Operation, *, now: float | None = None) -> bool:
     if alive is not None:
         return not alive
     return not op.lease_live(time.time() if now is None else now)
-
-
-#: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
-Renew = Callable[[], bool]
-
-
-class Heartbeat:
-    """Renews one lease from a daemon thread until :meth:`stop`.
-
-    A thread, not a task on the event loop: a tool that blocks the loop (a
-    ``time.sleep`` inside ``async def``) must not let its lease lapse on other hosts.
-    ``renew`` is a blocking call that extends the lease and returns ``False`` once
-    the lease is no longer this dispatch's (then the heartbeat ends).
-    """
-
-    def __init__(self, renew: Renew, *, interval: float, name: str = "lease") -> None:
-        self._renew = renew
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"langgraph-effects-heartbeat-{name}", daemon=True
-        )
-
-    def start(self) -> Heartbeat:
-        """Start renewing (every ``interval`` seconds, first after one interval)."""
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not self._renew():
-                    return
-            except Exception as error:  # a missed heartbeat only shortens the lease
-                log.warning("lease heartbeat failed: %s", error)
-
-    def stop(self) -> None:
-        """Stop renewing; the thread ends at its next wake-up. Never blocks."""
-        self._stop.set()
