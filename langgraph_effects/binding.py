@@ -94,7 +94,42 @@ async def _unfork(saver: Any, saved: Any, thread_id: str, ns: str, sync: bool) -
     return str(saved.config["configurable"]["checkpoint_id"])
 
 
+#: Reads of a checkpoint in flight, per event loop: the parallel tool tasks of one
+#: AIMessage (``create_agent`` runs one task per call) were all prepared from the same
+#: checkpoint, so they share one read of it instead of queueing eight.
+_reading: dict[tuple[int, int, str, str, str, bool], asyncio.Future[Source | None]] = {}
+
+
 async def durable_source(
+    config: Mapping[str, Any], *, wait_seconds: float, sync_checkpointer: bool
+) -> Source | None:
+    """:func:`read_durable_source`, shared by the tasks that ask for the same checkpoint
+    at the same time (each gets the same :class:`Source`; a failure reaches each)."""
+    parent = _private.parent_checkpoint(config)
+    saver = _private.checkpointer(config)
+    thread_id = _private.thread_id(config)
+    if parent is None or saver is None or thread_id is None:
+        return None
+    loop = asyncio.get_running_loop()
+    key = (id(loop), id(saver), thread_id, parent[0], parent[1], sync_checkpointer)
+    pending = _reading.get(key)
+    if pending is None:
+        pending = asyncio.ensure_future(
+            read_durable_source(config, wait_seconds=wait_seconds, sync_checkpointer=sync_checkpointer)
+        )
+        _reading[key] = pending
+
+        def done(read: asyncio.Future[Source | None]) -> None:
+            _reading.pop(key, None)
+            if not read.cancelled():
+                read.exception()  # retrieved: every task that awaited it was cancelled
+
+        pending.add_done_callback(done)
+    # Shielded: one task cancelled (a sibling's interrupt) does not cancel the others' read.
+    return await asyncio.shield(pending)
+
+
+async def read_durable_source(
     config: Mapping[str, Any], *, wait_seconds: float, sync_checkpointer: bool
 ) -> Source | None:
     """Read the checkpoint the running task was prepared from, once it is durable.
