@@ -11,6 +11,7 @@ also proves each call was sent exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,13 +43,21 @@ class Counts:
     commits: int = 0
 
 
-def _send_tool(provider: Provider, *, keyed: bool) -> BaseTool:
+def _send_tool(provider: Provider, *, keyed: bool, together: int = 1) -> BaseTool:
+    """The provider applies each call; the calls of a turn then return together (a
+    barrier), as parallel requests to a remote service do, so their outcomes reach
+    the ledger at once."""
+    barrier: dict[str, asyncio.Barrier] = {}
+
     @tool
-    def send(n: int) -> str:
+    async def send(n: int) -> str:
         """Send notification ``n``."""
         op = current_operation()
         key = op.provider_key if keyed else None
-        return provider.apply({"operation": f"{op.thread_id}:send:{n}"}, key=key).effect_id
+        payload = {"operation": f"{op.thread_id}:send:{n}"}
+        receipt = await asyncio.to_thread(provider.apply, payload, key=key)
+        await barrier.setdefault(op.thread_id, asyncio.Barrier(together)).wait()
+        return receipt.effect_id
 
     return send
 
@@ -108,7 +117,7 @@ async def _one_turn(
 ) -> tuple[Counts, Provider]:
     blind = effect.kind == "blind"
     provider = Provider(tmp_path / "provider.sqlite", "blind" if blind else "dedup")
-    send = _send_tool(provider, keyed=not blind)
+    send = _send_tool(provider, keyed=not blind, together=fanout)
     async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = BUILDERS[path](send, effect, fanout, saver)
@@ -146,7 +155,5 @@ async def test_eight_parallel_calls_share_their_commits(
 ) -> None:
     counts, provider = await _one_turn(tmp_path, monkeypatch, path, 8, KEYED)
     assert provider.count_effects() == {f"{t}:send:{i}": 1 for t in "tw" for i in range(8)}
-    # Intents in one commit; outcomes that arrive together in one more (a straggler
-    # may take a third).
-    assert counts.commits <= 3, counts
-    assert counts.trips <= 3, counts
+    # Intents in one commit, the outcomes (they arrive together) in one more.
+    assert (counts.trips, counts.commits) == (2, 2), counts

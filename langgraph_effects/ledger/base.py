@@ -12,10 +12,11 @@ are never expired or deleted by time: no step deletes.
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import LedgerCorruptError, LedgerError, OperationNotFoundError, SchemaTooNewError
@@ -322,8 +323,39 @@ def listing_order(ops: Sequence[Operation]) -> list[Operation]:
     return sorted(ops, key=lambda op: (op.updated_at, op.op_id))
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What one plan of a group transaction gave: its result, or its own error."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _Group:
+    """The write plans waiting for the next group commit (one per event loop)."""
+
+    queue: list[tuple[Plan[Any], asyncio.Future[Any]]] = field(default_factory=list)
+    flushing: bool = False
+
+
 class Ledger(abc.ABC):
-    """Durable store of operations and their transitions. Async first."""
+    """Durable store of operations and their transitions. Async first.
+
+    Writes are group-committed (:meth:`_write`); a backend runs one plan as one
+    transaction (:meth:`_transact`) and may run several in one
+    (:meth:`_transact_many`).
+    """
+
+    #: Pending group commits by event loop (set on first write; backends need not
+    #: call an ``__init__`` here).
+    _group_of: dict[asyncio.AbstractEventLoop, _Group] | None = None
+
+    @property
+    def _groups(self) -> dict[asyncio.AbstractEventLoop, _Group]:
+        if self._group_of is None:
+            self._group_of = {}
+        return self._group_of
 
     #: A name for messages ("sqlite:/path", "postgres:host/db", "memory").
     where: str = "ledger"
@@ -344,13 +376,67 @@ class Ledger(abc.ABC):
         """Run a plan that only reads (backends may skip the write transaction)."""
         return await self._transact(plan)
 
+    async def _transact_many(self, plans: Sequence[Plan[Any]]) -> list[Settled]:
+        """Run ``plans`` in **one** transaction, each isolated from the others' failure
+        (a savepoint each): a plan that raises leaves nothing written and its error
+        is its own; the rest commit together. An error of the transaction itself
+        (its commit) is every plan's. Default: one transaction each."""
+        settled: list[Settled] = []
+        for plan in plans:
+            try:
+                settled.append(Settled(await self._transact(plan)))
+            except Exception as error:
+                settled.append(Settled(error=error))
+        return settled
+
+    async def _write(self, plan: Plan[T]) -> T:
+        """Run ``plan`` as a write transaction, group-committed: plans that arrive
+        while a commit is in flight (or in the same event-loop turn as the first)
+        share the next transaction. Nobody's await returns before its commit did."""
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if group is None:
+            group = self._groups[loop] = _Group()
+        done: asyncio.Future[Any] = loop.create_future()
+        group.queue.append((plan, done))
+        if not group.flushing:
+            group.flushing = True
+            # Started on the next turn: calls released together (parallel tool
+            # tasks, outcomes arriving at once) join the very first commit.
+            loop.call_soon(lambda: asyncio.ensure_future(self._flush(loop, group)))
+        return await asyncio.shield(done)
+
+    async def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        try:
+            while group.queue:
+                batch, group.queue = group.queue, []
+                try:
+                    if len(batch) == 1:
+                        settled = [Settled(await self._transact(batch[0][0]))]
+                    else:
+                        settled = await self._transact_many([plan for plan, _ in batch])
+                except BaseException as error:  # the transaction itself: everyone's
+                    settled = [Settled(error=error)] * len(batch)
+                for (_, done), outcome in zip(batch, settled, strict=True):
+                    if done.done():
+                        continue
+                    if outcome.error is not None:
+                        done.set_exception(outcome.error)
+                    else:
+                        done.set_result(outcome.value)
+        finally:
+            group.flushing = False
+            if not group.queue:
+                self._groups.pop(loop, None)
+
     async def transact(self, plan: Plan[T]) -> T:
         """Run ``plan`` (a generator of this module's steps, e.g. composed of
         :func:`load_plan`, :func:`payload_plan` and :func:`record_plan`) as **one**
         transaction: committed if any step wrote, else rolled back. One round trip
         to the database's connection where the backend can manage it, so a caller
-        that needs to read, decide and write pays for one transaction, not three."""
-        return await self._transact(plan)
+        that needs to read, decide and write pays for one transaction, not three.
+        Group-committed with concurrent writes (see :meth:`_write`)."""
+        return await self._write(plan)
 
     async def record_intents(
         self,
@@ -368,7 +454,7 @@ class Ledger(abc.ABC):
         """
         if not operations:
             return []
-        return await self._transact(record_plan(operations, change, actor))
+        return await self._write(record_plan(operations, change, actor))
 
     async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
         """The stored operations among ``op_ids`` (missing ids are left out)."""
@@ -398,7 +484,7 @@ class Ledger(abc.ABC):
         :data:`~langgraph_effects.operation.DECIDABLE` (see ``advance``).
         """
         plan = transition_plan(op_id, change, expected_version, actor, self.where, decidable_only)
-        return await self._transact(plan)
+        return await self._write(plan)
 
     async def transition(
         self,

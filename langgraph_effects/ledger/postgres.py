@@ -395,6 +395,23 @@ class PostgresLedger(Ledger):
             result, _ = await adrive(plan, lambda step: self._answer(cur, step))
         return result
 
+    async def _transact_many(self, plans: Sequence[base.Plan[Any]]) -> list[base.Settled]:
+        settled: list[base.Settled] = []
+        async with self._connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            for plan in plans:
+                try:
+                    # A nested transaction is a savepoint: a plan's failure undoes only it.
+                    async with conn.transaction():
+                        result, _ = await adrive(plan, lambda step: self._answer(cur, step))
+                except Exception as error:
+                    if isinstance(error, psycopg.Error):
+                        error = _classify(error, self.where)
+                    settled.append(base.Settled(error=error))
+                else:
+                    settled.append(base.Settled(result))
+        return settled
+
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
             cur = conn.cursor(row_factory=dict_row)

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -242,6 +242,39 @@ class SqliteLedger(Ledger):
                 raise
             db.execute("COMMIT" if wrote else "ROLLBACK")
             return result
+
+        return await self._run(run)
+
+    async def _transact_many(self, plans: Sequence[base.Plan[Any]]) -> list[base.Settled]:
+        where = self.where
+
+        def run(db: sqlite3.Connection) -> list[base.Settled]:
+            settled: list[base.Settled] = []
+            wrote = False
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for plan in plans:
+                    db.execute("SAVEPOINT plan")
+                    try:
+                        result, did = drive(plan, lambda step: _answer(db, step))
+                    except Exception as error:
+                        if not db.in_transaction:  # SQLite gave the transaction up
+                            raise
+                        db.execute("ROLLBACK TO plan")
+                        db.execute("RELEASE plan")
+                        if isinstance(error, sqlite3.Error):
+                            error = _classify(error, where)
+                        settled.append(base.Settled(error=error))
+                        continue
+                    db.execute("RELEASE plan")
+                    wrote = wrote or did
+                    settled.append(base.Settled(result))
+            except BaseException:
+                if db.in_transaction:
+                    db.rollback()
+                raise
+            db.execute("COMMIT" if wrote else "ROLLBACK")
+            return settled
 
         return await self._run(run)
 
