@@ -6,6 +6,10 @@ task per tool call. ``EffectMiddleware`` wraps each call with the same
 its durable operation, replay, execute under a lease, reconcile, and, when
 evidence cannot settle it, raise one ``interrupt()`` for that task.
 
+It also answers "dangling" tool calls (no ToolMessage, see ``dangling``) from the
+ledger, inside the model call rather than in a ``before_model`` node: a node would
+cost every turn a graph step and its checkpoint commits.
+
 Put it **last** in ``middleware=[...]`` (innermost), so it sees every real
 dispatch, including each attempt ``ToolRetryMiddleware`` makes: under it, a retry
 of an ambiguous call goes through reconciliation instead of a blind re-send.
