@@ -27,6 +27,7 @@ _T = TypeVar("_T")
 CHECKPOINTER = "__pregel_checkpointer"
 DURABILITY = "__pregel_durability"
 TASK_ID = "__pregel_task_id"
+SEND = "__pregel_send"
 
 
 def _configurable(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -52,6 +53,13 @@ def durability(config: Mapping[str, Any]) -> str | None:
 def task_id(config: Mapping[str, Any]) -> str | None:
     value = _configurable(config).get(TASK_ID)
     return str(value) if value is not None else None
+
+
+def write_now(config: Mapping[str, Any], channel: str, value: Any) -> None:
+    """Add a write to the running task's writes, ahead of the ones its return value
+    makes (LangGraph's ``push_message`` writes the same way). The writes are saved
+    with the task's, in the same commit; a retried task starts with none."""
+    _configurable(config)[SEND]([(channel, value)])
 
 
 def thread_id(config: Mapping[str, Any]) -> str | None:
@@ -144,6 +152,20 @@ def sync_only_wrapper(node: ToolNode) -> bool:
     """Whether the node was given a ``wrap_tool_call`` wrapper but no async one (it then
     runs the sync wrapper, and the tools under it, on the event loop's thread)."""
     return node._wrap_tool_call is not None and node._awrap_tool_call is None
+
+
+# -- create_agent internals ------------------------------------------------------------
+
+
+def agent_repairs(history: list[Any]) -> list[Any] | None:
+    """The history ``create_agent``'s model node writes back in place of ``history``
+    (``RemoveMessage(REMOVE_ALL_MESSAGES)``, this list, then the model's reply), or
+    ``None`` when it writes just the reply: it answers invalid tool calls (malformed
+    arguments) itself, in ``langchain.agents.factory._patch_invalid_tool_calls``."""
+    from langchain.agents.factory import _patch_invalid_tool_calls
+
+    repaired = _patch_invalid_tool_calls(history)
+    return repaired if repaired != history else None
 
 
 # -- Send payloads --------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
@@ -149,6 +149,10 @@ class _Finder:
         return None
 
 
+#: One answer: the AIMessage holding a dangling call, the call's id, and the ToolMessage.
+Answer = tuple[AIMessage, str, ToolMessage]
+
+
 async def answer_dangling(
     history: Sequence[BaseMessage],
     *,
@@ -161,7 +165,32 @@ async def answer_dangling(
     sync_checkpointer: bool = False,
 ) -> list[BaseMessage] | None:
     """``history`` with a truthful ToolMessage after every unanswered tool call, or
-    ``None`` when every call is answered.
+    ``None`` when every call is answered (see :func:`find_answers`)."""
+    answers = await find_answers(
+        history,
+        ledger=ledger,
+        settings=settings,
+        config=config,
+        context=context,
+        messages_key=messages_key,
+        checkpointer=checkpointer,
+        sync_checkpointer=sync_checkpointer,
+    )
+    return insert_answers(history, answers) if answers else None
+
+
+async def find_answers(
+    history: Sequence[BaseMessage],
+    *,
+    ledger: Ledger,
+    settings: Settings,
+    config: Mapping[str, Any],
+    context: Any = None,
+    messages_key: str = "messages",
+    checkpointer: Any = None,
+    sync_checkpointer: bool = False,
+) -> list[Answer]:
+    """A truthful answer for every unanswered tool call of ``history`` (none: ``[]``).
 
     An operation id is anchored on the checkpoint its tool task was prepared from,
     which the history does not name. So the ledger's candidates (same thread, tool,
@@ -171,7 +200,7 @@ async def answer_dangling(
     """
     dangling = unanswered(history)
     if not dangling:
-        return None
+        return []
     thread_id = _private.thread_id(config) or ""
     loop = _private.parent_checkpoint(config)
     finder = _Finder(
@@ -212,30 +241,44 @@ async def answer_dangling(
             and o.checkpoint_id
         ]
         answers[(index, str(call["id"]))] = await finder.find(index, call, mine)
-    return _patched(history, dangling, answers)
+    return [_answer(history, index, call, answers.get((index, str(call["id"])))) for index, call in dangling]
 
 
-def _patched(
-    history: Sequence[BaseMessage],
-    dangling: Sequence[tuple[int, Mapping[str, Any]]],
-    answers: Mapping[tuple[int, str], Operation | None],
-) -> list[BaseMessage]:
-    """``history`` with each dangling call answered right after its AIMessage."""
+def _answer(
+    history: Sequence[BaseMessage], index: int, call: Mapping[str, Any], op: Operation | None
+) -> Answer:
+    call_id, tool = str(call.get("id") or ""), call["name"]
+    if op is None:
+        message = _not_executed(call_id, tool)
+    elif op.terminal:
+        message = messages.replay(op, tool_call_id=call_id, tool=tool)
+    else:
+        message = _unknown_message(op, tool_call_id=call_id, tool=tool)
+    return cast(AIMessage, history[index]), call_id, message
+
+
+def insert_answers(messages: Sequence[BaseMessage], answers: Sequence[Answer]) -> list[BaseMessage]:
+    """``messages`` with each answer right after its AIMessage, for the calls still
+    open there, in the AIMessage's call order.
+
+    The AIMessage is matched by identity (a list another middleware or LangChain
+    rebuilt still holds the same objects), else by its id (a copy).
+    """
+    by_object = {(id(ai), call_id): answer for ai, call_id, answer in answers}
+    by_id: dict[tuple[str | None, str], ToolMessage] = {
+        (ai.id, call_id): answer for ai, call_id, answer in answers if ai.id is not None
+    }
+    found: dict[tuple[int, str], ToolMessage] = {}
+    for index, call in unanswered(messages):
+        ai, call_id = messages[index], str(call.get("id") or "")
+        answer = by_object.get((id(ai), call_id)) or by_id.get((ai.id, call_id))
+        if answer is not None:
+            found[(index, call_id)] = answer
     patched: list[BaseMessage] = []
-    pending = {(index, str(call["id"])) for index, call in dangling}
-    for index, message in enumerate(history):
+    for index, message in enumerate(messages):
         patched.append(message)
-        if not isinstance(message, AIMessage):
-            continue
-        for call in message.tool_calls:
-            call_id = str(call.get("id") or "")
-            if (index, call_id) not in pending:
-                continue
-            op = answers.get((index, call_id))
-            if op is None:
-                patched.append(_not_executed(call_id, call["name"]))
-            elif op.terminal:
-                patched.append(messages.replay(op, tool_call_id=call_id, tool=call["name"]))
-            else:
-                patched.append(_unknown_message(op, tool_call_id=call_id, tool=call["name"]))
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if (answer := found.get((index, str(call.get("id") or "")))) is not None:
+                    patched.append(answer)
     return patched

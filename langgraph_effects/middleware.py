@@ -6,6 +6,10 @@ task per tool call. ``EffectMiddleware`` wraps each call with the same
 its durable operation, replay, execute under a lease, reconcile, and, when
 evidence cannot settle it, raise one ``interrupt()`` for that task.
 
+It also answers "dangling" tool calls (no ToolMessage, see ``dangling``) from the
+ledger, inside the model call rather than in a ``before_model`` node: a node would
+cost every turn a graph step and its checkpoint commits.
+
 Put it **last** in ``middleware=[...]`` (innermost), so it sees every real
 dispatch, including each attempt ``ToolRetryMiddleware`` makes: under it, a retry
 of an ambiguous call goes through reconciliation instead of a blind re-send.
@@ -14,9 +18,15 @@ of an ambiguous call goes through reconciliation instead of a blind re-send.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelCallResult,
+    ModelRequest,
+    ModelResponse,
+)
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
@@ -27,7 +37,7 @@ from . import _portal, _private, loops
 from .actions import Settings
 from .checkpoint import ledger_of
 from .contract import Effect
-from .dangling import answer_dangling, unanswered
+from .dangling import Answer, find_answers, insert_answers, unanswered
 from .engine import Session
 from .errors import NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS
@@ -49,8 +59,33 @@ def _siblings(state: Any, call: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [call]
 
 
-def _has_dangling(history: list[Any]) -> bool:
-    return bool(unanswered(history))
+def _with_answers(request: ModelRequest, answers: list[Answer]) -> tuple[ModelRequest, list[Any] | None]:
+    """The request with the answers in the model's view; the thread's state gets them too.
+
+    They go into the state as one write ahead of the model node's own, so its reply
+    lands after them, in the same step and commit. When ``create_agent`` rewrites the
+    history itself this step (it answers malformed tool calls), that rewrite would
+    drop them: they then come back as ``late``, the history a command after it sets.
+    """
+    if not answers:
+        return request, None
+    view = request.override(messages=cast(Any, insert_answers(request.messages, answers)))
+    history = list(request.state["messages"])
+    repaired = _private.agent_repairs(history)
+    if repaired is not None:
+        return view, [RemoveMessage(id=REMOVE_ALL_MESSAGES), *insert_answers(repaired, answers)]
+    patched = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *insert_answers(history, answers)]
+    _private.write_now(get_config(), "messages", patched)
+    return view, None
+
+
+def _respond(response: ModelResponse, late: list[Any] | None) -> ModelCallResult:
+    if late is None:
+        return response
+    # Commands apply after the node's own update: this one repeats the reply after the history.
+    return ExtendedModelResponse(
+        model_response=response, command=Command(update={"messages": [*late, *response.result]})
+    )
 
 
 class EffectMiddleware(AgentMiddleware):
@@ -91,38 +126,41 @@ class EffectMiddleware(AgentMiddleware):
     def name(self) -> str:
         return "EffectMiddleware"
 
-    # -- dangling calls: the truth from the ledger before the model reads the history --
+    # -- dangling calls: answered from the ledger inside the model call, so no graph step --
 
-    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """Answer tool calls left without a ToolMessage from the ledger (see ``dangling``)."""
-        return await self._answer_dangling(state, runtime, sync=False)
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelCallResult:
+        """Answer tool calls left without a ToolMessage from the ledger (see ``dangling``)
+        in what the model reads and in the thread's state; otherwise just the call."""
+        if not unanswered(request.state.get("messages") or []):
+            return handler(request)
+        answers: list[Answer] = _portal.run(self._find_answers(request, sync=True))
+        request, late = _with_answers(request, answers)
+        return _respond(handler(request), late)
 
-    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """Sync path of :meth:`abefore_model`."""
-        if not _has_dangling(list(state.get("messages", []))):
-            return None
-        result: dict[str, Any] | None = _portal.run(self._answer_dangling(state, runtime, sync=True))
-        return result
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelCallResult:
+        """Async path of :meth:`wrap_model_call`."""
+        if not unanswered(request.state.get("messages") or []):
+            return await handler(request)
+        request, late = _with_answers(request, await self._find_answers(request, sync=False))
+        return _respond(await handler(request), late)
 
-    async def _answer_dangling(self, state: Any, runtime: Any, *, sync: bool) -> dict[str, Any] | None:
-        history = list(state.get("messages", []))
-        if not _has_dangling(history):
-            return None
+    async def _find_answers(self, request: ModelRequest, *, sync: bool) -> list[Answer]:
         config = get_config()
         ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
-            return None
-        patched = await answer_dangling(
-            history,
+            return []
+        return await find_answers(
+            list(request.state["messages"]),
             ledger=ledger,
             settings=self._settings,
             config=config,
-            context=runtime.context,
+            context=request.runtime.context if request.runtime is not None else None,
             sync_checkpointer=sync,
         )
-        if patched is None:
-            return None
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *patched]}
 
     def _tracked(self, request: ToolCallRequest) -> bool | None:
         """True: track it; False: run it as is; None: refuse it (no usable identity)."""

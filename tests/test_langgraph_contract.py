@@ -594,3 +594,68 @@ def test_toolnode_keeps_its_wrappers_where_the_adapter_reads_them() -> None:
     assert _private.sync_only_wrapper(ToolNode([probe], wrap_tool_call=wrap))
     assert not _private.sync_only_wrapper(ToolNode([probe], wrap_tool_call=wrap, awrap_tool_call=awrap))
     assert not _private.sync_only_wrapper(ToolNode([probe], awrap_tool_call=awrap))
+
+
+def test_a_write_made_during_a_node_lands_before_its_returned_update() -> None:
+    """``_private.write_now``: EffectMiddleware rewrites the history from inside the
+    model call; the model node's reply must land after it, in the same step and commit."""
+    from langchain_core.messages import RemoveMessage
+    from langgraph.config import get_config
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    def rewrite(state: State) -> dict[str, Any]:
+        history = [*state["messages"], ToolMessage("answered", tool_call_id="c0", id="t0")]
+        _private.write_now(get_config(), "messages", [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history])
+        return {"messages": [AIMessage("reply", id="a1")]}
+
+    def plain(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("reply", id="a1")]}
+
+    counts = []
+    for node in (plain, rewrite):
+        saver = InMemorySaver()
+        builder = StateGraph(State)
+        builder.add_node("model", node)
+        builder.add_edge(START, "model")
+        builder.add_edge("model", END)
+        config: Any = {"configurable": {"thread_id": "t"}}
+        out = builder.compile(checkpointer=saver).invoke({"messages": [HumanMessage("go", id="h0")]}, config)
+        counts.append(len(list(saver.list(config))))
+    assert [m.id for m in out["messages"]] == ["h0", "t0", "a1"]
+    assert counts[0] == counts[1] == 3
+
+
+def test_create_agent_rewrites_the_history_when_it_answers_malformed_calls() -> None:
+    """``_private.agent_repairs``: the model node of ``create_agent`` answers an invalid
+    tool call itself by writing the whole history back (so a write made before it is
+    lost, and EffectMiddleware sends its answers after it instead)."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import RemoveMessage
+    from langgraph.config import get_config
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    from langgraph_effects.testing import ScriptedChatModel
+
+    bad = {"name": "probe", "args": "{", "id": "bad-1", "error": None, "type": "invalid_tool_call"}
+    asked = AIMessage("", invalid_tool_calls=[bad], id="a0")  # type: ignore[list-item]
+    clean = [HumanMessage("go", id="h0"), AIMessage("hi", id="a0")]
+    assert _private.agent_repairs(clean) is None
+    repaired = _private.agent_repairs([HumanMessage("go", id="h0"), asked])
+    assert repaired is not None and [m.type for m in repaired] == ["human", "ai", "tool"]
+    assert repaired[1] is asked and repaired[2].tool_call_id == "bad-1"
+
+    class Early(AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            extra = HumanMessage("written early", id="x")
+            _private.write_now(get_config(), "messages", [RemoveMessage(id=REMOVE_ALL_MESSAGES), extra])
+            return handler(request)
+
+    agent = create_agent(
+        ScriptedChatModel(script=lambda _: AIMessage("ok", id="a1")), tools=[], middleware=[Early()]
+    )
+    out = agent.invoke({"messages": [HumanMessage("go", id="h0"), asked, HumanMessage("again", id="h1")]})
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "human", "ai"]  # early write lost
+    assert out["messages"][2].tool_call_id == "bad-1"
+    out = agent.invoke({"messages": clean})
+    assert [m.id for m in out["messages"]] == ["x", "a1"]  # without a repair it holds

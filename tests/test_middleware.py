@@ -178,6 +178,9 @@ async def test_dangling_calls_are_answered_from_the_ledger(tmp_path: Path) -> No
         await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
         assert (await agent.aget_state(CONFIG)).interrupts  # the blind call awaits review
         await agent.ainvoke({"messages": [HumanMessage("never mind, what's next?")]}, CONFIG)
+        kept = (await agent.aget_state(CONFIG)).values["messages"]
+    assert [m.type for m in kept] == ["human", "ai", "tool", "human", "ai"]  # the thread keeps it
+    assert "not known yet" in kept[2].content
     last_view = seen[-1]
     [patch] = [m for m in last_view if isinstance(m, ToolMessage)]
     assert patch.status == "error" and "not known yet" in patch.content
