@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from bench_common import LibpqTraceCounter, SqlCounter, median, spread, trace_pg_connection
+from bench_common import (
+    LibpqTraceCounter,
+    SqlCounter,
+    bootstrap_ci,
+    median,
+    spread,
+    trace_pg_connection,
+)
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -58,10 +65,16 @@ class Scenario:
     backend: str  # "sqlite" | "postgres"
     latency_ms: float  # what one tool call takes (asyncio.sleep)
     fanout: int  # parallel calls in the one AIMessage
+    path: str = "node"  # "node": EffectToolNode vs ToolNode; "middleware": create_agent +/- EffectMiddleware
 
     @property
     def key(self) -> str:
-        return f"{self.backend}/tool={self.latency_ms:g}ms/fanout={self.fanout}"
+        return f"{self.path}/{self.backend}/tool={self.latency_ms:g}ms/fanout={self.fanout}"
+
+
+#: What each path is compared against, for tables.
+BASELINE = {"node": "ToolNode", "middleware": "create_agent"}
+CANDIDATE = {"node": "EffectToolNode", "middleware": "EffectMiddleware"}
 
 
 def make_tool(latency_ms: float) -> BaseTool:
@@ -77,10 +90,19 @@ def make_tool(latency_ms: float) -> BaseTool:
     return send
 
 
-def build_graph(*, effect: bool, fanout: int, latency_ms: float, saver: Any) -> Any:
+def build_graph(*, effect: bool, fanout: int, latency_ms: float, saver: Any, path: str = "node") -> Any:
     model = ScriptedChatModel(
         script=call_each_then_finish([("send", {"n": i}) for i in range(fanout)])
     )
+    if path == "middleware":
+        from langchain.agents import create_agent
+
+        from langgraph_effects import EffectMiddleware
+
+        middleware = [EffectMiddleware(EFFECTS)] if effect else []
+        return create_agent(
+            model, tools=[make_tool(latency_ms)], middleware=middleware, checkpointer=saver
+        )
 
     async def agent(state: AgentState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -151,6 +173,8 @@ async def compare(
             cpu_ratios.append(cc / bc)
     b_med, c_med = median(base), median(cand)
     lo, hi = spread(ratios)
+    ci_lo, ci_hi = bootstrap_ci(base, cand)
+    cpu_lo, cpu_hi = bootstrap_ci(cpu_base, cpu_cand)
     return {
         "runs_per_batch": runs,
         "repeats": repeats,
@@ -159,6 +183,9 @@ async def compare(
         "overhead": median(ratios),
         "overhead_iqr": [lo, hi],
         "ratio_of_medians": c_med / b_med,
+        "ratio_ci95": [ci_lo, ci_hi],
+        "cpu_ratio_of_medians": median(cpu_cand) / median(cpu_base) if cpu_base else float("nan"),
+        "cpu_ratio_ci95": [cpu_lo, cpu_hi],
         "added_ms_per_run": c_med - b_med,
         "added_ms_per_call": (c_med - b_med) / fanout,
         "cpu_toolnode_ms": median(cpu_base),
@@ -215,15 +242,17 @@ async def time_scenarios(
     plain_saver, effect_saver = savers
     out: dict[str, dict[str, Any]] = {}
     for sc in scenarios:
-        plain = build_graph(effect=False, fanout=sc.fanout, latency_ms=sc.latency_ms, saver=plain_saver)
-        effect = build_graph(effect=True, fanout=sc.fanout, latency_ms=sc.latency_ms, saver=effect_saver)
+        kw = {"fanout": sc.fanout, "latency_ms": sc.latency_ms, "path": sc.path}
+        plain = build_graph(effect=False, saver=plain_saver, **kw)  # type: ignore[arg-type]
+        effect = build_graph(effect=True, saver=effect_saver, **kw)  # type: ignore[arg-type]
         started = time.perf_counter()
         row = await compare(plain, effect, fanout=sc.fanout, runs=runs(sc), repeats=repeats)
-        row.update(backend=sc.backend, tool_ms=sc.latency_ms, fanout=sc.fanout)
+        row.update(backend=sc.backend, tool_ms=sc.latency_ms, fanout=sc.fanout, path=sc.path)
         out[sc.key] = row
         log(
-            f"  {sc.key}: ToolNode {row['toolnode_ms']:.2f} ms, EffectToolNode {row['effect_ms']:.2f} ms, "
-            f"overhead {row['overhead']:.3f}x ({time.perf_counter() - started:.0f}s)"
+            f"  {sc.key}: {BASELINE[sc.path]} {row['toolnode_ms']:.2f} ms, {CANDIDATE[sc.path]} "
+            f"{row['effect_ms']:.2f} ms, ratio of medians {row['ratio_of_medians']:.3f}x "
+            f"({time.perf_counter() - started:.0f}s)"
         )
     return out
 
@@ -231,25 +260,54 @@ async def time_scenarios(
 # -- counting commits ------------------------------------------------------------------------
 
 
+async def graph_steps(graph: Any) -> int:
+    """Supersteps one agent run takes (LangGraph's debug stream: one checkpoint event each)."""
+    config = {"configurable": {"thread_id": f"bench-{_RUN_ID}-steps-{next(_threads)}"}}
+    steps = 0
+    async for event in graph.astream(
+        {"messages": [HumanMessage("go")]}, config, stream_mode="debug", durability="sync"
+    ):
+        steps += event.get("type") == "checkpoint"
+    return steps
+
+
 async def _traced(conn: Any, counter: SqlCounter | None) -> None:
     await run_in_connection_thread(conn, lambda db: db.set_trace_callback(counter))
 
 
-async def count_sqlite(savers: tuple[Any, Any], fanout: int, runs: int) -> dict[str, Any]:
-    """Durable commits per effectful call on the ledger's connection, counted."""
+async def count_sqlite(
+    savers: tuple[Any, Any], fanout: int, runs: int, path: str = "node"
+) -> dict[str, Any]:
+    """Durable commits and round trips per effectful call on the ledger's connection,
+    counted; checkpoint commits and graph steps per run, ours against the baseline."""
+    from langgraph_effects.ledger import sqlite as sqlite_ledger
+
     plain_saver, effect_saver = savers
-    plain = build_graph(effect=False, fanout=fanout, latency_ms=0, saver=plain_saver)
-    effect = build_graph(effect=True, fanout=fanout, latency_ms=0, saver=effect_saver)
+    plain = build_graph(effect=False, fanout=fanout, latency_ms=0, saver=plain_saver, path=path)
+    effect = build_graph(effect=True, fanout=fanout, latency_ms=0, saver=effect_saver, path=path)
     await run_once(effect, "count-warm")
     await run_once(plain, "count-warm")
+    steps_effect = await graph_steps(effect)
+    steps_plain = await graph_steps(plain)
 
     ledger, ckpt, ckpt_plain = SqlCounter(), SqlCounter(), SqlCounter()
+    trips = 0
+    real = sqlite_ledger.run_in_connection_thread
+    ledger_conn = effect_saver.ledger.conn
+
+    async def counted(conn: Any, fn: Any) -> Any:
+        nonlocal trips
+        trips += conn is ledger_conn
+        return await real(conn, fn)
+
     await _traced(effect_saver.ledger.conn, ledger)
     await _traced(effect_saver.conn, ckpt)
+    sqlite_ledger.run_in_connection_thread = counted  # type: ignore[assignment]
     try:
         for _ in range(runs):
             await run_once(effect, "count")
     finally:
+        sqlite_ledger.run_in_connection_thread = real  # type: ignore[assignment]
         await _traced(effect_saver.ledger.conn, None)
         await _traced(effect_saver.conn, None)
     await _traced(plain_saver.conn, ckpt_plain)
@@ -261,9 +319,13 @@ async def count_sqlite(savers: tuple[Any, Any], fanout: int, runs: int) -> dict[
     calls = runs * fanout
     return {
         "backend": "sqlite",
+        "path": path,
         "fanout": fanout,
         "runs": runs,
         "calls": calls,
+        "ledger_round_trips_per_call": trips / calls,
+        "graph_steps_per_run_effect": steps_effect,
+        "graph_steps_per_run_baseline": steps_plain,
         "method": "sqlite3 set_trace_callback on the ledger's connection: COMMITs of "
         "transactions that wrote, plus writes outside BEGIN",
         "ledger_commits": ledger.durable,
