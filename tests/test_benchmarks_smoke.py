@@ -36,7 +36,7 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
 
     # The table is printed, and the JSON carries the same table and every section.
     assert "What safety costs" in proc.stdout
-    assert "Durable commits, counted" in proc.stdout
+    assert "Durable commits and round trips, counted" in proc.stdout
     assert "Finding unresolved operations" in proc.stdout
     assert report["table"] in proc.stdout
     for key in ("meta", "settings", "postgres", "e2e", "commits", "scan", "memory", "targets", "table"):
@@ -45,13 +45,26 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
 
     # Agent loop on SQLite: both fan-outs and both tool latencies, each with a ratio.
     sqlite_rows = [row for row in report["e2e"].values() if row["backend"] == "sqlite"]
-    assert {(row["tool_ms"], row["fanout"]) for row in sqlite_rows} == {(0, 1), (0, 8), (5, 1), (5, 8)}
+    assert {(row["path"], row["tool_ms"], row["fanout"]) for row in sqlite_rows} == {
+        (path, ms, fanout) for path in ("node", "middleware") for ms in (0, 5) for fanout in (1, 8)
+    }
     for row in sqlite_rows:
         assert row["toolnode_ms"] > 0 and row["effect_ms"] > 0
         assert row["overhead"] > 0 and len(row["samples"]["toolnode_ms"]) == report["settings"]["repeats"]
+        lo, hi = row["ratio_ci95"]
+        assert lo <= row["ratio_of_medians"] <= hi
 
     # Commits are counted, not inferred: at most two durable ledger commits per call.
-    counted = {(row["backend"], row["fanout"]): row for row in report["commits"]}
+    counted = {
+        (row["backend"], row["fanout"]): row for row in report["commits"] if row.get("path", "node") == "node"
+    }
+    for row in report["commits"]:
+        if row["backend"] == "sqlite":
+            # Counted, so asserted: 2 trips a call (fewer when parallel calls share them), and
+            # the middleware adds no graph step and no checkpoint commit to a turn.
+            assert row["ledger_round_trips_per_call"] <= 2
+            assert row["graph_steps_per_run_effect"] == row["graph_steps_per_run_baseline"]
+            assert row["checkpoint_commits_per_run_effect"] == row["checkpoint_commits_per_run_toolnode"]
     one = counted[("sqlite", 1)]
     assert one["calls"] > 0 and one["ledger_commits"] > 0
     assert one["ledger_commits_per_call"] <= 2
