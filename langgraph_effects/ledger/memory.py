@@ -11,8 +11,10 @@ from ..operation import Operation
 from .base import (
     AppendAudit,
     AuditEntry,
+    CasWithAudit,
     CompareAndSet,
     InsertIfAbsent,
+    InsertWithAudit,
     Ledger,
     Load,
     Lock,
@@ -22,8 +24,10 @@ from .base import (
     T,
     audit_from_row,
     drive,
+    from_row,
     listing_order,
     may_renew,
+    to_row,
 )
 
 
@@ -57,21 +61,26 @@ class InMemoryLedger(Ledger):
             return self._ops.get(step.op_id)
         if isinstance(step, Load):
             return {i: self._ops[i] for i in step.op_ids if i in self._ops}
-        if isinstance(step, InsertIfAbsent):
+        if isinstance(step, InsertIfAbsent | InsertWithAudit):
             inserted = []
-            for op in step.ops:
+            for i, op in enumerate(step.ops):
                 key = (op.tenant, op.provider_key)
                 if op.op_id in self._ops or key in self._keys:
                     continue  # UNIQUE (tenant, provider_key), as in the SQL backends
-                self._ops[op.op_id] = op
+                # Stored as a SQL backend would hand it back (lists, not tuples).
+                self._ops[op.op_id] = from_row(to_row(op))
                 self._keys.add(key)
                 inserted.append(op.op_id)
+                if isinstance(step, InsertWithAudit):
+                    self._answer(AppendAudit((step.audit[i],)))
             return inserted
-        if isinstance(step, CompareAndSet):
+        if isinstance(step, CompareAndSet | CasWithAudit):
             stored = self._ops.get(step.after.op_id)
             if stored is None or stored.version != step.expected_version:
                 return False
             self._ops[step.after.op_id] = step.after
+            if isinstance(step, CasWithAudit):
+                self._answer(AppendAudit((step.audit,)))
             return True
         if isinstance(step, AppendAudit):
             for row in step.rows:
