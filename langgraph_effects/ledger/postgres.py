@@ -464,7 +464,7 @@ class PostgresLedger(Ledger):
         inserted: list[str] = []
         for start in range(0, len(step.ops), _CHUNK):
             chunk = step.ops[start : start + _CHUNK]
-            params = [to_row(op)[c] for op in chunk for c in COLUMNS]
+            params = [row[c] for row in map(to_row, chunk) for c in COLUMNS]
             # No conflict target: like SQLite's INSERT OR IGNORE, an existing
             # op_id or a (tenant, provider_key) taken by another operation is kept.
             sql = (
