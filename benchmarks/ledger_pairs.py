@@ -4,8 +4,10 @@
 
 For each pair the ledger runs ``record_intents([op], change=dispatch)`` (intent and
 dispatch marker in one commit) and ``transition(op, succeed)`` (the outcome), on a
-real SQLite file (WAL, ``synchronous=FULL``). It also times a batch intent of 8
-operations (one commit for all of them, as for parallel tool calls).
+real SQLite file (WAL, ``synchronous=FULL``); the outcome passes the row the intent
+returned (``before=``, as the engine does) when the ledger accepts it. It also times a
+batch intent of 8 operations (one commit for all of them, as for parallel tool
+calls) and then their 8 outcomes started together (group-committed).
 
 Durable commits are counted, not inferred: a ``set_trace_callback`` on the
 ledger's own ``sqlite3`` connection sees every statement, and the script counts
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import platform
@@ -133,6 +136,7 @@ async def run_ledger(
     ledger: SqliteLedger, counter: CommitCounter, rep: int, pairs: int, out: dict[str, Series]
 ) -> None:
     # One intent+outcome pair per call, as a single tool call would do it.
+    optimistic = "before" in inspect.signature(ledger.transition).parameters
     started = time.perf_counter()
     for i in range(pairs):
         op = make_op(f"op-{rep}-{i}")
@@ -143,13 +147,17 @@ async def run_ledger(
             result_type="json",
             evidence={"kind": "result"},
         )
-        t_intent = await timed(
-            counter, out["intent"], lambda op=op, d=dispatch: ledger.record_intents([op], change=d)
-        )
+        stored: list[Operation] = []
+
+        async def intent(op: Operation = op, d: Change = dispatch, stored: list[Operation] = stored) -> None:
+            stored[:] = await ledger.record_intents([op], change=d)
+
+        t_intent = await timed(counter, out["intent"], intent)
+        extra: dict[str, Any] = {"before": stored[0]} if optimistic else {}
         t_outcome = await timed(
             counter,
             out["outcome"],
-            lambda op=op, s=succeed: ledger.transition(op.op_id, s, expected_version=1),
+            lambda op=op, s=succeed, e=extra: ledger.transition(op.op_id, s, expected_version=1, **e),
         )
         out["pair"].latencies.append(t_intent + t_outcome)
         out["pair"].count += 1
@@ -157,18 +165,41 @@ async def run_ledger(
     for name in ("intent", "outcome", "pair"):
         out[name].throughput.append(pairs / elapsed)
 
-    # Parallel calls: 8 intents share one commit.
+    # Parallel calls: 8 intents share one commit; their 8 outcomes, started together,
+    # are group-committed.
     batches = max(pairs // BATCH, 50)
-    started = time.perf_counter()
+    elapsed = {"batch": 0.0, "parallel": 0.0}
+    succeed = Change(Event.SUCCEED, result=b'{"id": "msg_123"}', result_type="json")
     for b in range(batches):
         ops = [make_op(f"batch-{rep}-{b}-{k}") for k in range(BATCH)]
         dispatch = Change(Event.DISPATCH, owner=OWNER, lease_expires_at=time.time() + 30)
-        await timed(
-            counter,
-            out["batch"],
-            lambda ops=ops, d=dispatch: ledger.record_intents(ops, change=d),
-        )
-    out["batch"].throughput.append(batches * BATCH / (time.perf_counter() - started))
+        rows: list[Operation] = []
+
+        async def intents(
+            ops: list[Operation] = ops, d: Change = dispatch, rows: list[Operation] = rows
+        ) -> None:
+            rows[:] = await ledger.record_intents(ops, change=d)
+
+        elapsed["batch"] += await timed(counter, out["batch"], intents)
+
+        async def outcomes(rows: list[Operation] = rows) -> None:
+            await asyncio.gather(
+                *(
+                    ledger.transition(
+                        op.op_id, succeed, expected_version=1, **({"before": op} if optimistic else {})
+                    )
+                    for op in rows
+                )
+            )
+
+        commits0, statements0 = counter.snapshot()
+        start = time.perf_counter()
+        await outcomes()
+        elapsed["parallel"] += time.perf_counter() - start
+        commits1, statements1 = counter.snapshot()
+        out["parallel"].add(time.perf_counter() - start, commits1 - commits0, statements1 - statements0)
+    for name in ("batch", "parallel"):
+        out[name].throughput.append(batches * BATCH / elapsed[name])
 
 
 def run_floor(path: Path, rep: int, pairs: int, series: Series) -> None:
@@ -229,7 +260,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
-    out = {name: Series() for name in ("intent", "outcome", "pair", "batch", "floor", "floor_hop")}
+    names = ("intent", "outcome", "pair", "batch", "parallel", "floor", "floor_hop")
+    out = {name: Series() for name in names}
     counter = CommitCounter()
     async with SqliteLedger.from_conn_string(path) as ledger:
         await ledger.setup()
@@ -284,7 +316,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _scratch() -> dict[str, Series]:
-    return {name: Series() for name in ("intent", "outcome", "pair", "batch")}
+    return {name: Series() for name in ("intent", "outcome", "pair", "batch", "parallel")}
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -299,6 +331,7 @@ def print_report(report: dict[str, Any]) -> None:
         ("outcome: succeed", "outcome"),
         ("pair: intent + outcome", "pair"),
         (f"batch intent ({BATCH} ops, 1 tx)", "batch"),
+        (f"{BATCH} parallel outcomes", "parallel"),
         ("floor: 2 x bare INSERT tx", "floor"),
         ("  same, 1 aiosqlite hop per tx", "floor_hop"),
     ]
@@ -307,7 +340,7 @@ def print_report(report: dict[str, Any]) -> None:
     print("-" * len(header))
     for label, key in rows:
         s = report[key]
-        unit = {"batch": "ops", "intent": None, "outcome": None}.get(key, "pairs")
+        unit = {"batch": "ops", "parallel": "ops", "intent": None, "outcome": None}.get(key, "pairs")
         per_second = f"{s['per_second']:.0f} {unit}" if unit else "-"
         print(
             f"{label:<30}{s['median_ms']:>11.3f}{s['p95_ms']:>9.3f}{per_second:>12}"
@@ -319,7 +352,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"{report['intent']['commits_each']:.2f} per intent, "
         f"{report['outcome']['commits_each']:.2f} per outcome, "
         f"{batch['commits_each']:.2f} per batch of {BATCH} intents "
-        f"({batch['commits_each'] / BATCH:.3f} per op); "
+        f"({batch['commits_each'] / BATCH:.3f} per op), "
+        f"{report['parallel']['commits_each']:.2f} per {BATCH} parallel outcomes; "
         f"writes outside a transaction: {report['autocommit_writes']}"
     )
     print(

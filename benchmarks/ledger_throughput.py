@@ -21,6 +21,13 @@ machine touches every figure alike; each reported figure is the median of
 (the smallest worker count if 1 is not measured). The load average before and
 after is printed: on a shared machine, read the figures with it.
 
+With Postgres, a baseline is measured in the same run, interleaved round by round:
+``pg-raw``, the same workers writing a plain two-commit pair through psycopg (an
+``INSERT`` committed, then an ``UPDATE`` committed: two autocommit statements, one
+round trip each) to a table of their own; the table shows the ledger's figure over
+it ("vs raw"). Workers pass the row they hold to the outcome (``before=``) when the
+ledger accepts it, as the engine does.
+
 Postgres: ``--dsn``, else env ``LANGGRAPH_EFFECTS_TEST_PG_DSN``, else
 ``postgresql://postgres@127.0.0.1:5432/test``; the ledger goes in a fresh schema,
 dropped afterwards. If the server cannot be reached, that is said in one line and
@@ -31,11 +38,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
+import inspect
 import json
 import multiprocessing
 import os
 import platform
 import queue
+import random
 import socket
 import statistics
 import sys
@@ -44,6 +55,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -73,25 +85,47 @@ TIMEOUT = 900.0  # seconds to wait for any one worker message before giving up
 def _open(target: dict[str, str]) -> Any:
     if target["backend"] == "sqlite":
         return SqliteLedger.from_conn_string(target["path"])
+    if target["backend"] == "pg-raw":
+        return _raw_connection(target["dsn"])
     # One connection: a worker writes one pair at a time.
     return PostgresLedger.from_conn_string(target["dsn"], schema=target["schema"], min_size=1, max_size=1)
 
 
 async def _pairs(ledger: Ledger, owner: Owner, prefix: str, n: int) -> list[float]:
     latencies: list[float] = []
+    optimistic = "before" in inspect.signature(ledger.transition).parameters
     for i in range(n):
         op = make_op(f"{prefix}-{i}")
         start = time.perf_counter()
         dispatch = Change(Event.DISPATCH, owner=owner, lease_expires_at=time.time() + 30)
         [stored] = await ledger.record_intents([op], change=dispatch)
-        done = await ledger.transition(
-            op.op_id,
-            Change(Event.SUCCEED, result=RESULT, result_type="json", evidence={"kind": "result"}),
-            expected_version=stored.version,
-        )
+        succeed = Change(Event.SUCCEED, result=RESULT, result_type="json", evidence={"kind": "result"})
+        extra: dict[str, Any] = {"before": stored} if optimistic else {}
+        done = await ledger.transition(op.op_id, succeed, expected_version=stored.version, **extra)
         latencies.append(time.perf_counter() - start)
         if stored.owner != owner or done.state is not State.CONFIRMED:
             raise RuntimeError(f"pair {op.op_id} did not go intent -> confirmed: {done.state}")
+    return latencies
+
+
+@contextlib.asynccontextmanager
+async def _raw_connection(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+async def _raw_pairs(conn: psycopg.AsyncConnection[Any], schema: str, prefix: str, n: int) -> list[float]:
+    """The baseline: one row inserted (commit), then updated (commit)."""
+    latencies: list[float] = []
+    body = json.dumps(make_op("raw").args)
+    insert = f'INSERT INTO "{schema}".bench_raw (id, state, body) VALUES (%s, %s, %s)'
+    update = f'UPDATE "{schema}".bench_raw SET state = %s, result = %s WHERE id = %s'
+    for i in range(n):
+        key = f"{prefix}-{i}"
+        start = time.perf_counter()
+        await conn.execute(insert, [key, "dispatched", body])
+        await conn.execute(update, ["confirmed", RESULT, key])
+        latencies.append(time.perf_counter() - start)
     return latencies
 
 
@@ -99,7 +133,11 @@ async def _worker_async(target: dict[str, str], wid: int, commands: Any, out: An
     token = f"{target['backend']}-{wid}-{uuid.uuid4().hex[:8]}"
     owner = Owner(host=socket.gethostname(), pid=os.getpid(), started=0.0, token=token)
     async with _open(target) as ledger:
-        await _pairs(ledger, owner, f"{token}-warm", WARMUP)
+        if target["backend"] == "pg-raw":
+            run = functools.partial(_raw_pairs, ledger, target["schema"])
+        else:
+            run = functools.partial(_pairs, ledger, owner)
+        await run(f"{token}-warm", WARMUP)
         out.put({"wid": wid, "ready": True})
         while True:
             command = await asyncio.to_thread(commands.get)
@@ -108,7 +146,7 @@ async def _worker_async(target: dict[str, str], wid: int, commands: Any, out: An
             tag, pairs, start_at = command
             await asyncio.sleep(max(0.0, start_at - time.time()))
             started, cpu = time.time(), time.process_time()
-            latencies = await _pairs(ledger, owner, f"{token}-{tag}", pairs)
+            latencies = await run(f"{token}-{tag}", pairs)
             out.put({"wid": wid, "tag": tag, "started": started, "finished": time.time(),
                      "cpu": time.process_time() - cpu, "latencies": latencies})
 
@@ -157,7 +195,7 @@ class Fleet:
         start_at = time.time() + START_AHEAD
         for w in range(workers):
             self.commands[w].put((tag, pairs, start_at))
-        sampler = WaitSampler(self.target) if self.target["backend"] == "postgres" else None
+        sampler = WaitSampler(self.target) if self.target["backend"] != "sqlite" else None
         time.sleep(max(0.0, start_at - time.time()))
         machine0, server0 = machine_cpu(), server_cpu()
         try:
@@ -173,7 +211,7 @@ class Fleet:
             "latencies": [x for i in items for x in i["latencies"]],
             "worker_cpu_ms": sum(i["cpu"] for i in items) / n * 1e3,
             "server_cpu_ms": (server1 - server0) / n * 1e3
-            if self.target["backend"] == "postgres" and server0 is not None and server1 is not None
+            if self.target["backend"] != "sqlite" and server0 is not None and server1 is not None
             else None,
             "machine_busy": busy / total if total > 0 else None,
             "waits": waits,
@@ -294,6 +332,16 @@ def prepare(backend: str, args: argparse.Namespace, workdir: Path) -> tuple[dict
             "one shared schema, one connection per worker"
         )
 
+    if backend == "pg-raw":
+        setting = setting.replace("one connection per worker", "autocommit INSERT then UPDATE, one table")
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{target["schema"]}"')
+            conn.execute(
+                f'CREATE TABLE "{target["schema"]}".bench_raw '
+                "(id text PRIMARY KEY, state text NOT NULL, body text, result bytea)"
+            )
+        return target, setting
+
     async def setup() -> None:
         async with _open(target) as ledger:
             await ledger.setup()
@@ -303,6 +351,12 @@ def prepare(backend: str, args: argparse.Namespace, workdir: Path) -> tuple[dict
 
 
 def confirmed_rows(target: dict[str, str]) -> int:
+    if target["backend"] == "pg-raw":
+        with psycopg.connect(target["dsn"]) as conn:
+            sql = f'SELECT count(*) FROM "{target["schema"]}".bench_raw WHERE state = %s'
+            row = conn.execute(sql, ["confirmed"]).fetchone()
+            return int(row[0]) if row else 0
+
     async def count() -> int:
         async with _open(target) as ledger:
             ops = await ledger.list_operations(OperationQuery(limit=10_000_000))
@@ -312,7 +366,7 @@ def confirmed_rows(target: dict[str, str]) -> int:
 
 
 def drop(target: dict[str, str]) -> None:
-    if target["backend"] == "postgres":
+    if target["backend"] != "sqlite":
         with psycopg.connect(target["dsn"], autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{target["schema"]}" CASCADE')
 
@@ -417,6 +471,33 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+def _bootstrap(values: list[float], n: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of ``values``."""
+    rng = random.Random(15)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    return medians[int(0.025 * n)], medians[int(0.975 * n) - 1]
+
+
+def _versus_raw(report: dict[str, Any]) -> list[str]:
+    rows = {(b["backend"], r["workers"]): r for b in report["backends"] for r in b["rows"]}
+    lines = []
+    for (backend, workers), ours in sorted(rows.items()):
+        raw = rows.get(("pg-raw", workers))
+        if backend != "postgres" or raw is None:
+            continue
+        pairs = zip(ours["repeats_pairs_per_second"], raw["repeats_pairs_per_second"], strict=True)
+        ratios = [a / b for a, b in pairs]
+        low, high = _bootstrap(ratios)
+        ours_cpu, raw_cpu = ours["worker_cpu_ms_per_pair"], raw["worker_cpu_ms_per_pair"]
+        cpu = f"{ours_cpu / raw_cpu:.2f}x" if ours_cpu and raw_cpu else "-"
+        ours["vs_raw"], ours["vs_raw_ci"] = statistics.median(ratios), [low, high]
+        lines.append(
+            f"{workers} workers: {statistics.median(ratios):.2f}x [{low:.2f}, {high:.2f}] of "
+            f"{raw['pairs_per_second']:.0f} pairs/s; worker CPU per pair {cpu}"
+        )
+    return lines
+
+
 def print_table(report: dict[str, Any]) -> None:
     setup = report["setup"]
     print(
@@ -454,12 +535,23 @@ def print_table(report: dict[str, Any]) -> None:
         )
         for backend, r in waits:
             print(f"  {backend} {r['workers']} workers: {_shares(r['wait_samples'])}")
+    versus = _versus_raw(report)
+    if versus:
+        print(
+            "\nThe ledger against the plain two-commit pair (pg-raw), round by round in the same run:\n"
+            "ratio of pairs/s (median of the per-repeat ratios, bootstrap 95% CI) and of worker CPU per pair:"
+        )
+        for line in versus:
+            print(f"  {line}")
     print()
     for result in report["backends"]:
         print(f"{result['backend']}: {result['setting']}")
     for backend, problem in report["skipped"].items():
         print(f"{backend}: not measured ({problem})")
-    print("A pair is two durable commits: intent+dispatch marker, then the outcome.")
+    print(
+        "A pair is two durable commits: intent+dispatch marker, then the outcome "
+        "(pg-raw: INSERT, then UPDATE)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             report["skipped"]["postgres"] = line
             backends.remove("postgres")
+        else:
+            backends.append("pg-raw")  # the baseline, interleaved with the ledger's rounds
     if backends:
         with tempfile.TemporaryDirectory(prefix="lge-throughput-", dir=args.dir) as tmp:
             report["backends"] = run(args, backends, Path(tmp))

@@ -318,8 +318,11 @@ class CallDriver:
     async def _move(self, c: _Call, change: Change, *, expected: int | None = None) -> bool:
         """Apply one transition; on a lost race, reload and let the caller look again."""
         try:
+            version = c.op.version if expected is None else expected
+            # The row as we last saw it saves the ledger a locking read when it is current.
+            before = c.op if version == c.op.version else None
             c.op = await self.ledger.transition(
-                c.op.op_id, change, expected_version=c.op.version if expected is None else expected
+                c.op.op_id, change, expected_version=version, before=before
             )
             return True
         except (StaleVersionError, IllegalTransitionError):

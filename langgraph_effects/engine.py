@@ -177,7 +177,10 @@ class Session(HumanQuestions):
             session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
             session._source = source
             owner = await made if made is not None else None
-            await ledger.transact(session._open_plan(history_known=bool(history), owner=owner))
+            derived = {c.call_id: (c.op, c.args) for c in calls.values()}
+            await ledger.transact(
+                lambda: session._open_plan(derived, history_known=bool(history), owner=owner)
+            )
         except BaseException:
             # No session comes out of a failed open, so nobody would release what this
             # transaction may have reserved: a resume would wait for a dispatch that
@@ -190,13 +193,24 @@ class Session(HumanQuestions):
         session._adopt(owner)
         return session
 
-    def _open_plan(self, *, history_known: bool, owner: Owner | None) -> Plan[None]:
+    def _open_plan(
+        self,
+        derived: Mapping[str, tuple[Operation, dict[str, Any]]],
+        *,
+        history_known: bool,
+        owner: Owner | None,
+    ) -> Plan[None]:
         """Bind every call and record the new intents: **one** ledger transaction.
 
         Reads the stored rows (and an approver's edits, and re-plan candidates) and
         inserts what is new in the same transaction, so opening costs one round trip
-        and one durable commit whatever the fan-out.
+        and one durable commit whatever the fan-out. Starts from the ``derived``
+        operations each time: the ledger may run it again (a rolled-back group).
         """
+        for c in self.calls.values():
+            c.op, c.args = derived[c.call_id][0], dict(derived[c.call_id][1])
+            c.conflict = c.owner = c.batch_token = None
+            c.edited = False
         stored = yield Load(tuple(sorted({c.op.op_id for c in self.calls.values()})))
         fresh = [c for c in self.calls.values() if not self._adopt_stored(c, stored.get(c.op.op_id))]
         edited = {

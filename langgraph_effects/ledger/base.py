@@ -1,4 +1,4 @@
-"""The ledger protocol, written once over a few storage primitives, and the row codec.
+"""The ledger protocol, written once over a few storage primitives (codec: :mod:`.codec`).
 
 Backends only store. Every write is a *plan* (a generator, in the style of a
 sans-IO protocol) that yields :data:`Step` requests: lock a row, load rows,
@@ -12,34 +12,31 @@ are never expired or deleted by time: no step deletes.
 from __future__ import annotations
 
 import abc
-import asyncio
-import json
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import LedgerCorruptError, LedgerError, OperationNotFoundError, SchemaTooNewError
-from ..operation import UNRESOLVED, Change, Operation, Owner, State, advance, create
+from ..errors import (
+    LedgerCorruptError,
+    LedgerError,
+    OperationNotFoundError,
+    SchemaTooNewError,
+    StaleVersionError,
+)
+from ..operation import UNRESOLVED, Change, Operation, State, advance, create
+from .codec import COLUMNS as COLUMNS
+from .codec import MUTABLE_COLUMNS as MUTABLE_COLUMNS
+from .codec import AuditEntry as AuditEntry
+from .codec import audit_from_row as audit_from_row
+from .codec import audit_row as audit_row
+from .codec import from_row as from_row
+from .codec import to_row as to_row
+from .group import GroupCommit, Outcome, Regroup
 
 T = TypeVar("T")
 
 DEFAULT_ACTOR = "langgraph-effects"
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One transition of one operation, as the audit table keeps it."""
-
-    op_id: str
-    seq: int
-    at: float
-    actor: str
-    from_state: State | None
-    to_state: State
-    event: str
-    version: int
-    evidence: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -113,6 +110,27 @@ class CompareAndSet:
 
 
 @dataclass(frozen=True)
+class InsertWithAudit:
+    """:class:`InsertIfAbsent`, and the audit row (``audit[i]`` for ``ops[i]``) of each
+    row actually inserted; answered with the ids inserted. Atomic on its own."""
+
+    ops: tuple[Operation, ...]
+    audit: tuple[dict[str, Any], ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class CasWithAudit:
+    """:class:`CompareAndSet`, and ``audit`` appended only if it matched; answered with
+    whether it did. Atomic on its own."""
+
+    after: Operation
+    expected_version: int
+    audit: dict[str, Any]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class AppendAudit:
     """Append audit rows (values from :func:`audit_row`); answered with ``None``."""
 
@@ -145,7 +163,16 @@ class Execute:
 
 
 Step = (
-    Lock | Load | FindByPayload | InsertIfAbsent | CompareAndSet | AppendAudit | OurTables | Fetch
+    Lock
+    | Load
+    | FindByPayload
+    | InsertIfAbsent
+    | InsertWithAudit
+    | CompareAndSet
+    | CasWithAudit
+    | AppendAudit
+    | OurTables
+    | Fetch
     | Execute
 )
 Plan = Generator[Step, Any, T]
@@ -154,21 +181,34 @@ receives their answers."""
 
 LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
 
+#: Steps that are a whole transaction by themselves: a backend may run one in
+#: autocommit when it is the only write of a plan running alone.
+ALONE: tuple[type, ...] = (InsertWithAudit, CasWithAudit)
+#: Write steps whose (falsy) answer says they matched no row and wrote nothing.
+_MAY_MISS: tuple[type, ...] = (InsertIfAbsent, InsertWithAudit, CompareAndSet, CasWithAudit)
+
 
 class _Run:
-    """A plan being run: hands out its steps, then keeps its result."""
+    """A plan being run: hands out its steps, then keeps its result.
+
+    ``wrote`` says whether any answered step changed a row (a compare-and-set that
+    missed did not): a plan that raises with ``wrote`` false has written nothing.
+    """
 
     def __init__(self, plan: Plan[Any]) -> None:
         self.plan, self.wrote, self.result = plan, False, None
+        self._step: Step | None = None
 
     def send(self, reply: Any) -> Step | None:
         """The next step (``reply`` answers the previous one), or ``None`` once done."""
+        last = self._step
+        if last is not None and last.writes and (reply or not isinstance(last, _MAY_MISS)):
+            self.wrote = True
         try:
-            step = self.plan.send(reply)
+            self._step = step = self.plan.send(reply)
         except StopIteration as done:
-            self.result = done.value
+            self.result, self._step = done.value, None
             return None
-        self.wrote = self.wrote or step.writes
         return step
 
 
@@ -212,10 +252,11 @@ def record_plan(
     # the same order (no deadlock), and every backend keeps the same row of a
     # (tenant, provider_key) that two new operations share.
     rows = tuple(sorted(fresh.values(), key=lambda op: op.op_id))
-    inserted = yield InsertIfAbsent(rows)
-    if inserted:
-        yield AppendAudit(tuple(audit_row(None, fresh[i], change, actor) for i in inserted))
-    stored = yield Load(tuple(fresh))
+    inserted = yield InsertWithAudit(rows, tuple(audit_row(None, op, change, actor) for op in rows))
+    if len(inserted) == len(rows):  # all new: stored as built (read back through the codec)
+        stored = {op.op_id: from_row(to_row(op)) for op in rows}
+    else:
+        stored = yield Load(tuple(fresh))
     return [stored[op.op_id] for op in operations if op.op_id in stored]
 
 
@@ -226,8 +267,17 @@ def transition_plan(
     actor: str,
     where: str,
     decidable_only: bool = False,
+    seen: Operation | None = None,
 ) -> Plan[Transition]:
-    """Lock the row, apply the state machine, compare-and-set, audit."""
+    """Lock the row, apply the state machine, compare-and-set, audit.
+
+    With ``seen`` (the row as the caller last read it, at ``expected_version``) the
+    lock is skipped when that is safe: see :func:`optimistic_plan`.
+    """
+    if seen is not None and seen.op_id == op_id and expected_version == seen.version:
+        done = yield from optimistic_plan(seen, change, actor, decidable_only)
+        if done is not None:
+            return done
     before = yield Lock(op_id)
     if before is None:
         raise OperationNotFoundError(op_id)
@@ -236,13 +286,61 @@ def transition_plan(
     )
     if after is None:
         return Transition(before, applied=False)
-    if not (yield CompareAndSet(after, before.version)):  # impossible under the row lock
-        raise LedgerError(
+    if not (yield CasWithAudit(after, before.version, audit_row(before, after, change, actor))):
+        raise LedgerError(  # impossible under the row lock
             f"operation {op_id} changed under a row lock at {where}; nothing was written. "
             "Read it again."
         )
-    yield AppendAudit((audit_row(before, after, change, actor),))
     return Transition(after, applied=True)
+
+
+def optimistic_plan(
+    seen: Operation, change: Change, actor: str, decidable_only: bool
+) -> Plan[Transition | None]:
+    """Apply the state machine to ``seen`` and compare-and-set it, without a lock read.
+
+    Every change bumps the version, so a row still at ``seen.version`` is ``seen``,
+    except for the lease a heartbeat renews in place: a change that reads the lease
+    (``lease_seen``) or a verdict (whose replay needs the stored decisions) is left
+    to the locking path (``None``), as is any change the state machine refuses for
+    ``seen``: the error must be the one the stored row gives.
+    """
+    if change.decision_id is not None or change.lease_seen is not None:
+        return None
+    try:
+        after = advance(
+            seen, change, expected_version=seen.version, now=now(), decidable_only=decidable_only
+        )
+    except Exception:
+        return None
+    if after is None:
+        return None
+    if (yield CasWithAudit(after, seen.version, audit_row(seen, after, change, actor))):
+        return Transition(after, applied=True)
+    stored = (yield Load((seen.op_id,))).get(seen.op_id)  # nothing was written: say why
+    if stored is None:
+        raise OperationNotFoundError(seen.op_id)
+    raise StaleVersionError(seen.op_id, seen.version, stored.version)
+
+
+def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[Any]]]:
+    """Several plans, one after the other, as one plan (one transaction; see
+    :mod:`.group`): the outcome of each. Raises :class:`Regroup` if one raised
+    after writing, so the backend rolls back and runs them one by one."""
+    outcomes: list[Outcome[Any]] = []
+    for make in makers:
+        run = _Run(make())
+        try:
+            step = run.send(None)
+            while step is not None:
+                step = run.send((yield step))
+        except Exception as error:
+            if run.wrote:
+                raise Regroup() from error
+            outcomes.append(Outcome(error=error))
+        else:
+            outcomes.append(Outcome(value=run.result))
+    return outcomes
 
 
 def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:
@@ -323,39 +421,8 @@ def listing_order(ops: Sequence[Operation]) -> list[Operation]:
     return sorted(ops, key=lambda op: (op.updated_at, op.op_id))
 
 
-@dataclass(frozen=True)
-class Settled:
-    """What one plan of a group transaction gave: its result, or its own error."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-@dataclass(eq=False)
-class _Group:
-    """The write plans waiting for the next group commit (one per event loop)."""
-
-    queue: list[tuple[Plan[Any], asyncio.Future[Any]]] = field(default_factory=list)
-    flushing: bool = False
-
-
 class Ledger(abc.ABC):
-    """Durable store of operations and their transitions. Async first.
-
-    Writes are group-committed (:meth:`_write`); a backend runs one plan as one
-    transaction (:meth:`_transact`) and may run several in one
-    (:meth:`_transact_many`).
-    """
-
-    #: Pending group commits by event loop (set on first write; backends need not
-    #: call an ``__init__`` here).
-    _group_of: dict[asyncio.AbstractEventLoop, _Group] | None = None
-
-    @property
-    def _groups(self) -> dict[asyncio.AbstractEventLoop, _Group]:
-        if self._group_of is None:
-            self._group_of = {}
-        return self._group_of
+    """Durable store of operations and their transitions. Async first."""
 
     #: A name for messages ("sqlite:/path", "postgres:host/db", "memory").
     where: str = "ledger"
@@ -376,67 +443,35 @@ class Ledger(abc.ABC):
         """Run a plan that only reads (backends may skip the write transaction)."""
         return await self._transact(plan)
 
-    async def _transact_many(self, plans: Sequence[Plan[Any]]) -> list[Settled]:
-        """Run ``plans`` in **one** transaction, each isolated from the others' failure
-        (a savepoint each): a plan that raises leaves nothing written and its error
-        is its own; the rest commit together. An error of the transaction itself
-        (its commit) is every plan's. Default: one transaction each."""
-        settled: list[Settled] = []
-        for plan in plans:
-            try:
-                settled.append(Settled(await self._transact(plan)))
-            except Exception as error:
-                settled.append(Settled(error=error))
-        return settled
-
-    async def _write(self, plan: Plan[T]) -> T:
-        """Run ``plan`` as a write transaction, group-committed: plans that arrive
-        while a commit is in flight (or in the same event-loop turn as the first)
-        share the next transaction. Nobody's await returns before its commit did."""
-        loop = asyncio.get_running_loop()
-        group = self._groups.get(loop)
+    async def _write(self, make: Callable[[], Plan[T]]) -> T:
+        """Run the plan ``make()`` builds, group-committed with the writes that arrive
+        while another is in flight (see :mod:`.group`)."""
+        group = self.__dict__.get("_group")
         if group is None:
-            group = self._groups[loop] = _Group()
-        done: asyncio.Future[Any] = loop.create_future()
-        group.queue.append((plan, done))
-        if not group.flushing:
-            group.flushing = True
-            # Started on the next turn: calls released together (parallel tool
-            # tasks, outcomes arriving at once) join the very first commit.
-            loop.call_soon(lambda: asyncio.ensure_future(self._flush(loop, group)))
-        return await asyncio.shield(done)
+            group = self.__dict__["_group"] = GroupCommit(self._transact_group)
+        return await group.submit(make)  # type: ignore[no-any-return]
 
-    async def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        try:
-            while group.queue:
-                batch, group.queue = group.queue, []
-                try:
-                    if len(batch) == 1:
-                        settled = [Settled(await self._transact(batch[0][0]))]
-                    else:
-                        settled = await self._transact_many([plan for plan, _ in batch])
-                except BaseException as error:  # the transaction itself: everyone's
-                    settled = [Settled(error=error)] * len(batch)
-                for (_, done), outcome in zip(batch, settled, strict=True):
-                    if done.done():
-                        continue
-                    if outcome.error is not None:
-                        done.set_exception(outcome.error)
-                    else:
-                        done.set_result(outcome.value)
-        finally:
-            group.flushing = False
-            if not group.queue:
-                self._groups.pop(loop, None)
+    async def _transact_group(self, makers: Sequence[Callable[[], Plan[Any]]]) -> list[Outcome[Any]]:
+        """Run several plans in one transaction, an outcome each, each as if alone.
 
-    async def transact(self, plan: Plan[T]) -> T:
-        """Run ``plan`` (a generator of this module's steps, e.g. composed of
-        :func:`load_plan`, :func:`payload_plan` and :func:`record_plan`) as **one**
-        transaction: committed if any step wrote, else rolled back. One round trip
-        to the database's connection where the backend can manage it, so a caller
-        that needs to read, decide and write pays for one transaction, not three.
-        Group-committed with concurrent writes (see :meth:`_write`)."""
-        return await self._write(plan)
+        This default gives each its own transaction; the SQL backends override it.
+        """
+        outcomes: list[Outcome[Any]] = []
+        for make in makers:
+            try:
+                outcomes.append(Outcome(value=await self._transact(make())))
+            except Exception as error:
+                outcomes.append(Outcome(error=error))
+        return outcomes
+
+    async def transact(self, make: Callable[[], Plan[T]]) -> T:
+        """Run the plan ``make()`` builds (a generator of this module's steps, e.g.
+        composed of :func:`load_plan`, :func:`payload_plan` and :func:`record_plan`)
+        as **one** transaction, group-committed with concurrent writes: a caller that
+        must read, decide and write pays one round trip and one commit, not three.
+        ``make`` may be called again (a group that had to be rolled back runs each
+        plan on its own), so the plan must start from scratch each time."""
+        return await self._write(make)
 
     async def record_intents(
         self,
@@ -454,7 +489,7 @@ class Ledger(abc.ABC):
         """
         if not operations:
             return []
-        return await self._write(record_plan(operations, change, actor))
+        return await self._write(lambda: record_plan(operations, change, actor))
 
     async def get_many(self, op_ids: Sequence[str]) -> dict[str, Operation]:
         """The stored operations among ``op_ids`` (missing ids are left out)."""
@@ -474,6 +509,7 @@ class Ledger(abc.ABC):
         expected_version: int | None,
         actor: str = DEFAULT_ACTOR,
         decidable_only: bool = False,
+        before: Operation | None = None,
     ) -> Transition:
         """Compare-and-set one transition and audit it, in one commit.
 
@@ -482,9 +518,15 @@ class Ledger(abc.ABC):
         content changes nothing: ``applied`` is then ``False`` and ``op`` the stored row.
         ``decidable_only`` (an operator's verdict) refuses states outside
         :data:`~langgraph_effects.operation.DECIDABLE` (see ``advance``).
+        ``before``: the row as the caller last read it. At ``expected_version`` it
+        saves the locking read (same results and errors; see :func:`optimistic_plan`).
         """
-        plan = transition_plan(op_id, change, expected_version, actor, self.where, decidable_only)
-        return await self._write(plan)
+        where = self.where
+        return await self._write(
+            lambda: transition_plan(
+                op_id, change, expected_version, actor, where, decidable_only, before
+            )
+        )
 
     async def transition(
         self,
@@ -493,9 +535,12 @@ class Ledger(abc.ABC):
         *,
         expected_version: int | None,
         actor: str = DEFAULT_ACTOR,
+        before: Operation | None = None,
     ) -> Operation:
         """:meth:`apply`, returning only the operation as stored afterwards."""
-        result = await self.apply(op_id, change, expected_version=expected_version, actor=actor)
+        result = await self.apply(
+            op_id, change, expected_version=expected_version, actor=actor, before=before
+        )
         return result.op
 
     @abc.abstractmethod
@@ -555,161 +600,6 @@ class Ledger(abc.ABC):
 
 def now() -> float:
     return time.time()
-
-
-# -- the row codec shared by the SQL backends ------------------------------------
-
-COLUMNS: tuple[str, ...] = (
-    "op_id",
-    "thread_id",
-    "checkpoint_ns",
-    "tenant",
-    "tool",
-    "tool_call_id",
-    "message_id",
-    "task_id",
-    "checkpoint_id",
-    "args",
-    "args_hash",
-    "provider_key",
-    "contract",
-    "policy_version",
-    "state",
-    "version",
-    "attempts",
-    "owner",
-    "lease_expires_at",
-    "dispatched_at",
-    "result_type",
-    "result",
-    "evidence",
-    "decisions",
-    "extra",
-    "created_at",
-    "updated_at",
-)
-
-#: Columns written once, when the intent is recorded: the call's identity and payload.
-_FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "created_at"}
-#: The columns a transition may change (in table order).
-MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, default=str)
-
-
-def to_row(op: Operation) -> dict[str, Any]:
-    """An operation as column values (JSON as text, result as bytes)."""
-    return {
-        "op_id": op.op_id,
-        "thread_id": op.thread_id,
-        "checkpoint_ns": op.checkpoint_ns,
-        "tenant": op.tenant,
-        "tool": op.tool,
-        "tool_call_id": op.tool_call_id,
-        "message_id": op.message_id,
-        "task_id": op.task_id,
-        "checkpoint_id": op.checkpoint_id,
-        "args": _dumps(dict(op.args)),
-        "args_hash": op.args_hash,
-        "provider_key": op.provider_key,
-        "contract": op.contract,
-        "policy_version": op.policy_version,
-        "state": op.state.value,
-        "version": op.version,
-        "attempts": op.attempts,
-        "owner": _dumps(op.owner.to_json()) if op.owner else None,
-        "lease_expires_at": op.lease_expires_at,
-        "dispatched_at": op.dispatched_at,
-        "result_type": op.result_type,
-        "result": op.result,
-        "evidence": _dumps(dict(op.evidence)) if op.evidence is not None else None,
-        "decisions": _dumps([list(d) for d in op.decisions]),
-        "extra": _dumps(dict(op.extra)),
-        "created_at": op.created_at,
-        "updated_at": op.updated_at,
-    }
-
-
-def _loads(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, str | bytes | bytearray):
-        return json.loads(value)
-    return value  # already decoded (Postgres jsonb)
-
-
-def from_row(row: Mapping[str, Any]) -> Operation:
-    """The inverse of :func:`to_row`."""
-    owner = _loads(row["owner"])
-    result = row["result"]
-    return Operation(
-        op_id=row["op_id"],
-        thread_id=row["thread_id"],
-        checkpoint_ns=row["checkpoint_ns"],
-        tenant=row["tenant"],
-        tool=row["tool"],
-        tool_call_id=row["tool_call_id"],
-        message_id=row["message_id"],
-        task_id=row["task_id"],
-        checkpoint_id=row["checkpoint_id"],
-        args=_loads(row["args"]) or {},
-        args_hash=row["args_hash"],
-        provider_key=row["provider_key"],
-        contract=row["contract"],
-        policy_version=row["policy_version"],
-        state=State(row["state"]),
-        version=int(row["version"]),
-        attempts=int(row["attempts"]),
-        owner=Owner.from_json(owner) if owner else None,
-        lease_expires_at=row["lease_expires_at"],
-        dispatched_at=row["dispatched_at"],
-        result_type=row["result_type"],
-        result=bytes(result) if result is not None else None,
-        evidence=_loads(row["evidence"]),
-        decisions=tuple((str(a), str(b)) for a, b in (_loads(row["decisions"]) or [])),
-        extra=_loads(row["extra"]) or {},
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-    )
-
-
-def audit_row(
-    before: Operation | None, after: Operation, change: Change | None, actor: str
-) -> dict[str, Any]:
-    """The audit-table values for one transition, or for creation (``before=None``).
-
-    The evidence is the step's own (``change.evidence``), not whatever the operation
-    carried from an earlier step; ``seq`` is the version the step produced.
-    """
-    event = change.event.value if change is not None and before is not None else "intent"
-    evidence = change.evidence if change is not None else after.evidence
-    return {
-        "op_id": after.op_id,
-        "seq": after.version,
-        "at": after.updated_at,
-        "actor": actor,
-        "from_state": before.state.value if before else None,
-        "to_state": after.state.value,
-        "event": event,
-        "version": after.version,
-        "evidence": _dumps(dict(evidence)) if evidence is not None else None,
-    }
-
-
-def audit_from_row(row: Mapping[str, Any]) -> AuditEntry:
-    return AuditEntry(
-        op_id=row["op_id"],
-        seq=int(row["seq"]),
-        at=float(row["at"]),
-        actor=row["actor"],
-        from_state=State(row["from_state"]) if row["from_state"] else None,
-        to_state=State(row["to_state"]),
-        event=row["event"],
-        version=int(row["version"]),
-        evidence=_loads(row["evidence"]),
-    )
 
 
 def unresolved_values() -> list[str]:

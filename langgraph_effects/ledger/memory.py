@@ -10,9 +10,11 @@ from ..operation import Operation
 from .base import (
     AppendAudit,
     AuditEntry,
+    CasWithAudit,
     CompareAndSet,
     FindByPayload,
     InsertIfAbsent,
+    InsertWithAudit,
     Ledger,
     Load,
     Lock,
@@ -22,8 +24,10 @@ from .base import (
     T,
     audit_from_row,
     drive,
+    from_row,
     listing_order,
     may_renew,
+    to_row,
 )
 
 
@@ -64,21 +68,26 @@ class InMemoryLedger(Ledger):
                 for op in self._ops.values()
                 if op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted
             ]
-        if isinstance(step, InsertIfAbsent):
+        if isinstance(step, InsertIfAbsent | InsertWithAudit):
             inserted = []
-            for op in step.ops:
+            for i, op in enumerate(step.ops):
                 key = (op.tenant, op.provider_key)
                 if op.op_id in self._ops or key in self._keys:
                     continue  # UNIQUE (tenant, provider_key), as in the SQL backends
-                self._ops[op.op_id] = op
+                # Stored as a SQL backend would hand it back (lists, not tuples).
+                self._ops[op.op_id] = from_row(to_row(op))
                 self._keys.add(key)
                 inserted.append(op.op_id)
+                if isinstance(step, InsertWithAudit):
+                    self._answer(AppendAudit((step.audit[i],)))
             return inserted
-        if isinstance(step, CompareAndSet):
+        if isinstance(step, CompareAndSet | CasWithAudit):
             stored = self._ops.get(step.after.op_id)
             if stored is None or stored.version != step.expected_version:
                 return False
             self._ops[step.after.op_id] = step.after
+            if isinstance(step, CasWithAudit):
+                self._answer(AppendAudit((step.audit,)))
             return True
         if isinstance(step, AppendAudit):
             for row in step.rows:

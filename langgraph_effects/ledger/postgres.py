@@ -23,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from ..errors import LedgerError, LedgerUnavailableError
 from ..operation import Operation
@@ -49,6 +49,8 @@ from .base import (
     from_row,
     to_row,
 )
+from .group import Outcome, Regroup
+from .pgsession import CommitLost, Transaction, classify, describe, has_news
 
 _AUDIT_COLUMNS: tuple[str, ...] = (
     "op_id",
@@ -121,8 +123,17 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-#: Rows per INSERT statement: 27 parameters a row stays far below Postgres' 65535.
+#: Rows per INSERT statement: 36 parameters a row (with its audit row) stay below 65535.
 _CHUNK = 500
+
+#: A pooled connection used less than this many seconds ago, whose socket has
+#: nothing to say, is handed out without the pool's check round trip.
+_TRUSTED_IDLE = 5.0
+
+#: Casts for an audit row's values outside an INSERT's own VALUES list.
+_AUDIT_TYPES: tuple[str, ...] = (
+    "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
+)
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
@@ -140,74 +151,6 @@ def _lock_key(schema: str | None) -> int:
     """A stable signed 64-bit advisory-lock key for migrating ``schema``."""
     digest = hashlib.sha256(f"langgraph-effects:migrate:{schema or ''}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def describe(conninfo: str, schema: str | None = None, **kwargs: Any) -> str:
-    """``postgres:<host>/<db>`` for messages: never the password."""
-    try:
-        params = conninfo_to_dict(conninfo, **kwargs)
-    except psycopg.Error:
-        params = {}
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    db = str(params.get("dbname") or params.get("user") or "postgres")
-    where = f"postgres:{host}/{db}"
-    return f"{where} (schema {schema})" if schema else where
-
-
-#: What each kind of psycopg error means for the ledger, and what to do about it.
-_ADVICE: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] = (
-    (
-        PoolClosed,
-        "the connection pool of the ledger at {where} is closed ({error}). Open the pool "
-        "(or the ledger) before use and do not use it after aclose().",
-    ),
-    (
-        (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName),
-        "the ledger tables do not exist at {where} ({error}). Call setup() once (or "
-        "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
-        "search_path names no existing schema: pass schema=. Nothing was written.",
-    ),
-    (
-        pg_errors.ReadOnlySqlTransaction,
-        "{where} is read-only ({error}), e.g. a standby or a read-only user. Point the "
-        "ledger at the primary; the transaction was rolled back, retrying there is safe.",
-    ),
-    (
-        pg_errors.DiskFull,
-        "{where} is out of disk space ({error}); the transaction was rolled back. Free "
-        "space on the database server, then resume.",
-    ),
-    (
-        (psycopg.OperationalError, psycopg.InterfaceError),
-        "the ledger at {where} is unavailable ({error}). Check that the server is up and "
-        "reachable. Each change is one transaction, so nothing is half-written; if the "
-        "connection dropped while committing, read the operation again before deciding "
-        "(a repeated compare-and-set is refused if the first one landed).",
-    ),
-)
-
-
-def _classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
-    """Map psycopg errors to ours, with a message that says what to do."""
-    if isinstance(error, PoolTimeout) and cause is not None:
-        # Never connected at all: the pool's size has nothing to do with it.
-        return LedgerUnavailableError(
-            f"could not connect to the ledger at {where} ({cause}). Check that the server is "
-            "running and reachable and that the DSN (host, port, database, user) is right; "
-            "nothing was written, retrying later is safe."
-        )
-    if isinstance(error, PoolTimeout):
-        return LedgerUnavailableError(
-            f"could not get a connection to the ledger at {where} in time ({cause or error}). "
-            "Check that the server is running and reachable and that the DSN (host, port, "
-            "database, user) is right, or raise max_size if the pool is exhausted; nothing "
-            "was written, retrying later is safe."
-        )
-    for kinds, advice in _ADVICE:
-        if isinstance(error, kinds):
-            return LedgerUnavailableError(advice.format(where=where, error=error))
-    sqlstate = getattr(error, "sqlstate", None)
-    return LedgerError(f"the ledger at {where} failed ({error}; SQLSTATE {sqlstate}).")
 
 
 class PostgresLedger(Ledger):
@@ -288,8 +231,20 @@ class PostgresLedger(Ledger):
         self._update_sql = (
             f"UPDATE {ops} SET "
             + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
-            + " WHERE op_id = %s AND version = %s"
+            + " WHERE op_id = %s AND version = %s RETURNING op_id"
         )
+        audit_columns = ", ".join(_AUDIT_COLUMNS)
+        self._typed_audit_row = "(" + ", ".join(f"%s::{t}" for t in _AUDIT_TYPES) + ")"
+        # One statement each, so one round trip and (in autocommit) one transaction.
+        self._cas_sql = (
+            f"WITH changed AS ({self._update_sql}) INSERT INTO {audit} ({audit_columns}) "
+            f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
+        )
+        self._audit_new_sql = (
+            f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{rows}}) "
+            f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) SELECT op_id FROM ins"
+        )
+        self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
     @asynccontextmanager
@@ -332,9 +287,9 @@ class PostgresLedger(Ledger):
             timeout=self._timeout,
             kwargs=kwargs,
             configure=_read_only_session if self.read_only else None,
-            # One empty round trip per checkout: after a server restart or failover a
-            # stale pooled connection is replaced instead of failing a ledger write.
-            check=AsyncConnectionPool.check_connection,
+            # After a server restart or failover a stale pooled connection is replaced
+            # instead of failing a ledger write (without a round trip when recently used).
+            check=self._check,
             name="langgraph-effects-ledger",
         )
 
@@ -355,7 +310,7 @@ class PostgresLedger(Ledger):
                 # starts a fresh one, so a server that comes back is picked up.
                 await self.pool.close()
                 self.pool = self._new_pool()
-                raise _classify(error, self.where, await self._why_unreachable()) from error
+                raise classify(error, self.where, await self._why_unreachable()) from error
             self._opened = True
 
     async def _why_unreachable(self) -> str | None:
@@ -372,15 +327,32 @@ class PostgresLedger(Ledger):
         await conn.close()
         return None
 
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The pool's check on checkout, at no round trip for a connection used within
+        :data:`_TRUSTED_IDLE` seconds whose socket is quiet: a terminated backend (a
+        server restart, a failover, ``pg_terminate_backend``) says so on the socket."""
+        last = self._used.get(conn)
+        if last is None or time.monotonic() - last > _TRUSTED_IDLE or has_news(conn):
+            await AsyncConnectionPool.check_connection(conn)
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection; psycopg errors become ours (after the rollback)."""
+        """A pooled connection in autocommit (we BEGIN when a plan needs it); psycopg
+        errors become ours (after the rollback)."""
         await self._open()
         try:
             async with self.pool.connection() as conn:
-                yield conn
+                restore = not conn.autocommit  # a pool passed in: give it back as it came
+                if restore:
+                    await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    if restore and not conn.closed:
+                        await conn.set_autocommit(False)
+                    self._used[conn] = time.monotonic()
         except psycopg.Error as error:
-            raise _classify(error, self.where) from error
+            raise classify(error, self.where) from error
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         async with self._connection() as conn:
@@ -389,28 +361,61 @@ class PostgresLedger(Ledger):
             return await cur.fetchall()
 
     async def _transact(self, plan: base.Plan[T]) -> T:
-        # Any exception inside the transaction block rolls it back: nothing is written.
-        async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            result, _ = await adrive(plan, lambda step: self._answer(cur, step))
-        return result
+        async with self._connection() as conn:
+            return await self._run_plan(conn, plan)
 
-    async def _transact_many(self, plans: Sequence[base.Plan[Any]]) -> list[base.Settled]:
-        settled: list[base.Settled] = []
-        async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            for plan in plans:
+    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[Outcome[Any]]:
+        async with self._connection() as conn:
+            if len(makers) > 1:
                 try:
-                    # A nested transaction is a savepoint: a plan's failure undoes only it.
-                    async with conn.transaction():
-                        result, _ = await adrive(plan, lambda step: self._answer(cur, step))
+                    return await self._run_plan(conn, base.group_plan(makers), grouped=True)
+                except CommitLost:
+                    raise  # it may have landed: everyone must read again, none may rerun
+                except (Regroup, psycopg.Error):
+                    pass  # rolled back: run each on its own so one cannot fail the others
+            outcomes: list[Outcome[Any]] = []
+            for make in makers:
+                try:
+                    outcomes.append(Outcome(value=await self._run_plan(conn, make())))
+                except psycopg.Error as error:
+                    outcomes.append(Outcome(error=classify(error, self.where)))
                 except Exception as error:
-                    if isinstance(error, psycopg.Error):
-                        error = _classify(error, self.where)
-                    settled.append(base.Settled(error=error))
+                    outcomes.append(Outcome(error=error))
+            return outcomes
+
+    async def _run_plan(
+        self, conn: psycopg.AsyncConnection[Any], plan: base.Plan[T], *, grouped: bool = False
+    ) -> T:
+        """Run ``plan`` on ``conn`` (in autocommit) in as few round trips as it allows.
+
+        Reads, and one :data:`~.base.ALONE` write of a plan running alone, run as
+        statements of their own (one round trip each; the write commits by itself).
+        Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
+        travels with the first statement and ``COMMIT`` with the final sync.
+        """
+        cur = conn.cursor(row_factory=dict_row)
+        tx = Transaction(conn, cur, self.where)
+        autocommitted = False
+
+        async def answer(step: base.Step) -> Any:
+            nonlocal autocommitted
+            if not tx.open and (step.writes or isinstance(step, base.Lock)):
+                if autocommitted:  # no plan of ours does this: it could not be atomic
+                    raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
+                big = isinstance(step, base.InsertWithAudit) and len(step.ops) > _CHUNK
+                if isinstance(step, base.ALONE) and not grouped and not big:
+                    autocommitted = True
                 else:
-                    settled.append(base.Settled(result))
-        return settled
+                    await tx.begin()
+            return await self._answer(cur, step)
+
+        try:
+            result, wrote = await adrive(plan, answer)
+            await tx.end(commit=wrote)
+        except BaseException:
+            await tx.abort()
+            raise
+        return result
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
@@ -428,17 +433,21 @@ class PostgresLedger(Ledger):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
         if isinstance(step, base.FindByPayload):
-            await cur.execute(self._payload_sql, [
-                step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]
-            ])
+            await cur.execute(
+                self._payload_sql,
+                [step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
+            )
             return [from_row(row) for row in await cur.fetchall()]
-        if isinstance(step, base.InsertIfAbsent):
-            return await self._insert(cur, step.ops)
-        if isinstance(step, base.CompareAndSet):
+        if isinstance(step, base.InsertIfAbsent | base.InsertWithAudit):
+            return await self._insert(cur, step)
+        if isinstance(step, base.CompareAndSet | base.CasWithAudit):
             values = to_row(step.after)
-            params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id]
-            await cur.execute(self._update_sql, [*params, step.expected_version])
-            return cur.rowcount == 1
+            params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id, step.expected_version]
+            if isinstance(step, base.CasWithAudit):
+                await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in _AUDIT_COLUMNS)])
+            else:
+                await cur.execute(self._update_sql, params)
+            return await cur.fetchone() is not None
         if isinstance(step, base.AppendAudit):
             for start in range(0, len(step.rows), _CHUNK):
                 chunk = step.rows[start : start + _CHUNK]
@@ -459,19 +468,26 @@ class PostgresLedger(Ledger):
         await cur.execute(step.sql, step.params)
         return None
 
-    async def _insert(self, cur: psycopg.AsyncCursor[dict[str, Any]], ops: Sequence[Operation]) -> list[str]:
+    async def _insert(
+        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertIfAbsent | base.InsertWithAudit
+    ) -> list[str]:
         inserted: list[str] = []
-        for start in range(0, len(ops), _CHUNK):
-            chunk = ops[start : start + _CHUNK]
-            params = [to_row(op)[c] for op in chunk for c in COLUMNS]
+        for start in range(0, len(step.ops), _CHUNK):
+            chunk = step.ops[start : start + _CHUNK]
+            params = [row[c] for row in map(to_row, chunk) for c in COLUMNS]
             # No conflict target: like SQLite's INSERT OR IGNORE, an existing
             # op_id or a (tenant, provider_key) taken by another operation is kept.
-            await cur.execute(
+            sql = (
                 self._insert_head
                 + ", ".join([self._insert_row] * len(chunk))
-                + " ON CONFLICT DO NOTHING RETURNING op_id",
-                params,
+                + " ON CONFLICT DO NOTHING RETURNING op_id"
             )
+            if isinstance(step, base.InsertWithAudit):  # and the audit rows of those inserted
+                audit = step.audit[start : start + _CHUNK]
+                params += [entry[c] for entry in audit for c in _AUDIT_COLUMNS]
+                rows = ", ".join([self._typed_audit_row] * len(chunk))
+                sql = f"WITH ins AS ({sql}), " + self._audit_new_sql.format(rows=rows)
+            await cur.execute(sql, params)
             inserted.extend(row["op_id"] for row in await cur.fetchall())
         return inserted
 
@@ -544,7 +560,7 @@ class PostgresLedger(Ledger):
             await self.pool.close()
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection() as conn:  # one statement: its own transaction
             cur = conn.cursor()
             await cur.execute(self._renew_sql, [lease_expires_at, op_id, token])
             return cur.rowcount == 1
@@ -564,7 +580,7 @@ class PostgresLedger(Ledger):
                     cur = conn.execute(sql, [lease_expires_at, op_id, token])
                     return cur.rowcount == 1
             except psycopg.Error as error:
-                raise _classify(error, where) from error
+                raise classify(error, where) from error
 
         return renew
 

@@ -37,6 +37,7 @@ from .base import (
     version_plan,
     where_clause,
 )
+from .group import Outcome, Regroup
 
 T = TypeVar("T")
 
@@ -233,48 +234,28 @@ class SqliteLedger(Ledger):
             raise
 
     async def _transact(self, plan: base.Plan[T]) -> T:
-        def run(db: sqlite3.Connection) -> T:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                result, wrote = drive(plan, lambda step: _answer(db, step))
-            except BaseException:
-                db.rollback()
-                raise
-            db.execute("COMMIT" if wrote else "ROLLBACK")
-            return result
+        return await self._run(lambda db: _transaction(db, plan))
 
-        return await self._run(run)
-
-    async def _transact_many(self, plans: Sequence[base.Plan[Any]]) -> list[base.Settled]:
+    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[Outcome[Any]]:
+        # The whole group in one hop to the connection's thread, one BEGIN..COMMIT.
         where = self.where
 
-        def run(db: sqlite3.Connection) -> list[base.Settled]:
-            settled: list[base.Settled] = []
-            wrote = False
-            db.execute("BEGIN IMMEDIATE")
+        def alone(db: sqlite3.Connection, make: Callable[[], base.Plan[Any]]) -> Outcome[Any]:
             try:
-                for plan in plans:
-                    db.execute("SAVEPOINT plan")
-                    try:
-                        result, did = drive(plan, lambda step: _answer(db, step))
-                    except Exception as error:
-                        if not db.in_transaction:  # SQLite gave the transaction up
-                            raise
-                        db.execute("ROLLBACK TO plan")
-                        db.execute("RELEASE plan")
-                        if isinstance(error, sqlite3.Error):
-                            error = _classify(error, where)
-                        settled.append(base.Settled(error=error))
-                        continue
-                    db.execute("RELEASE plan")
-                    wrote = wrote or did
-                    settled.append(base.Settled(result))
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
-            db.execute("COMMIT" if wrote else "ROLLBACK")
-            return settled
+                return Outcome(value=_transaction(db, make()))
+            except sqlite3.Error as error:
+                return Outcome(error=_classify(error, where))
+            except Exception as error:
+                return Outcome(error=error)
+
+        def run(db: sqlite3.Connection) -> list[Outcome[Any]]:
+            if len(makers) > 1:
+                db.execute("BEGIN IMMEDIATE")  # busy past the timeout: everyone hears it
+                try:
+                    return _transaction(db, base.group_plan(makers), begun=True)
+                except (Regroup, sqlite3.Error):
+                    pass  # rolled back: run each on its own so one cannot fail the others
+            return [alone(db, make) for make in makers]
 
         return await self._run(run)
 
@@ -352,6 +333,20 @@ class SqliteLedger(Ledger):
             ]
         )
 
+def _transaction(db: sqlite3.Connection, plan: base.Plan[T], *, begun: bool = False) -> T:
+    """Run ``plan`` in one ``BEGIN IMMEDIATE`` transaction: committed if it wrote."""
+    if not begun:
+        db.execute("BEGIN IMMEDIATE")
+    try:
+        result, wrote = drive(plan, lambda step: _answer(db, step))
+        db.execute("COMMIT" if wrote else "ROLLBACK")
+    except BaseException:
+        if db.in_transaction:
+            db.rollback()
+        raise
+    return result
+
+
 def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     """One storage primitive, in SQLite (inside the caller's transaction)."""
     if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
@@ -367,10 +362,17 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         ]
     if isinstance(step, base.InsertIfAbsent):
         return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
-    if isinstance(step, base.CompareAndSet):
+    if isinstance(step, base.InsertWithAudit):
+        rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
+        db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
+        return [step.ops[i].op_id for i in rows]
+    if isinstance(step, base.CompareAndSet | base.CasWithAudit):
         params = to_row(step.after)
         params["expected_version"] = step.expected_version
-        return db.execute(_UPDATE, params).rowcount == 1
+        matched = db.execute(_UPDATE, params).rowcount == 1
+        if matched and isinstance(step, base.CasWithAudit):
+            db.execute(_INSERT_AUDIT, step.audit)
+        return matched
     if isinstance(step, base.AppendAudit):
         db.executemany(_INSERT_AUDIT, step.rows)
         return None

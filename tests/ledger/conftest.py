@@ -8,6 +8,7 @@ is a failure (CI must not go green by skipping the production backend).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -110,3 +111,15 @@ def make_op() -> OpFactory:
         return Operation(**values)
 
     return factory
+
+
+async def terminate(pid: int) -> None:
+    """End a backend as a server restart would, and wait until it is gone."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn(), autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        for _ in range(500):
+            cur = await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid])
+            if await cur.fetchone() is None:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"backend {pid} did not exit")
