@@ -6,7 +6,8 @@ insert-if-absent, compare-and-set, append audit rows. A backend runs a plan insi
 one transaction of its own (:meth:`Ledger._transact`) by answering each step with
 its SQL; the rules (the pure :func:`~langgraph_effects.operation.advance`, who may
 renew a lease, how migrations are ordered) live here, once. Unresolved operations
-are never expired or deleted by time: no step deletes.
+are never expired or deleted by time: no step deletes. Writes that arrive while
+another is in flight share the next transaction (group commit, :mod:`.group`).
 """
 
 from __future__ import annotations

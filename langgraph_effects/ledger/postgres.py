@@ -5,7 +5,16 @@
 * Each change is one short transaction. ``transition`` locks the row with
   ``SELECT ... FOR UPDATE``, applies the pure state machine, writes under a
   compare-and-set on ``version`` and appends the audit row before committing, so
-  concurrent workers queue on the row instead of overwriting each other.
+  concurrent workers queue on the row instead of overwriting each other. Given the
+  row the caller holds (``before=``) it skips the lock: the compare-and-set and
+  its audit row are one statement, its own transaction (one round trip).
+* Round trips are counted, not guessed (``tests/ledger/test_group_commit.py``):
+  a new intent is one statement (rows and audit rows), a read is one; a plan that
+  needs a transaction opens it lazily in pipeline mode (``BEGIN`` travels with its
+  first statement, ``COMMIT`` with the final sync). Writes arriving while one is
+  in flight are group-committed (see :mod:`.group`). A pooled connection used in
+  the last few seconds is handed out without the pool's check round trip unless
+  its socket says the server closed it.
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -348,7 +357,7 @@ class PostgresLedger(Ledger):
                 try:
                     yield conn
                 finally:
-                    if restore and not conn.closed:
+                    if restore and not conn.broken and not conn.closed:
                         await conn.set_autocommit(False)
                     self._used[conn] = time.monotonic()
         except psycopg.Error as error:
