@@ -530,10 +530,13 @@ class _VerdictsRefused(SqliteLedger):
         *,
         expected_version: int | None,
         actor: str = DEFAULT_ACTOR,
+        before: Operation | None = None,
     ) -> Operation:
         if change.event is not Event.LOSE:
             raise LedgerUnavailableError("sqlite: the disk is full (simulated)")
-        return await super().transition(op_id, change, expected_version=expected_version, actor=actor)
+        return await super().transition(
+            op_id, change, expected_version=expected_version, actor=actor, before=before
+        )
 
 
 async def test_a_verdict_that_fails_after_the_lease_loss_says_so(db: Path) -> None:
