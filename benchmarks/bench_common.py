@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: statistics, commit counters, realistic rows, Postgres.
+"""Shared pieces of the benchmarks: statistics, commit and round-trip counters, realistic
+rows, Postgres.
 
 Imported by ``benchmarks/run.py`` and its scenario modules (``bench_*.py``); nothing here
 changes the package, it only observes it.
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import statistics
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import weakref
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +62,100 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
         return v, v
     q = statistics.quantiles(values, n=4, method="inclusive")
     return q[0], q[2]
+
+
+def ratio_of_medians(top: Sequence[float], bottom: Sequence[float]) -> float:
+    b = median(bottom)
+    return median(top) / b if b > 0 else float("nan")
+
+
+def bootstrap_ratio_ci(
+    top: Sequence[float],
+    bottom: Sequence[float],
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 15,
+) -> tuple[float, float]:
+    """A percentile bootstrap confidence interval for ``median(top) / median(bottom)``.
+
+    The samples are paired (batch ``i`` of each ran next to the other, interleaved):
+    pairs are resampled together, so drift common to a pair stays common. Seeded,
+    so the same samples always give the same interval.
+    """
+    n = len(top)
+    if n != len(bottom) or n == 0:
+        raise ValueError("bootstrap needs two paired, non-empty samples")
+    if n == 1:
+        r = ratio_of_medians(top, bottom)
+        return r, r
+    rng = random.Random(seed)
+    stats: list[float] = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        b = statistics.median(bottom[i] for i in idx)
+        if b > 0:
+            stats.append(statistics.median(top[i] for i in idx) / b)
+    stats.sort()
+    tail = (1.0 - level) / 2
+    lo = stats[round(tail * (len(stats) - 1))]
+    hi = stats[round((1.0 - tail) * (len(stats) - 1))]
+    return lo, hi
+
+
+# -- counting round trips --------------------------------------------------------------------
+
+
+@dataclass
+class HopCounter:
+    """Requests queued to one aiosqlite connection's worker thread (see :func:`counting_hops`)."""
+
+    hops: int = 0
+
+
+class _CountingQueue:
+    """Stands in for an aiosqlite connection's request queue, counting what is put.
+
+    The worker thread keeps the real queue (it got it when it started), so it reads
+    every request as before; only the event loop's side goes through this.
+    """
+
+    def __init__(self, inner: Any, counter: HopCounter) -> None:
+        self._inner = inner
+        self._counter = counter
+
+    def put_nowait(self, item: Any) -> None:
+        self._counter.hops += 1
+        self._inner.put_nowait(item)
+
+    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
+        self._counter.hops += 1
+        self._inner.put(item, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def can_count_hops(conn: Any) -> bool:
+    return hasattr(conn, "_tx") and hasattr(conn._tx, "put_nowait")
+
+
+@contextmanager
+def counting_hops(conn: Any) -> Iterator[HopCounter]:
+    """Count the round trips to an aiosqlite connection's worker thread while inside.
+
+    Every request aiosqlite sends its thread (``execute``, ``commit``, a fetch, and
+    ``run_in_connection_thread``) is one item on the connection's queue, awaited
+    until the thread answers: one round trip. Counted at the queue, so it holds however
+    the ledger groups its statements. Only this connection is counted.
+    """
+    counter = HopCounter()
+    inner = conn._tx
+    conn._tx = _CountingQueue(inner, counter)
+    try:
+        yield counter
+    finally:
+        conn._tx = inner
 
 
 # -- counting commits --------------------------------------------------------------------
@@ -118,6 +215,11 @@ class LibpqTraceCounter:
     completed while no transaction was open (autocommit) is one too. Read-only
     transactions (a ``SELECT`` in autocommit mode, the pool's connection check) are
     counted separately: Postgres does not flush WAL for them.
+
+    Round trips: each ``Sync`` (extended protocol, also the end of a pipeline batch)
+    or ``Query`` (simple protocol) the client sends is a point where it waits for the
+    server's ``ReadyForQuery``: one round trip. libpq buffers the trace: count after
+    :func:`untrace_pg_connection` (which flushes it).
     """
 
     files: list[str] = field(default_factory=list)
@@ -128,40 +230,45 @@ class LibpqTraceCounter:
         return handle
 
     def count(self) -> dict[str, int]:
-        write_commits = read_commits = autocommit_writes = 0
+        write_commits = read_commits = autocommit_writes = round_trips = 0
         for name in self.files:
             in_tx = False
             wrote = False
             with open(name, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    parts = line.rstrip("\n").split("\t")
-                    if len(parts) < 4 or parts[0] != "B":
-                        continue
-                    kind, payload = parts[2], parts[3].strip()
-                    if kind == "CommandComplete":
-                        tag = payload.strip('"').split(" ", 1)[0].upper()
-                        if tag == "BEGIN":
-                            in_tx, wrote = True, False
-                        elif tag == "COMMIT":
-                            if wrote:
-                                write_commits += 1
-                            else:
-                                read_commits += 1
-                            in_tx = wrote = False
-                        elif tag == "ROLLBACK":
-                            in_tx = wrote = False
-                        elif tag in ("INSERT", "UPDATE", "DELETE", "MERGE"):
-                            if in_tx:
-                                wrote = True
-                            else:
-                                autocommit_writes += 1
-                    elif kind == "ReadyForQuery" and payload == "I":
-                        in_tx = wrote = False
+                text = fh.read()
+            for line in text.splitlines():
+                parts = line.split("\t")
+                if len(parts) >= 3 and parts[0] == "F" and parts[2].strip() in ("Sync", "Query"):
+                    round_trips += 1
+                if len(parts) < 4 or parts[0] != "B":
+                    continue
+                kind, payload = parts[2], parts[3].strip()
+                if kind == "ReadyForQuery" and payload == "I":
+                    in_tx = wrote = False
+                if kind != "CommandComplete":
+                    continue
+                tag = payload.strip('"').split(" ", 1)[0].upper()
+                if tag == "BEGIN":
+                    in_tx, wrote = True, False
+                elif tag == "COMMIT":
+                    if wrote:
+                        write_commits += 1
+                    else:
+                        read_commits += 1
+                    in_tx = wrote = False
+                elif tag == "ROLLBACK":
+                    in_tx = wrote = False
+                elif tag in ("INSERT", "UPDATE", "DELETE", "MERGE"):
+                    if in_tx:
+                        wrote = True
+                    else:
+                        autocommit_writes += 1
         return {
             "write_commits": write_commits,
             "autocommit_writes": autocommit_writes,
             "durable": write_commits + autocommit_writes,
             "read_only_commits": read_commits,
+            "round_trips": round_trips,
         }
 
     def cleanup(self) -> None:
@@ -180,6 +287,76 @@ def trace_pg_connection(conn: Any, counter: LibpqTraceCounter) -> None:
     conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
     # Keep the file object alive as long as the connection: libpq writes to its fd.
     conn._lge_trace_handle = handle
+
+
+class PoolTracer:
+    """Traces every connection a psycopg pool hands out (libpq protocol trace).
+
+    Wraps the pool's public ``getconn`` on the instance (``pool.connection()`` goes
+    through it), so whatever the ledger does with its pool is seen, however its
+    statements are grouped. :meth:`start` opens a counting window: every connection
+    seen so far is traced into the given counter from then on, and any new one when
+    first checked out (its pool health check on that checkout is missed: ``first_seen``
+    counts those; :meth:`prime` checks out all the pool's connections beforehand so
+    there are none). :meth:`stop` ends the window and flushes the trace. Undone on exit.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.counter: LibpqTraceCounter | None = None
+        self.first_seen = 0
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def __aenter__(self) -> PoolTracer:
+        original = self.pool.getconn
+
+        async def getconn(*args: Any, **kwargs: Any) -> Any:
+            conn = await original(*args, **kwargs)
+            if conn not in self._seen:
+                self._seen.add(conn)
+                if self.counter is not None:
+                    self.first_seen += 1
+                    trace_pg_connection(conn, self.counter)
+            return conn
+
+        self.pool.getconn = getconn
+        return self
+
+    async def prime(self, n: int) -> None:
+        """Check out ``n`` connections at once (at least every one the pool holds)."""
+        n = max(n, int(self.pool.get_stats().get("pool_size", 0)))
+        conns = [await self.pool.getconn() for _ in range(min(n, int(self.pool.max_size)))]
+        for conn in conns:
+            await self.pool.putconn(conn)
+
+    def start(self, counter: LibpqTraceCounter) -> None:
+        self.stop()
+        self.counter = counter
+        self.first_seen = 0
+        for conn in list(self._seen):
+            trace_pg_connection(conn, counter)
+
+    def stop(self) -> None:
+        self.counter = None
+        for conn in list(self._seen):
+            untrace_pg_connection(conn)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+        self.pool.__dict__.pop("getconn", None)
+
+
+def untrace_pg_connection(conn: Any) -> None:
+    """Stop tracing ``conn`` (libpq flushes what it buffered) and close the file."""
+    if getattr(conn, "_lge_trace_handle", None) is None:
+        return
+    with contextlib.suppress(Exception):
+        conn.pgconn.untrace()
+    handle = getattr(conn, "_lge_trace_handle", None)
+    if handle is not None:
+        with contextlib.suppress(OSError):
+            handle.close()
+        conn._lge_trace_handle = None
 
 
 # -- realistic ledger rows -------------------------------------------------------------------

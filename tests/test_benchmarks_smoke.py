@@ -1,7 +1,10 @@
 """The benchmark suite runs from a clean checkout: ``benchmarks/run.py --quick`` as a smoke
 test. No timing is asserted (CI machines are noisy); only that it completes, prints its
-table, writes JSON with every section, and that the *counted* durable commits per
-effectful call stay within the floor of two."""
+tables for both paths (``EffectToolNode`` and ``EffectMiddleware``), writes JSON with every
+section, and that what it *counts* is wired to the right place: durable ledger commits per
+effectful call within the floor of two, at least one ledger round trip per call (the
+intent is durable before the send), a round trip for every commit, and the baselines'
+graph steps as LangGraph runs them. ``--only`` narrows a run to one row group."""
 
 from __future__ import annotations
 
@@ -13,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+PATHS = {"node", "middleware"}
 
 
-def run_quick(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json", str(out),
-         "--dir", str(tmp_path / "work")],
+         "--dir", str(tmp_path / "work"), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -31,48 +35,63 @@ def run_quick(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict[st
     return proc, json.loads(out.read_text())
 
 
-def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
-    proc, report = run_quick(tmp_path)
+def check_counts(row: dict[str, Any]) -> None:
+    calls, runs = row["calls"], row["runs"]
+    assert calls == runs * row["fanout"] > 0
+    # Every call's intent is durable before its send; parallel intents may share a commit.
+    assert row["ledger_commits"] >= runs
+    if row["fanout"] == 1:
+        assert row["ledger_commits_per_call"] <= 2
+    # Round trips are counted at the ledger's own connection/pool: at least one per commit.
+    assert row["ledger_round_trips"] is not None
+    assert row["ledger_round_trips"] >= row["ledger_commits"]
+    # A plain turn is __start__, model, tools, model; ours runs at least that.
+    assert row["graph_steps_per_run_baseline"] == 4
+    assert row["graph_steps_per_run_effect"] >= 4
+    for side in ("baseline", "baseline_on_our_saver", "effect"):
+        assert row[f"checkpoint_commits_per_run_{side}"] >= 4
 
-    # The table is printed, and the JSON carries the same table and every section.
-    assert "What safety costs" in proc.stdout
-    assert "Durable commits and round trips, counted" in proc.stdout
-    assert "Finding unresolved operations" in proc.stdout
+
+def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    proc, report = run_bench(tmp_path)
+
+    # The tables are printed, and the JSON carries the same text and every section.
+    for heading in ("What safety costs", "One agent turn", "Ledger work and graph cost",
+                    "Finding unresolved operations", "Memory per 10,000 operations", "Targets"):
+        assert heading in proc.stdout, heading
     assert report["table"] in proc.stdout
-    for key in ("meta", "settings", "postgres", "e2e", "commits", "scan", "memory", "targets", "table"):
+    for key in ("meta", "settings", "postgres", "e2e", "counts", "scan", "memory", "targets", "table"):
         assert key in report, key
     assert report["settings"]["quick"] is True
+    assert Path(report["meta"]["package_path"]) == ROOT / "langgraph_effects"
+    assert "[1/8] node/sqlite/tool=0ms/fanout=1" in proc.stderr  # progress goes to stderr
 
-    # Agent loop on SQLite: both fan-outs and both tool latencies, each with a ratio.
+    # One turn on SQLite, both paths, both fan-outs and tool latencies, each with its ratio
+    # of medians, a CI around it, the CPU ratio and (where the issue sets one) a target.
     sqlite_rows = [row for row in report["e2e"].values() if row["backend"] == "sqlite"]
     assert {(row["path"], row["tool_ms"], row["fanout"]) for row in sqlite_rows} == {
-        (path, ms, fanout) for path in ("node", "middleware") for ms in (0, 5) for fanout in (1, 8)
+        (path, tool, fanout) for path in PATHS for tool in (0, 5) for fanout in (1, 8)
     }
     for row in sqlite_rows:
-        assert row["toolnode_ms"] > 0 and row["effect_ms"] > 0
-        assert row["overhead"] > 0 and len(row["samples"]["toolnode_ms"]) == report["settings"]["repeats"]
+        assert row["baseline_ms"] > 0 and row["effect_ms"] > 0 and row["cpu_ratio"] > 0
         lo, hi = row["ratio_ci95"]
-        assert lo <= row["ratio_of_medians"] <= hi
+        assert 0 < lo <= hi
+        assert len(row["samples"]["baseline_ms"]) == report["settings"]["repeats"]
+    timed = {t["name"] for t in report["targets"] if "ratio of medians" in t["name"]}
+    assert "turn, middleware, sqlite, 0 ms tool, fan-out 1: ratio of medians" in timed
+    assert "turn, node, sqlite, 0 ms tool, fan-out 8: ratio of medians" in timed
+    assert not any("sqlite, 5 ms tool, fan-out 8" in name for name in timed)  # the issue sets none
 
-    # Commits are counted, not inferred: at most two durable ledger commits per call.
-    counted = {
-        (row["backend"], row["fanout"]): row for row in report["commits"] if row.get("path", "node") == "node"
-    }
-    for row in report["commits"]:
-        if row["backend"] == "sqlite":
-            # Counted, so asserted: 2 trips a call (fewer when parallel calls share them), and
-            # the middleware adds no graph step and no checkpoint commit to a turn.
-            assert row["ledger_round_trips_per_call"] <= 2
-            assert row["graph_steps_per_run_effect"] == row["graph_steps_per_run_baseline"]
-            assert row["checkpoint_commits_per_run_effect"] == row["checkpoint_commits_per_run_toolnode"]
-    one = counted[("sqlite", 1)]
-    assert one["calls"] > 0 and one["ledger_commits"] > 0
-    assert one["ledger_commits_per_call"] <= 2
-    # Intents of parallel calls share one commit: fewer commits per call at fan-out 8.
-    assert counted[("sqlite", 8)]["ledger_commits_per_call"] < one["ledger_commits_per_call"]
-    if report["postgres"]["available"]:
-        assert counted[("postgres", 1)]["ledger_commits_per_call"] <= 2
-    else:
+    # Counted, not inferred, per path and backend.
+    counted = {(row["path"], row["backend"], row["fanout"]): row for row in report["counts"]}
+    backends = {"sqlite", "postgres"} if report["postgres"]["available"] else {"sqlite"}
+    assert set(counted) == {(p, b, f) for p in PATHS for b in backends for f in (1, 8)}
+    for row in counted.values():
+        check_counts(row)
+    # Intents of parallel calls in one node share one commit: fewer commits per call at fan-out 8.
+    assert (counted[("node", "sqlite", 8)]["ledger_commits_per_call"]
+            < counted[("node", "sqlite", 1)]["ledger_commits_per_call"])
+    if not report["postgres"]["available"]:
         assert "Postgres: skipped" in proc.stdout
 
     scan = report["scan"]["sqlite/20000"]
@@ -81,3 +100,18 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert memory["inmemory"]["bytes_per_operation"] > 0
     assert memory["sqlite_file"]["bytes_per_operation"] > 0
     assert all({"name", "target", "measured", "met"} <= set(t) for t in report["targets"])
+
+
+def test_only_narrows_the_run_to_one_row_group(tmp_path: Path) -> None:
+    proc, report = run_bench(tmp_path, "--only", "middleware,sqlite,0ms,fanout1", "--no-profile")
+    assert list(report["e2e"]) == ["middleware/sqlite/tool=0ms/fanout=1"]
+    assert [(r["path"], r["backend"], r["fanout"]) for r in report["counts"]] == [("middleware", "sqlite", 1)]
+    assert not report["scan"] and not report["memory"]
+    assert report["postgres"]["available"] is False
+    assert "middleware sqlite" in proc.stdout and "Finding unresolved operations" not in proc.stdout
+
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--only", "middlewares"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert bad.returncode == 2 and "unknown middlewares" in bad.stderr
