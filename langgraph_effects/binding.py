@@ -150,8 +150,13 @@ async def read_durable_source(
     mode = _private.durability(config)
     deadline = time.monotonic() + wait_seconds
     delay = 0.002
+    # Our savers remember what they committed: no read back (and no decoding of every
+    # message in the thread) when this process saved the checkpoint itself.
+    remembered = getattr(saver, "saved_header", None)
     while True:
-        saved = await read_checkpoint(saver, ns, checkpoint_id, thread_id, sync_checkpointer)
+        saved = remembered(thread_id, ns, checkpoint_id) if remembered is not None else None
+        if saved is None:
+            saved = await read_checkpoint(saver, ns, checkpoint_id, thread_id, sync_checkpointer)
         if saved is not None:
             break
         if mode == "exit":

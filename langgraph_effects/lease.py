@@ -59,8 +59,14 @@ def _forget_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
     _held.clear()
-    global _releaser
+    for _, fd, _ in _spare:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _spare.clear()
+    global _releaser, _refilling
     _releaser = None
+    _refilling = False
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -73,6 +79,16 @@ def _host() -> str:
     return os.environ.get("LANGGRAPH_EFFECTS_HOST") or socket.gethostname()
 
 
+def _runtime_path() -> Path:
+    """The lock-file directory the settings name (no I/O once ``tempfile`` knows its dir)."""
+    explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "langgraph-effects"
+    return Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
+
+
 def runtime_dir() -> Path | None:
     """Where this user's dispatch lock files live (created ``0700``), or ``None`` if
     no safe directory is available (then liveness falls back to pid + start time).
@@ -81,13 +97,7 @@ def runtime_dir() -> Path | None:
     langgraph-effects`` or ``<tmp>/langgraph-effects-<uid>``. Every worker of one
     deployment on one host must resolve the same directory.
     """
-    explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
-    if explicit:
-        path = Path(explicit)
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "langgraph-effects"
-    else:
-        path = Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
+    path = _runtime_path()
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
@@ -241,12 +251,59 @@ def release_soon(owner: Owner | None) -> None:
         _release_thread().submit(_discard, owner.lock, fd)
 
 
+#: Owners made ahead of need, each already holding its lock file (kept out of
+#: ``_held`` until taken), so opening calls does not wait for a thread to make one.
+_SPARES = 16  # more than the parallel calls of a typical AIMessage
+_spare: list[tuple[Owner, int | None, Path]] = []
+_refilling = False
+
+
+def _refill() -> None:
+    global _refilling
+    try:
+        while True:
+            with _held_lock:
+                if len(_spare) >= _SPARES:
+                    return
+            where = _runtime_path()
+            owner = new_owner()
+            with _held_lock:
+                _spare.append((owner, _held.pop(owner.token, None), where))
+    finally:
+        with _held_lock:
+            _refilling = False
+
+
+def _take_spare() -> Owner | None:
+    """A ready owner (now held, as :func:`new_owner`'s are), or ``None``; either way a
+    refill is started on the lease thread."""
+    global _refilling
+    # Only with spares made (so ``tempfile`` knows its directory: no I/O here).
+    where = _runtime_path() if _spare else None
+    with _held_lock:
+        stale = [spare for spare in _spare if where is not None and spare[2] != where]  # settings changed
+        _spare[:] = [spare for spare in _spare if spare not in stale]
+        taken = _spare.pop() if _spare and where is not None else None
+        for owner, fd, _ in [*stale, *([taken] if taken else [])]:
+            _held[owner.token] = fd
+        start, _refilling = not _refilling, True
+    for owner, _, _ in stale:
+        release_soon(owner)
+    if start:
+        _release_thread().submit(_refill)
+    return taken[0] if taken is not None else None
+
+
 async def new_owner_async() -> Owner:
-    """:func:`new_owner` off the event loop (it creates and locks a file).
+    """:func:`new_owner` off the event loop (it creates and locks a file): one made
+    ahead is handed out at once when there is one.
 
     Cancelled while the file is being made, the owner is released as soon as it
     exists, so no dispatch of this process is left looking alive for ever.
     """
+    spare = _take_spare()
+    if spare is not None:
+        return spare
     made = asyncio.get_running_loop().run_in_executor(None, new_owner)
     try:
         return await asyncio.shield(made)

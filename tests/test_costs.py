@@ -157,3 +157,47 @@ async def test_eight_parallel_calls_share_their_commits(
     assert provider.count_effects() == {f"{t}:send:{i}": 1 for t in "tw" for i in range(8)}
     # Intents in one commit, the outcomes (they arrive together) in one more.
     assert (counts.trips, counts.commits) == (2, 2), counts
+
+
+@pytest.mark.parametrize("path", sorted(BUILDERS))
+async def test_a_tool_task_does_not_read_back_a_checkpoint_this_process_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The durability barrier and the turn come from what our saver committed: a turn
+    reads checkpoints exactly as often as the same agent without this package (under
+    ``durability="sync"``; under ``"async"`` the save may still be in flight, and the
+    task reads until it finds it)."""
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+
+    @tool
+    def plain_send(n: int) -> str:
+        """Send notification ``n`` (not tracked)."""
+        return provider.apply({"operation": f"plain:send:{n}"}, key=f"plain-{n}").effect_id
+
+    plain_send.name = "send"
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        reads: list[Any] = []
+        real = saver.aget_tuple
+
+        async def counted(config: Any) -> Any:
+            reads.append(config)
+            return await real(config)
+
+        monkeypatch.setattr(saver, "aget_tuple", counted)
+        model = ScriptedChatModel(script=call_each_then_finish([("send", {"n": 0})]))
+        plain = (
+            create_agent(model, tools=[plain_send], checkpointer=saver)
+            if path == "middleware"
+            else _node_graph(plain_send, Effect.read_only(), 1, saver)
+        )
+        ours = BUILDERS[path](_send_tool(provider, keyed=True), KEYED, 1, saver)
+        counts = []
+        for thread, graph in (("plain", plain), ("t", ours)):
+            reads.clear()
+            config: Any = {"configurable": {"thread_id": thread}}
+            result = await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+            assert result["messages"][-1].content == "done"
+            counts.append(len(reads))
+    assert counts[0] == counts[1]
+    assert provider.count_effects() == {"plain:send:0": 1, "t:send:0": 1}

@@ -104,6 +104,39 @@ class Written:
         return checkpoint_id in self._ids
 
 
+class Headers:
+    """What this saver committed lately, per checkpoint: its id, parent, metadata and
+    channel versions (never its values), so a tool task can learn the turn of the
+    checkpoint it was prepared from without reading it back (``saved_header``)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._found: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
+
+    def add(self, saved: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            config: RunnableConfig) -> None:
+        thread_id, ns, checkpoint_id = coordinates(saved)
+        parent = config["configurable"].get("checkpoint_id")
+        header: Any = {
+            "id": checkpoint["id"],
+            "channel_versions": dict(checkpoint.get("channel_versions") or {}),
+            "versions_seen": {k: dict(v) for k, v in (checkpoint.get("versions_seen") or {}).items()},
+        }
+        parent_config: Any = (
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+            if parent
+            else None
+        )
+        key = (thread_id, ns, str(checkpoint_id))
+        self._found[key] = CheckpointTuple(saved, header, metadata.copy(), parent_config)
+        self._found.move_to_end(key)
+        while len(self._found) > self._size:
+            self._found.popitem(last=False)
+
+    def get(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
+        return self._found.get((thread_id, ns, checkpoint_id))
+
+
 def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:
     """Raise if a new child of ``parent`` would fork the thread."""
     if children:
@@ -221,7 +254,21 @@ class FencedSaver:
         put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
         saved = await self._put_fenced(put)
         self._written.add(checkpoint["id"])
+        self._headers.add(saved, checkpoint, metadata, config)  # committed: durable now
         return saved
+
+    @property
+    def _headers(self) -> Headers:
+        found: Headers | None = self.__dict__.get("_saved_headers")
+        if found is None:
+            found = self.__dict__["_saved_headers"] = Headers()
+        return found
+
+    def saved_header(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
+        """The header (id, parent, metadata, channel versions; no values) of a checkpoint
+        this saver has committed, or ``None`` if it is not one it remembers: then read
+        it (it may be another process's, or still being saved)."""
+        return self._headers.get(thread_id, ns, checkpoint_id)
 
     async def aput_writes(
         self,
