@@ -64,9 +64,10 @@ def _forget_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
     _spare.clear()
-    global _releaser, _refilling
+    _to_discard.clear()
+    global _releaser, _refilling, _discarding
     _releaser = None
-    _refilling = False
+    _refilling = _discarding = False
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -247,8 +248,31 @@ def release_soon(owner: Owner | None) -> None:
     if owner is None:
         return
     fd = _forget(owner)
-    if fd is not None:
-        _release_thread().submit(_discard, owner.lock, fd)
+    if fd is None:
+        return
+    global _discarding
+    with _held_lock:
+        _to_discard.append((owner.lock, fd))
+        start, _discarding = not _discarding, True
+    if start:  # one job drains what is queued meanwhile: one thread wake-up per burst
+        _release_thread().submit(_discard_queued)
+
+
+_to_discard: list[tuple[str | None, int]] = []
+_discarding = False
+
+
+def _discard_queued() -> None:
+    global _discarding
+    while True:
+        with _held_lock:
+            batch = _to_discard[:]
+            _to_discard.clear()
+            if not batch:
+                _discarding = False
+                return
+        for path, fd in batch:
+            _discard(path, fd)
 
 
 #: Owners made ahead of need, each already holding its lock file (kept out of
@@ -286,7 +310,9 @@ def _take_spare() -> Owner | None:
         taken = _spare.pop() if _spare and where is not None else None
         for owner, fd, _ in [*stale, *([taken] if taken else [])]:
             _held[owner.token] = fd
-        start, _refilling = not _refilling, True
+        # Refilled in batches, when half are gone: a thread wake-up per few calls.
+        start = not _refilling and len(_spare) < _SPARES // 2
+        _refilling = _refilling or start
     for owner, _, _ in stale:
         release_soon(owner)
     if start:
