@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import re
 import time
 import weakref
@@ -39,6 +40,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -60,6 +62,9 @@ from .base import (
 )
 from .group import Outcome, Regroup
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
+
+#: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
+_ROLLBACK_RETRIES = 5
 
 _AUDIT_COLUMNS: tuple[str, ...] = (
     "op_id",
@@ -385,12 +390,25 @@ class PostgresLedger(Ledger):
             outcomes: list[Outcome[Any]] = []
             for make in makers:
                 try:
-                    outcomes.append(Outcome(value=await self._run_plan(conn, make())))
+                    outcomes.append(Outcome(value=await self._run_alone(conn, make)))
                 except psycopg.Error as error:
                     outcomes.append(Outcome(error=classify(error, self.where)))
                 except Exception as error:
                     outcomes.append(Outcome(error=error))
             return outcomes
+
+    async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
+        """One plan in its own transaction, run again when the server rolled it back to
+        break a deadlock (or a serialization failure): nothing of it landed, and two
+        workers' transactions that lock the same rows in another order are normal."""
+        for attempt in range(_ROLLBACK_RETRIES):
+            try:
+                return await self._run_plan(conn, make())
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                if attempt == _ROLLBACK_RETRIES - 1:
+                    raise
+                await asyncio.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def _run_plan(
         self, conn: psycopg.AsyncConnection[Any], plan: base.Plan[T], *, grouped: bool = False

@@ -6,6 +6,7 @@ The shared behaviour of every backend is in ``test_contract.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any, TypedDict
 
@@ -281,3 +282,38 @@ def test_unreachable_postgres_skips_locally_but_fails_in_ci(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true"):
         require_postgres()
+
+
+async def test_two_workers_locking_rows_in_opposite_orders_both_land(
+    pg_schema: str, make_op: OpFactory
+) -> None:
+    """Two ledgers (two processes' pools) whose transactions lock the same rows in
+    opposite orders deadlock; the server rolls one back, and the ledger runs it again
+    (nothing of it had landed) instead of failing the caller."""
+    from langgraph_effects.ledger.base import CompareAndSet, Execute, Lock, Plan
+
+    dsn = require_postgres()
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    deadlocks_before = (await fetch(deadlocks))[0][0]
+    async with (
+        PostgresLedger.from_conn_string(dsn, schema=pg_schema) as a,
+        PostgresLedger.from_conn_string(dsn, schema=pg_schema) as b,
+    ):
+        await a.setup()
+        x, y = make_op(), make_op()
+        await a.record_intents([x, y])
+        await b.get_many([x.op_id])  # both pools connected: the two plans run side by side
+
+        def bump(first: str, second: str) -> Plan[None]:
+            one = yield Lock(first)
+            yield Execute("SELECT pg_sleep(0.3)")  # both hold their first row before either asks
+            two = yield Lock(second)
+            for row in (one, two):
+                yield CompareAndSet(dataclasses.replace(row, version=row.version + 1), row.version)
+
+        await asyncio.gather(
+            a.transact(lambda: bump(x.op_id, y.op_id)), b.transact(lambda: bump(y.op_id, x.op_id))
+        )
+        stored = await a.get_many([x.op_id, y.op_id])
+    assert [stored[i].version for i in (x.op_id, y.op_id)] == [3, 3]  # both plans landed, once each
+    assert (await fetch(deadlocks))[0][0] > deadlocks_before  # the server did break a deadlock
