@@ -21,6 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger("langgraph_effects")
 
+#: The scheduler looks at its heap at least this often (seconds), so a heartbeat due
+#: later than that is added without waking the thread.
+_TICK = 1.0
+
 #: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
 Renew = Callable[[], bool]
 
@@ -66,6 +70,7 @@ class _Scheduler:
         self._due: list[tuple[float, int, Heartbeat]] = []
         self._seq = itertools.count()
         self._stopped = 0
+        self._wake_at = 0.0  # when the thread will next look at the heap on its own
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="langgraph-effects-renew")
         self._thread = threading.Thread(target=self._run, name="langgraph-effects-heartbeat", daemon=True)
         self._thread.start()
@@ -73,7 +78,9 @@ class _Scheduler:
     def add(self, beat: Heartbeat, when: float) -> None:
         with self._cond:
             heapq.heappush(self._due, (when, next(self._seq), beat))
-            if when <= self._due[0][0]:
+            # Woken only if it would sleep past this one: a call that starts and ends
+            # between two ticks costs no thread wake-up at all.
+            if when < self._wake_at:
                 self._cond.notify()
 
     def dropped(self) -> None:
@@ -88,8 +95,13 @@ class _Scheduler:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    self._cond.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                while True:
+                    now = time.monotonic()
+                    if self._due and self._due[0][0] <= now:
+                        break
+                    self._wake_at = min(self._due[0][0] if self._due else now + _TICK, now + _TICK)
+                    self._cond.wait(self._wake_at - now)
+                self._wake_at = 0.0  # awake: adding never needs to notify
                 _, _, beat = heapq.heappop(self._due)
                 if beat.stopped:
                     self._stopped = max(0, self._stopped - 1)

@@ -80,6 +80,11 @@ def _host() -> str:
     return os.environ.get("LANGGRAPH_EFFECTS_HOST") or socket.gethostname()
 
 
+def _runtime_settings() -> tuple[str | None, str | None]:
+    """What :func:`_runtime_path` depends on, cheap to compare."""
+    return os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR"), os.environ.get("XDG_RUNTIME_DIR")
+
+
 def _runtime_path() -> Path:
     """The lock-file directory the settings name (no I/O once ``tempfile`` knows its dir)."""
     explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
@@ -278,7 +283,7 @@ def _discard_queued() -> None:
 #: Owners made ahead of need, each already holding its lock file (kept out of
 #: ``_held`` until taken), so opening calls does not wait for a thread to make one.
 _SPARES = 16  # more than the parallel calls of a typical AIMessage
-_spare: list[tuple[Owner, int | None, Path]] = []
+_spare: list[tuple[Owner, int | None, tuple[str | None, str | None]]] = []
 _refilling = False
 
 
@@ -289,7 +294,7 @@ def _refill() -> None:
             with _held_lock:
                 if len(_spare) >= _SPARES:
                     return
-            where = _runtime_path()
+            where = _runtime_settings()
             owner = new_owner()
             with _held_lock:
                 _spare.append((owner, _held.pop(owner.token, None), where))
@@ -302,12 +307,12 @@ def _take_spare() -> Owner | None:
     """A ready owner (now held, as :func:`new_owner`'s are), or ``None``; either way a
     refill is started on the lease thread."""
     global _refilling
-    # Only with spares made (so ``tempfile`` knows its directory: no I/O here).
-    where = _runtime_path() if _spare else None
+    where = _runtime_settings()
     with _held_lock:
-        stale = [spare for spare in _spare if where is not None and spare[2] != where]  # settings changed
-        _spare[:] = [spare for spare in _spare if spare not in stale]
-        taken = _spare.pop() if _spare and where is not None else None
+        stale = [spare for spare in _spare if spare[2] != where]  # the settings changed
+        if stale:
+            _spare[:] = [spare for spare in _spare if spare[2] == where]
+        taken = _spare.pop() if _spare else None
         for owner, fd, _ in [*stale, *([taken] if taken else [])]:
             _held[owner.token] = fd
         # Refilled in batches, when half are gone: a thread wake-up per few calls.
