@@ -4,7 +4,7 @@ database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fen
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -162,14 +162,18 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
         ``check`` is ``(what, own id)``, raises when ``parent`` already has a child
         other than ``own``. In pipeline mode on an autocommit connection (LangGraph's
         setting) all of it is one implicit transaction ended by one Sync: one round
-        trip, nothing fetched in between; an error rolls all of it back.
+        trip, nothing fetched in between; an error rolls all of it back (a store()
+        cancelled halfway leaves at most what LangGraph's own pipeline would: blobs
+        without their checkpoint row, which nothing reads). Without pipeline mode, or
+        on a connection that is not autocommit, it is an explicit transaction instead.
         """
         what, own = check if check is not None else ("lock", "")
         args = (_fence.lock_key(thread_id, ns), what, thread_id, ns, parent, own)
         try:
             async with self.lock, postgres_connection(self.conn) as conn, AsyncExitStack() as stack:
+                pipe: AsyncPipeline | None = None
                 if self.supports_pipeline and conn.autocommit:
-                    await stack.enter_async_context(conn.pipeline())
+                    pipe = await stack.enter_async_context(conn.pipeline())
                 else:
                     await stack.enter_async_context(conn.transaction())
                 cur = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
@@ -177,6 +181,13 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
                 token = _IN_FENCE.set(cur)
                 try:
                     return await store()
+                except psycopg.Error:
+                    if pipe is not None:
+                        # Collect the statements the error aborted now: left to the
+                        # pipeline's exit they are logged as an ignored error.
+                        with suppress(psycopg.Error):
+                            await pipe.sync()
+                    raise
                 finally:
                     _IN_FENCE.reset(token)
         except psycopg.Error as error:
