@@ -212,7 +212,9 @@ class LibpqTraceCounter:
 
     Reads the server's ``CommandComplete`` tags and ``ReadyForQuery`` status: a
     ``COMMIT`` after at least one INSERT/UPDATE/DELETE is a durable commit; a write
-    completed while no transaction was open (autocommit) is one too. Read-only
+    completed while no transaction was open (autocommit) is one too, once per
+    ``ReadyForQuery``: the statements a pipeline sends between two Syncs are one
+    implicit transaction, committed once at the Sync. Read-only
     transactions (a ``SELECT`` in autocommit mode, the pool's connection check) are
     counted separately: Postgres does not flush WAL for them.
 
@@ -233,7 +235,7 @@ class LibpqTraceCounter:
         write_commits = read_commits = autocommit_writes = round_trips = 0
         for name in self.files:
             in_tx = False
-            wrote = False
+            wrote = implicit_wrote = False
             with open(name, encoding="utf-8", errors="replace") as fh:
                 text = fh.read()
             for line in text.splitlines():
@@ -243,13 +245,19 @@ class LibpqTraceCounter:
                 if len(parts) < 4 or parts[0] != "B":
                     continue
                 kind, payload = parts[2], parts[3].strip()
-                if kind == "ReadyForQuery" and payload == "I":
-                    in_tx = wrote = False
+                if kind == "ReadyForQuery":
+                    autocommit_writes += implicit_wrote
+                    implicit_wrote = False
+                    if payload == "I":
+                        in_tx = wrote = False
+                elif kind == "ErrorResponse":
+                    implicit_wrote = False  # an implicit transaction that failed rolled back
                 if kind != "CommandComplete":
                     continue
                 tag = payload.strip('"').split(" ", 1)[0].upper()
                 if tag == "BEGIN":
-                    in_tx, wrote = True, False
+                    # (writes the same Sync group ran before it join this transaction)
+                    in_tx, wrote, implicit_wrote = True, implicit_wrote, False
                 elif tag == "COMMIT":
                     if wrote:
                         write_commits += 1
@@ -262,7 +270,7 @@ class LibpqTraceCounter:
                     if in_tx:
                         wrote = True
                     else:
-                        autocommit_writes += 1
+                        implicit_wrote = True
         return {
             "write_commits": write_commits,
             "autocommit_writes": autocommit_writes,

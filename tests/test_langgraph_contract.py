@@ -317,10 +317,15 @@ def test_postgres_saver_writes_through_its_cursor_method() -> None:
     # transaction through an override of ``_cursor``.
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+    # The fence is one implicit transaction ended by one Sync (pipeline mode, autocommit):
+    # a Sync, commit, transaction or pipeline of their own inside would end it between
+    # our check and their insert, and free the thread's lock.
     for method in (AsyncPostgresSaver.aput, AsyncPostgresSaver.aput_writes):
         source = inspect.getsource(method)
         assert "self._cursor(" in source, method.__name__
         assert "self.conn" not in source and "get_connection" not in source, method.__name__
+        for ends_it in (".sync(", "commit", ".transaction(", ".pipeline(", "self.pipe"):
+            assert ends_it not in source, (method.__name__, ends_it)
     assert list(inspect.signature(AsyncPostgresSaver._cursor).parameters) == ["self", "pipeline"]
 
 

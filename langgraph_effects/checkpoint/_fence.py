@@ -89,19 +89,35 @@ def lock_key(thread_id: str, ns: str) -> str:
 
 
 class Written:
-    """The checkpoint ids this saver saved lately (bounded): its own runs' children."""
+    """The checkpoint ids this saver saved lately (bounded): its own runs' children,
+    each with the parent it was saved under."""
 
     def __init__(self) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: OrderedDict[str, str | None] = OrderedDict()
+        self._parents: dict[str | None, int] = {}
 
-    def add(self, checkpoint_id: str) -> None:
-        self._ids[checkpoint_id] = None
-        self._ids.move_to_end(checkpoint_id)
+    def add(self, checkpoint_id: str, parent: str | None = None) -> None:
+        if checkpoint_id in self._ids:
+            self._forget(checkpoint_id)
+        self._ids[checkpoint_id] = parent
+        self._parents[parent] = self._parents.get(parent, 0) + 1
         while len(self._ids) > _REMEMBERED:
-            self._ids.popitem(last=False)
+            self._forget(next(iter(self._ids)))
+
+    def _forget(self, checkpoint_id: str) -> None:
+        parent = self._ids.pop(checkpoint_id)
+        left = self._parents[parent] - 1
+        if left:
+            self._parents[parent] = left
+        else:
+            del self._parents[parent]
 
     def __contains__(self, checkpoint_id: object) -> bool:
         return checkpoint_id in self._ids
+
+    def has_child(self, parent: str) -> bool:
+        """Whether this saver saved a child of ``parent`` (its own run moved past it)."""
+        return parent in self._parents
 
 
 class Headers:
@@ -253,7 +269,7 @@ class FencedSaver:
         """Save a checkpoint unless it would be a second child of its parent."""
         put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
         saved = await self._put_fenced(put)
-        self._written.add(checkpoint["id"])
+        self._written.add(checkpoint["id"], coordinates(config)[2])
         self._headers.add(saved, checkpoint, metadata, config)  # committed: durable now
         return saved
 

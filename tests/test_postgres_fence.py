@@ -1,0 +1,177 @@
+"""``EffectPostgresSaver``'s fence on the wire: what a fenced save costs in round trips,
+and that one round trip keeps the rule (the cross-process races are in test_fencing.py).
+
+Round trips are counted in libpq's own protocol trace: every ``Sync`` the client sends
+is a point where it waits for the server's ``ReadyForQuery``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
+
+from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.errors import ConfigurationError, ThreadConflictError
+
+from .ledger.conftest import require_postgres
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh schema, dropped with everything in it afterwards."""
+    name = f"lge_fence_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(require_postgres(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(require_postgres(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def dsn(pg_schema: str) -> str:
+    """The test database, with the test's schema first on the search_path."""
+    return make_conninfo(require_postgres(), options=f"-c search_path={pg_schema}")
+
+
+@asynccontextmanager
+async def effect_saver(dsn: str, *, pipeline: bool = False) -> AsyncIterator[EffectPostgresSaver]:
+    async with EffectPostgresSaver.from_conn_string(dsn, pipeline=pipeline, ledger_max_size=1) as saver:
+        await saver.setup()
+        yield saver
+
+
+@contextmanager
+def syncs(conn: Any) -> Iterator[list[int]]:
+    """Count the ``Sync`` messages ``conn`` sends inside the block (into the list)."""
+    counted: list[int] = []
+    with tempfile.NamedTemporaryFile("w+", suffix=".pqtrace") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield counted
+        finally:
+            conn.pgconn.untrace()  # flushes what libpq buffered
+        trace.seek(0)
+        lines = [line.split("\t") for line in trace.read().splitlines()]
+    counted.append(sum(1 for p in lines if len(p) >= 3 and p[0] == "F" and p[2].strip() == "Sync"))
+
+
+def checkpoint(text: str, version: int) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": [AIMessage(text)]}
+    cp["channel_versions"] = {"messages": version}
+    return cp
+
+
+async def put(saver: Any, parent: Any, text: str, version: int, source: str = "loop") -> Any:
+    return await saver.aput(parent, checkpoint(text, version), {"source": source, "step": version},
+                            {"messages": version})
+
+
+def root(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+async def count_rows(saver: EffectPostgresSaver, sql: str, *params: Any) -> int:
+    async with saver.ledger.pool.connection() as conn:
+        cur = await conn.execute(sql, params)
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["connection", "saver pipeline"])
+async def test_a_fenced_save_costs_one_round_trip_as_langgraphs_does(dsn: str, pipeline: bool) -> None:
+    async with AsyncPostgresSaver.from_conn_string(dsn) as plain:
+        await plain.setup()
+        start = await put(plain, root(uuid.uuid4().hex), "a", 1)
+        with syncs(plain.conn) as plain_put:
+            await put(plain, start, "b", 2)
+        with syncs(plain.conn) as plain_writes:
+            await plain.aput_writes(start, [("messages", [AIMessage("w")])], "task-1")
+    assert plain_put == plain_writes == [1]
+
+    async with effect_saver(dsn, pipeline=pipeline) as saver:
+        first = await put(saver, root(uuid.uuid4().hex), "a", 1)
+        counts = {}
+        with syncs(saver.conn) as counts["writes, checked"]:
+            await saver.aput_writes(first, [("messages", [AIMessage("w")])], "task-1")
+        with syncs(saver.conn) as counts["checkpoint, checked"]:
+            second = await put(saver, first, "b", 2)
+        with syncs(saver.conn) as counts["writes, own late ones"]:
+            await saver.aput_writes(first, [("messages", [AIMessage("late")])], "task-2")
+        with syncs(saver.conn) as counts["checkpoint, deliberate branch"]:
+            await put(saver, first, "fork", 3, source="fork")
+        assert counts == {key: [1] for key in counts}, counts
+        assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE checkpoint_id = %s",
+                                first["configurable"]["checkpoint_id"]) == 2
+        assert second["configurable"]["checkpoint_id"]
+
+
+@pytest.mark.parametrize("mode", ["pipeline", "saver pipeline", "explicit transaction"])
+async def test_a_refused_save_lands_nothing_and_the_connection_goes_on(
+    dsn: str, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    thread = uuid.uuid4().hex
+    async with effect_saver(dsn) as winner, effect_saver(dsn, pipeline=mode == "saver pipeline") as loser:
+        if mode == "explicit transaction":
+            loser.supports_pipeline = False  # libpq without pipeline mode: BEGIN ... COMMIT
+        start = await put(winner, root(thread), "start", 1)
+        moved = await put(winner, start, "winner", 2)
+
+        with pytest.raises(ThreadConflictError) as refused:
+            await put(loser, start, "loser", 7)
+        assert refused.value.parent_id == start["configurable"]["checkpoint_id"]
+        assert refused.value.child_id == moved["configurable"]["checkpoint_id"]
+        assert "another runner" in str(refused.value) and "nothing of it landed" in str(refused.value)
+        # Neither the checkpoint nor the blob its LangGraph statements stored landed.
+        assert await count_rows(winner, "SELECT count(*) FROM checkpoints WHERE thread_id = %s", thread) == 2
+        assert await count_rows(
+            winner, "SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %s AND version = '7'", thread
+        ) == 0
+
+        with pytest.raises(ThreadConflictError, match="task results"):
+            await loser.aput_writes(start, [("messages", [AIMessage("late")])], "task-loser")
+        assert await count_rows(winner, "SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s",
+                                thread) == 0
+        await winner.aput_writes(start, [("messages", [AIMessage("late")])], "task-winner")  # its own
+
+        # The loser's connection is fine: a deliberate branch and a new thread go through.
+        await put(loser, start, "time travel", 8, source="fork")
+        await put(loser, root(uuid.uuid4().hex), "other thread", 1)
+        # A second root of a thread is a fork too.
+        with pytest.raises(ThreadConflictError, match="first checkpoint"):
+            await put(loser, root(thread), "second start", 9)
+    # The statements the refusal aborted were collected, not left for psycopg to log.
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.records
+
+
+async def test_setup_leaves_the_fence_function_alone_once_it_is_current(dsn: str, pg_schema: str) -> None:
+    async with effect_saver(dsn) as saver:
+        find = ("SELECT p.xmin::text::bigint FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE p.proname = 'effect_checkpoint_fence' AND n.nspname = %s")
+        before = await count_rows(saver, find, pg_schema)  # in the checkpoints' schema
+        await saver.setup()
+        assert await count_rows(saver, find, pg_schema) == before  # not replaced: no owner needed
+
+        async with saver.ledger.pool.connection() as conn:
+            await conn.execute("DROP FUNCTION effect_checkpoint_fence")
+        with pytest.raises(ConfigurationError, match=r"setup\(\)"):
+            await put(saver, root(uuid.uuid4().hex), "a", 1)
+        await saver.setup_fencing()
+        await put(saver, root(uuid.uuid4().hex), "a", 1)
