@@ -251,25 +251,23 @@ class Session(HumanQuestions):
         # one write; blind and approval-gated calls are written ``pending`` first, so a
         # crash before the send is provably harmless and needs no operator.
         direct = [c for c in fresh if not _staged(c.effect)]
-        staged = [c for c in fresh if _staged(c.effect)]
+        dispatch: Change | None = None
         if direct:
             assert owner is not None  # made whenever a call may be direct
-            change = Change(
+            dispatch = Change(
                 Event.DISPATCH,
                 owner=owner,
                 lease_expires_at=time.time() + self.settings.lease_seconds,
                 evidence={"kind": EvidenceKind.INTENT},
             )
-            rows = by_id((yield from record_plan([c.op for c in direct], change, DEFAULT_ACTOR)))
-            for c in direct:
-                op = self._stored_or_conflict(c, rows)
-                if op.owner is not None and op.owner.token == owner.token:
-                    c.owner = owner
-                    c.batch_token = owner.token
-        if staged:
-            rows = by_id((yield from record_plan([c.op for c in staged], None, DEFAULT_ACTOR)))
-            for c in staged:
-                self._stored_or_conflict(c, rows)
+        # One insert for all: a backend may commit a lone write by itself.
+        changes = {c.op.op_id: dispatch for c in direct}
+        rows = by_id((yield from record_plan([c.op for c in fresh], None, DEFAULT_ACTOR, changes)))
+        for c in fresh:
+            op = self._stored_or_conflict(c, rows)
+            if owner is not None and op.owner is not None and op.owner.token == owner.token:
+                c.owner = owner
+                c.batch_token = owner.token
 
     def _adopt_stored(self, c: _Call, found: Operation | None) -> bool:
         """Bind ``c`` to its stored row; ``False`` if there is none (a new intent)."""

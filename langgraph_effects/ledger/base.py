@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -241,19 +241,29 @@ class Transition:
 
 
 def record_plan(
-    operations: Sequence[Operation], change: Change | None, actor: str
+    operations: Sequence[Operation],
+    change: Change | None,
+    actor: str,
+    changes: Mapping[str, Change | None] | None = None,
 ) -> Plan[list[Operation]]:
-    """Insert every operation not stored yet (and audit it); the stored rows, in order."""
+    """Insert every operation not stored yet (and audit it); the stored rows, in order.
+
+    Each new row is created with ``change`` (see :func:`create`), or with its own
+    entry in ``changes`` (by op id) when given: one insert for rows created
+    ``pending`` and rows created ``dispatched``."""
     stamp = now()
     fresh: dict[str, Operation] = {}
+    made: dict[str, Change | None] = {}
     for op in operations:  # a repeated id is inserted once, like the first occurrence
         if op.op_id not in fresh:
-            fresh[op.op_id] = create(op, now=stamp, change=change)
+            made[op.op_id] = changes.get(op.op_id, change) if changes is not None else change
+            fresh[op.op_id] = create(op, now=stamp, change=made[op.op_id])
     # In op_id order: two workers recording overlapping batches take row locks in
     # the same order (no deadlock), and every backend keeps the same row of a
     # (tenant, provider_key) that two new operations share.
     rows = tuple(sorted(fresh.values(), key=lambda op: op.op_id))
-    inserted = yield InsertWithAudit(rows, tuple(audit_row(None, op, change, actor) for op in rows))
+    audit = tuple(audit_row(None, op, made[op.op_id], actor) for op in rows)
+    inserted = yield InsertWithAudit(rows, audit)
     if len(inserted) == len(rows):  # all new: stored as built (read back through the codec)
         stored = {op.op_id: from_row(to_row(op)) for op in rows}
     else:

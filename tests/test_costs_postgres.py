@@ -1,0 +1,96 @@
+"""On Postgres, a turn mixing a keyed call (its intent created ``dispatched``) and a
+blind one (created ``pending``) opens with one write, through the node and the
+middleware: each is sent once and settled, in a fresh schema of the test server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import tools_condition
+from psycopg.conninfo import make_conninfo
+
+from langgraph_effects import Effect, EffectMiddleware, EffectPostgresSaver, EffectToolNode, current_operation
+from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger.base import OperationQuery
+from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
+from tests.ledger.conftest import require_postgres
+
+pytestmark = pytest.mark.postgres
+
+EFFECTS = {"send_keyed": Effect(dedup_window=3600)}  # send_blind: undeclared, so blind
+
+
+class _State(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+
+
+@pytest.fixture
+def dsn() -> Iterator[str]:
+    """A fresh schema first on the search_path, dropped afterwards."""
+    name = f"lge_mixed_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(require_postgres(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield make_conninfo(require_postgres(), options=f"-c search_path={name}")
+    finally:
+        with psycopg.connect(require_postgres(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def _graph(path: str, tools: list[BaseTool], saver: Any) -> Any:
+    calls = [("send_keyed", {"n": 0}), ("send_blind", {"n": 1})]
+    model = ScriptedChatModel(script=call_each_then_finish(calls))
+    if path == "middleware":
+        return create_agent(model, tools=tools, middleware=[EffectMiddleware(EFFECTS)], checkpointer=saver)
+
+    async def agent(state: _State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(_State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode(tools, effects=EFFECTS))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("path", ["node", "middleware"])
+async def test_a_keyed_and_a_blind_call_open_together(tmp_path: Path, dsn: str, path: str) -> None:
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+    blind = Provider(tmp_path / "blind.sqlite", "blind")
+
+    @tool
+    def send_keyed(n: int) -> str:
+        """Send notification ``n`` through a provider that dedups by key."""
+        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
+
+    @tool
+    def send_blind(n: int) -> str:
+        """Send notification ``n`` through a provider that keeps no keys."""
+        return blind.apply({"operation": f"blind:{n}"}).effect_id
+
+    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        await saver.setup()
+        graph = _graph(path, [send_keyed, send_blind], saver)
+        result = await graph.ainvoke(
+            {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}, durability="sync"
+        )
+        ops = {op.tool: op for op in await saver.ledger.list_operations(OperationQuery())}
+        trails = {tool: [e.event for e in await saver.ledger.audit(op.op_id)] for tool, op in ops.items()}
+    assert result["messages"][-1].content == "done"
+    assert keyed.count_effects() == {"keyed:0": 1} and blind.count_effects() == {"blind:1": 1}
+    assert trails == {
+        "send_keyed": ["intent", "succeed"],  # created dispatched: intent and marker in one row
+        "send_blind": ["intent", "dispatch", "succeed"],  # created pending, dispatched later
+    }
