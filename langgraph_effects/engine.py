@@ -59,7 +59,7 @@ from .binding import (
 )
 from .contract import Effect
 from .errors import DurabilityError
-from .ledger.base import DEFAULT_ACTOR, Ledger, Load, Plan, payload_plan, record_plan
+from .ledger.base import DEFAULT_ACTOR, Ledger, Load, Plan, lookup_plan, record_plan
 from .loops import (
     AsyncExecutor,
     PortalRun,
@@ -211,11 +211,26 @@ class Session(HumanQuestions):
             c.op, c.args = derived[c.call_id][0], dict(derived[c.call_id][1])
             c.conflict = c.owner = c.batch_token = None
             c.edited = False
-        stored = yield Load(tuple(sorted({c.op.op_id for c in self.calls.values()})))
-        fresh = [c for c in self.calls.values() if not self._adopt_stored(c, stored.get(c.op.op_id))]
+        calls = list(self.calls.values())
+        if not calls:
+            return
+        source = self._source
+        replans = (
+            history_known
+            and self.settings.detect_replans
+            and source is not None
+            and source.origin is not None
+        )
+        # The stored rows and the re-plan candidates in one read.
+        stored, candidates = yield from lookup_plan(
+            [c.op.op_id for c in calls],
+            calls[0].op.thread_id,
+            [(c.tool, c.op.args_hash) for c in calls] if replans else [],
+        )
+        fresh = [c for c in calls if not self._adopt_stored(c, stored.get(c.op.op_id))]
         edited = {
             c.call_id: str(successor)
-            for c in self.calls.values()
+            for c in calls
             if c.op.state is State.ABANDONED
             and (successor := (c.op.evidence or {}).get("superseded_by"))
         }
@@ -226,17 +241,7 @@ class Session(HumanQuestions):
                 if (found := successors.get(successor)) is not None:
                     c = self.calls[call_id]
                     c.op, c.args, c.edited = found, dict(found.args), True
-        source = self._source
-        if (
-            fresh
-            and history_known
-            and self.settings.detect_replans
-            and source is not None
-            and source.origin is not None
-        ):
-            candidates = yield from payload_plan(
-                fresh[0].op.thread_id, [(c.tool, c.op.args_hash) for c in fresh]
-            )
+        if fresh and replans and source is not None:
             fresh = _bind_replans(fresh, candidates, source)
         if not fresh:
             return

@@ -82,10 +82,12 @@ class Load:
 
 
 @dataclass(frozen=True)
-class FindByPayload:
-    """The rows of ``thread_id`` with any of the (tool, args hash) ``pairs``, in any
-    order; answered with a list of :class:`Operation`."""
+class Find:
+    """The rows with any of ``op_ids``, and the rows of ``thread_id`` with any of the
+    (tool, args hash) ``pairs``: one query for both (no lock); answered with a list
+    of :class:`Operation` (each row once, in any order)."""
 
+    op_ids: tuple[str, ...]
     thread_id: str
     pairs: tuple[tuple[str, str], ...]
     writes: ClassVar[bool] = False
@@ -166,7 +168,7 @@ class Execute:
 Step = (
     Lock
     | Load
-    | FindByPayload
+    | Find
     | InsertIfAbsent
     | InsertWithAudit
     | CompareAndSet
@@ -362,8 +364,20 @@ def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:
 def payload_plan(thread_id: str, pairs: Sequence[tuple[str, str]]) -> Plan[list[Operation]]:
     """Rows of ``thread_id`` with any of the (tool, args hash) ``pairs``, in
     :func:`listing_order` (no lock)."""
-    found = yield FindByPayload(thread_id, tuple(sorted(set(pairs))))
+    found = yield Find((), thread_id, tuple(sorted(set(pairs))))
     return listing_order(found)
+
+
+def lookup_plan(
+    op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]]
+) -> Plan[tuple[dict[str, Operation], list[Operation]]]:
+    """The stored rows among ``op_ids``, and the rows of ``thread_id`` with any of the
+    ``pairs`` in :func:`listing_order`, in one read (see :class:`Find`)."""
+    wanted, payloads = set(op_ids), set(pairs)
+    found = yield Find(tuple(sorted(wanted)), thread_id, tuple(sorted(payloads)))
+    by_id = {op.op_id: op for op in found if op.op_id in wanted}
+    matching = [op for op in found if op.thread_id == thread_id and (op.tool, op.args_hash) in payloads]
+    return by_id, listing_order(matching)
 
 
 def version_plan(migrations_table: str) -> Plan[int | None]:

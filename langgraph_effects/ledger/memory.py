@@ -12,7 +12,7 @@ from .base import (
     AuditEntry,
     CasWithAudit,
     CompareAndSet,
-    FindByPayload,
+    Find,
     InsertIfAbsent,
     InsertWithAudit,
     Ledger,
@@ -61,12 +61,12 @@ class InMemoryLedger(Ledger):
             return self._ops.get(step.op_id)
         if isinstance(step, Load):
             return {i: self._ops[i] for i in step.op_ids if i in self._ops}
-        if isinstance(step, FindByPayload):
-            wanted = set(step.pairs)
+        if isinstance(step, Find):
+            ids, wanted = set(step.op_ids), set(step.pairs)
             return [
                 op
                 for op in self._ops.values()
-                if op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted
+                if op.op_id in ids or (op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted)
             ]
         if isinstance(step, InsertIfAbsent | InsertWithAudit):
             inserted = []

@@ -232,9 +232,9 @@ class PostgresLedger(Ledger):
         self._audit = audit
         self._migrations_table = f"{prefix}effect_migrations"
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
-        self._payload_sql = (
-            f"SELECT * FROM {ops} WHERE thread_id = %s AND (tool, args_hash) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[]))"
+        self._find_sql = (
+            f"SELECT * FROM {ops} WHERE op_id = ANY(%s) OR (thread_id = %s AND (tool, args_hash) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[])))"
         )
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
         self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
@@ -459,10 +459,10 @@ class PostgresLedger(Ledger):
         if isinstance(step, base.Load):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
-        if isinstance(step, base.FindByPayload):
+        if isinstance(step, base.Find):
             await cur.execute(
-                self._payload_sql,
-                [step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
+                self._find_sql,
+                [list(step.op_ids), step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
             )
             return [from_row(row) for row in await cur.fetchall()]
         if isinstance(step, base.InsertIfAbsent | base.InsertWithAudit):

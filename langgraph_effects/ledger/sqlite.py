@@ -353,13 +353,13 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         return _select(db, [step.op_id]).get(step.op_id)
     if isinstance(step, base.Load):
         return _select(db, list(step.op_ids))
-    if isinstance(step, base.FindByPayload):
+    if isinstance(step, base.Find):
         sql = "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ?"
-        return [
-            from_row(r)
-            for tool, digest in step.pairs
-            for r in db.execute(sql, (step.thread_id, tool, digest))
-        ]
+        found = _select(db, list(step.op_ids)) if step.op_ids else {}
+        for tool, digest in step.pairs:
+            for r in db.execute(sql, (step.thread_id, tool, digest)):
+                found.setdefault(r["op_id"], from_row(r))
+        return list(found.values())
     if isinstance(step, base.InsertIfAbsent):
         return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
     if isinstance(step, base.InsertWithAudit):
