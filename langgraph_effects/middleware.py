@@ -47,16 +47,24 @@ from .node import _args_valid, _as_approved
 ToolResult = ToolMessage | Command[Any]
 
 
-def _siblings(state: Any, call: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The tool calls of the AIMessage that asked for ``call`` (just ``call`` if unknown)."""
+def _asking(state: Any, call: Mapping[str, Any]) -> AIMessage | None:
+    """The (latest) AIMessage that asked for ``call``; ``None`` if the state has none.
+
+    Scanned from the end: it is nearly always the last message."""
     call_id = call.get("id")
     history = state.get("messages", []) if isinstance(state, Mapping) else []
+    if not call_id:
+        return None
     for message in reversed(history):
-        if isinstance(message, AIMessage) and call_id and any(
-            c.get("id") == call_id for c in message.tool_calls
-        ):
-            return list(message.tool_calls)
-    return [call]
+        if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
+            return message
+    return None
+
+
+#: How a message's calls split, by their (id, name) pairs, all the split depends on:
+#: create_agent runs one task per call, and each would otherwise split them all again.
+_Split = tuple[frozenset[str], frozenset[str]]
+_SPLITS_KEPT = 64
 
 
 def _with_answers(request: ModelRequest, answers: list[Answer]) -> tuple[ModelRequest, list[Any] | None]:
@@ -121,6 +129,7 @@ class EffectMiddleware(AgentMiddleware):
         )
         self.effects = dict(self._settings.effects)
         self.ledger = ledger
+        self._splits: dict[tuple[tuple[Any, Any], ...], _Split] = {}
 
     @property
     def name(self) -> str:
@@ -162,23 +171,35 @@ class EffectMiddleware(AgentMiddleware):
             sync_checkpointer=sync,
         )
 
-    def _tracked(self, request: ToolCallRequest) -> bool | None:
+    def _tracked(self, request: ToolCallRequest, asking: AIMessage | None) -> bool | None:
         """True: track it; False: run it as is; None: refuse it (no usable identity)."""
         call = request.tool_call
         if request.tool is None:
             return False
         # create_agent runs one task per call: count ids over the calls of the AIMessage
         # that holds this one, so a shared id is refused here as in EffectToolNode.
-        siblings = _siblings(request.state, call)
-        tracked, refused = loops.effectful_calls(siblings, self._settings, lambda _: True)
-        effect = self._settings.effect_for(request.tool.name)
-        if str(call.get("id") or "") in refused and not effect.read_only_tool:
+        tracked, refused = self._split(asking, call)
+        call_id = str(call.get("id") or "")
+        if call_id in refused and not self._settings.effect_for(request.tool.name).read_only_tool:
             return None
         if not _args_valid(request.tool, call.get("args")):
             return False
-        return any(c is call or c.get("id") == call.get("id") for c in tracked)
+        return call_id in tracked
 
-    def _open(self, request: ToolCallRequest, *, sync: bool) -> Any:
+    def _split(self, asking: AIMessage | None, call: Mapping[str, Any]) -> _Split:
+        """(ids tracked, ids refused) among the calls of ``asking`` (just ``call`` if none)."""
+        calls = asking.tool_calls if asking is not None else [call]
+        key = tuple((c.get("id"), c.get("name")) for c in calls)
+        found = self._splits.get(key)
+        if found is None:
+            tracked, refused = loops.effectful_calls(calls, self._settings, lambda _: True)
+            found = (frozenset(str(c.get("id") or "") for c in tracked), frozenset(refused))
+            if len(self._splits) >= _SPLITS_KEPT:
+                self._splits.clear()
+            self._splits[key] = found
+        return found
+
+    def _open(self, request: ToolCallRequest, asking: AIMessage | None, *, sync: bool) -> Any:
         config = request.runtime.config
         ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
@@ -191,7 +212,9 @@ class EffectMiddleware(AgentMiddleware):
             ledger=ledger,
             settings=self._settings,
             tool_calls=[request.tool_call],
-            state=request.state,
+            # The session reads the history only for the AIMessage holding the call:
+            # hand it just that one, not the whole thread's history once per task.
+            state=request.state if asking is None else {"messages": [asking]},
             config=config,
             context=request.runtime.context,
             sync_checkpointer=sync,
@@ -201,13 +224,14 @@ class EffectMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         """Sync path (``agent.invoke``)."""
-        tracked = self._tracked(request)
+        asking = _asking(request.state, request.tool_call)
+        tracked = self._tracked(request, asking)
         if tracked is None:
             return loops.refusal(request.tool_call)
         if not tracked:
             return handler(request)
         call_id = str(request.tool_call["id"])
-        session: Session = _portal.run(self._open(request, sync=True))
+        session: Session = _portal.run(self._open(request, asking, sync=True))
 
         def one_round() -> Any:
             execute = lambda: loops.capture_sync(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
@@ -221,13 +245,14 @@ class EffectMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         """Async path (``agent.ainvoke``)."""
-        tracked = self._tracked(request)
+        asking = _asking(request.state, request.tool_call)
+        tracked = self._tracked(request, asking)
         if tracked is None:
             return loops.refusal(request.tool_call)
         if not tracked:
             return await handler(request)
         call_id = str(request.tool_call["id"])
-        session: Session = await self._open(request, sync=False)
+        session: Session = await self._open(request, asking, sync=False)
 
         async def one_round() -> Any:
             execute = lambda: loops.capture(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
