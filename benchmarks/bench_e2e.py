@@ -48,10 +48,35 @@ from langgraph_effects.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 EFFECTS = {"send": Effect(dedup_window=3600)}
-PATHS = ("node", "middleware")
+#: "floor": create_agent with a middleware that does nothing but has EffectMiddleware's
+#: hooks, against plain create_agent: what LangChain charges any such middleware (it
+#: wraps every hook call in langsmith's tracing shim), for reading the middleware rows.
+PATHS = ("node", "middleware", "floor")
 BACKENDS = ("sqlite", "postgres")
-BASELINE = {"node": "ToolNode", "middleware": "create_agent"}
-OURS = {"node": "EffectToolNode", "middleware": "EffectMiddleware"}
+BASELINE = {"node": "ToolNode", "middleware": "create_agent", "floor": "create_agent"}
+OURS = {"node": "EffectToolNode", "middleware": "EffectMiddleware", "floor": "no-op middleware"}
+LEDGER_PATHS = ("node", "middleware")  # the paths that use a ledger (counted)
+
+
+def _noop_middleware() -> Any:
+    from langchain.agents.middleware import AgentMiddleware
+
+    class NoOpMiddleware(AgentMiddleware):  # type: ignore[misc]
+        """The hooks EffectMiddleware has, each passing straight through."""
+
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    return NoOpMiddleware()
 
 
 class AgentState(TypedDict):
@@ -89,12 +114,13 @@ def build_graph(*, path: str, effect: bool, fanout: int, latency_ms: float, save
         script=call_each_then_finish([("send", {"n": i}) for i in range(fanout)])
     )
     tools = [make_tool(latency_ms)]
-    if path == "middleware":
+    if path in ("middleware", "floor"):
         from langchain.agents import create_agent
 
         from langgraph_effects import EffectMiddleware
 
-        middleware = [EffectMiddleware(EFFECTS)] if effect else []
+        chosen = EffectMiddleware(EFFECTS) if path == "middleware" else _noop_middleware()
+        middleware = [chosen] if effect else []
         return create_agent(model, tools=tools, middleware=middleware, checkpointer=saver)
     if path != "node":
         raise ValueError(f"unknown path {path!r}")

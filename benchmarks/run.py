@@ -235,7 +235,7 @@ async def _backend(
     """Counts, then timing, then (SQLite) the profile of what missed, on one pair of savers."""
     count = bench_counts.count_sqlite if backend == "sqlite" else bench_counts.count_postgres
     if "counts" in only.sections:
-        for path in only.paths:
+        for path in [p for p in only.paths if p in bench_e2e.LEDGER_PATHS]:
             for fanout in only.fanouts:
                 row = await count(path, savers, fanout, cfg["count_runs"])
                 report["counts"].append(row)
@@ -254,7 +254,7 @@ async def _backend(
     report["e2e"].update(rows)
     if backend != "sqlite" or not profile:
         return
-    for path in only.paths:
+    for path in [p for p in only.paths if p in bench_e2e.LEDGER_PATHS]:
         missed = sorted(
             {
                 row["fanout"] for row in rows.values()
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="do not profile missed targets")
     parser.add_argument(
         "--only",
-        help="comma-separated: sections timing,counts,scan,memory; paths node,middleware; "
+        help="comma-separated: sections timing,counts,scan,memory; paths node,middleware,floor; "
         "backends sqlite,postgres; tools 0ms,5ms; fan-outs fanout1,fanout8",
     )
     parser.add_argument("--dir", help="directory for the SQLite files (default: a temp dir)")

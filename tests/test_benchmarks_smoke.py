@@ -17,6 +17,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = {"node", "middleware"}
+TIMED_PATHS = PATHS | {"floor"}  # floor: a no-op middleware, LangChain's own charge (no target)
 
 
 def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -64,14 +65,17 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
         assert key in report, key
     assert report["settings"]["quick"] is True
     assert Path(report["meta"]["package_path"]) == ROOT / "langgraph_effects"
-    assert "[1/8] node/sqlite/tool=0ms/fanout=1" in proc.stderr  # progress goes to stderr
+    assert "[1/12] node/sqlite/tool=0ms/fanout=1" in proc.stderr  # progress goes to stderr
 
     # One turn on SQLite, both paths, both fan-outs and tool latencies, each with its ratio
     # of medians, a CI around it, the CPU ratio and (where the issue sets one) a target.
     sqlite_rows = [row for row in report["e2e"].values() if row["backend"] == "sqlite"]
     assert {(row["path"], row["tool_ms"], row["fanout"]) for row in sqlite_rows} == {
-        (path, tool, fanout) for path in PATHS for tool in (0, 5) for fanout in (1, 8)
+        (path, tool, fanout) for path in TIMED_PATHS for tool in (0, 5) for fanout in (1, 8)
     }
+    assert all(
+        "floor" not in t["name"] for t in report["targets"]
+    )  # the floor row informs, it is not judged
     for row in sqlite_rows:
         assert row["baseline_ms"] > 0 and row["effect_ms"] > 0 and row["cpu_ratio"] > 0
         lo, hi = row["ratio_ci95"]
