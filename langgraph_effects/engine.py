@@ -200,12 +200,16 @@ class Session(HumanQuestions):
         history_known: bool,
         owner: Owner | None,
     ) -> Plan[None]:
-        """Bind every call and record the new intents: **one** ledger transaction.
+        """Bind every call and record the new intents: one ledger plan, one durable
+        commit whatever the fan-out.
 
-        Reads the stored rows (and an approver's edits, and re-plan candidates) and
-        inserts what is new in the same transaction, so opening costs one round trip
-        and one durable commit whatever the fan-out. Starts from the ``derived``
-        operations each time: the ledger may run it again (a rolled-back group).
+        One read finds the stored rows and the re-plan candidates (a second only for an
+        approver's edits), one insert writes what is new. SQLite runs it as one
+        transaction (one trip to its thread); Postgres as a read and a lone insert,
+        which is safe without a transaction around both: the insert only adds rows
+        that are absent and the plan then uses the rows as stored, so a concurrent
+        open of the same calls loses nothing. Starts from the ``derived`` operations
+        each time: the ledger may run it again (a rolled-back group, a deadlock).
         """
         for c in self.calls.values():
             c.op, c.args = derived[c.call_id][0], dict(derived[c.call_id][1])
@@ -251,7 +255,7 @@ class Session(HumanQuestions):
                 "would lose the tool call that was already dispatched; nothing was sent. "
                 "Run the graph with durability='sync' (recommended) or 'async'."
             )
-        # The checkpoint holding the calls is durable: ``open`` read it back.
+        # The checkpoint holding the calls is durable: ``open`` made sure of it.
         # Calls that can be reconciled without a human get intent and dispatch marker in
         # one write; blind and approval-gated calls are written ``pending`` first, so a
         # crash before the send is provably harmless and needs no operator.
