@@ -139,8 +139,11 @@ def build_graph(*, path: str, effect: bool, fanout: int, latency_ms: float, save
 
 
 def build_pair(path: str, fanout: int, latency_ms: float, savers: tuple[Any, Any]) -> tuple[Any, Any]:
-    """(baseline, ours) for one scenario, each on its own saver."""
+    """(baseline, ours) for one scenario, each on its own saver (the floor: both on
+    ours, so the row shows the middleware hooks alone)."""
     plain_saver, effect_saver = savers
+    if path == "floor":
+        plain_saver = effect_saver
     plain = build_graph(path=path, effect=False, fanout=fanout, latency_ms=latency_ms, saver=plain_saver)
     ours = build_graph(path=path, effect=True, fanout=fanout, latency_ms=latency_ms, saver=effect_saver)
     return plain, ours
