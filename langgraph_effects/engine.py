@@ -255,6 +255,10 @@ class Session(HumanQuestions):
                 "would lose the tool call that was already dispatched; nothing was sent. "
                 "Run the graph with durability='sync' (recommended) or 'async'."
             )
+        yield from self._intents_plan(fresh, owner)
+
+    def _intents_plan(self, fresh: list[_Call], owner: Owner | None) -> Plan[None]:
+        """Write the new intents (part of :meth:`_open_plan`): one insert for all."""
         # The checkpoint holding the calls is durable: ``open`` made sure of it.
         # Calls that can be reconciled without a human get intent and dispatch marker in
         # one write; blind and approval-gated calls are written ``pending`` first, so a
