@@ -153,32 +153,6 @@ class _Finder:
 Answer = tuple[AIMessage, str, ToolMessage]
 
 
-async def answer_dangling(
-    history: Sequence[BaseMessage],
-    *,
-    ledger: Ledger,
-    settings: Settings,
-    config: Mapping[str, Any],
-    context: Any = None,
-    messages_key: str = "messages",
-    checkpointer: Any = None,
-    sync_checkpointer: bool = False,
-) -> list[BaseMessage] | None:
-    """``history`` with a truthful ToolMessage after every unanswered tool call, or
-    ``None`` when every call is answered (see :func:`find_answers`)."""
-    answers = await find_answers(
-        history,
-        ledger=ledger,
-        settings=settings,
-        config=config,
-        context=context,
-        messages_key=messages_key,
-        checkpointer=checkpointer,
-        sync_checkpointer=sync_checkpointer,
-    )
-    return insert_answers(history, answers) if answers else None
-
-
 async def find_answers(
     history: Sequence[BaseMessage],
     *,

@@ -193,7 +193,7 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
     answered from turn 2's operation, not from turn 1's."""
     from langgraph_effects import EffectSqliteSaver
     from langgraph_effects.checkpoint import ledger_of
-    from langgraph_effects.dangling import answer_dangling
+    from langgraph_effects.dangling import find_answers, insert_answers
     from langgraph_effects.engine import Settings
 
     spec = base(tmp_path, schema="list", ids="repeat", contract="blind")
@@ -210,14 +210,15 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
         assert all(m.id is None for m in history if m.type != "ai")
         ledger = ledger_of(saver)
         assert ledger is not None
-        patched = await answer_dangling(
+        answers = await find_answers(
             history,
             ledger=ledger,
             settings=Settings.build({}, hash_key=None, lease_seconds=30),
             config=config,
             checkpointer=saver,
         )
-    assert patched is not None and len(patched) == len(history) + 1
+        patched = insert_answers(history, answers)
+    assert len(answers) == 1 and len(patched) == len(history) + 1
     answer = patched[-1]
     assert answer.type == "tool" and answer.artifact["operation_id"] == second != first
     assert "not known yet" in answer.content
