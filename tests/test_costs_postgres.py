@@ -4,12 +4,10 @@ middleware: each is sent once and settled, in a fresh schema of the test server.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import psycopg
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -17,13 +15,12 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import tools_condition
-from psycopg.conninfo import make_conninfo
 
 from langgraph_effects import Effect, EffectMiddleware, EffectPostgresSaver, EffectToolNode, current_operation
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
-from tests.ledger.conftest import require_postgres
+from tests.ledger.conftest import created_schema
 
 pytestmark = pytest.mark.postgres
 
@@ -36,15 +33,9 @@ class _State(TypedDict):
 
 @pytest.fixture
 def dsn() -> Iterator[str]:
-    """A fresh schema first on the search_path, dropped afterwards."""
-    name = f"lge_mixed_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(require_postgres(), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    try:
-        yield make_conninfo(require_postgres(), options=f"-c search_path={name}")
-    finally:
-        with psycopg.connect(require_postgres(), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    """The test database, with a fresh schema first on the search_path."""
+    with created_schema("lge_mixed") as (_, scoped):
+        yield scoped
 
 
 def _graph(path: str, tools: list[BaseTool], saver: Any) -> Any:

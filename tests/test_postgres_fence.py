@@ -13,39 +13,35 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import pq
-from psycopg.conninfo import make_conninfo
 
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 from langgraph_effects.errors import ConfigurationError, ThreadConflictError
 
-from .ledger.conftest import require_postgres
+from .ledger.conftest import created_schema
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh schema, dropped with everything in it afterwards."""
-    name = f"lge_fence_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(require_postgres(), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    try:
-        yield name
-    finally:
-        with psycopg.connect(require_postgres(), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+def schema_and_dsn() -> Iterator[tuple[str, str]]:
+    with created_schema("lge_fence") as made:
+        yield made
 
 
 @pytest.fixture
-def dsn(pg_schema: str) -> str:
-    """The test database, with the test's schema first on the search_path."""
-    return make_conninfo(require_postgres(), options=f"-c search_path={pg_schema}")
+def pg_schema(schema_and_dsn: tuple[str, str]) -> str:
+    return schema_and_dsn[0]
+
+
+@pytest.fixture
+def dsn(schema_and_dsn: tuple[str, str]) -> str:
+    """The test database, with the test's own schema first on the search_path."""
+    return schema_and_dsn[1]
 
 
 @asynccontextmanager

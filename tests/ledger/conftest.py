@@ -12,11 +12,13 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
@@ -55,6 +57,21 @@ def require_postgres() -> str:
             pytest.fail(reason + " (CI=true: Postgres tests must run)")
         pytest.skip(reason)
     return dsn
+
+
+@contextmanager
+def created_schema(prefix: str) -> Iterator[tuple[str, str]]:
+    """A fresh schema, created now and dropped (with everything in it) afterwards, and
+    the test DSN with it first on the ``search_path``: (name, dsn)."""
+    dsn = require_postgres()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield name, make_conninfo(dsn, options=f"-c search_path={name}")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 @pytest.fixture
