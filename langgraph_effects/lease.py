@@ -87,11 +87,11 @@ def _runtime_settings() -> tuple[str | None, str | None]:
 
 def _runtime_path() -> Path:
     """The lock-file directory the settings name (no I/O once ``tempfile`` knows its dir)."""
-    explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
+    explicit, xdg = _runtime_settings()
     if explicit:
         return Path(explicit)
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(os.environ["XDG_RUNTIME_DIR"]) / "langgraph-effects"
+    if xdg:
+        return Path(xdg) / "langgraph-effects"
     return Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
 
 
