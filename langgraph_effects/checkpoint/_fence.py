@@ -52,7 +52,7 @@ INDEX_SQL = (
     "ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)"
 )
 
-_REMEMBERED = 4096  # checkpoint ids this saver wrote, kept to tell its own late writes
+_REMEMBERED = 4096  # checkpoints this saver wrote: its own late writes, turns without a read
 
 
 def deliberate(metadata: Mapping[str, Any] | None) -> bool:
@@ -89,23 +89,41 @@ def lock_key(thread_id: str, ns: str) -> str:
 
 
 class Written:
-    """The checkpoint ids this saver saved lately (bounded): its own runs' children,
-    each with the parent it was saved under."""
+    """The checkpoints this saver committed lately (bounded): its own runs' children,
+    each with the parent it was saved under and its header (id, parent, metadata and
+    channel versions, never its values), so a tool task can learn the turn of the
+    checkpoint it was prepared from without reading it back (``saved_header``)."""
 
     def __init__(self) -> None:
-        self._ids: OrderedDict[str, str | None] = OrderedDict()
+        self._ids: OrderedDict[str, tuple[str | None, CheckpointTuple]] = OrderedDict()
         self._parents: dict[str | None, int] = {}
 
-    def add(self, checkpoint_id: str, parent: str | None = None) -> None:
-        if checkpoint_id in self._ids:
-            self._forget(checkpoint_id)
-        self._ids[checkpoint_id] = parent
+    def add(self, saved: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            config: RunnableConfig) -> None:
+        """Remember a committed save: ``saved`` is what ``aput`` returns, ``config`` what
+        it was given (naming the parent)."""
+        thread_id, ns, checkpoint_id = coordinates(saved)
+        parent = coordinates(config)[2]
+        header: Any = {
+            "id": checkpoint["id"],
+            "channel_versions": dict(checkpoint.get("channel_versions") or {}),
+            "versions_seen": {k: dict(v) for k, v in (checkpoint.get("versions_seen") or {}).items()},
+        }
+        parent_config: Any = (
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+            if parent
+            else None
+        )
+        key = str(checkpoint_id)
+        if key in self._ids:
+            self._forget(key)
+        self._ids[key] = (parent, CheckpointTuple(saved, header, metadata.copy(), parent_config))
         self._parents[parent] = self._parents.get(parent, 0) + 1
         while len(self._ids) > _REMEMBERED:
             self._forget(next(iter(self._ids)))
 
     def _forget(self, checkpoint_id: str) -> None:
-        parent = self._ids.pop(checkpoint_id)
+        parent, _ = self._ids.pop(checkpoint_id)
         left = self._parents[parent] - 1
         if left:
             self._parents[parent] = left
@@ -119,38 +137,12 @@ class Written:
         """Whether this saver saved a child of ``parent`` (its own run moved past it)."""
         return parent in self._parents
 
-
-class Headers:
-    """What this saver committed lately, per checkpoint: its id, parent, metadata and
-    channel versions (never its values), so a tool task can learn the turn of the
-    checkpoint it was prepared from without reading it back (``saved_header``)."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._found: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
-
-    def add(self, saved: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            config: RunnableConfig) -> None:
-        thread_id, ns, checkpoint_id = coordinates(saved)
-        parent = config["configurable"].get("checkpoint_id")
-        header: Any = {
-            "id": checkpoint["id"],
-            "channel_versions": dict(checkpoint.get("channel_versions") or {}),
-            "versions_seen": {k: dict(v) for k, v in (checkpoint.get("versions_seen") or {}).items()},
-        }
-        parent_config: Any = (
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
-            if parent
-            else None
-        )
-        key = (thread_id, ns, str(checkpoint_id))
-        self._found[key] = CheckpointTuple(saved, header, metadata.copy(), parent_config)
-        self._found.move_to_end(key)
-        while len(self._found) > self._size:
-            self._found.popitem(last=False)
-
-    def get(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
-        return self._found.get((thread_id, ns, checkpoint_id))
+    def header(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
+        """The header of a checkpoint this saver committed, if it still remembers it."""
+        found = self._ids.get(checkpoint_id)
+        if found is None or coordinates(found[1].config)[:2] != (thread_id, ns):
+            return None
+        return found[1]
 
 
 def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:
@@ -269,22 +261,14 @@ class FencedSaver:
         """Save a checkpoint unless it would be a second child of its parent."""
         put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
         saved = await self._put_fenced(put)
-        self._written.add(checkpoint["id"], coordinates(config)[2])
-        self._headers.add(saved, checkpoint, metadata, config)  # committed: durable now
+        self._written.add(saved, checkpoint, metadata, config)  # committed: durable now
         return saved
-
-    @property
-    def _headers(self) -> Headers:
-        found: Headers | None = self.__dict__.get("_saved_headers")
-        if found is None:
-            found = self.__dict__["_saved_headers"] = Headers()
-        return found
 
     def saved_header(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
         """The header (id, parent, metadata, channel versions; no values) of a checkpoint
         this saver has committed, or ``None`` if it is not one it remembers: then read
         it (it may be another process's, or still being saved)."""
-        return self._headers.get(thread_id, ns, checkpoint_id)
+        return self._written.header(thread_id, ns, checkpoint_id)
 
     async def aput_writes(
         self,
