@@ -94,28 +94,10 @@ class Find:
 
 
 @dataclass(frozen=True)
-class InsertIfAbsent:
-    """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken;
-    answered with the ids actually inserted."""
-
-    ops: tuple[Operation, ...]
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class CompareAndSet:
-    """Write ``after``'s mutable columns if the row is still at ``expected_version``;
-    answered with whether it was."""
-
-    after: Operation
-    expected_version: int
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
 class InsertWithAudit:
-    """:class:`InsertIfAbsent`, and the audit row (``audit[i]`` for ``ops[i]``) of each
-    row actually inserted; answered with the ids inserted. Atomic on its own."""
+    """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken,
+    and the audit row (``audit[i]`` for ``ops[i]``) of each row actually inserted;
+    answered with the ids inserted. Atomic on its own."""
 
     ops: tuple[Operation, ...]
     audit: tuple[dict[str, Any], ...]
@@ -124,20 +106,12 @@ class InsertWithAudit:
 
 @dataclass(frozen=True)
 class CasWithAudit:
-    """:class:`CompareAndSet`, and ``audit`` appended only if it matched; answered with
-    whether it did. Atomic on its own."""
+    """Write ``after``'s mutable columns if the row is still at ``expected_version``,
+    and append ``audit`` only if it was; answered with whether it was. Atomic on its own."""
 
     after: Operation
     expected_version: int
     audit: dict[str, Any]
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class AppendAudit:
-    """Append audit rows (values from :func:`audit_row`); answered with ``None``."""
-
-    rows: tuple[dict[str, Any], ...]
     writes: ClassVar[bool] = True
 
 
@@ -169,11 +143,8 @@ Step = (
     Lock
     | Load
     | Find
-    | InsertIfAbsent
     | InsertWithAudit
-    | CompareAndSet
     | CasWithAudit
-    | AppendAudit
     | OurTables
     | Fetch
     | Execute
@@ -188,7 +159,7 @@ LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_m
 #: autocommit when it is the only write of a plan running alone.
 ALONE: tuple[type, ...] = (InsertWithAudit, CasWithAudit)
 #: Write steps whose (falsy) answer says they matched no row and wrote nothing.
-_MAY_MISS: tuple[type, ...] = (InsertIfAbsent, InsertWithAudit, CompareAndSet, CasWithAudit)
+_MAY_MISS: tuple[type, ...] = (InsertWithAudit, CasWithAudit)
 
 
 class _Run:
@@ -361,13 +332,6 @@ def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:
     return (yield Load(tuple(op_ids)))  # type: ignore[no-any-return]
 
 
-def payload_plan(thread_id: str, pairs: Sequence[tuple[str, str]]) -> Plan[list[Operation]]:
-    """Rows of ``thread_id`` with any of the (tool, args hash) ``pairs``, in
-    :func:`listing_order` (no lock)."""
-    found = yield Find((), thread_id, tuple(sorted(set(pairs))))
-    return listing_order(found)
-
-
 def lookup_plan(
     op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]]
 ) -> Plan[tuple[dict[str, Operation], list[Operation]]]:
@@ -491,7 +455,7 @@ class Ledger(abc.ABC):
 
     async def transact(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make()`` builds (a generator of this module's steps, e.g.
-        composed of :func:`load_plan`, :func:`payload_plan` and :func:`record_plan`)
+        composed of :func:`load_plan`, :func:`lookup_plan` and :func:`record_plan`)
         as **one** transaction, group-committed with concurrent writes: a caller that
         must read, decide and write pays one round trip and one commit, not three.
         ``make`` may be called again (a group that had to be rolled back runs each
@@ -605,7 +569,8 @@ class Ledger(abc.ABC):
         """
         if not payloads:
             return []
-        return await self._read(payload_plan(thread_id, payloads))
+        _, found = await self._read(lookup_plan((), thread_id, payloads))
+        return found
 
     async def unresolved(
         self, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000

@@ -8,12 +8,9 @@ from typing import Any
 
 from ..operation import Operation
 from .base import (
-    AppendAudit,
     AuditEntry,
     CasWithAudit,
-    CompareAndSet,
     Find,
-    InsertIfAbsent,
     InsertWithAudit,
     Ledger,
     Load,
@@ -68,7 +65,7 @@ class InMemoryLedger(Ledger):
                 for op in self._ops.values()
                 if op.op_id in ids or (op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted)
             ]
-        if isinstance(step, InsertIfAbsent | InsertWithAudit):
+        if isinstance(step, InsertWithAudit):
             inserted = []
             for i, op in enumerate(step.ops):
                 key = (op.tenant, op.provider_key)
@@ -78,22 +75,19 @@ class InMemoryLedger(Ledger):
                 self._ops[op.op_id] = from_row(to_row(op))
                 self._keys.add(key)
                 inserted.append(op.op_id)
-                if isinstance(step, InsertWithAudit):
-                    self._answer(AppendAudit((step.audit[i],)))
+                self._append_audit(step.audit[i])
             return inserted
-        if isinstance(step, CompareAndSet | CasWithAudit):
+        if isinstance(step, CasWithAudit):
             stored = self._ops.get(step.after.op_id)
             if stored is None or stored.version != step.expected_version:
                 return False
             self._ops[step.after.op_id] = step.after
-            if isinstance(step, CasWithAudit):
-                self._answer(AppendAudit((step.audit,)))
+            self._append_audit(step.audit)
             return True
-        if isinstance(step, AppendAudit):
-            for row in step.rows:
-                self._audit.setdefault(row["op_id"], []).append(audit_from_row(row))
-            return None
         raise TypeError(f"the memory ledger has no schema to answer {step!r}")
+
+    def _append_audit(self, row: dict[str, Any]) -> None:
+        self._audit.setdefault(row["op_id"], []).append(audit_from_row(row))
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._lock:

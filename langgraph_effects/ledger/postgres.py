@@ -240,9 +240,7 @@ class PostgresLedger(Ledger):
         self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
         self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
         self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
-        self._audit_head = f"INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) VALUES "
-        self._audit_row = "(" + ", ".join(["%s"] * len(_AUDIT_COLUMNS)) + ")"
-        self._update_sql = (
+        update = (
             f"UPDATE {ops} SET "
             + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
             + " WHERE op_id = %s AND version = %s RETURNING op_id"
@@ -251,7 +249,7 @@ class PostgresLedger(Ledger):
         self._typed_audit_row = "(" + ", ".join(f"%s::{t}" for t in _AUDIT_TYPES) + ")"
         # One statement each, so one round trip and (in autocommit) one transaction.
         self._cas_sql = (
-            f"WITH changed AS ({self._update_sql}) INSERT INTO {audit} ({audit_columns}) "
+            f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
             f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
         )
         self._audit_new_sql = (
@@ -465,22 +463,13 @@ class PostgresLedger(Ledger):
                 [list(step.op_ids), step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
             )
             return [from_row(row) for row in await cur.fetchall()]
-        if isinstance(step, base.InsertIfAbsent | base.InsertWithAudit):
+        if isinstance(step, base.InsertWithAudit):
             return await self._insert(cur, step)
-        if isinstance(step, base.CompareAndSet | base.CasWithAudit):
+        if isinstance(step, base.CasWithAudit):
             values = to_row(step.after)
             params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id, step.expected_version]
-            if isinstance(step, base.CasWithAudit):
-                await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in _AUDIT_COLUMNS)])
-            else:
-                await cur.execute(self._update_sql, params)
+            await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in _AUDIT_COLUMNS)])
             return await cur.fetchone() is not None
-        if isinstance(step, base.AppendAudit):
-            for start in range(0, len(step.rows), _CHUNK):
-                chunk = step.rows[start : start + _CHUNK]
-                audit_values = [entry[c] for entry in chunk for c in _AUDIT_COLUMNS]
-                await cur.execute(self._audit_head + ", ".join([self._audit_row] * len(chunk)), audit_values)
-            return None
         if isinstance(step, base.OurTables):
             await cur.execute(
                 "SELECT tablename FROM pg_tables "
@@ -496,7 +485,7 @@ class PostgresLedger(Ledger):
         return None
 
     async def _insert(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertIfAbsent | base.InsertWithAudit
+        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
     ) -> list[str]:
         inserted: list[str] = []
         for start in range(0, len(step.ops), _CHUNK):
@@ -509,11 +498,11 @@ class PostgresLedger(Ledger):
                 + ", ".join([self._insert_row] * len(chunk))
                 + " ON CONFLICT DO NOTHING RETURNING op_id"
             )
-            if isinstance(step, base.InsertWithAudit):  # and the audit rows of those inserted
-                audit = step.audit[start : start + _CHUNK]
-                params += [entry[c] for entry in audit for c in _AUDIT_COLUMNS]
-                rows = ", ".join([self._typed_audit_row] * len(chunk))
-                sql = f"WITH ins AS ({sql}), " + self._audit_new_sql.format(rows=rows)
+            # ... and the audit rows of those inserted, in the same statement.
+            audit = step.audit[start : start + _CHUNK]
+            params += [entry[c] for entry in audit for c in _AUDIT_COLUMNS]
+            rows = ", ".join([self._typed_audit_row] * len(chunk))
+            sql = f"WITH ins AS ({sql}), " + self._audit_new_sql.format(rows=rows)
             await cur.execute(sql, params)
             inserted.extend(row["op_id"] for row in await cur.fetchall())
         return inserted

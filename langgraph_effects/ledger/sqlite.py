@@ -360,22 +360,17 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
             for r in db.execute(sql, (step.thread_id, tool, digest)):
                 found.setdefault(r["op_id"], from_row(r))
         return list(found.values())
-    if isinstance(step, base.InsertIfAbsent):
-        return [op.op_id for op in step.ops if db.execute(_INSERT, to_row(op)).rowcount == 1]
     if isinstance(step, base.InsertWithAudit):
         rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
         return [step.ops[i].op_id for i in rows]
-    if isinstance(step, base.CompareAndSet | base.CasWithAudit):
+    if isinstance(step, base.CasWithAudit):
         params = to_row(step.after)
         params["expected_version"] = step.expected_version
         matched = db.execute(_UPDATE, params).rowcount == 1
-        if matched and isinstance(step, base.CasWithAudit):
+        if matched:
             db.execute(_INSERT_AUDIT, step.audit)
         return matched
-    if isinstance(step, base.AppendAudit):
-        db.executemany(_INSERT_AUDIT, step.rows)
-        return None
     if isinstance(step, base.OurTables):
         marks = ", ".join("?" * len(base.LEDGER_TABLES))
         sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"

@@ -290,7 +290,7 @@ async def test_two_workers_locking_rows_in_opposite_orders_both_land(
     """Two ledgers (two processes' pools) whose transactions lock the same rows in
     opposite orders deadlock; the server rolls one back, and the ledger runs it again
     (nothing of it had landed) instead of failing the caller."""
-    from langgraph_effects.ledger.base import CompareAndSet, Execute, Lock, Plan
+    from langgraph_effects.ledger.base import CasWithAudit, Execute, Lock, Plan, audit_row
 
     dsn = require_postgres()
     deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
@@ -309,7 +309,8 @@ async def test_two_workers_locking_rows_in_opposite_orders_both_land(
             yield Execute("SELECT pg_sleep(0.3)")  # both hold their first row before either asks
             two = yield Lock(second)
             for row in (one, two):
-                yield CompareAndSet(dataclasses.replace(row, version=row.version + 1), row.version)
+                after = dataclasses.replace(row, version=row.version + 1)
+                yield CasWithAudit(after, row.version, audit_row(row, after, None, "test"))
 
         await asyncio.gather(
             a.transact(lambda: bump(x.op_id, y.op_id)), b.transact(lambda: bump(y.op_id, x.op_id))
