@@ -32,6 +32,7 @@ class Outcome(Generic[T]):
     error: BaseException | None = None
 
     def unwrap(self) -> T:
+        """The plan's result, or its exception raised here (in its caller's task)."""
         if self.error is not None:
             raise self.error
         return self.value  # type: ignore[return-value]
