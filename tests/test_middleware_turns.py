@@ -263,3 +263,55 @@ def test_dangling_answers_keep_an_outer_middlewares_reply(tmp_path: Path, path: 
     assert _kinds(state) == ["human", "ai", "tool", "human", "ai"]
     assert "not known yet" in str(state[2].content)
     assert state[-1].content == "ok (checked)"
+
+
+# -- what create_agent's hook wrapper costs ------------------------------------------------
+
+
+class _AsyncNoop(AgentMiddleware):
+    """Hooks written as ``async def``, doing nothing: the control."""
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+def test_the_async_hooks_hand_no_work_to_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_agent wraps each hook in langsmith's ``traceable``; for an ``async def``
+    hook that wrapper hands work to the default executor twice per call, even with
+    tracing off. Ours return their awaitable from a plain function and add no hop. If
+    the control stops adding hops, LangChain or langsmith changed: revisit the hooks."""
+    monkeypatch.delenv("LANGSMITH_TRACING", raising=False)
+    monkeypatch.delenv("LANGCHAIN_TRACING_V2", raising=False)
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+    send = _dedup_sender(provider)
+    hops: list[Any] = []
+    original = asyncio.BaseEventLoop.run_in_executor
+
+    def counting(self: Any, executor: Any, func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return original(self, executor, func, *args)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting)
+
+    def turn_hops(middleware: list[Any]) -> int:
+        agent = create_agent(
+            ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "x"})])),
+            tools=[send],
+            middleware=middleware,
+            checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()),
+        )
+        hops.clear()
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG))
+        # (A lease owner made on the lease thread when no spare is ready is ours, by design.)
+        return sum(1 for func in hops if getattr(func, "__module__", None) != "langgraph_effects.lease")
+
+    plain = turn_hops([])
+    ours = turn_hops([EffectMiddleware({"send": Effect(dedup_window=60)})])
+    control = turn_hops([_AsyncNoop()])
+    # Two model calls and one tool call a turn: 3 wrapped hook calls, 2 hops each.
+    assert control - plain == 6, (plain, control)
+    assert ours == plain, (plain, ours)
+    assert provider.count_effects() == {"x": 2}  # sent: plain and control share a key, ours has its own
