@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import statistics
 import tempfile
 import uuid
@@ -218,6 +219,11 @@ class LibpqTraceCounter:
     transactions (a ``SELECT`` in autocommit mode, the pool's connection check) are
     counted separately: Postgres does not flush WAL for them.
 
+    A statement whose tag is ``SELECT`` but whose text holds a data-modifying CTE
+    (``WITH ins AS (INSERT ...) SELECT ...``) counts as a write too, whether or not
+    it changed a row (an upper bound): its text is taken from the ``Parse`` (or
+    ``Query``) message of the statement each ``Bind`` runs, in order.
+
     Round trips: each ``Sync`` (extended protocol, also the end of a pipeline batch)
     or ``Query`` (simple protocol) the client sends is a point where it waits for the
     server's ``ReadyForQuery``: one round trip. libpq buffers the trace: count after
@@ -225,6 +231,9 @@ class LibpqTraceCounter:
     """
 
     files: list[str] = field(default_factory=list)
+    #: file -> {prepared statement name: whether it writes}, for those prepared
+    #: before the file's trace began (see :func:`trace_pg_connection`).
+    prepared: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     def new_file(self) -> Any:
         handle = tempfile.NamedTemporaryFile(prefix="lge-pqtrace-", suffix=".log", delete=False)  # noqa: SIM115
@@ -238,16 +247,21 @@ class LibpqTraceCounter:
             wrote = implicit_wrote = False
             with open(name, encoding="utf-8", errors="replace") as fh:
                 text = fh.read()
+            writes_by_name = dict(self.prepared.get(name, {}))  # statement -> whether it writes
+            pending: list[bool] = []  # for each statement sent and not answered yet
             for line in text.splitlines():
                 parts = line.split("\t")
                 if len(parts) >= 3 and parts[0] == "F" and parts[2].strip() in ("Sync", "Query"):
                     round_trips += 1
+                if len(parts) >= 4 and parts[0] == "F":
+                    _track_statements(parts[2].strip(), parts[3].strip(), writes_by_name, pending)
                 if len(parts) < 4 or parts[0] != "B":
                     continue
                 kind, payload = parts[2], parts[3].strip()
                 if kind == "ReadyForQuery":
                     autocommit_writes += implicit_wrote
                     implicit_wrote = False
+                    pending.clear()  # whatever an error skipped is never answered
                     if payload == "I":
                         in_tx = wrote = False
                 elif kind == "ErrorResponse":
@@ -255,6 +269,8 @@ class LibpqTraceCounter:
                 if kind != "CommandComplete":
                     continue
                 tag = payload.strip('"').split(" ", 1)[0].upper()
+                if pending and pending.pop(0) and tag == "SELECT":
+                    tag = "INSERT"  # a SELECT over a data-modifying CTE
                 if tag == "BEGIN":
                     # (writes the same Sync group ran before it join this transaction)
                     in_tx, wrote, implicit_wrote = True, implicit_wrote, False
@@ -284,6 +300,26 @@ class LibpqTraceCounter:
             with contextlib.suppress(OSError):
                 os.unlink(name)
         self.files.clear()
+        self.prepared.clear()
+
+
+_QUOTED = re.compile(r'"([^"]*)"')
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+
+
+def _track_statements(kind: str, payload: str, writes_by_name: dict[str, bool], pending: list[bool]) -> None:
+    """Follow which statement each ``Bind`` (or simple ``Query``) runs, and whether its
+    text writes (see :class:`LibpqTraceCounter`)."""
+    if kind == "Parse":  # "name" "text" ...
+        name = _QUOTED.match(payload)
+        if name is not None:
+            writes_by_name[name.group(1)] = bool(_WRITES.search(payload[name.end() :]))
+    elif kind == "Bind":  # "portal" "statement" ...
+        names = _QUOTED.findall(payload)
+        if len(names) >= 2:
+            pending.append(writes_by_name.get(names[1], False))
+    elif kind == "Query" and payload.strip() not in ('""', ""):
+        pending.append(bool(_WRITES.search(payload)))
 
 
 def trace_pg_connection(conn: Any, counter: LibpqTraceCounter) -> None:
@@ -291,6 +327,13 @@ def trace_pg_connection(conn: Any, counter: LibpqTraceCounter) -> None:
     from psycopg import pq
 
     handle = counter.new_file()
+    # Statements psycopg prepared before the trace are run by name only: what they
+    # are is known from psycopg's own map (private; without it they count as reads).
+    names = getattr(getattr(conn, "_prepared", None), "_names", {})
+    counter.prepared[handle.name] = {
+        bytes(name).decode(): bool(_WRITES.search(bytes(key[0]).decode(errors="replace")))
+        for key, name in dict(names).items()
+    }
     conn.pgconn.trace(handle.fileno())
     conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
     # Keep the file object alive as long as the connection: libpq writes to its fd.

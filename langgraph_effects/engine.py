@@ -59,7 +59,18 @@ from .binding import (
 )
 from .contract import Effect
 from .errors import DurabilityError
-from .ledger.base import DEFAULT_ACTOR, Ledger, Load, Plan, lookup_plan, record_plan
+from .ledger.base import (
+    DEFAULT_ACTOR,
+    FindOrInsert,
+    InsertWithAudit,
+    Ledger,
+    Load,
+    Plan,
+    find_step,
+    insert_step,
+    recorded_plan,
+    split_found,
+)
 from .loops import (
     AsyncExecutor,
     PortalRun,
@@ -203,13 +214,15 @@ class Session(HumanQuestions):
         """Bind every call and record the new intents: one ledger plan, one durable
         commit whatever the fan-out.
 
-        One read finds the stored rows and the re-plan candidates (a second only for an
-        approver's edits), one insert writes what is new. SQLite runs it as one
-        transaction (one trip to its thread); Postgres as a read and a lone insert,
-        which is safe without a transaction around both: the insert only adds rows
-        that are absent and the plan then uses the rows as stored, so a concurrent
-        open of the same calls loses nothing. Starts from the ``derived`` operations
-        each time: the ledger may run it again (a rolled-back group, a deadlock).
+        One step reads the stored rows and the re-plan candidates and, when it finds
+        none (calls never seen before, the usual case), inserts every intent as well:
+        one round trip on Postgres. Otherwise a second step inserts what is new (after
+        a read of an approver's edits, if any). SQLite runs the plan as one
+        transaction; Postgres as lone statements, which is safe without a transaction
+        around them: an insert only adds rows that are absent and the plan then uses
+        the rows as stored, so a concurrent open of the same calls loses nothing.
+        Starts from the ``derived`` operations each time: the ledger may run it again
+        (a rolled-back group, a deadlock).
         """
         for c in self.calls.values():
             c.op, c.args = derived[c.call_id][0], dict(derived[c.call_id][1])
@@ -225,12 +238,21 @@ class Session(HumanQuestions):
             and source is not None
             and source.origin is not None
         )
-        # The stored rows and the re-plan candidates in one read.
-        stored, candidates = yield from lookup_plan(
+        find = find_step(
             [c.op.op_id for c in calls],
             calls[0].op.thread_id,
             [(c.tool, c.op.args_hash) for c in calls] if replans else [],
         )
+        exiting = _private.durability(self.config) == "exit"
+        if exiting:
+            found = yield find  # a new intent is refused below
+        else:
+            every = self._intents_step(calls, owner)
+            found, inserted = yield FindOrInsert(find, every)
+            if not found:  # nothing stored, no candidate: all new, and inserted just now
+                yield from self._bind_intents(calls, owner, every, inserted)
+                return
+        stored, candidates = split_found(find, found)
         fresh = [c for c in calls if not self._adopt_stored(c, stored.get(c.op.op_id))]
         edited = {
             c.call_id: str(successor)
@@ -242,23 +264,24 @@ class Session(HumanQuestions):
             # A call whose payload an approver edited stands for the edited operation.
             successors = yield Load(tuple(sorted(set(edited.values()))))
             for call_id, successor in edited.items():
-                if (found := successors.get(successor)) is not None:
+                if (found_edit := successors.get(successor)) is not None:
                     c = self.calls[call_id]
-                    c.op, c.args, c.edited = found, dict(found.args), True
+                    c.op, c.args, c.edited = found_edit, dict(found_edit.args), True
         if fresh and replans and source is not None:
             fresh = _bind_replans(fresh, candidates, source)
         if not fresh:
             return
-        if _private.durability(self.config) == "exit":
+        if exiting:
             raise DurabilityError(
                 "durability='exit' saves the checkpoint only when the run ends, so a crash "
                 "would lose the tool call that was already dispatched; nothing was sent. "
                 "Run the graph with durability='sync' (recommended) or 'async'."
             )
-        yield from self._intents_plan(fresh, owner)
+        insert = self._intents_step(fresh, owner)
+        yield from self._bind_intents(fresh, owner, insert, (yield insert))
 
-    def _intents_plan(self, fresh: list[_Call], owner: Owner | None) -> Plan[None]:
-        """Write the new intents (part of :meth:`_open_plan`): one insert for all."""
+    def _intents_step(self, fresh: list[_Call], owner: Owner | None) -> InsertWithAudit:
+        """The one insert of the new intents (part of :meth:`_open_plan`)."""
         # The checkpoint holding the calls is durable: ``open`` made sure of it.
         # Calls that can be reconciled without a human get intent and dispatch marker in
         # one write; blind and approval-gated calls are written ``pending`` first, so a
@@ -273,9 +296,14 @@ class Session(HumanQuestions):
                 lease_expires_at=time.time() + self.settings.lease_seconds,
                 evidence={"kind": EvidenceKind.INTENT},
             )
-        # One insert for all: a backend may commit a lone write by itself.
         changes = {c.op.op_id: dispatch for c in direct}
-        rows = by_id((yield from record_plan([c.op for c in fresh], None, DEFAULT_ACTOR, changes)))
+        return insert_step([c.op for c in fresh], None, DEFAULT_ACTOR, changes)
+
+    def _bind_intents(
+        self, fresh: list[_Call], owner: Owner | None, insert: InsertWithAudit, inserted: list[str]
+    ) -> Plan[None]:
+        """Bind the new calls to their rows as stored, once ``insert`` inserted ``inserted``."""
+        rows = by_id((yield from recorded_plan([c.op for c in fresh], insert, inserted)))
         for c in fresh:
             op = self._stored_or_conflict(c, rows)
             if owner is not None and op.owner is not None and op.owner.token == owner.token:

@@ -105,6 +105,17 @@ class InsertWithAudit:
 
 
 @dataclass(frozen=True)
+class FindOrInsert:
+    """:class:`Find`, and :class:`InsertWithAudit` only if it found nothing, atomic on
+    its own: calls never stored before are opened in one round trip. Answered with
+    (rows found, ids inserted); nothing is inserted when any row is found."""
+
+    find: Find
+    insert: InsertWithAudit
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class CasWithAudit:
     """Write ``after``'s mutable columns if the row is still at ``expected_version``,
     and append ``audit`` only if it was; answered with whether it was. Atomic on its own."""
@@ -144,6 +155,7 @@ Step = (
     | Load
     | Find
     | InsertWithAudit
+    | FindOrInsert
     | CasWithAudit
     | OurTables
     | Fetch
@@ -157,9 +169,17 @@ LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_m
 
 #: Steps that are a whole transaction by themselves: a backend may run one in
 #: autocommit when it is the only write of a plan running alone.
-ALONE: tuple[type, ...] = (InsertWithAudit, CasWithAudit)
-#: Write steps whose (falsy) answer says they matched no row and wrote nothing.
-_MAY_MISS: tuple[type, ...] = (InsertWithAudit, CasWithAudit)
+ALONE: tuple[type, ...] = (InsertWithAudit, FindOrInsert, CasWithAudit)
+
+
+def step_wrote(step: Step, answer: Any) -> bool:
+    """Whether ``step``, answered with ``answer``, changed a row: an insert that found
+    every row taken, or a compare-and-set that missed, did not."""
+    if not step.writes:
+        return False
+    if isinstance(step, FindOrInsert):
+        return bool(answer[1])
+    return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
 
 
 class _Run:
@@ -176,7 +196,7 @@ class _Run:
     def send(self, reply: Any) -> Step | None:
         """The next step (``reply`` answers the previous one), or ``None`` once done."""
         last = self._step
-        if last is not None and last.writes and (reply or not isinstance(last, _MAY_MISS)):
+        if last is not None and step_wrote(last, reply):
             self.wrote = True
         try:
             self._step = step = self.plan.send(reply)
@@ -224,6 +244,17 @@ def record_plan(
     Each new row is created with ``change`` (see :func:`create`), or with its own
     entry in ``changes`` (by op id) when given: one insert for rows created
     ``pending`` and rows created ``dispatched``."""
+    insert = insert_step(operations, change, actor, changes)
+    return (yield from recorded_plan(operations, insert, (yield insert)))
+
+
+def insert_step(
+    operations: Sequence[Operation],
+    change: Change | None,
+    actor: str,
+    changes: Mapping[str, Change | None] | None = None,
+) -> InsertWithAudit:
+    """The insert of :func:`record_plan` (for a plan that yields it inside another step)."""
     stamp = now()
     fresh: dict[str, Operation] = {}
     made: dict[str, Change | None] = {}
@@ -235,12 +266,17 @@ def record_plan(
     # the same order (no deadlock), and every backend keeps the same row of a
     # (tenant, provider_key) that two new operations share.
     rows = tuple(sorted(fresh.values(), key=lambda op: op.op_id))
-    audit = tuple(audit_row(None, op, made[op.op_id], actor) for op in rows)
-    inserted = yield InsertWithAudit(rows, audit)
-    if len(inserted) == len(rows):  # all new: stored as built (read back through the codec)
-        stored = {op.op_id: from_row(to_row(op)) for op in rows}
+    return InsertWithAudit(rows, tuple(audit_row(None, op, made[op.op_id], actor) for op in rows))
+
+
+def recorded_plan(
+    operations: Sequence[Operation], insert: InsertWithAudit, inserted: Sequence[str]
+) -> Plan[list[Operation]]:
+    """The stored rows of ``operations`` in order, once ``insert`` inserted ``inserted``."""
+    if len(inserted) == len(insert.ops):  # all new: stored as built (read back through the codec)
+        stored = {op.op_id: from_row(to_row(op)) for op in insert.ops}
     else:
-        stored = yield Load(tuple(fresh))
+        stored = yield Load(tuple(op.op_id for op in insert.ops))
     return [stored[op.op_id] for op in operations if op.op_id in stored]
 
 
@@ -337,10 +373,20 @@ def lookup_plan(
 ) -> Plan[tuple[dict[str, Operation], list[Operation]]]:
     """The stored rows among ``op_ids``, and the rows of ``thread_id`` with any of the
     ``pairs`` in :func:`listing_order`, in one read (see :class:`Find`)."""
-    wanted, payloads = set(op_ids), set(pairs)
-    found = yield Find(tuple(sorted(wanted)), thread_id, tuple(sorted(payloads)))
+    find = find_step(op_ids, thread_id, pairs)
+    return split_found(find, (yield find))
+
+
+def find_step(op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]]) -> Find:
+    """The read of :func:`lookup_plan` (for a plan that yields it inside another step)."""
+    return Find(tuple(sorted(set(op_ids))), thread_id, tuple(sorted(set(pairs))))
+
+
+def split_found(find: Find, found: Sequence[Operation]) -> tuple[dict[str, Operation], list[Operation]]:
+    """:func:`lookup_plan`'s answer from what ``find`` found."""
+    wanted, payloads = set(find.op_ids), set(find.pairs)
     by_id = {op.op_id: op for op in found if op.op_id in wanted}
-    matching = [op for op in found if op.thread_id == thread_id and (op.tool, op.args_hash) in payloads]
+    matching = [op for op in found if op.thread_id == find.thread_id and (op.tool, op.args_hash) in payloads]
     return by_id, listing_order(matching)
 
 

@@ -11,6 +11,7 @@ from .base import (
     AuditEntry,
     CasWithAudit,
     Find,
+    FindOrInsert,
     InsertWithAudit,
     Ledger,
     Load,
@@ -65,6 +66,9 @@ class InMemoryLedger(Ledger):
                 for op in self._ops.values()
                 if op.op_id in ids or (op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted)
             ]
+        if isinstance(step, FindOrInsert):
+            found = self._answer(step.find)
+            return found, ([] if found else self._answer(step.insert))
         if isinstance(step, InsertWithAudit):
             inserted = []
             for i, op in enumerate(step.ops):

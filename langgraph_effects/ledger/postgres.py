@@ -144,6 +144,18 @@ _CHUNK = 500
 #: nothing to say, is handed out without the pool's check round trip.
 _TRUSTED_IDLE = 5.0
 
+#: The types of effect_operations' columns that are not text (as MIGRATIONS create
+#: them), for its rows' values outside an INSERT's own VALUES list.
+_OP_TYPES: dict[str, str] = {
+    "version": "integer",
+    "attempts": "integer",
+    "lease_expires_at": "double precision",
+    "dispatched_at": "double precision",
+    "result": "bytea",
+    "created_at": "double precision",
+    "updated_at": "double precision",
+}
+
 #: Casts for an audit row's values outside an INSERT's own VALUES list.
 _AUDIT_TYPES: tuple[str, ...] = (
     "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
@@ -256,6 +268,21 @@ class PostgresLedger(Ledger):
             f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{rows}}) "
             f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) SELECT op_id FROM ins"
         )
+        columns = ", ".join(COLUMNS)
+        typed_op_row = "(" + ", ".join(f"%s::{_OP_TYPES.get(c, 'text')}" for c in COLUMNS) + ")"
+        self._typed_op_row = typed_op_row
+        # FindOrInsert as one statement (one snapshot): the insert runs only when the
+        # read found nothing. One result for both: the rows found (``inserted`` NULL),
+        # then a row per id inserted (found's columns all NULL: a join never matching).
+        self._find_or_insert_sql = (
+            f"WITH found AS ({self._find_sql}), "
+            f"ins AS (INSERT INTO {ops} ({columns}) SELECT * FROM (VALUES {{ops}}) AS v ({columns}) "
+            "WHERE NOT EXISTS (SELECT 1 FROM found) ON CONFLICT DO NOTHING RETURNING op_id), "
+            f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{audit}}) "
+            f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) "
+            "SELECT found.*, NULL AS inserted FROM found "
+            "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
+        )
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
@@ -346,6 +373,7 @@ class PostgresLedger(Ledger):
         last = self._used.get(conn)
         if last is None or time.monotonic() - last > _TRUSTED_IDLE or has_news(conn):
             await AsyncConnectionPool.check_connection(conn)
+            self._used[conn] = time.monotonic()  # as fresh as a use: alive just now
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -427,11 +455,13 @@ class PostgresLedger(Ledger):
             if not tx.open and (step.writes or isinstance(step, base.Lock)):
                 if autocommitted:  # no plan of ours does this: it could not be atomic
                     raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
-                big = isinstance(step, base.InsertWithAudit) and len(step.ops) > _CHUNK
+                insert = step.insert if isinstance(step, base.FindOrInsert) else step
+                big = isinstance(insert, base.InsertWithAudit) and len(insert.ops) > _CHUNK
                 if isinstance(step, base.ALONE) and not grouped and not big:
-                    autocommitted = True
-                else:
-                    await tx.begin()
+                    reply = await self._answer(cur, step)  # one statement, in autocommit
+                    autocommitted = base.step_wrote(step, reply)
+                    return reply
+                await tx.begin()
             return await self._answer(cur, step)
 
         try:
@@ -463,6 +493,8 @@ class PostgresLedger(Ledger):
                 [list(step.op_ids), step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
             )
             return [from_row(row) for row in await cur.fetchall()]
+        if isinstance(step, base.FindOrInsert):
+            return await self._find_or_insert(cur, step)
         if isinstance(step, base.InsertWithAudit):
             return await self._insert(cur, step)
         if isinstance(step, base.CasWithAudit):
@@ -483,6 +515,30 @@ class PostgresLedger(Ledger):
             return next(iter(row.values())) if row is not None else None
         await cur.execute(step.sql, step.params)
         return None
+
+    async def _find_or_insert(
+        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
+    ) -> tuple[list[Operation], list[str]]:
+        find, insert = step.find, step.insert
+        if not insert.ops or len(insert.ops) > _CHUNK:  # (big: in the transaction _run_plan opened)
+            found: list[Operation] = await self._answer(cur, find)
+            return found, ([] if found else await self._insert(cur, insert))
+        params: list[Any] = [list(find.op_ids), find.thread_id, [t for t, _ in find.pairs]]
+        params += [[h for _, h in find.pairs]]
+        params += [row[c] for row in map(to_row, insert.ops) for c in COLUMNS]
+        params += [entry[c] for entry in insert.audit for c in _AUDIT_COLUMNS]
+        sql = self._find_or_insert_sql.format(
+            ops=", ".join([self._typed_op_row] * len(insert.ops)),
+            audit=", ".join([self._typed_audit_row] * len(insert.ops)),
+        )
+        await cur.execute(sql, params)
+        found, inserted = [], []
+        for row in await cur.fetchall():
+            if row["inserted"] is None:
+                found.append(from_row(row))
+            else:
+                inserted.append(row["inserted"])
+        return found, inserted
 
     async def _insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit

@@ -360,6 +360,9 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
             for r in db.execute(sql, (step.thread_id, tool, digest)):
                 found.setdefault(r["op_id"], from_row(r))
         return list(found.values())
+    if isinstance(step, base.FindOrInsert):  # one transaction already: two steps in it
+        found = _answer(db, step.find)
+        return found, ([] if found else _answer(db, step.insert))
     if isinstance(step, base.InsertWithAudit):
         rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
