@@ -242,6 +242,9 @@ class Session(HumanQuestions):
             [c.op.op_id for c in calls],
             calls[0].op.thread_id,
             [(c.tool, c.op.args_hash) for c in calls] if replans else [],
+            # Only candidates asked from this very state: an earlier turn's same call
+            # asked from another state is no re-plan, and must not cost a second trip.
+            source.origin if replans and source is not None else None,
         )
         exiting = _private.durability(self.config) == "exit"
         if exiting:

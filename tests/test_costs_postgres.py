@@ -1,6 +1,8 @@
 """On Postgres, a turn mixing a keyed call (its intent created ``dispatched``) and a
 blind one (created ``pending``) opens with one write, through the node and the
-middleware: each is sent once and settled, in a fresh schema of the test server."""
+middleware: each is sent once and settled, in a fresh schema of the test server. A
+call the thread already made in an earlier turn (same tool and arguments, asked from
+another state) still opens in one statement."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -19,12 +21,14 @@ from langgraph.prebuilt import tools_condition
 from langgraph_effects import Effect, EffectMiddleware, EffectPostgresSaver, EffectToolNode, current_operation
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
+from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from tests.ledger.conftest import created_schema
 
 pytestmark = pytest.mark.postgres
 
 EFFECTS = {"send_keyed": Effect(dedup_window=3600)}  # send_blind: undeclared, so blind
+CONFIG: Any = {"configurable": {"thread_id": "t"}}
 
 
 class _State(TypedDict):
@@ -38,9 +42,9 @@ def dsn() -> Iterator[str]:
         yield scoped
 
 
-def _graph(path: str, tools: list[BaseTool], saver: Any) -> Any:
+def _graph(path: str, tools: list[BaseTool], saver: Any, script: Any = None) -> Any:
     calls = [("send_keyed", {"n": 0}), ("send_blind", {"n": 1})]
-    model = ScriptedChatModel(script=call_each_then_finish(calls))
+    model = ScriptedChatModel(script=script or call_each_then_finish(calls))
     if path == "middleware":
         return create_agent(model, tools=tools, middleware=[EffectMiddleware(EFFECTS)], checkpointer=saver)
 
@@ -85,3 +89,45 @@ async def test_a_keyed_and_a_blind_call_open_together(tmp_path: Path, dsn: str, 
         "send_keyed": ["intent", "succeed"],  # created dispatched: intent and marker in one row
         "send_blind": ["intent", "dispatch", "succeed"],  # created pending, dispatched later
     }
+
+
+def _same_call_each_turn(messages: list[BaseMessage]) -> AIMessage:
+    """Each new human message asks for the very same call (same id, same arguments)."""
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage(content="done")
+    call = {"name": "send_keyed", "args": {"n": 0}, "id": "call-0", "type": "tool_call"}
+    return AIMessage(content="", tool_calls=[call])
+
+
+@pytest.mark.parametrize("path", ["node", "middleware"])
+async def test_the_same_call_in_a_later_turn_opens_in_one_statement(
+    tmp_path: Path, dsn: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+
+    @tool
+    def send_keyed(n: int) -> str:
+        """Send notification ``n`` through a provider that dedups by key."""
+        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
+
+    steps: list[str] = []
+    answer = PostgresLedger._answer
+
+    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
+        steps.append(type(step).__name__)
+        return await answer(self, cur, step)
+
+    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        await saver.setup()
+        graph = _graph(path, [send_keyed], saver, _same_call_each_turn)
+        turns: list[list[str]] = []
+        for text in ("go", "again"):
+            steps.clear()
+            await graph.ainvoke({"messages": [HumanMessage(text)]}, CONFIG, durability="sync")
+            turns.append(list(steps))
+        [first, second] = await saver.ledger.list_operations(OperationQuery())
+    assert keyed.count_effects() == {"keyed:0": 2}  # two turns, two sends: no re-plan
+    assert first.args_hash == second.args_hash and first.op_id != second.op_id
+    # Open (read and insert in one statement), then the outcome: in both turns.
+    assert turns == [["FindOrInsert", "CasWithAudit"]] * 2, turns

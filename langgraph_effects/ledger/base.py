@@ -84,12 +84,14 @@ class Load:
 @dataclass(frozen=True)
 class Find:
     """The rows with any of ``op_ids``, and the rows of ``thread_id`` with any of the
-    (tool, args hash) ``pairs``: one query for both (no lock); answered with a list
-    of :class:`Operation` (each row once, in any order)."""
+    (tool, args hash) ``pairs`` (with ``origin``: only those whose ``extra`` records
+    that origin): one query for both (no lock); answered with a list of
+    :class:`Operation` (each row once, in any order)."""
 
     op_ids: tuple[str, ...]
     thread_id: str
     pairs: tuple[tuple[str, str], ...]
+    origin: str | None = None
     writes: ClassVar[bool] = False
 
 
@@ -377,16 +379,24 @@ def lookup_plan(
     return split_found(find, (yield find))
 
 
-def find_step(op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]]) -> Find:
+def find_step(
+    op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]], origin: str | None = None
+) -> Find:
     """The read of :func:`lookup_plan` (for a plan that yields it inside another step)."""
-    return Find(tuple(sorted(set(op_ids))), thread_id, tuple(sorted(set(pairs))))
+    return Find(tuple(sorted(set(op_ids))), thread_id, tuple(sorted(set(pairs))), origin)
 
 
 def split_found(find: Find, found: Sequence[Operation]) -> tuple[dict[str, Operation], list[Operation]]:
     """:func:`lookup_plan`'s answer from what ``find`` found."""
     wanted, payloads = set(find.op_ids), set(find.pairs)
     by_id = {op.op_id: op for op in found if op.op_id in wanted}
-    matching = [op for op in found if op.thread_id == find.thread_id and (op.tool, op.args_hash) in payloads]
+    matching = [
+        op
+        for op in found
+        if op.thread_id == find.thread_id
+        and (op.tool, op.args_hash) in payloads
+        and find.origin in (None, op.extra.get("origin"))
+    ]
     return by_id, listing_order(matching)
 
 

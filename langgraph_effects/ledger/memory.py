@@ -64,7 +64,12 @@ class InMemoryLedger(Ledger):
             return [
                 op
                 for op in self._ops.values()
-                if op.op_id in ids or (op.thread_id == step.thread_id and (op.tool, op.args_hash) in wanted)
+                if op.op_id in ids
+                or (
+                    op.thread_id == step.thread_id
+                    and (op.tool, op.args_hash) in wanted
+                    and step.origin in (None, op.extra.get("origin"))
+                )
             ]
         if isinstance(step, FindOrInsert):
             found = self._answer(step.find)

@@ -60,6 +60,7 @@ from .base import (
     from_row,
     to_row,
 )
+from .codec import origin_text
 from .group import Outcome, Regroup
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
 
@@ -169,6 +170,13 @@ async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET default_transaction_read_only = on")
 
 
+def _find_params(find: base.Find) -> list[Any]:
+    """The parameters of ``_find_sql``, in order."""
+    tools, hashes = [t for t, _ in find.pairs], [h for _, h in find.pairs]
+    origin = origin_text(find.origin)
+    return [list(find.op_ids), find.thread_id, tools, hashes, origin, origin]
+
+
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -246,7 +254,8 @@ class PostgresLedger(Ledger):
         self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
         self._find_sql = (
             f"SELECT * FROM {ops} WHERE op_id = ANY(%s) OR (thread_id = %s AND (tool, args_hash) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[])))"
+            "(SELECT * FROM unnest(%s::text[], %s::text[])) "
+            "AND (%s::text IS NULL OR strpos(extra, %s) > 0))"  # (see origin_text)
         )
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
         self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
@@ -488,10 +497,7 @@ class PostgresLedger(Ledger):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
         if isinstance(step, base.Find):
-            await cur.execute(
-                self._find_sql,
-                [list(step.op_ids), step.thread_id, [t for t, _ in step.pairs], [h for _, h in step.pairs]],
-            )
+            await cur.execute(self._find_sql, _find_params(step))
             return [from_row(row) for row in await cur.fetchall()]
         if isinstance(step, base.FindOrInsert):
             return await self._find_or_insert(cur, step)
@@ -523,8 +529,7 @@ class PostgresLedger(Ledger):
         if not insert.ops or len(insert.ops) > _CHUNK:  # (big: in the transaction _run_plan opened)
             found: list[Operation] = await self._answer(cur, find)
             return found, ([] if found else await self._insert(cur, insert))
-        params: list[Any] = [list(find.op_ids), find.thread_id, [t for t, _ in find.pairs]]
-        params += [[h for _, h in find.pairs]]
+        params = _find_params(find)
         params += [row[c] for row in map(to_row, insert.ops) for c in COLUMNS]
         params += [entry[c] for entry in insert.audit for c in _AUDIT_COLUMNS]
         sql = self._find_or_insert_sql.format(

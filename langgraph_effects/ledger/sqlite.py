@@ -37,6 +37,7 @@ from .base import (
     version_plan,
     where_clause,
 )
+from .codec import origin_text
 from .group import Outcome, Regroup
 
 T = TypeVar("T")
@@ -347,6 +348,12 @@ def _transaction(db: sqlite3.Connection, plan: base.Plan[T], *, begun: bool = Fa
     return result
 
 
+_FIND = (
+    "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ? "
+    "AND (? IS NULL OR instr(extra, ?) > 0)"  # (see origin_text)
+)
+
+
 def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     """One storage primitive, in SQLite (inside the caller's transaction)."""
     if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
@@ -354,10 +361,10 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     if isinstance(step, base.Load):
         return _select(db, list(step.op_ids))
     if isinstance(step, base.Find):
-        sql = "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ?"
         found = _select(db, list(step.op_ids)) if step.op_ids else {}
         for tool, digest in step.pairs:
-            for r in db.execute(sql, (step.thread_id, tool, digest)):
+            origin = origin_text(step.origin)
+            for r in db.execute(_FIND, (step.thread_id, tool, digest, origin, origin)):
                 found.setdefault(r["op_id"], from_row(r))
         return list(found.values())
     if isinstance(step, base.FindOrInsert):  # one transaction already: two steps in it

@@ -114,3 +114,31 @@ async def test_after_a_find_the_plan_inserts_what_is_new(ledger: Ledger, make_op
 
     [stored] = await ledger.transact(plan)
     assert await ledger.get(new.op_id) == stored and len(await ledger.audit(new.op_id)) == 1
+
+
+async def test_with_an_origin_only_candidates_asked_from_it_are_found(
+    ledger: Ledger, make_op: OpFactory
+) -> None:
+    """An earlier turn's same call asked from another state is no re-plan candidate:
+    the open still inserts in its one statement."""
+    same = make_op(args_hash="hash-5", extra={"turn": "1", "origin": "state-a"})
+    other = make_op(args_hash="hash-5", extra={"turn": "2", "origin": "state-b"})
+    bare = make_op(args_hash="hash-5", extra={"note": "\udcff"})  # no origin at all
+    await ledger.record_intents([same, other, bare])
+    pairs = (("send_email", "hash-5"),)
+
+    def find(origin: str | None) -> Any:
+        def plan() -> Plan[list[Operation]]:
+            return (yield find_step([], "thread-1", pairs, origin))
+
+        return plan
+
+    assert {op.op_id for op in await ledger.transact(find("state-a"))} == {same.op_id}
+    assert {op.op_id for op in await ledger.transact(find(None))} == {same.op_id, other.op_id, bare.op_id}
+    new = make_op(args_hash="hash-5", extra={"turn": "3", "origin": "state-c"})
+
+    def open_new() -> Plan[tuple[list[Operation], list[str]]]:
+        insert = insert_step([new], None, DEFAULT_ACTOR)
+        return (yield FindOrInsert(find_step([new.op_id], "thread-1", pairs, "state-c"), insert))
+
+    assert await ledger.transact(open_new) == ([], [new.op_id])
