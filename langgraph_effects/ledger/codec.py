@@ -63,8 +63,14 @@ _FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "creat
 MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder for
+#: every call (``json.dumps`` makes a new one whenever it is given options); the
+#: encoder keeps no state between calls, so threads may share it.
+_ENCODE = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+    return None if value is None else _ENCODE(value)
 
 
 def to_row(op: Operation) -> dict[str, Any]:
@@ -93,7 +99,7 @@ def to_row(op: Operation) -> dict[str, Any]:
         "result_type": op.result_type,
         "result": op.result,
         "evidence": _dumps(dict(op.evidence)) if op.evidence is not None else None,
-        "decisions": _dumps([list(d) for d in op.decisions]),
+        "decisions": _dumps([list(d) for d in op.decisions]) if op.decisions else "[]",
         "extra": _dumps(dict(op.extra)),
         "created_at": op.created_at,
         "updated_at": op.updated_at,
