@@ -210,12 +210,20 @@ class Change:
             object.__setattr__(self, "evidence", plain(self.evidence))
 
 
+#: Values :func:`plain` returns as they are, by exact type (an enum member of a ``str``
+#: enum is not one): most of what evidence holds, told apart without the ``Mapping``
+#: ABC check, which costs a Python-level call every time.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
     """``value`` with enum members replaced by their values, mappings by dicts and
     sequences by lists: what JSON would give back."""
+    if type(value) in _LEAVES:
+        return value
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, Mapping)):  # dict first: no ABC check for the usual case
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
