@@ -85,7 +85,8 @@ class CallDriver:
             )
         for _ in range(_MAX_STEPS):
             if self._closed:
-                return await self._stand_down(c)
+                await self._stand_down(c)
+                return _not_run(c)
             op = c.op
             step = protocol.next_step(
                 op, token=self._token(c), alive=await self._alive(c), now=time.time()
@@ -113,7 +114,8 @@ class CallDriver:
                     _faults.fire("after_intent", op)
                 if await self._still_ours(c):
                     if self._closed:  # checked with no await before ``running`` is set
-                        return await self._stand_down(c)
+                        await self._stand_down(c)
+                        return _not_run(c)
                     c.running = True
                     return Execute(self._info(c))
                 continue
@@ -233,11 +235,10 @@ class CallDriver:
                 continue
             await self._stand_down(c)
 
-    async def _stand_down(self, c: _Call) -> Answer:
+    async def _stand_down(self, c: _Call) -> None:
         """The node is over (an interrupt, an error) and this call's tool never ran:
         hand a lease it holds back (``withdraw``: provably nothing was sent), so a
-        resume sends it afresh without reconciling or waiting. Its answer is never
-        seen: the node's result is discarded."""
+        resume sends it afresh without reconciling or waiting."""
         self._stop_heartbeat(c)
         try:
             if protocol.ours(c.op, self._token(c)):
@@ -246,14 +247,6 @@ class CallDriver:
                 )
         finally:
             self._release(c)
-        return Answer(
-            ToolMessage(
-                content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
-                name=c.tool,
-                tool_call_id=c.call_id,
-                status="error",
-            )
-        )
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -463,6 +456,20 @@ class CallDriver:
                 lease.release_soon(self._batch_owners.pop(token, owner))
             return
         lease.release_soon(owner)
+
+
+def _not_run(c: _Call) -> Answer:
+    """The answer of a call stood down before its tool ran. Never seen (the node's
+    result is discarded), so only :meth:`CallDriver.begin` builds it, not
+    :meth:`CallDriver.close`, which stands down every call of every node."""
+    return Answer(
+        ToolMessage(
+            content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
+            name=c.tool,
+            tool_call_id=c.call_id,
+            status="error",
+        )
+    )
 
 
 def _is_error_message(output: Any) -> bool:

@@ -26,6 +26,16 @@ REDACTED = "[redacted]"
 _HASH_KEY_ENV = "LANGGRAPH_EFFECTS_HASH_KEY"
 
 
+#: The encoder of :func:`canonical_json`, made once (``json.dumps`` makes a new one on
+#: every call given options); it keeps no state between calls.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical_utf8(value: Any) -> bytes:
+    """:func:`canonical_json` as UTF-8 bytes (what is hashed)."""
+    return _CANONICAL.encode(value).encode("utf-8", "replace")
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no whitespace, non-JSON values as ``str``.
 
@@ -33,8 +43,7 @@ def canonical_json(value: Any) -> str:
     model can carry) becomes ``?``, exactly as LangGraph's checkpoint serializer stores
     it, so a call hashes the same before a crash and after the resume that reads it back.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return _canonical_utf8(value).decode("utf-8")
 
 
 def hash_key_from_env() -> bytes | None:
@@ -49,7 +58,7 @@ def args_hash(args: Mapping[str, Any], *, key: bytes | None = None) -> str:
     With ``key`` (a secret kept outside the ledger) it is an HMAC, so low-entropy
     arguments cannot be recovered from the hash by guessing.
     """
-    data = canonical_json(args).encode()
+    data = _canonical_utf8(args)
     if key:
         return "h1k:" + hmac.new(key, data, hashlib.sha256).hexdigest()
     return "h1:" + hashlib.sha256(data).hexdigest()
@@ -104,11 +113,8 @@ def namespace_path(checkpoint_ns: str) -> str:
 
 
 def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:32]
+    """SHA-256 of each part followed by a NUL byte (one buffer, hashed at once)."""
+    return hashlib.sha256(("\x00".join(parts) + "\x00").encode()).hexdigest()[:32]
 
 
 def turn_of(channel_versions: Mapping[str, Any], checkpoint_id: str) -> str:

@@ -37,6 +37,7 @@ from langgraph_effects.operation import (
     Operation,
     Owner,
     State,
+    _evolve,
     advance,
     create,
     mermaid,
@@ -410,6 +411,28 @@ def test_create_refuses_a_change_that_is_not_a_first_step() -> None:
         create(make_op(), now=1.0, change=Change(Event.SUCCEED))
     with pytest.raises(ValueError):
         create(make_op(), now=1.0, change=Change(Event.DISPATCH))
+
+
+
+def test_evolve_is_dataclasses_replace() -> None:
+    """``create`` and ``advance`` copy rows with ``_evolve`` instead of
+    ``dataclasses.replace``; that is only the same while ``__init__`` does nothing but
+    assign (no ``__post_init__``), and for every field."""
+    assert not hasattr(Operation, "__post_init__")
+    op = create(make_op(extra={"turn": "t"}), now=3.0, change=dispatch())
+    for f in dataclasses.fields(Operation):
+        value = getattr(make_op(), f.name) if f.name != "version" else 5
+        evolved, replaced = _evolve(op, **{f.name: value}), dataclasses.replace(op, **{f.name: value})
+        assert evolved == replaced and vars(evolved) == vars(replaced)
+        assert type(evolved) is Operation
+    assert op.version == 1  # the original is untouched
+
+
+def test_owner_to_json_is_its_fields() -> None:
+    with_lock = dataclasses.replace(OWNER, lock="/tmp/lock")
+    assert with_lock.to_json() == dataclasses.asdict(with_lock)
+    assert OWNER.to_json() == {k: v for k, v in dataclasses.asdict(OWNER).items() if k != "lock"}
+    assert Owner.from_json(with_lock.to_json()) == with_lock and Owner.from_json(OWNER.to_json()) == OWNER
 
 
 # -- the diagram -------------------------------------------------------------------

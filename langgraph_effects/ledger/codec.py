@@ -63,8 +63,14 @@ _FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "creat
 MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder for
+#: every call (``json.dumps`` makes a new one whenever it is given options); the
+#: encoder keeps no state between calls, so threads may share it.
+_ENCODE = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+    return None if value is None else _ENCODE(value)
 
 
 def origin_text(origin: str | None) -> str | None:
@@ -100,7 +106,7 @@ def to_row(op: Operation) -> dict[str, Any]:
         "result_type": op.result_type,
         "result": op.result,
         "evidence": _dumps(dict(op.evidence)) if op.evidence is not None else None,
-        "decisions": _dumps([list(d) for d in op.decisions]),
+        "decisions": _dumps([list(d) for d in op.decisions]) if op.decisions else "[]",
         "extra": _dumps(dict(op.extra)),
         "created_at": op.created_at,
         "updated_at": op.updated_at,
@@ -110,16 +116,29 @@ def to_row(op: Operation) -> dict[str, Any]:
 def _loads(value: Any) -> Any:
     if value is None:
         return None
-    if isinstance(value, str | bytes | bytearray):
+    if isinstance(value, (str, bytes, bytearray)):
         return json.loads(value)
     return value  # already decoded (Postgres jsonb)
 
 
+#: ``State(value)`` by a dict lookup (the enum's own lookup is a Python-level call).
+_STATES: dict[Any, State] = {state.value: state for state in State}
+
+
 def from_row(row: Mapping[str, Any]) -> Operation:
-    """The inverse of :func:`to_row`."""
+    """The inverse of :func:`to_row`.
+
+    Every row a ledger reads is decoded here, on its thread, so the operation is
+    built straight into its instance dict: ``Operation.__init__`` only assigns, one
+    frozen ``object.__setattr__`` at a time (a third of the decoding), and every
+    field is named below.
+    """
     owner = _loads(row["owner"])
     result = row["result"]
-    return Operation(
+    decisions = row["decisions"]
+    state = row["state"]
+    op = object.__new__(Operation)
+    op.__dict__.update(
         op_id=row["op_id"],
         thread_id=row["thread_id"],
         checkpoint_ns=row["checkpoint_ns"],
@@ -134,7 +153,7 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         provider_key=row["provider_key"],
         contract=row["contract"],
         policy_version=row["policy_version"],
-        state=State(row["state"]),
+        state=_STATES.get(state) or State(state),
         version=int(row["version"]),
         attempts=int(row["attempts"]),
         owner=Owner.from_json(owner) if owner else None,
@@ -143,11 +162,16 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         result_type=row["result_type"],
         result=bytes(result) if result is not None else None,
         evidence=_loads(row["evidence"]),
-        decisions=tuple((str(a), str(b)) for a, b in (_loads(row["decisions"]) or [])),
+        decisions=(
+            tuple((str(a), str(b)) for a, b in _loads(decisions))
+            if decisions and decisions != "[]"
+            else ()
+        ),
         extra=_loads(row["extra"]) or {},
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
+    return op
 
 
 def audit_row(
