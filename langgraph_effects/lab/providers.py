@@ -56,6 +56,21 @@ MODES: tuple[ProviderMode, ...] = ("dedup", "lookup", "lagging", "withdrawn", "b
 #: Modes whose ``apply`` takes the caller's key (dedup) or reference (the lookups).
 KEYED_MODES: frozenset[str] = frozenset({"dedup", "lookup", "lagging", "withdrawn"})
 
+def _wal(db: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch to WAL, waiting out a concurrent first opener: SQLite answers a journal
+    mode change that meets another connection's lock with "database is locked" at
+    once, without its busy handler (two tool calls of one turn opening a new file)."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS provider_meta (
     name TEXT PRIMARY KEY,
@@ -247,7 +262,7 @@ class Provider:
         if db_pid is not None and db_pid[1] == os.getpid():
             return db_pid[0]
         db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
+        _wal(db, self.busy_timeout)
         db.execute("PRAGMA synchronous=FULL")
         db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         db.execute("BEGIN IMMEDIATE")

@@ -83,7 +83,6 @@ def origin_text(origin: str | None) -> str | None:
 def to_row(op: Operation) -> dict[str, Any]:
     """An operation as column values (JSON as text, result as bytes)."""
     return {
-        "op_id": op.op_id,
         "thread_id": op.thread_id,
         "checkpoint_ns": op.checkpoint_ns,
         "tenant": op.tenant,
@@ -97,6 +96,17 @@ def to_row(op: Operation) -> dict[str, Any]:
         "provider_key": op.provider_key,
         "contract": op.contract,
         "policy_version": op.policy_version,
+        "extra": _dumps(dict(op.extra)),
+        "created_at": op.created_at,
+        **mutable_row(op),
+    }
+
+
+def mutable_row(op: Operation) -> dict[str, Any]:
+    """:func:`to_row`'s values of :data:`MUTABLE_COLUMNS` only, plus ``op_id``: what a
+    transition writes (the arguments, however large, are not encoded again)."""
+    return {
+        "op_id": op.op_id,
         "state": op.state.value,
         "version": op.version,
         "attempts": op.attempts,
@@ -107,8 +117,6 @@ def to_row(op: Operation) -> dict[str, Any]:
         "result": op.result,
         "evidence": _dumps(dict(op.evidence)) if op.evidence is not None else None,
         "decisions": _dumps([list(d) for d in op.decisions]) if op.decisions else "[]",
-        "extra": _dumps(dict(op.extra)),
-        "created_at": op.created_at,
         "updated_at": op.updated_at,
     }
 

@@ -60,7 +60,7 @@ from .base import (
     from_row,
     to_row,
 )
-from .codec import origin_text
+from .codec import mutable_row, origin_text
 from .group import Outcome, Regroup
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
 
@@ -504,7 +504,7 @@ class PostgresLedger(Ledger):
         if isinstance(step, base.InsertWithAudit):
             return await self._insert(cur, step)
         if isinstance(step, base.CasWithAudit):
-            values = to_row(step.after)
+            values = mutable_row(step.after)
             params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id, step.expected_version]
             await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in _AUDIT_COLUMNS)])
             return await cur.fetchone() is not None

@@ -37,7 +37,7 @@ from .base import (
     version_plan,
     where_clause,
 )
-from .codec import origin_text
+from .codec import mutable_row, origin_text
 from .group import Outcome, Regroup
 
 T = TypeVar("T")
@@ -348,9 +348,12 @@ def _transaction(db: sqlite3.Connection, plan: base.Plan[T], *, begun: bool = Fa
     return result
 
 
+#: A join, not ``(tool, args_hash) IN (VALUES ...)``: SQLite then searches the payload
+#: index on all three columns for each pair instead of scanning the thread's rows.
 _FIND = (
-    "SELECT * FROM effect_operations WHERE thread_id = ? AND tool = ? AND args_hash = ? "
-    "AND (? IS NULL OR instr(extra, ?) > 0)"  # (see origin_text)
+    "SELECT e.* FROM (VALUES {pairs}) AS p JOIN effect_operations AS e ON e.thread_id = ? "
+    "AND e.tool = p.column1 AND e.args_hash = p.column2 "
+    "WHERE ? IS NULL OR instr(e.extra, ?) > 0"  # (see origin_text)
 )
 
 
@@ -362,9 +365,11 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         return _select(db, list(step.op_ids))
     if isinstance(step, base.Find):
         found = _select(db, list(step.op_ids)) if step.op_ids else {}
-        for tool, digest in step.pairs:
+        if step.pairs:  # one query for all pairs, on the (thread_id, tool, args_hash) index
             origin = origin_text(step.origin)
-            for r in db.execute(_FIND, (step.thread_id, tool, digest, origin, origin)):
+            pairs = ", ".join(["(?, ?)"] * len(step.pairs))
+            params = [*(v for pair in step.pairs for v in pair), step.thread_id, origin, origin]
+            for r in db.execute(_FIND.format(pairs=pairs), params):
                 found.setdefault(r["op_id"], from_row(r))
         return list(found.values())
     if isinstance(step, base.FindOrInsert):  # one transaction already: two steps in it
@@ -375,7 +380,7 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
         return [step.ops[i].op_id for i in rows]
     if isinstance(step, base.CasWithAudit):
-        params = to_row(step.after)
+        params = mutable_row(step.after)
         params["expected_version"] = step.expected_version
         matched = db.execute(_UPDATE, params).rowcount == 1
         if matched:

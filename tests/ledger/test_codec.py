@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from langgraph_effects.ledger.codec import COLUMNS, from_row, to_row
+from langgraph_effects.ledger.codec import COLUMNS, MUTABLE_COLUMNS, from_row, mutable_row, to_row
 from langgraph_effects.operation import Change, Event, EvidenceKind, Operation, Owner, State, advance, create
 
 OWNER = Owner(host="h", pid=7, started=1.5, token="tok", lock="/tmp/lock")
@@ -72,3 +72,12 @@ def test_a_state_it_does_not_know_is_refused() -> None:
     row = to_row(_ops()[0]) | {"state": "elsewhere"}
     with pytest.raises(ValueError):
         from_row(row)
+
+
+@pytest.mark.parametrize("op", _ops())
+def test_a_transition_writes_exactly_the_mutable_columns(op: Operation) -> None:
+    """``mutable_row`` (what a compare-and-set writes) holds every mutable column, as
+    ``to_row`` encodes it, and nothing else but the id it is keyed by."""
+    full, mutable = to_row(op), mutable_row(op)
+    assert set(mutable) == {*MUTABLE_COLUMNS, "op_id"}
+    assert mutable == {c: full[c] for c in mutable}
