@@ -357,6 +357,17 @@ _FIND = (
 )
 
 
+def _find(db: sqlite3.Connection, step: base.Find) -> list[Operation]:
+    found = _select(db, list(step.op_ids)) if step.op_ids else {}
+    if step.pairs:  # one query for all pairs, on the (thread_id, tool, args_hash) index
+        origin = origin_text(step.origin)
+        pairs = ", ".join(["(?, ?)"] * len(step.pairs))
+        params = [*(v for pair in step.pairs for v in pair), step.thread_id, origin, origin]
+        for r in db.execute(_FIND.format(pairs=pairs), params):
+            found.setdefault(r["op_id"], from_row(r))
+    return list(found.values())
+
+
 def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     """One storage primitive, in SQLite (inside the caller's transaction)."""
     if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
@@ -364,14 +375,7 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
     if isinstance(step, base.Load):
         return _select(db, list(step.op_ids))
     if isinstance(step, base.Find):
-        found = _select(db, list(step.op_ids)) if step.op_ids else {}
-        if step.pairs:  # one query for all pairs, on the (thread_id, tool, args_hash) index
-            origin = origin_text(step.origin)
-            pairs = ", ".join(["(?, ?)"] * len(step.pairs))
-            params = [*(v for pair in step.pairs for v in pair), step.thread_id, origin, origin]
-            for r in db.execute(_FIND.format(pairs=pairs), params):
-                found.setdefault(r["op_id"], from_row(r))
-        return list(found.values())
+        return _find(db, step)
     if isinstance(step, base.FindOrInsert):  # one transaction already: two steps in it
         found = _answer(db, step.find)
         return found, ([] if found else _answer(db, step.insert))
