@@ -170,6 +170,23 @@ async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET default_transaction_read_only = on")
 
 
+def _find_or_insert_sql(find_sql: str, ops: str, audit: str) -> str:
+    """FindOrInsert as one statement (one snapshot): the insert runs only when the read
+    found nothing. One result for both: the rows found (``inserted`` NULL), then a row
+    per id inserted (found's columns all NULL: a join that never matches). The
+    ``{ops}`` and ``{audit}`` rows are filled in per call, typed."""
+    columns, audit_columns = ", ".join(COLUMNS), ", ".join(_AUDIT_COLUMNS)
+    return (
+        f"WITH found AS ({find_sql}), "
+        f"ins AS (INSERT INTO {ops} ({columns}) SELECT * FROM (VALUES {{ops}}) AS v ({columns}) "
+        "WHERE NOT EXISTS (SELECT 1 FROM found) ON CONFLICT DO NOTHING RETURNING op_id), "
+        f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{audit}}) "
+        f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) "
+        "SELECT found.*, NULL AS inserted FROM found "
+        "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
+    )
+
+
 def _find_params(find: base.Find) -> list[Any]:
     """The parameters of ``_find_sql``, in order."""
     tools, hashes = [t for t, _ in find.pairs], [h for _, h in find.pairs]
@@ -277,21 +294,8 @@ class PostgresLedger(Ledger):
             f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{rows}}) "
             f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) SELECT op_id FROM ins"
         )
-        columns = ", ".join(COLUMNS)
-        typed_op_row = "(" + ", ".join(f"%s::{_OP_TYPES.get(c, 'text')}" for c in COLUMNS) + ")"
-        self._typed_op_row = typed_op_row
-        # FindOrInsert as one statement (one snapshot): the insert runs only when the
-        # read found nothing. One result for both: the rows found (``inserted`` NULL),
-        # then a row per id inserted (found's columns all NULL: a join never matching).
-        self._find_or_insert_sql = (
-            f"WITH found AS ({self._find_sql}), "
-            f"ins AS (INSERT INTO {ops} ({columns}) SELECT * FROM (VALUES {{ops}}) AS v ({columns}) "
-            "WHERE NOT EXISTS (SELECT 1 FROM found) ON CONFLICT DO NOTHING RETURNING op_id), "
-            f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{audit}}) "
-            f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) "
-            "SELECT found.*, NULL AS inserted FROM found "
-            "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
-        )
+        self._typed_op_row = "(" + ", ".join(f"%s::{_OP_TYPES.get(c, 'text')}" for c in COLUMNS) + ")"
+        self._find_or_insert_sql = _find_or_insert_sql(self._find_sql, ops, audit)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
