@@ -131,13 +131,18 @@ def _load(meta: dict[str, Any]) -> str:
     return f"{load[0]:.2f}" if load else "?"
 
 
+def _fsync(meta: dict[str, Any]) -> str:
+    ms = meta.get("fdatasync_ms")
+    return f", fdatasync {ms:.2f} ms" if ms is not None else ""
+
+
 def _header(report: dict[str, Any], add: Any) -> None:
     meta, cfg = report["meta"], report["settings"]
     add(
         f"What safety costs: langgraph-effects {meta['versions']['langgraph-effects']}, "
         f"langgraph {meta['versions']['langgraph']}, langchain {meta['versions'].get('langchain', '-')}, "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, load {_load(meta)}"
-        f"{' (quick)' if cfg['quick'] else ''}"
+        f"{_fsync(meta)}{' (quick)' if cfg['quick'] else ''}"
     )
     git = meta.get("git") or {}
     if git.get("commit"):

@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -201,6 +202,21 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
 # -- the run ---------------------------------------------------------------------------------
 
 
+def _fdatasync_ms(where: Path | None, samples: int = 50) -> float | None:
+    """The median time of one 4 KiB write + ``fdatasync`` where the SQLite files go: a
+    commit's floor on this disk, printed so two runs' machines can be compared."""
+    if not hasattr(os, "fdatasync"):
+        return None
+    with tempfile.NamedTemporaryFile(dir=where, prefix="lge-fsync-") as fh:
+        times = []
+        for _ in range(samples):
+            os.write(fh.fileno(), b"x" * 4096)
+            start = time.perf_counter()
+            os.fdatasync(fh.fileno())
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -208,6 +224,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "fdatasync_ms": _fdatasync_ms(Path(args.dir) if args.dir else None),
         "sqlite": sqlite3.sqlite_version,
         "package_path": str(Path(langgraph_effects.__file__).resolve().parent),
         "versions": {
