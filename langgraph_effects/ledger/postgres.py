@@ -35,7 +35,7 @@ import random
 import re
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -138,9 +138,6 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-#: Rows per INSERT statement: 36 parameters a row (with its audit row) stay below 65535.
-_CHUNK = 500
-
 #: A pooled connection used less than this many seconds ago, whose socket has
 #: nothing to say, is handed out without the pool's check round trip.
 _TRUSTED_IDLE = 5.0
@@ -157,6 +154,8 @@ _OP_TYPES: dict[str, str] = {
     "updated_at": "double precision",
 }
 
+_OP_COLUMN_TYPES: tuple[str, ...] = tuple(_OP_TYPES.get(c, "text") for c in COLUMNS)
+
 #: Casts for an audit row's values outside an INSERT's own VALUES list.
 _AUDIT_TYPES: tuple[str, ...] = (
     "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
@@ -170,21 +169,51 @@ async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET default_transaction_read_only = on")
 
 
-def _find_or_insert_sql(find_sql: str, ops: str, audit: str) -> str:
-    """FindOrInsert as one statement (one snapshot): the insert runs only when the read
-    found nothing. One result for both: the rows found (``inserted`` NULL), then a row
-    per id inserted (found's columns all NULL: a join that never matches). The
-    ``{ops}`` and ``{audit}`` rows are filled in per call, typed."""
-    columns, audit_columns = ", ".join(COLUMNS), ", ".join(_AUDIT_COLUMNS)
-    return (
-        f"WITH found AS ({find_sql}), "
-        f"ins AS (INSERT INTO {ops} ({columns}) SELECT * FROM (VALUES {{ops}}) AS v ({columns}) "
-        "WHERE NOT EXISTS (SELECT 1 FROM found) ON CONFLICT DO NOTHING RETURNING op_id), "
-        f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{audit}}) "
-        f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) "
+def _unnest(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
+    """Rows from one typed array per column: the statement is the same text whatever
+    the number of rows (psycopg caches its parse, the server its plan)."""
+    # %b: sent in binary, so no element is quoted or escaped (the text format runs a
+    # regular expression over each one).
+    arrays = ", ".join(f"%b::{t}[]" for t in types)
+    return f"SELECT * FROM unnest({arrays}) AS {alias} ({', '.join(columns)})"
+
+
+def _insert_sql(ops: str, audit: str, find_sql: str) -> tuple[str, str]:
+    """The insert of new rows and their audit rows (an existing op_id or a
+    ``(tenant, provider_key)`` taken by another operation is kept, as SQLite's INSERT
+    OR IGNORE does), as one statement; and the same guarded by a find (FindOrInsert,
+    one snapshot): the insert runs only when the read found nothing. FindOrInsert's
+    one result holds both: the rows found (``inserted`` NULL), then a row per id
+    inserted (found's columns all NULL: a join that never matches)."""
+    rows = _unnest(COLUMNS, _OP_COLUMN_TYPES, "v")
+    audit_rows = _unnest(_AUDIT_COLUMNS, _AUDIT_TYPES, "a")
+    into = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) {rows}"
+    audited = (
+        f"aud AS (INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) {audit_rows} "
+        "WHERE a.op_id IN (SELECT op_id FROM ins)) "
+    )
+    insert = f"WITH ins AS ({into} ON CONFLICT DO NOTHING RETURNING op_id), {audited}SELECT op_id FROM ins"
+    find_or_insert = (
+        f"WITH found AS ({find_sql}), ins AS ({into} WHERE NOT EXISTS (SELECT 1 FROM found) "
+        f"ON CONFLICT DO NOTHING RETURNING op_id), {audited}"
         "SELECT found.*, NULL AS inserted FROM found "
         "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
     )
+    return insert, find_or_insert
+
+
+def _as_arrays(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], types: Sequence[str]
+) -> list[list[Any]]:
+    """The values of ``rows``, one list per column (for :func:`_unnest`). psycopg
+    refuses a list mixing int and float: a float column's numbers are all floats."""
+    arrays = []
+    for column, kind in zip(columns, types, strict=True):
+        values = [row[column] for row in rows]
+        if kind == "double precision":
+            values = [None if v is None else float(v) for v in values]
+        arrays.append(values)
+    return arrays
 
 
 def _find_params(find: base.Find) -> list[Any]:
@@ -276,8 +305,6 @@ class PostgresLedger(Ledger):
         )
         self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
         self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
-        self._insert_head = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) VALUES "
-        self._insert_row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         update = (
             f"UPDATE {ops} SET "
             + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
@@ -290,12 +317,7 @@ class PostgresLedger(Ledger):
             f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
             f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
         )
-        self._audit_new_sql = (
-            f"aud AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM (VALUES {{rows}}) "
-            f"AS a ({audit_columns}) WHERE a.op_id IN (SELECT op_id FROM ins)) SELECT op_id FROM ins"
-        )
-        self._typed_op_row = "(" + ", ".join(f"%s::{_OP_TYPES.get(c, 'text')}" for c in COLUMNS) + ")"
-        self._find_or_insert_sql = _find_or_insert_sql(self._find_sql, ops, audit)
+        self._insert_sql, self._find_or_insert_sql = _insert_sql(ops, audit, self._find_sql)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
@@ -468,9 +490,7 @@ class PostgresLedger(Ledger):
             if not tx.open and (step.writes or isinstance(step, base.Lock)):
                 if autocommitted:  # no plan of ours does this: it could not be atomic
                     raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
-                insert = step.insert if isinstance(step, base.FindOrInsert) else step
-                big = isinstance(insert, base.InsertWithAudit) and len(insert.ops) > _CHUNK
-                if isinstance(step, base.ALONE) and not grouped and not big:
+                if isinstance(step, base.ALONE) and not grouped:
                     reply = await self._answer(cur, step)  # one statement, in autocommit
                     autocommitted = base.step_wrote(step, reply)
                     return reply
@@ -529,18 +549,8 @@ class PostgresLedger(Ledger):
     async def _find_or_insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
     ) -> tuple[list[Operation], list[str]]:
-        find, insert = step.find, step.insert
-        if not insert.ops or len(insert.ops) > _CHUNK:  # (big: in the transaction _run_plan opened)
-            found: list[Operation] = await self._answer(cur, find)
-            return found, ([] if found else await self._insert(cur, insert))
-        params = _find_params(find)
-        params += [row[c] for row in map(to_row, insert.ops) for c in COLUMNS]
-        params += [entry[c] for entry in insert.audit for c in _AUDIT_COLUMNS]
-        sql = self._find_or_insert_sql.format(
-            ops=", ".join([self._typed_op_row] * len(insert.ops)),
-            audit=", ".join([self._typed_audit_row] * len(insert.ops)),
-        )
-        await cur.execute(sql, params)
+        params = [*_find_params(step.find), *self._insert_params(step.insert)]
+        await cur.execute(self._find_or_insert_sql, params)
         found, inserted = [], []
         for row in await cur.fetchall():
             if row["inserted"] is None:
@@ -552,25 +562,14 @@ class PostgresLedger(Ledger):
     async def _insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
     ) -> list[str]:
-        inserted: list[str] = []
-        for start in range(0, len(step.ops), _CHUNK):
-            chunk = step.ops[start : start + _CHUNK]
-            params = [row[c] for row in map(to_row, chunk) for c in COLUMNS]
-            # No conflict target: like SQLite's INSERT OR IGNORE, an existing
-            # op_id or a (tenant, provider_key) taken by another operation is kept.
-            sql = (
-                self._insert_head
-                + ", ".join([self._insert_row] * len(chunk))
-                + " ON CONFLICT DO NOTHING RETURNING op_id"
-            )
-            # ... and the audit rows of those inserted, in the same statement.
-            audit = step.audit[start : start + _CHUNK]
-            params += [entry[c] for entry in audit for c in _AUDIT_COLUMNS]
-            rows = ", ".join([self._typed_audit_row] * len(chunk))
-            sql = f"WITH ins AS ({sql}), " + self._audit_new_sql.format(rows=rows)
-            await cur.execute(sql, params)
-            inserted.extend(row["op_id"] for row in await cur.fetchall())
-        return inserted
+        await cur.execute(self._insert_sql, self._insert_params(step))
+        return [row["op_id"] for row in await cur.fetchall()]
+
+    @staticmethod
+    def _insert_params(step: base.InsertWithAudit) -> list[list[Any]]:
+        rows = list(map(to_row, step.ops))
+        audit = _as_arrays(step.audit, _AUDIT_COLUMNS, _AUDIT_TYPES)
+        return [*_as_arrays(rows, COLUMNS, _OP_COLUMN_TYPES), *audit]
 
     # -- the protocol ----------------------------------------------------------------
 

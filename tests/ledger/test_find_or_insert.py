@@ -89,7 +89,7 @@ async def test_a_taken_provider_key_is_left_out_and_read_back(ledger: Ledger, ma
 
 
 async def test_more_rows_than_one_statement_holds(ledger: Ledger, make_op: OpFactory) -> None:
-    ops = [make_op() for _ in range(620)]  # Postgres: over its 500 rows a statement
+    ops = [make_op() for _ in range(620)]  # Postgres: one statement, one array per column
 
     found, inserted, stored = await ledger.transact(_open(ops))
 
@@ -142,3 +142,19 @@ async def test_with_an_origin_only_candidates_asked_from_it_are_found(
         return (yield FindOrInsert(find_step([new.op_id], "thread-1", pairs, "state-c"), insert))
 
     assert await ledger.transact(open_new) == ([], [new.op_id])
+
+
+async def test_whole_and_fractional_times_in_one_insert(ledger: Ledger, make_op: OpFactory) -> None:
+    """A float column given an int in one row and a float in another (Postgres sends
+    each column as one array, which must not mix types)."""
+    ops = [make_op(), make_op()]
+    leases = {ops[0].op_id: 2_000_000_000, ops[1].op_id: 2_000_000_000.5}
+    owner = Owner(host="h", pid=1, started=1.0, token="t")
+
+    def plan() -> Plan[list[str]]:
+        changes = {i: Change(Event.DISPATCH, owner=owner, lease_expires_at=at) for i, at in leases.items()}
+        return (yield insert_step(ops, None, DEFAULT_ACTOR, changes))
+
+    assert sorted(await ledger.transact(plan)) == sorted(leases)
+    stored = await ledger.get_many(list(leases))
+    assert {i: op.lease_expires_at for i, op in stored.items()} == leases
