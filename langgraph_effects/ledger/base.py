@@ -184,6 +184,15 @@ def step_wrote(step: Step, answer: Any) -> bool:
     return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
 
 
+def find_then_insert(
+    step: FindOrInsert, answer: Callable[[Step], Any]
+) -> tuple[list[Operation], list[str]]:
+    """:class:`FindOrInsert` as its two steps, for a backend that answers it inside
+    the one transaction it runs the plan in (SQLite, memory)."""
+    found = answer(step.find)
+    return found, ([] if found else answer(step.insert))
+
+
 class _Run:
     """A plan being run: hands out its steps, then keeps its result.
 

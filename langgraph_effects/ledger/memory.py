@@ -22,6 +22,7 @@ from .base import (
     T,
     audit_from_row,
     drive,
+    find_then_insert,
     from_row,
     listing_order,
     may_renew,
@@ -72,8 +73,7 @@ class InMemoryLedger(Ledger):
                 )
             ]
         if isinstance(step, FindOrInsert):
-            found = self._answer(step.find)
-            return found, ([] if found else self._answer(step.insert))
+            return find_then_insert(step, self._answer)
         if isinstance(step, InsertWithAudit):
             inserted = []
             for i, op in enumerate(step.ops):

@@ -376,9 +376,8 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         return _select(db, list(step.op_ids))
     if isinstance(step, base.Find):
         return _find(db, step)
-    if isinstance(step, base.FindOrInsert):  # one transaction already: two steps in it
-        found = _answer(db, step.find)
-        return found, ([] if found else _answer(db, step.insert))
+    if isinstance(step, base.FindOrInsert):
+        return base.find_then_insert(step, lambda inner: _answer(db, inner))
     if isinstance(step, base.InsertWithAudit):
         rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
