@@ -56,6 +56,7 @@ MODES: tuple[ProviderMode, ...] = ("dedup", "lookup", "lagging", "withdrawn", "b
 #: Modes whose ``apply`` takes the caller's key (dedup) or reference (the lookups).
 KEYED_MODES: frozenset[str] = frozenset({"dedup", "lookup", "lagging", "withdrawn"})
 
+
 def _wal(db: sqlite3.Connection, busy_timeout: float) -> None:
     """Switch to WAL, waiting out a concurrent first opener: SQLite answers a journal
     mode change that meets another connection's lock with "database is locked" at

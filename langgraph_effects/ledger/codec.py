@@ -77,7 +77,7 @@ def origin_text(origin: str | None) -> str | None:
     """What the ``extra`` column of a row with this origin holds, as text (``extra``
     is written once, by :func:`to_row`): SQL finds candidates by it without decoding
     the column, which need not be valid JSON to every server (a lone surrogate)."""
-    return None if origin is None else '"origin": ' + json.dumps(origin)
+    return None if origin is None else '"origin": ' + _ENCODE(origin)
 
 
 def to_row(op: Operation) -> dict[str, Any]:

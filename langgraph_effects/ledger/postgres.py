@@ -143,7 +143,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _TRUSTED_IDLE = 5.0
 
 #: The types of effect_operations' columns that are not text (as MIGRATIONS create
-#: them), for its rows' values outside an INSERT's own VALUES list.
+#: them): the casts of the typed arrays new rows are sent in (``_unnest``).
 _OP_TYPES: dict[str, str] = {
     "version": "integer",
     "attempts": "integer",
@@ -156,7 +156,8 @@ _OP_TYPES: dict[str, str] = {
 
 _OP_COLUMN_TYPES: tuple[str, ...] = tuple(_OP_TYPES.get(c, "text") for c in COLUMNS)
 
-#: Casts for an audit row's values outside an INSERT's own VALUES list.
+#: The types of effect_audit's columns: casts for its values outside an INSERT's own
+#: VALUES list (the compare-and-set's audit row, the typed arrays of new rows).
 _AUDIT_TYPES: tuple[str, ...] = (
     "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
 )
