@@ -32,8 +32,8 @@ PATH_LABEL = {"node": "node", "middleware": "middleware", "floor": "floor"}
 COMPARED = {
     "node": "EffectToolNode vs ToolNode (StateGraph agent loop)",
     "middleware": "EffectMiddleware vs plain create_agent",
-    "floor": "a no-op middleware with the same hooks vs plain create_agent, both on our saver "
-    "(what LangChain charges any middleware; no target)",
+    "floor": "a no-op middleware with the same hooks as async def vs plain create_agent, both on our "
+    "saver (what LangChain charges such a middleware; no target)",
 }
 
 
