@@ -119,3 +119,15 @@ def test_only_narrows_the_run_to_one_row_group(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert bad.returncode == 2 and "unknown middlewares" in bad.stderr
+
+
+def test_gc_churn_counts_what_each_turn_leaves_the_collector() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gc_churn.py"), "--turns", "20", "--fanout", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
+    assert set(lines) == {"baseline", "ours"}
+    for line in lines.values():
+        assert "full collections in 20 turns" in line and "objects/turn promoted" in line

@@ -31,6 +31,7 @@ ids' order, so clocks that differ between hosts do not matter.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
@@ -90,12 +91,21 @@ def lock_key(thread_id: str, ns: str) -> str:
 
 class Written:
     """The checkpoints this saver committed lately (bounded): its own runs' children,
-    each with the parent it was saved under and its header (id, parent, metadata and
-    channel versions, never its values), so a tool task can learn the turn of the
-    checkpoint it was prepared from without reading it back (``saved_header``)."""
+    each with the parent it was saved under and its header (id, parent, channel
+    versions and the metadata's ``source`` and ``step``, never its values), so a tool
+    task can learn the turn of the checkpoint it was prepared from without reading it
+    back (``saved_header``).
+
+    An entry is a flat tuple of strings (the versions as JSON text), which the
+    garbage collector stops tracking at its first pass. Entries of nested dicts
+    lived long enough to reach the oldest generation: a full cache held ~28,000
+    tracked objects, and their steady stream made CPython's full collections of the
+    whole process more frequent and slower (benchmarks/gc_churn.py). The header's
+    dicts are built when asked for.
+    """
 
     def __init__(self) -> None:
-        self._ids: OrderedDict[str, tuple[str | None, CheckpointTuple]] = OrderedDict()
+        self._ids: OrderedDict[str, _Entry] = OrderedDict()
         self._parents: dict[str | None, int] = {}
 
     def add(self, saved: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -104,26 +114,19 @@ class Written:
         it was given (naming the parent)."""
         thread_id, ns, checkpoint_id = coordinates(saved)
         parent = coordinates(config)[2]
-        header: Any = {
-            "id": checkpoint["id"],
-            "channel_versions": dict(checkpoint.get("channel_versions") or {}),
-            "versions_seen": {k: dict(v) for k, v in (checkpoint.get("versions_seen") or {}).items()},
-        }
-        parent_config: Any = (
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
-            if parent
-            else None
-        )
+        kept = {k: metadata[k] for k in _KEPT_METADATA if k in metadata}  # type: ignore[literal-required]
+        versions = [checkpoint.get("channel_versions") or {}, checkpoint.get("versions_seen") or {}, kept]
+        entry = (thread_id, ns, parent, str(checkpoint["id"]), _HEADER_JSON.encode(versions))
         key = str(checkpoint_id)
         if key in self._ids:
             self._forget(key)
-        self._ids[key] = (parent, CheckpointTuple(saved, header, metadata.copy(), parent_config))
+        self._ids[key] = entry
         self._parents[parent] = self._parents.get(parent, 0) + 1
         while len(self._ids) > _REMEMBERED:
             self._forget(next(iter(self._ids)))
 
     def _forget(self, checkpoint_id: str) -> None:
-        parent, _ = self._ids.pop(checkpoint_id)
+        parent = self._ids.pop(checkpoint_id)[2]
         left = self._parents[parent] - 1
         if left:
             self._parents[parent] = left
@@ -140,9 +143,25 @@ class Written:
     def header(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
         """The header of a checkpoint this saver committed, if it still remembers it."""
         found = self._ids.get(checkpoint_id)
-        if found is None or coordinates(found[1].config)[:2] != (thread_id, ns):
+        if found is None or found[:2] != (thread_id, ns):
             return None
-        return found[1]
+        _, _, parent, own_id, blob = found
+        versions, seen, kept = json.loads(blob)
+        header: Any = {"id": own_id, "channel_versions": versions, "versions_seen": seen}
+
+        def config(at: str) -> Any:
+            return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": at}}
+
+        parent_config = config(parent) if parent else None
+        return CheckpointTuple(config(checkpoint_id), header, kept, parent_config)
+
+
+#: One remembered save: thread, namespace, parent id, own id, and as JSON text its
+#: channel versions, versions seen and kept metadata (see :class:`Written`).
+_Entry = tuple[str, str, "str | None", str, str]
+_HEADER_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+#: The metadata keys a header keeps (what reading a checkpoint's turn looks at).
+_KEPT_METADATA = ("source", "step")
 
 
 def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:
