@@ -31,8 +31,10 @@ machines are noisy: an absolute time alone means little).
 Postgres parts run against ``--postgres-dsn`` (default: env
 ``LANGGRAPH_EFFECTS_TEST_PG_DSN`` or ``postgresql://postgres@127.0.0.1:5432/test``) in a
 fresh database that is dropped afterwards; they are skipped, with a line saying why,
-when no server answers. The ledger-only throughput benchmarks are separate scripts:
-``benchmarks/ledger_pairs.py`` (and ``benchmarks/ledger_throughput.py`` if present).
+when no server answers. Separate scripts: the ledger-only throughput benchmarks
+``benchmarks/ledger_pairs.py`` and ``benchmarks/ledger_throughput.py``; where a Postgres
+turn's time goes, ``benchmarks/postgres_split.py``; what a turn leaves for Python's
+garbage collector, ``benchmarks/gc_churn.py``.
 """
 
 from __future__ import annotations
