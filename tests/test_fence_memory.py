@@ -96,3 +96,19 @@ async def test_a_saver_remembers_what_reading_back_finds(tmp_path: Path) -> None
             )
             checked += 1
         assert checked >= 3
+
+
+def test_versions_json_would_change_are_not_kept_but_the_save_still_counts_as_ours() -> None:
+    """A custom saver's versions that JSON would not give back as they are (here a
+    bool, and a non-string node name) get no header: the tool task reads the
+    checkpoint back. The save is still this saver's for the one-runner check."""
+    written = Written()
+    checkpoint: Any = empty_checkpoint()
+    checkpoint["id"] = "odd"
+    checkpoint["channel_versions"] = {"messages": True}
+    checkpoint["versions_seen"] = {7: {"messages": 1}}
+    saved: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "odd"}}
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "before"}}
+    written.add(saved, checkpoint, {"source": "loop", "step": 1}, config)
+    assert written.header("t", "", "odd") is None
+    assert "odd" in written and written.has_child("before")

@@ -115,12 +115,18 @@ class Written:
         thread_id, ns, checkpoint_id = coordinates(saved)
         parent = coordinates(config)[2]
         kept = {k: metadata[k] for k in _KEPT_METADATA if k in metadata}  # type: ignore[literal-required]
-        versions = [checkpoint.get("channel_versions") or {}, checkpoint.get("versions_seen") or {}, kept]
-        entry = (thread_id, ns, parent, str(checkpoint["id"]), _HEADER_JSON.encode(versions))
+        channels = checkpoint.get("channel_versions") or {}
+        seen = checkpoint.get("versions_seen") or {}
         key = str(checkpoint_id)
         if key in self._ids:
             self._forget(key)
-        self._ids[key] = entry
+        # Where JSON would not give the versions back as they are (a custom saver's),
+        # no header is kept: a tool task reads the checkpoint back instead.
+        exact = _exact(channels) and _exact(kept) and all(
+            isinstance(n, str) and _exact(v) for n, v in seen.items()
+        )
+        blob = _HEADER_JSON.encode([channels, seen, kept]) if exact else None
+        self._ids[key] = (thread_id, ns, parent, str(checkpoint["id"]), blob)
         self._parents[parent] = self._parents.get(parent, 0) + 1
         while len(self._ids) > _REMEMBERED:
             self._forget(next(iter(self._ids)))
@@ -146,6 +152,8 @@ class Written:
         if found is None or found[:2] != (thread_id, ns):
             return None
         _, _, parent, own_id, blob = found
+        if blob is None:
+            return None
         versions, seen, kept = json.loads(blob)
         header: Any = {"id": own_id, "channel_versions": versions, "versions_seen": seen}
 
@@ -157,11 +165,20 @@ class Written:
 
 
 #: One remembered save: thread, namespace, parent id, own id, and as JSON text its
-#: channel versions, versions seen and kept metadata (see :class:`Written`).
-_Entry = tuple[str, str, "str | None", str, str]
+#: channel versions, versions seen and kept metadata (``None``: not kept; see
+#: :class:`Written`).
+_Entry = tuple[str, str, "str | None", str, "str | None"]
 _HEADER_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
 #: The metadata keys a header keeps (what reading a checkpoint's turn looks at).
 _KEPT_METADATA = ("source", "step")
+
+
+def _exact(values: Mapping[Any, Any]) -> bool:
+    """Whether JSON gives ``values`` back equal and of the same types (str keys, and
+    str, int, float or None values: what LangGraph's savers use for versions)."""
+    return all(
+        isinstance(k, str) and (v is None or type(v) in (str, int, float)) for k, v in values.items()
+    )
 
 
 def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:
