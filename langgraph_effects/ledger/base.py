@@ -33,7 +33,7 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
-from .group import GroupCommit, Outcome, Regroup
+from .group import GroupCommit, Outcome
 
 T = TypeVar("T")
 
@@ -352,26 +352,6 @@ def optimistic_plan(
     if stored is None:
         raise OperationNotFoundError(seen.op_id)
     raise StaleVersionError(seen.op_id, seen.version, stored.version)
-
-
-def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[Any]]]:
-    """Several plans, one after the other, as one plan (one transaction; see
-    :mod:`.group`): the outcome of each. Raises :class:`Regroup` if one raised
-    after writing, so the backend rolls back and runs them one by one."""
-    outcomes: list[Outcome[Any]] = []
-    for make in makers:
-        run = _Run(make())
-        try:
-            step = run.send(None)
-            while step is not None:
-                step = run.send((yield step))
-        except Exception as error:
-            if run.wrote:
-                raise Regroup() from error
-            outcomes.append(Outcome(error=error))
-        else:
-            outcomes.append(Outcome(value=run.result))
-    return outcomes
 
 
 def load_plan(op_ids: Sequence[str]) -> Plan[dict[str, Operation]]:

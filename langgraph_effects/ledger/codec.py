@@ -80,6 +80,11 @@ def origin_text(origin: str | None) -> str | None:
     return None if origin is None else '"origin": ' + _ENCODE(origin)
 
 
+def encoded_extra(op: Operation) -> str:
+    """The ``extra`` column of ``op`` as stored (what :func:`origin_text` is found in)."""
+    return _ENCODE(dict(op.extra))
+
+
 def to_row(op: Operation) -> dict[str, Any]:
     """An operation as column values (JSON as text, result as bytes)."""
     return {
@@ -96,7 +101,7 @@ def to_row(op: Operation) -> dict[str, Any]:
         "provider_key": op.provider_key,
         "contract": op.contract,
         "policy_version": op.policy_version,
-        "extra": _dumps(dict(op.extra)),
+        "extra": encoded_extra(op),
         "created_at": op.created_at,
         **mutable_row(op),
     }

@@ -62,6 +62,7 @@ from .base import (
 )
 from .codec import mutable_row, origin_text
 from .group import Outcome, Regroup
+from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
@@ -444,7 +445,7 @@ class PostgresLedger(Ledger):
         async with self._connection() as conn:
             if len(makers) > 1:
                 try:
-                    return await self._run_plan(conn, base.group_plan(makers), grouped=True)
+                    return await self._run_plan(conn, group_plan(makers), grouped=True)
                 except CommitLost:
                     raise  # it may have landed: everyone must read again, none may rerun
                 except (Regroup, psycopg.Error):

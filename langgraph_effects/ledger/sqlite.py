@@ -39,6 +39,7 @@ from .base import (
 )
 from .codec import mutable_row, origin_text
 from .group import Outcome, Regroup
+from .grouped import group_plan
 
 T = TypeVar("T")
 
@@ -253,7 +254,7 @@ class SqliteLedger(Ledger):
             if len(makers) > 1:
                 db.execute("BEGIN IMMEDIATE")  # busy past the timeout: everyone hears it
                 try:
-                    return _transaction(db, base.group_plan(makers), begun=True)
+                    return _transaction(db, group_plan(makers), begun=True)
                 except (Regroup, sqlite3.Error):
                     pass  # rolled back: run each on its own so one cannot fail the others
             return [alone(db, make) for make in makers]

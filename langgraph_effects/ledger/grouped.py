@@ -1,0 +1,129 @@
+"""Plans that are group-committed together, as one plan (see :mod:`.group`).
+
+Each plan runs as if alone, one after the other, with one exception: the
+:class:`~.base.FindOrInsert` that opens each plan's calls (the first step of every
+open) is asked as one step for all of them, when nothing one open reads or inserts
+can touch another's. Eight parallel tool tasks of one AIMessage (``create_agent``
+runs one task per call) then open their calls with one statement, not eight.
+
+That merge answers every plan exactly what its own step would have: its ids,
+(tool, args hash) pairs and provider keys are disjoint from those of every plan
+before it, so running it first changes nothing any of them reads, and the merged
+find is the union of the merged plans' finds. Its rows are handed back by the same
+test the find applies. Only when the merged find finds a row (and so inserted
+nothing) do the plans whose own share is empty ask their own step, as before.
+``tests/ledger/test_grouped_opens.py`` checks this against plans run one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..operation import Operation
+from .base import Find, FindOrInsert, InsertWithAudit, Plan, Step, _Run
+from .codec import encoded_extra, origin_text
+from .group import Outcome, Regroup
+
+
+def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[Any]]]:
+    """Several plans as one plan (one transaction): the outcome of each. Raises
+    :class:`Regroup` if one raised after writing, so the backend rolls back and runs
+    them one by one."""
+    runs = [_Run(make()) for make in makers]
+    outcomes: list[Outcome[Any] | None] = [None] * len(runs)
+    steps: list[Step | None] = []
+    for i, run in enumerate(runs):
+        steps.append(_advance(run, None, outcomes, i))
+    for together in _mergeable(steps):
+        opens = {i: step for i in together if isinstance(step := steps[i], FindOrInsert)}
+        found, inserted = yield _merged(list(opens.values()))
+        alone = []
+        for i, asked in opens.items():
+            own = [op for op in found if _found_by(asked.find, op)]
+            if found and not own:
+                alone.append(i)  # the merged insert did not run: ask its own step
+                continue
+            mine = {op.op_id for op in asked.insert.ops}
+            steps[i] = _advance(runs[i], (own, [x for x in inserted if x in mine]), outcomes, i)
+        for i in alone:
+            steps[i] = _advance(runs[i], (yield opens[i]), outcomes, i)
+    for i, run in enumerate(runs):
+        step = steps[i]
+        while step is not None and outcomes[i] is None:
+            step = _advance(run, (yield step), outcomes, i)
+        if outcomes[i] is None:
+            outcomes[i] = Outcome(value=run.result)
+    return outcomes  # type: ignore[return-value]
+
+
+def _advance(run: _Run, reply: Any, outcomes: list[Outcome[Any] | None], i: int) -> Step | None:
+    """``run``'s next step; a plan that raised gets its error as its outcome, unless it
+    had written (then the whole group is rolled back and run plan by plan)."""
+    try:
+        return run.send(reply)
+    except Exception as error:
+        if run.wrote:
+            raise Regroup() from error
+        outcomes[i] = Outcome(error=error)
+        return None
+
+
+def _mergeable(steps: Sequence[Step | None]) -> list[list[int]]:
+    """Groups (two or more, by plan index) of opens that may be asked as one step:
+    same thread and origin, and nothing in common with any plan before them that one
+    could find or take from another (ids, payload pairs, provider keys). The merged
+    step runs first, ahead of those earlier plans; a plan that starts with another
+    step touches rows not known up front, so no open after it is merged."""
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    earlier: set[Any] = set()
+    for i, step in enumerate(steps):
+        if step is None:
+            continue  # ended before asking anything
+        if not isinstance(step, FindOrInsert):
+            break
+        mine = _touched(step)
+        if earlier.isdisjoint(mine):
+            groups.setdefault((step.find.thread_id, step.find.origin), []).append(i)
+        earlier |= mine
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def _touched(step: FindOrInsert) -> set[Any]:
+    """What ``step`` reads or writes that another open could share."""
+    touched: set[Any] = {("id", x) for x in step.find.op_ids}
+    touched.update(("pair", pair) for pair in step.find.pairs)
+    for op in step.insert.ops:
+        touched.add(("id", op.op_id))
+        touched.add(("pair", (op.tool, op.args_hash)))
+        if op.provider_key is not None:
+            touched.add(("key", op.tenant, op.provider_key))
+    return touched
+
+
+def _merged(opens: Sequence[FindOrInsert]) -> FindOrInsert:
+    """One :class:`FindOrInsert` standing for ``opens`` (same thread and origin)."""
+    first = opens[0].find
+    find = Find(
+        tuple(sorted({x for o in opens for x in o.find.op_ids})),
+        first.thread_id,
+        tuple(sorted({pair for o in opens for pair in o.find.pairs})),
+        first.origin,
+    )
+    # In op_id order, as every insert is (see insert_step).
+    rows = sorted(
+        ((op, audit) for o in opens for op, audit in zip(o.insert.ops, o.insert.audit, strict=True)),
+        key=lambda pair: pair[0].op_id,
+    )
+    return FindOrInsert(find, InsertWithAudit(tuple(op for op, _ in rows), tuple(a for _, a in rows)))
+
+
+def _found_by(find: Find, op: Operation) -> bool:
+    """Whether ``find`` asked alone would have found the stored row ``op`` (the test
+    the backends apply in SQL, origin included)."""
+    if op.op_id in find.op_ids:
+        return True
+    if op.thread_id != find.thread_id or (op.tool, op.args_hash) not in find.pairs:
+        return False
+    origin = origin_text(find.origin)
+    return origin is None or origin in encoded_extra(op)

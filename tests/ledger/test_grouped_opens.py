@@ -1,0 +1,194 @@
+"""Opens group-committed together are asked as one ``FindOrInsert`` (one statement for
+the eight tool tasks of one AIMessage), and every plan is answered exactly as if it
+had run alone, one after the other: same results, same rows, same audit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from langgraph_effects.ledger.base import (
+    DEFAULT_ACTOR,
+    FindOrInsert,
+    InsertWithAudit,
+    Ledger,
+    Plan,
+    Step,
+    drive,
+    find_step,
+    insert_step,
+    recorded_plan,
+    split_found,
+)
+from langgraph_effects.ledger.grouped import group_plan
+from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.operation import Operation
+
+from .conftest import OpFactory
+
+ORIGIN = "v:00000000000000000000000000000002.0.5"
+
+
+def _op(
+    op_id: str, *, args_hash: str = "h", provider_key: str | None = None, origin: str = ORIGIN
+) -> Operation:
+    return Operation(
+        op_id=op_id, thread_id="thread-1", tool="send", tool_call_id=f"call-{op_id}",
+        args={"n": op_id}, args_hash=args_hash, provider_key=provider_key or f"key-{op_id}",
+        contract="blind", extra={"origin": origin},
+    )
+
+
+def _open(ops: Sequence[Operation], *, replans: bool = True) -> Callable[[], Plan[Any]]:
+    """An open as the engine's: FindOrInsert; if anything is found, bind what is stored
+    and insert the rest (what it found and inserted is its result)."""
+
+    def plan() -> Plan[Any]:
+        pairs = [(op.tool, op.args_hash) for op in ops] if replans else []
+        find = find_step([op.op_id for op in ops], "thread-1", pairs, ORIGIN if replans else None)
+        insert = insert_step(ops, None, DEFAULT_ACTOR)
+        found, inserted = yield FindOrInsert(find, insert)
+        if not found:
+            stored = yield from recorded_plan(ops, insert, inserted)
+            return "new", sorted(inserted), [op.op_id for op in stored]
+        by_id, candidates = split_found(find, found)
+        fresh = [op for op in ops if op.op_id not in by_id]
+        again = insert_step(fresh, None, DEFAULT_ACTOR)
+        added = (yield again) if fresh else []
+        return "found", sorted(by_id), sorted(c.op_id for c in candidates), sorted(added)
+
+    return plan
+
+
+class Recorder:
+    """An in-memory ledger's answers, with the steps asked."""
+
+    def __init__(self, ledger: InMemoryLedger) -> None:
+        self.ledger, self.steps = ledger, []  # type: ignore[var-annotated]
+
+    def __call__(self, step: Step) -> Any:
+        self.steps.append(step)
+        return self.ledger._answer(step)
+
+
+def _grouped(
+    ledger: InMemoryLedger, makers: Sequence[Callable[[], Plan[Any]]]
+) -> tuple[list[Any], list[Step]]:
+    recorder = Recorder(ledger)
+    outcomes, _ = drive(group_plan(makers), recorder)
+    return [o.unwrap() for o in outcomes], recorder.steps
+
+
+def _alone(ledger: InMemoryLedger, makers: Sequence[Callable[[], Plan[Any]]]) -> list[Any]:
+    return [drive(make(), ledger._answer)[0] for make in makers]
+
+
+def _state(ledger: InMemoryLedger) -> Any:
+    rows = {i: (op.state, op.version, op.tool_call_id) for i, op in ledger._ops.items()}
+    return rows, {i: len(entries) for i, entries in ledger._audit.items()}
+
+
+def test_eight_new_opens_are_one_step() -> None:
+    ledger = InMemoryLedger()
+    makers = [_open([_op(f"op-{i}", args_hash=f"h{i}")]) for i in range(8)]
+    results, steps = _grouped(ledger, makers)
+    assert [type(s) for s in steps] == [FindOrInsert]
+    assert results == [("new", [f"op-{i}"], [f"op-{i}"]) for i in range(8)]
+    assert sorted(ledger._ops) == [f"op-{i}" for i in range(8)]
+    assert all(len(ledger._audit[f"op-{i}"]) == 1 for i in range(8))
+
+
+def test_opens_that_share_an_id_a_payload_or_a_key_are_not_merged() -> None:
+    for first, second in (
+        (_op("same", args_hash="h1"), _op("same", args_hash="h1")),  # a repeated call id
+        (_op("a", args_hash="h"), _op("b", args_hash="h")),  # same tool and arguments
+        (_op("a", args_hash="h1", provider_key="k"), _op("b", args_hash="h2", provider_key="k")),
+    ):
+        grouped_ledger, alone_ledger = InMemoryLedger(), InMemoryLedger()
+        makers = [_open([first]), _open([second])]
+        results, steps = _grouped(grouped_ledger, makers)
+        assert sum(isinstance(s, FindOrInsert) for s in steps) == 2
+        assert results == _alone(alone_ledger, makers)
+        assert _state(grouped_ledger) == _state(alone_ledger)
+
+
+def test_a_stored_row_sends_the_others_to_their_own_step() -> None:
+    ledger, reference = InMemoryLedger(), InMemoryLedger()
+    for target in (ledger, reference):
+        drive(_open([_op("op-1", args_hash="h1")])(), target._answer)
+    makers = [_open([_op(f"op-{i}", args_hash=f"h{i}")]) for i in range(3)]
+    results, steps = _grouped(ledger, makers)
+    # The merged read finds op-1: nothing was inserted, so op-0 and op-2 ask again.
+    assert [type(s) for s in steps] == [FindOrInsert, FindOrInsert, FindOrInsert]
+    assert results[1] == ("found", ["op-1"], ["op-1"], [])
+    assert results == _alone(reference, makers)
+    assert _state(ledger) == _state(reference)
+
+
+ids = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+hashes = st.sampled_from(["h1", "h2", "h3", "h4"])
+keys = st.sampled_from([None, "k1", "k2"])
+origins = st.sampled_from([ORIGIN, "v:other"])
+ops = st.builds(lambda i, h, k, o: _op(i, args_hash=h, provider_key=k, origin=o), ids, hashes, keys, origins)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stored=st.lists(ops, max_size=3),
+    plans=st.lists(
+        st.tuples(st.lists(ops, min_size=1, max_size=3), st.sampled_from(["open", "replans", "record"])),
+        min_size=2,
+        max_size=6,
+    ),
+)
+def test_grouped_opens_answer_as_plans_run_one_by_one(
+    stored: list[Operation], plans: list[tuple[list[Operation], str]]
+) -> None:
+    """Any mix of opens (with and without re-plan candidates) and plain inserts, over
+    rows already stored, sharing ids, payloads, keys and origins at random."""
+    ledger, reference = InMemoryLedger(), InMemoryLedger()
+    for target in (ledger, reference):
+        if stored:
+            drive(_record(stored), target._answer)
+    makers = [
+        (lambda batch=batch: _record(batch)) if kind == "record" else _open(batch, replans=kind != "open")
+        for batch, kind in plans
+    ]
+    results, _ = _grouped(ledger, makers)
+    assert results == _alone(reference, makers)
+    assert _state(ledger) == _state(reference)
+
+
+def _record(ops: Sequence[Operation]) -> Plan[Any]:
+    insert = insert_step(ops, None, DEFAULT_ACTOR)
+    inserted = yield insert
+    return inserted
+
+
+async def test_each_backend_opens_a_group_with_one_insert(ledger: Ledger, make_op: OpFactory) -> None:
+    """On the SQL backends the merged open runs inside their group transaction; the
+    default (memory) runs each plan alone. Either way every plan gets its own rows."""
+    batches = [[make_op(args_hash=f"hash-{i}", tool_call_id=f"call-{i}")] for i in range(8)]
+    makers = [_open(batch) for batch in batches]
+    outcomes = await ledger._transact_group(makers)
+    results = [o.unwrap() for o in outcomes]
+    assert results == [("new", [b[0].op_id], [b[0].op_id]) for b in batches]
+    stored = await ledger.get_many([b[0].op_id for b in batches])
+    assert sorted(stored) == sorted(b[0].op_id for b in batches)
+    assert [len(await ledger.audit(b[0].op_id)) for b in batches] == [1] * 8
+    # Run again: every open now finds its own row and inserts nothing.
+    again = [o.unwrap() for o in await ledger._transact_group(makers)]
+    assert again == [("found", [b[0].op_id], [], []) for b in batches]  # no origin recorded: no candidate
+
+
+def test_the_merged_insert_keeps_op_id_order() -> None:
+    ledger = InMemoryLedger()
+    makers = [_open([_op(i, args_hash=f"h{i}")]) for i in ("c", "a", "b")]
+    _, steps = _grouped(ledger, makers)
+    [merged] = steps
+    assert isinstance(merged, FindOrInsert) and isinstance(merged.insert, InsertWithAudit)
+    assert [op.op_id for op in merged.insert.ops] == ["a", "b", "c"]
+    assert [row["op_id"] for row in merged.insert.audit] == ["a", "b", "c"]
