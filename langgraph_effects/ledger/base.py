@@ -129,6 +129,16 @@ class CasWithAudit:
 
 
 @dataclass(frozen=True)
+class CasEach:
+    """Several :class:`CasWithAudit` on distinct operations, as one step (what group
+    commit asks for the outcomes that arrive together); answered with whether each was
+    written, in order. Each is atomic on its own, as alone."""
+
+    items: tuple[CasWithAudit, ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class OurTables:
     """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names."""
 
@@ -159,6 +169,7 @@ Step = (
     | InsertWithAudit
     | FindOrInsert
     | CasWithAudit
+    | CasEach
     | OurTables
     | Fetch
     | Execute
@@ -181,6 +192,8 @@ def step_wrote(step: Step, answer: Any) -> bool:
         return False
     if isinstance(step, FindOrInsert):
         return bool(answer[1])
+    if isinstance(step, CasEach):
+        return any(answer)
     return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
 
 

@@ -1,10 +1,12 @@
 """Plans that are group-committed together, as one plan (see :mod:`.group`).
 
-Each plan runs as if alone, one after the other, with one exception: the
-:class:`~.base.FindOrInsert` that opens each plan's calls (the first step of every
-open) is asked as one step for all of them, when nothing one open reads or inserts
-can touch another's. Eight parallel tool tasks of one AIMessage (``create_agent``
-runs one task per call) then open their calls with one statement, not eight.
+Each plan runs as if alone, one after the other, with one exception: first steps
+that many plans ask together are asked as one step, when nothing one reads or
+writes can touch another's. The :class:`~.base.FindOrInsert` that opens each plan's
+calls: eight parallel tool tasks of one AIMessage (``create_agent`` runs one task
+per call) open their calls with one statement, not eight. And the compare-and-sets
+of outcomes that arrive together (:class:`~.base.CasEach`): on Postgres, one
+statement instead of a round trip each inside the group's transaction.
 
 That merge answers every plan exactly what its own step would have: its ids,
 (tool, args hash) pairs and provider keys are disjoint from those of every plan
@@ -21,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..operation import Operation
-from .base import Find, FindOrInsert, InsertWithAudit, Plan, Step, _Run
+from .base import CasEach, CasWithAudit, Find, FindOrInsert, InsertWithAudit, Plan, Step, _Run
 from .codec import encoded_extra, origin_text
 from .group import Outcome, Regroup
 
@@ -36,18 +38,10 @@ def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[A
     for i, run in enumerate(runs):
         steps.append(_advance(run, None, outcomes, i))
     for together in _mergeable(steps):
-        opens = {i: step for i in together if isinstance(step := steps[i], FindOrInsert)}
-        found, inserted = yield _merged(list(opens.values()))
-        alone = []
-        for i, asked in opens.items():
-            own = [op for op in found if _found_by(asked.find, op)]
-            if found and not own:
-                alone.append(i)  # the merged insert did not run: ask its own step
-                continue
-            mine = {op.op_id for op in asked.insert.ops}
-            steps[i] = _advance(runs[i], (own, [x for x in inserted if x in mine]), outcomes, i)
-        for i in alone:
-            steps[i] = _advance(runs[i], (yield opens[i]), outcomes, i)
+        if isinstance(steps[together[0]], CasWithAudit):
+            yield from _ask_cas_together(together, runs, steps, outcomes)
+        else:
+            yield from _ask_opens_together(together, runs, steps, outcomes)
     for i, run in enumerate(runs):
         step = steps[i]
         while step is not None and outcomes[i] is None:
@@ -55,6 +49,36 @@ def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[A
         if outcomes[i] is None:
             outcomes[i] = Outcome(value=run.result)
     return outcomes  # type: ignore[return-value]
+
+
+def _ask_opens_together(
+    together: list[int], runs: list[_Run], steps: list[Step | None], outcomes: list[Outcome[Any] | None]
+) -> Plan[None]:
+    """The opens ``together`` as one :class:`FindOrInsert`; each plan gets its share."""
+    opens = {i: step for i in together if isinstance(step := steps[i], FindOrInsert)}
+    found, inserted = yield _merged(list(opens.values()))
+    alone = []
+    for i, asked in opens.items():
+        own = [op for op in found if _found_by(asked.find, op)]
+        if found and not own:
+            alone.append(i)  # the merged insert did not run: ask its own step
+            continue
+        mine = {op.op_id for op in asked.insert.ops}
+        steps[i] = _advance(runs[i], (own, [x for x in inserted if x in mine]), outcomes, i)
+    for i in alone:
+        steps[i] = _advance(runs[i], (yield opens[i]), outcomes, i)
+
+
+def _ask_cas_together(
+    together: list[int], runs: list[_Run], steps: list[Step | None], outcomes: list[Outcome[Any] | None]
+) -> Plan[None]:
+    """The compare-and-sets ``together`` (distinct rows) as one :class:`CasEach`, in
+    op_id order (two workers' batches lock rows in the same order); each gets its own."""
+    cas = {i: step for i in together if isinstance(step := steps[i], CasWithAudit)}
+    ordered = sorted(cas.items(), key=lambda item: item[1].after.op_id)
+    written = yield CasEach(tuple(step for _, step in ordered))
+    for (i, _), was in zip(ordered, written, strict=True):
+        steps[i] = _advance(runs[i], was, outcomes, i)
 
 
 def _advance(run: _Run, reply: Any, outcomes: list[Outcome[Any] | None], i: int) -> Step | None:
@@ -70,27 +94,34 @@ def _advance(run: _Run, reply: Any, outcomes: list[Outcome[Any] | None], i: int)
 
 
 def _mergeable(steps: Sequence[Step | None]) -> list[list[int]]:
-    """Groups (two or more, by plan index) of opens that may be asked as one step:
-    same thread and origin, and nothing in common with any plan before them that one
-    could find or take from another (ids, payload pairs, provider keys). The merged
-    step runs first, ahead of those earlier plans; a plan that starts with another
-    step touches rows not known up front, so no open after it is merged."""
-    groups: dict[tuple[str, str | None], list[int]] = {}
+    """Groups (two or more, by plan index) of first steps that may be asked as one:
+    opens of the same thread and origin, or compare-and-sets; each with nothing in
+    common with any plan before it that one could find, take or change for another
+    (ids, payload pairs, provider keys). The merged step runs first, ahead of those
+    earlier plans; a plan that starts with another step touches rows not known up
+    front, so nothing after it is merged."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
     earlier: set[Any] = set()
     for i, step in enumerate(steps):
         if step is None:
             continue  # ended before asking anything
-        if not isinstance(step, FindOrInsert):
+        if isinstance(step, FindOrInsert):
+            kind: tuple[Any, ...] = ("open", step.find.thread_id, step.find.origin)
+        elif isinstance(step, CasWithAudit):
+            kind = ("cas",)
+        else:
             break
         mine = _touched(step)
         if earlier.isdisjoint(mine):
-            groups.setdefault((step.find.thread_id, step.find.origin), []).append(i)
+            groups.setdefault(kind, []).append(i)
         earlier |= mine
     return [members for members in groups.values() if len(members) > 1]
 
 
-def _touched(step: FindOrInsert) -> set[Any]:
-    """What ``step`` reads or writes that another open could share."""
+def _touched(step: FindOrInsert | CasWithAudit) -> set[Any]:
+    """What ``step`` reads or writes that another plan could share."""
+    if isinstance(step, CasWithAudit):
+        return {("id", step.after.op_id)}
     touched: set[Any] = {("id", x) for x in step.find.op_ids}
     touched.update(("pair", pair) for pair in step.find.pairs)
     for op in step.insert.ops:

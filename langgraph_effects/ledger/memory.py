@@ -9,6 +9,7 @@ from typing import Any
 from ..operation import Operation
 from .base import (
     AuditEntry,
+    CasEach,
     CasWithAudit,
     Find,
     FindOrInsert,
@@ -86,6 +87,8 @@ class InMemoryLedger(Ledger):
                 inserted.append(op.op_id)
                 self._append_audit(step.audit[i])
             return inserted
+        if isinstance(step, CasEach):
+            return [self._answer(item) for item in step.items]
         if isinstance(step, CasWithAudit):
             stored = self._ops.get(step.after.op_id)
             if stored is None or stored.version != step.expected_version:

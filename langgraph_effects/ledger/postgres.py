@@ -35,7 +35,7 @@ import random
 import re
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -60,25 +60,23 @@ from .base import (
     from_row,
     to_row,
 )
-from .codec import mutable_row, origin_text
+from .codec import mutable_row
 from .group import Outcome, Regroup
 from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
+from .pgsql import (
+    AUDIT_COLUMNS,
+    AUDIT_TYPES,
+    OP_COLUMN_TYPES,
+    as_arrays,
+    cas_each_params,
+    cas_each_sql,
+    find_params,
+    insert_sql,
+)
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
 _ROLLBACK_RETRIES = 5
-
-_AUDIT_COLUMNS: tuple[str, ...] = (
-    "op_id",
-    "seq",
-    "at",
-    "actor",
-    "from_state",
-    "to_state",
-    "event",
-    "version",
-    "evidence",
-)
 
 #: Ordered schema migrations. Append only: never edit a released entry.
 #: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
@@ -143,86 +141,12 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: nothing to say, is handed out without the pool's check round trip.
 _TRUSTED_IDLE = 5.0
 
-#: The types of effect_operations' columns that are not text (as MIGRATIONS create
-#: them): the casts of the typed arrays new rows are sent in (``_unnest``).
-_OP_TYPES: dict[str, str] = {
-    "version": "integer",
-    "attempts": "integer",
-    "lease_expires_at": "double precision",
-    "dispatched_at": "double precision",
-    "result": "bytea",
-    "created_at": "double precision",
-    "updated_at": "double precision",
-}
-
-_OP_COLUMN_TYPES: tuple[str, ...] = tuple(_OP_TYPES.get(c, "text") for c in COLUMNS)
-
-#: The types of effect_audit's columns: casts for its values outside an INSERT's own
-#: VALUES list (the compare-and-set's audit row, the typed arrays of new rows).
-_AUDIT_TYPES: tuple[str, ...] = (
-    "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
-)
-
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
 async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
     """Every transaction on this connection is read-only: the server refuses any write."""
     await conn.execute("SET default_transaction_read_only = on")
-
-
-def _unnest(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
-    """Rows from one typed array per column: the statement is the same text whatever
-    the number of rows (psycopg caches its parse, the server its plan)."""
-    # %b: sent in binary, so no element is quoted or escaped (the text format runs a
-    # regular expression over each one).
-    arrays = ", ".join(f"%b::{t}[]" for t in types)
-    return f"SELECT * FROM unnest({arrays}) AS {alias} ({', '.join(columns)})"
-
-
-def _insert_sql(ops: str, audit: str, find_sql: str) -> tuple[str, str]:
-    """The insert of new rows and their audit rows (an existing op_id or a
-    ``(tenant, provider_key)`` taken by another operation is kept, as SQLite's INSERT
-    OR IGNORE does), as one statement; and the same guarded by a find (FindOrInsert,
-    one snapshot): the insert runs only when the read found nothing. FindOrInsert's
-    one result holds both: the rows found (``inserted`` NULL), then a row per id
-    inserted (found's columns all NULL: a join that never matches)."""
-    rows = _unnest(COLUMNS, _OP_COLUMN_TYPES, "v")
-    audit_rows = _unnest(_AUDIT_COLUMNS, _AUDIT_TYPES, "a")
-    into = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) {rows}"
-    audited = (
-        f"aud AS (INSERT INTO {audit} ({', '.join(_AUDIT_COLUMNS)}) {audit_rows} "
-        "WHERE a.op_id IN (SELECT op_id FROM ins)) "
-    )
-    insert = f"WITH ins AS ({into} ON CONFLICT DO NOTHING RETURNING op_id), {audited}SELECT op_id FROM ins"
-    find_or_insert = (
-        f"WITH found AS ({find_sql}), ins AS ({into} WHERE NOT EXISTS (SELECT 1 FROM found) "
-        f"ON CONFLICT DO NOTHING RETURNING op_id), {audited}"
-        "SELECT found.*, NULL AS inserted FROM found "
-        "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
-    )
-    return insert, find_or_insert
-
-
-def _as_arrays(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], types: Sequence[str]
-) -> list[list[Any]]:
-    """The values of ``rows``, one list per column (for :func:`_unnest`). psycopg
-    refuses a list mixing int and float: a float column's numbers are all floats."""
-    arrays = []
-    for column, kind in zip(columns, types, strict=True):
-        values = [row[column] for row in rows]
-        if kind == "double precision":
-            values = [None if v is None else float(v) for v in values]
-        arrays.append(values)
-    return arrays
-
-
-def _find_params(find: base.Find) -> list[Any]:
-    """The parameters of ``_find_sql``, in order."""
-    tools, hashes = [t for t, _ in find.pairs], [h for _, h in find.pairs]
-    origin = origin_text(find.origin)
-    return [list(find.op_ids), find.thread_id, tools, hashes, origin, origin]
 
 
 def _quote_ident(name: str) -> str:
@@ -312,14 +236,15 @@ class PostgresLedger(Ledger):
             + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
             + " WHERE op_id = %s AND version = %s RETURNING op_id"
         )
-        audit_columns = ", ".join(_AUDIT_COLUMNS)
-        self._typed_audit_row = "(" + ", ".join(f"%s::{t}" for t in _AUDIT_TYPES) + ")"
+        audit_columns = ", ".join(AUDIT_COLUMNS)
+        self._typed_audit_row = "(" + ", ".join(f"%s::{t}" for t in AUDIT_TYPES) + ")"
         # One statement each, so one round trip and (in autocommit) one transaction.
         self._cas_sql = (
             f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
             f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
         )
-        self._insert_sql, self._find_or_insert_sql = _insert_sql(ops, audit, self._find_sql)
+        self._insert_sql, self._find_or_insert_sql = insert_sql(ops, audit, self._find_sql)
+        self._cas_each_sql = cas_each_sql(ops, audit)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
@@ -523,16 +448,20 @@ class PostgresLedger(Ledger):
             await cur.execute(self._select_sql, [list(step.op_ids)])
             return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
         if isinstance(step, base.Find):
-            await cur.execute(self._find_sql, _find_params(step))
+            await cur.execute(self._find_sql, find_params(step))
             return [from_row(row) for row in await cur.fetchall()]
         if isinstance(step, base.FindOrInsert):
             return await self._find_or_insert(cur, step)
         if isinstance(step, base.InsertWithAudit):
             return await self._insert(cur, step)
+        if isinstance(step, base.CasEach):
+            await cur.execute(self._cas_each_sql, cas_each_params(step))
+            written = {row["op_id"] for row in await cur.fetchall()}
+            return [item.after.op_id in written for item in step.items]
         if isinstance(step, base.CasWithAudit):
             values = mutable_row(step.after)
             params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id, step.expected_version]
-            await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in _AUDIT_COLUMNS)])
+            await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
             return await cur.fetchone() is not None
         if isinstance(step, base.OurTables):
             await cur.execute(
@@ -551,7 +480,7 @@ class PostgresLedger(Ledger):
     async def _find_or_insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
     ) -> tuple[list[Operation], list[str]]:
-        params = [*_find_params(step.find), *self._insert_params(step.insert)]
+        params = [*find_params(step.find), *self._insert_params(step.insert)]
         await cur.execute(self._find_or_insert_sql, params)
         found, inserted = [], []
         for row in await cur.fetchall():
@@ -570,8 +499,8 @@ class PostgresLedger(Ledger):
     @staticmethod
     def _insert_params(step: base.InsertWithAudit) -> list[list[Any]]:
         rows = list(map(to_row, step.ops))
-        audit = _as_arrays(step.audit, _AUDIT_COLUMNS, _AUDIT_TYPES)
-        return [*_as_arrays(rows, COLUMNS, _OP_COLUMN_TYPES), *audit]
+        audit = as_arrays(step.audit, AUDIT_COLUMNS, AUDIT_TYPES)
+        return [*as_arrays(rows, COLUMNS, OP_COLUMN_TYPES), *audit]
 
     # -- the protocol ----------------------------------------------------------------
 

@@ -383,6 +383,8 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
         rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
         return [step.ops[i].op_id for i in rows]
+    if isinstance(step, base.CasEach):
+        return [_answer(db, item) for item in step.items]
     if isinstance(step, base.CasWithAudit):
         params = mutable_row(step.after)
         params["expected_version"] = step.expected_version

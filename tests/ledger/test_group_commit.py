@@ -310,9 +310,10 @@ async def test_postgres_optimistic_outcomes_share_one_commit(
         ledger.transition(ops[7].op_id, succeed(), expected_version=3, before=ops[7]),
         return_exceptions=True,
     )
-    # One transaction: seven compare-and-sets (BEGIN rides with the first), the
-    # locking read of the eighth (its row is not at the version it expects), COMMIT.
-    assert trace.take() == (7 + 1 + 1, 1)
+    # One transaction, three round trips: the eight compare-and-sets as one statement
+    # (BEGIN rides with it; the eighth's misses, its row is not at the version it
+    # expects), the locking read of the eighth, COMMIT.
+    assert trace.take() == (1 + 1 + 1, 1)
     assert isinstance(results[7], StaleVersionError)
     assert all(isinstance(r, Operation) and r.state is State.CONFIRMED for r in results[:7])
 

@@ -23,7 +23,8 @@ from langgraph_effects.errors import (
     LedgerUnavailableError,
     SchemaTooNewError,
 )
-from langgraph_effects.ledger.postgres import _OP_TYPES, SCHEMA_VERSION, PostgresLedger, _lock_key
+from langgraph_effects.ledger.pgsql import OP_TYPES
+from langgraph_effects.ledger.postgres import SCHEMA_VERSION, PostgresLedger, _lock_key
 from langgraph_effects.operation import Change, Event, Owner, State
 
 from .conftest import OpFactory, require_postgres, terminate
@@ -121,7 +122,7 @@ async def test_column_types_and_partial_indexes(pg_schema: str) -> None:
     assert types["result"] == "bytea"
     assert types["updated_at"] == types["lease_expires_at"] == "double precision"
     # The casts of a conditional insert's typed rows (FindOrInsert) are these types.
-    assert {c: _OP_TYPES.get(c, "text") for c in types} == types
+    assert {c: OP_TYPES.get(c, "text") for c in types} == types
     indexes = dict(await fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", pg_schema))
     for name in ("effect_operations_unresolved", "effect_operations_unresolved_thread"):
         assert "WHERE" in indexes[name]

@@ -1,17 +1,23 @@
-"""Opens group-committed together are asked as one ``FindOrInsert`` (one statement for
-the eight tool tasks of one AIMessage), and every plan is answered exactly as if it
-had run alone, one after the other: same results, same rows, same audit."""
+"""Plans group-committed together ask their first steps together where they can: the
+opens of eight tool tasks as one ``FindOrInsert``, eight outcomes' compare-and-sets
+as one ``CasEach``. Every plan is answered exactly as if it had run alone, one after
+the other: same results, same rows, same audit."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from langgraph_effects.errors import StaleVersionError
 from langgraph_effects.ledger.base import (
     DEFAULT_ACTOR,
+    CasEach,
+    CasWithAudit,
     FindOrInsert,
     InsertWithAudit,
     Ledger,
@@ -23,11 +29,13 @@ from langgraph_effects.ledger.base import (
     recorded_plan,
     split_found,
 )
+from langgraph_effects.ledger.codec import audit_row
 from langgraph_effects.ledger.grouped import group_plan
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.operation import Operation
+from langgraph_effects.operation import Operation, State
 
 from .conftest import OpFactory
+from .test_contract import dispatch, succeed
 
 ORIGIN = "v:00000000000000000000000000000002.0.5"
 
@@ -132,6 +140,7 @@ ids = st.sampled_from(["a", "b", "c", "d", "e", "f"])
 hashes = st.sampled_from(["h1", "h2", "h3", "h4"])
 keys = st.sampled_from([None, "k1", "k2"])
 origins = st.sampled_from([ORIGIN, "v:other"])
+kinds = st.sampled_from(["open", "replans", "record", "cas"])
 ops = st.builds(lambda i, h, k, o: _op(i, args_hash=h, provider_key=k, origin=o), ids, hashes, keys, origins)
 
 
@@ -139,7 +148,7 @@ ops = st.builds(lambda i, h, k, o: _op(i, args_hash=h, provider_key=k, origin=o)
 @given(
     stored=st.lists(ops, max_size=3),
     plans=st.lists(
-        st.tuples(st.lists(ops, min_size=1, max_size=3), st.sampled_from(["open", "replans", "record"])),
+        st.tuples(st.lists(ops, min_size=1, max_size=3), kinds),
         min_size=2,
         max_size=6,
     ),
@@ -153,13 +162,24 @@ def test_grouped_opens_answer_as_plans_run_one_by_one(
     for target in (ledger, reference):
         if stored:
             drive(_record(stored), target._answer)
-    makers = [
-        (lambda batch=batch: _record(batch)) if kind == "record" else _open(batch, replans=kind != "open")
-        for batch, kind in plans
-    ]
+    makers = [_plan(kind, batch) for batch, kind in plans]
     results, _ = _grouped(ledger, makers)
     assert results == _alone(reference, makers)
     assert _state(ledger) == _state(reference)
+
+
+def _plan(kind: str, batch: list[Operation]) -> Callable[[], Plan[Any]]:
+    if kind == "record":
+        return lambda: _record(batch)
+    if kind == "cas":  # a compare-and-set of the first op at version 1 (stored or not)
+        return lambda: _cas(batch[0], 1)
+    return _open(batch, replans=kind == "replans")
+
+
+def _cas(op: Operation, expected: int) -> Plan[Any]:
+    after = dataclasses.replace(op, version=expected + 1, state=State.CONFIRMED)
+    written = yield CasWithAudit(after, expected, audit_row(op, after, None, "w"))
+    return written
 
 
 def _record(ops: Sequence[Operation]) -> Plan[Any]:
@@ -192,3 +212,43 @@ def test_the_merged_insert_keeps_op_id_order() -> None:
     assert isinstance(merged, FindOrInsert) and isinstance(merged.insert, InsertWithAudit)
     assert [op.op_id for op in merged.insert.ops] == ["a", "b", "c"]
     assert [row["op_id"] for row in merged.insert.audit] == ["a", "b", "c"]
+
+
+def test_outcomes_that_arrive_together_are_one_compare_and_set_step() -> None:
+    ledger, reference = InMemoryLedger(), InMemoryLedger()
+    ops = [_op(f"op-{i}", args_hash=f"h{i}") for i in (3, 1, 2)]
+    for target in (ledger, reference):
+        drive(_record(ops[:2]), target._answer)  # op-2 is not stored: its CAS misses
+    makers = [(lambda op=op: _cas(op, 1)) for op in ops]
+    results, steps = _grouped(ledger, makers)
+    assert [type(s) for s in steps] == [CasEach]
+    assert [item.after.op_id for item in steps[0].items] == ["op-1", "op-2", "op-3"]  # type: ignore[union-attr]
+    assert results == [True, True, False] == _alone(reference, makers)
+    assert _state(ledger) == _state(reference)
+
+
+async def test_each_backend_writes_eight_optimistic_outcomes_at_once(
+    ledger: Ledger, make_op: OpFactory
+) -> None:
+    """The outcomes the engine records (optimistic, from the row it holds) start with
+    their compare-and-set: on the SQL backends eight arriving together are one step.
+    One of them is stale and fails alone; the others are written with their audit."""
+    ops = await ledger.record_intents([make_op() for _ in range(8)], change=dispatch())
+    seen = [dataclasses.replace(op, version=7) if i == 3 else op for i, op in enumerate(ops)]
+    results = await asyncio.gather(
+        *(
+            ledger.transition(op.op_id, succeed(i=i), expected_version=op.version, actor=f"w{i}", before=op)
+            for i, op in enumerate(seen)
+        ),
+        return_exceptions=True,
+    )
+    assert isinstance(results[3], StaleVersionError)
+    for i, op in enumerate(ops):
+        stored = await ledger.get(op.op_id)
+        trail = [(e.event, e.version, e.actor) for e in await ledger.audit(op.op_id)]
+        assert stored is not None
+        if i == 3:
+            assert stored == op and trail == [("intent", 1, trail[0][2])]
+        else:
+            assert results[i] == stored and stored.state is State.CONFIRMED
+            assert trail[1:] == [("succeed", 2, f"w{i}")]

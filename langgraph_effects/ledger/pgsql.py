@@ -1,0 +1,129 @@
+"""The Postgres ledger's statements that carry many rows, and their parameters.
+
+New rows and compare-and-sets travel as one typed array per column (``unnest``), so a
+statement's text is the same for any number of rows: psycopg and the server parse
+and plan it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import base
+from .base import COLUMNS, MUTABLE_COLUMNS
+from .codec import mutable_row, origin_text
+
+#: effect_audit's columns, in the order its rows are written.
+AUDIT_COLUMNS: tuple[str, ...] = (
+    "op_id",
+    "seq",
+    "at",
+    "actor",
+    "from_state",
+    "to_state",
+    "event",
+    "version",
+    "evidence",
+)
+
+#: The types of effect_operations' columns that are not text (as MIGRATIONS create
+#: them): the casts of the typed arrays new rows are sent in (``unnest``).
+OP_TYPES: dict[str, str] = {
+    "version": "integer",
+    "attempts": "integer",
+    "lease_expires_at": "double precision",
+    "dispatched_at": "double precision",
+    "result": "bytea",
+    "created_at": "double precision",
+    "updated_at": "double precision",
+}
+
+OP_COLUMN_TYPES: tuple[str, ...] = tuple(OP_TYPES.get(c, "text") for c in COLUMNS)
+
+#: The types of effect_audit's columns: casts for its values outside an INSERT's own
+#: VALUES list (the compare-and-set's audit row, the typed arrays of new rows).
+AUDIT_TYPES: tuple[str, ...] = (
+    "text", "integer", "double precision", "text", "text", "text", "text", "integer", "text"
+)
+
+
+def unnest(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
+    """Rows from one typed array per column: the statement is the same text whatever
+    the number of rows (psycopg caches its parse, the server its plan)."""
+    # %b: sent in binary, so no element is quoted or escaped (the text format runs a
+    # regular expression over each one).
+    arrays = ", ".join(f"%b::{t}[]" for t in types)
+    return f"SELECT * FROM unnest({arrays}) AS {alias} ({', '.join(columns)})"
+
+
+def insert_sql(ops: str, audit: str, find_sql: str) -> tuple[str, str]:
+    """The insert of new rows and their audit rows (an existing op_id or a
+    ``(tenant, provider_key)`` taken by another operation is kept, as SQLite's INSERT
+    OR IGNORE does), as one statement; and the same guarded by a find (FindOrInsert,
+    one snapshot): the insert runs only when the read found nothing. FindOrInsert's
+    one result holds both: the rows found (``inserted`` NULL), then a row per id
+    inserted (found's columns all NULL: a join that never matches)."""
+    rows = unnest(COLUMNS, OP_COLUMN_TYPES, "v")
+    audit_rows = unnest(AUDIT_COLUMNS, AUDIT_TYPES, "a")
+    into = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) {rows}"
+    audited = (
+        f"aud AS (INSERT INTO {audit} ({', '.join(AUDIT_COLUMNS)}) {audit_rows} "
+        "WHERE a.op_id IN (SELECT op_id FROM ins)) "
+    )
+    insert = f"WITH ins AS ({into} ON CONFLICT DO NOTHING RETURNING op_id), {audited}SELECT op_id FROM ins"
+    find_or_insert = (
+        f"WITH found AS ({find_sql}), ins AS ({into} WHERE NOT EXISTS (SELECT 1 FROM found) "
+        f"ON CONFLICT DO NOTHING RETURNING op_id), {audited}"
+        "SELECT found.*, NULL AS inserted FROM found "
+        "UNION ALL SELECT found.*, ins.op_id FROM ins LEFT JOIN found ON false"
+    )
+    return insert, find_or_insert
+
+
+#: The compare-and-set's values as arrays: the row's id, the version it must still
+#: be at, and its new mutable columns.
+CAS_COLUMNS: tuple[str, ...] = ("op_id", "expected_version", *MUTABLE_COLUMNS)
+CAS_TYPES: tuple[str, ...] = ("text", "integer", *(OP_TYPES.get(c, "text") for c in MUTABLE_COLUMNS))
+
+
+def cas_each_sql(ops: str, audit: str) -> str:
+    """Several compare-and-sets (distinct rows) as one statement: each row still at its
+    expected version is written and gets its audit row; returns the ids written."""
+    rows = unnest(CAS_COLUMNS, CAS_TYPES, "v")
+    assignments = ", ".join(f"{c} = v.{c}" for c in MUTABLE_COLUMNS)
+    return (
+        f"WITH changed AS (UPDATE {ops} AS o SET {assignments} FROM ({rows}) AS v "
+        "WHERE o.op_id = v.op_id AND o.version = v.expected_version RETURNING o.op_id), "
+        f"aud AS (INSERT INTO {audit} ({', '.join(AUDIT_COLUMNS)}) "
+        f"{unnest(AUDIT_COLUMNS, AUDIT_TYPES, 'a')} WHERE a.op_id IN (SELECT op_id FROM changed)) "
+        "SELECT op_id FROM changed"
+    )
+
+
+def cas_each_params(step: base.CasEach) -> list[list[Any]]:
+    """The parameters of :func:`cas_each_sql`, in order."""
+    rows = [{**mutable_row(i.after), "expected_version": i.expected_version} for i in step.items]
+    audit = as_arrays([i.audit for i in step.items], AUDIT_COLUMNS, AUDIT_TYPES)
+    return [*as_arrays(rows, CAS_COLUMNS, CAS_TYPES), *audit]
+
+
+def as_arrays(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], types: Sequence[str]
+) -> list[list[Any]]:
+    """The values of ``rows``, one list per column (for :func:`unnest`). psycopg
+    refuses a list mixing int and float: a float column's numbers are all floats."""
+    arrays = []
+    for column, kind in zip(columns, types, strict=True):
+        values = [row[column] for row in rows]
+        if kind == "double precision":
+            values = [None if v is None else float(v) for v in values]
+        arrays.append(values)
+    return arrays
+
+
+def find_params(find: base.Find) -> list[Any]:
+    """The parameters of the ledger's find statement, in order."""
+    tools, hashes = [t for t, _ in find.pairs], [h for _, h in find.pairs]
+    origin = origin_text(find.origin)
+    return [list(find.op_ids), find.thread_id, tools, hashes, origin, origin]
