@@ -14,7 +14,7 @@ before it, so running it first changes nothing any of them reads, and the merged
 find is the union of the merged plans' finds. Its rows are handed back by the same
 test the find applies. Only when the merged find finds a row (and so inserted
 nothing) do the plans whose own share is empty ask their own step, as before.
-``tests/ledger/test_grouped_opens.py`` checks this against plans run one by one.
+``tests/ledger/test_grouped_steps.py`` checks this against plans run one by one.
 """
 
 from __future__ import annotations
