@@ -131,3 +131,43 @@ async def test_the_same_call_in_a_later_turn_opens_in_one_statement(
     assert first.args_hash == second.args_hash and first.op_id != second.op_id
     # Open (read and insert in one statement), then the outcome: in both turns.
     assert turns == [["FindOrInsert", "CasWithAudit"]] * 2, turns
+
+
+@pytest.mark.parametrize("path", ["node", "middleware"])
+async def test_eight_parallel_calls_open_and_settle_in_a_few_statements(
+    tmp_path: Path, dsn: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight calls in one AIMessage: the node opens them in one plan; the middleware
+    runs a task per call, whose opens group commit asks as one step
+    (``ledger/grouped.py``). Either way every call is sent once and opened by one
+    statement, not eight. (These tools write to a provider that fsyncs, so they end
+    one by one and so do their outcomes; outcomes that end together are merged too,
+    see tests/ledger/test_grouped_steps.py.)"""
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+
+    @tool
+    def send_keyed(n: int) -> str:
+        """Send notification ``n`` through a provider that dedups by key."""
+        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
+
+    steps: list[str] = []
+    answer = PostgresLedger._answer
+
+    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
+        steps.append(type(step).__name__)
+        return await answer(self, cur, step)
+
+    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    script = call_each_then_finish([("send_keyed", {"n": n}) for n in range(8)])
+    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        await saver.setup()
+        graph = _graph(path, [send_keyed], saver, script)
+        steps.clear()  # setup's own
+        result = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
+        stored = await saver.ledger.list_operations(OperationQuery())
+    assert result["messages"][-1].content == "done"
+    assert keyed.count_effects() == {f"keyed:{n}": 1 for n in range(8)}
+    assert len(stored) == 8 and all(op.state.value == "confirmed" for op in stored)
+    # Tasks that arrive a loop turn apart would form a second group: allow one split.
+    assert steps.count("FindOrInsert") <= 2 and "Find" not in steps, steps
+    assert len(steps) <= 2 + 8, steps  # the opens, then at most one statement per outcome
