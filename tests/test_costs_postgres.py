@@ -91,6 +91,31 @@ async def test_a_keyed_and_a_blind_call_open_together(tmp_path: Path, dsn: str, 
     }
 
 
+def _keyed_sender(tmp_path: Path) -> tuple[Provider, BaseTool]:
+    """A provider that dedups by key and keeps its own records, and a tool sending to it."""
+    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
+
+    @tool
+    def send_keyed(n: int) -> str:
+        """Send notification ``n`` through a provider that dedups by key."""
+        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
+
+    return keyed, send_keyed
+
+
+def _spy_ledger_steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the steps the Postgres ledger answers from now on, in order."""
+    steps: list[str] = []
+    answer = PostgresLedger._answer
+
+    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
+        steps.append(type(step).__name__)
+        return await answer(self, cur, step)
+
+    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    return steps
+
+
 def _same_call_each_turn(messages: list[BaseMessage]) -> AIMessage:
     """Each new human message asks for the very same call (same id, same arguments)."""
     if isinstance(messages[-1], ToolMessage):
@@ -103,21 +128,8 @@ def _same_call_each_turn(messages: list[BaseMessage]) -> AIMessage:
 async def test_the_same_call_in_a_later_turn_opens_in_one_statement(
     tmp_path: Path, dsn: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
-
-    @tool
-    def send_keyed(n: int) -> str:
-        """Send notification ``n`` through a provider that dedups by key."""
-        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
-
-    steps: list[str] = []
-    answer = PostgresLedger._answer
-
-    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
-        steps.append(type(step).__name__)
-        return await answer(self, cur, step)
-
-    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    keyed, send_keyed = _keyed_sender(tmp_path)
+    steps = _spy_ledger_steps(monkeypatch)
     async with EffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
         graph = _graph(path, [send_keyed], saver, _same_call_each_turn)
@@ -143,21 +155,8 @@ async def test_eight_parallel_calls_open_and_settle_in_a_few_statements(
     statement, not eight. (These tools write to a provider that fsyncs, so they end
     one by one and so do their outcomes; outcomes that end together are merged too,
     see tests/ledger/test_grouped_steps.py.)"""
-    keyed = Provider(tmp_path / "keyed.sqlite", "dedup")
-
-    @tool
-    def send_keyed(n: int) -> str:
-        """Send notification ``n`` through a provider that dedups by key."""
-        return keyed.apply({"operation": f"keyed:{n}"}, key=current_operation().provider_key).effect_id
-
-    steps: list[str] = []
-    answer = PostgresLedger._answer
-
-    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
-        steps.append(type(step).__name__)
-        return await answer(self, cur, step)
-
-    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    keyed, send_keyed = _keyed_sender(tmp_path)
+    steps = _spy_ledger_steps(monkeypatch)
     script = call_each_then_finish([("send_keyed", {"n": n}) for n in range(8)])
     async with EffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
