@@ -39,6 +39,7 @@ OP_TYPES: dict[str, str] = {
     "updated_at": "double precision",
 }
 
+#: The cast of each of effect_operations' columns, in COLUMNS order.
 OP_COLUMN_TYPES: tuple[str, ...] = tuple(OP_TYPES.get(c, "text") for c in COLUMNS)
 
 #: The types of effect_audit's columns: casts for its values outside an INSERT's own
