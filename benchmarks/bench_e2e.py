@@ -251,15 +251,18 @@ async def sqlite_savers(path: Path) -> AsyncIterator[tuple[Any, Any]]:
 
 
 @asynccontextmanager
-async def postgres_savers(dsn: str) -> AsyncIterator[tuple[Any, Any]]:
-    """``AsyncPostgresSaver`` and ``EffectPostgresSaver`` on the same database."""
+async def postgres_savers(dsn: str, ours_dsn: str | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """``AsyncPostgresSaver`` on ``dsn`` and ``EffectPostgresSaver`` on ``ours_dsn`` (the
+    same server; by default the same database). Give them a database each when timing:
+    our fence's triggers act on every insert into the tables they guard, the plain
+    saver's too."""
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 
     async with (
         AsyncPostgresSaver.from_conn_string(dsn) as plain,
-        EffectPostgresSaver.from_conn_string(dsn) as effect,
+        EffectPostgresSaver.from_conn_string(ours_dsn or dsn) as effect,
     ):
         await effect.setup()
         await plain.setup()

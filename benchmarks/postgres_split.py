@@ -23,7 +23,11 @@ from bench_common import DEFAULT_PG_DSN, fresh_pg_database, pg_problem
 
 
 async def main(path: str, fanout: int, batches: int, dsn: str) -> None:
-    async with fresh_pg_database(dsn) as fresh, bench_e2e.postgres_savers(fresh) as (plain_saver, ours_saver):
+    async with (
+        fresh_pg_database(dsn) as plain_db,
+        fresh_pg_database(dsn) as ours_db,
+        bench_e2e.postgres_savers(plain_db, ours_db) as (plain_saver, ours_saver),
+    ):
         def agent(effect: bool, saver: Any) -> Any:
             return bench_e2e.build_graph(path=path, effect=effect, fanout=fanout, latency_ms=0, saver=saver)
 

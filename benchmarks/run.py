@@ -355,7 +355,11 @@ async def run_all(args: argparse.Namespace, only: Only) -> dict[str, Any]:
             Path(f"{workdir / 'agent.sqlite'}{suffix}").unlink(missing_ok=True)
     if agent_parts and pg_skip is None:
         log("agent turns on Postgres")
-        async with fresh_pg_database(dsn) as fresh, bench_e2e.postgres_savers(fresh) as savers:
+        async with (
+            fresh_pg_database(dsn) as plain_db,
+            fresh_pg_database(dsn) as ours_db,
+            bench_e2e.postgres_savers(plain_db, ours_db) as savers,
+        ):
             await _backend("postgres", savers, only, cfg, report, profile=profile)
     await _scan_and_memory(only, cfg, workdir, dsn, pg_skip is None, report)
     if not args.dir:

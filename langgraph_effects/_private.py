@@ -208,8 +208,8 @@ def postgres_connection(conn: Any) -> AbstractAsyncContextManager[Any]:
 
 def postgres_saver_cursor(parent: Any, *, pipeline: bool) -> AbstractAsyncContextManager[Any]:
     """``AsyncPostgresSaver._cursor``: where its ``aput``/``aput_writes`` get the cursor
-    their statements run on. ``EffectPostgresSaver`` overrides that method to hand
-    them its fenced transaction's cursor; ``parent`` is its ``super()``."""
+    their statements run on. ``EffectPostgresSaver`` overrides that method to run one
+    statement of its own first, in their transaction; ``parent`` is its ``super()``."""
     return parent._cursor(pipeline=pipeline)  # type: ignore[no-any-return]
 
 

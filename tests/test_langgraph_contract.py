@@ -313,13 +313,14 @@ def test_sqlite_saver_statements_are_the_ones_we_run_in_our_transaction() -> Non
 
 
 def test_postgres_saver_writes_through_its_cursor_method() -> None:
-    # EffectPostgresSaver hands LangGraph's aput/aput_writes the cursor of its fenced
-    # transaction through an override of ``_cursor``.
+    # EffectPostgresSaver's fence is a trigger inside LangGraph's statements; for its own
+    # late task results it sets a transaction-local flag first, on the cursor LangGraph's
+    # aput_writes gets from ``_cursor`` (our override).
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    # The fence is one implicit transaction ended by one Sync (pipeline mode, autocommit):
-    # a Sync, commit, transaction or pipeline of their own inside would end it between
-    # our check and their insert, and free the thread's lock.
+    # That flag and their statements are one implicit transaction ended by one Sync
+    # (pipeline mode, autocommit): a Sync, commit, transaction or pipeline of their own
+    # inside would end it before their insert, and the trigger would refuse the writes.
     for method in (AsyncPostgresSaver.aput, AsyncPostgresSaver.aput_writes):
         source = inspect.getsource(method)
         assert "self._cursor(" in source, method.__name__
@@ -525,7 +526,7 @@ def test_private_postgres_pieces_keep_their_names() -> None:
     assert list(inspect.signature(_ainternal.get_connection).parameters) == ["conn"]
     assert "_cursor" in vars(aio.AsyncPostgresSaver)
     assert "pipeline" in inspect.signature(aio.AsyncPostgresSaver._cursor).parameters
-    # Our override hands LangGraph's statements the fenced cursor through the same name.
+    # Our override reaches LangGraph's statements through the same name.
     from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 
     assert "_cursor" in vars(EffectPostgresSaver)

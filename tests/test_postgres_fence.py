@@ -52,9 +52,10 @@ async def effect_saver(dsn: str, *, pipeline: bool = False) -> AsyncIterator[Eff
 
 
 @contextmanager
-def syncs(conn: Any) -> Iterator[list[int]]:
-    """Count the ``Sync`` messages ``conn`` sends inside the block (into the list)."""
-    counted: list[int] = []
+def sent(conn: Any) -> Iterator[dict[str, int]]:
+    """Count the ``Sync`` (round trips) and ``Execute`` (statements) messages ``conn``
+    sends inside the block (filled in when it ends)."""
+    counted: dict[str, int] = {}
     with tempfile.NamedTemporaryFile("w+", suffix=".pqtrace") as trace:
         conn.pgconn.trace(trace.fileno())
         conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
@@ -64,7 +65,8 @@ def syncs(conn: Any) -> Iterator[list[int]]:
             conn.pgconn.untrace()  # flushes what libpq buffered
         trace.seek(0)
         lines = [line.split("\t") for line in trace.read().splitlines()]
-    counted.append(sum(1 for p in lines if len(p) >= 3 and p[0] == "F" and p[2].strip() == "Sync"))
+    for kind in ("Sync", "Execute"):
+        counted[kind] = sum(1 for p in lines if len(p) >= 3 and p[0] == "F" and p[2].strip() == kind)
 
 
 def checkpoint(text: str, version: int) -> Any:
@@ -92,31 +94,55 @@ async def count_rows(saver: EffectPostgresSaver, sql: str, *params: Any) -> int:
 
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["connection", "saver pipeline"])
-async def test_a_fenced_save_costs_one_round_trip_as_langgraphs_does(dsn: str, pipeline: bool) -> None:
+async def test_a_fenced_save_sends_what_langgraphs_sends(dsn: str, pipeline: bool) -> None:
+    # The fence runs inside LangGraph's own statements (a trigger): a checked save is
+    # the same statements in the same one round trip as the plain saver's.
     async with AsyncPostgresSaver.from_conn_string(dsn) as plain:
         await plain.setup()
         start = await put(plain, root(uuid.uuid4().hex), "a", 1)
-        with syncs(plain.conn) as plain_put:
+        with sent(plain.conn) as plain_put:
             await put(plain, start, "b", 2)
-        with syncs(plain.conn) as plain_writes:
+        with sent(plain.conn) as plain_writes:
             await plain.aput_writes(start, [("messages", [AIMessage("w")])], "task-1")
-    assert plain_put == plain_writes == [1]
+    assert plain_put["Sync"] == plain_writes["Sync"] == 1
 
     async with effect_saver(dsn, pipeline=pipeline) as saver:
         first = await put(saver, root(uuid.uuid4().hex), "a", 1)
         counts = {}
-        with syncs(saver.conn) as counts["writes, checked"]:
+        with sent(saver.conn) as counts["writes, checked"]:
             await saver.aput_writes(first, [("messages", [AIMessage("w")])], "task-1")
-        with syncs(saver.conn) as counts["checkpoint, checked"]:
+        with sent(saver.conn) as counts["checkpoint, checked"]:
             second = await put(saver, first, "b", 2)
-        with syncs(saver.conn) as counts["writes, own late ones"]:
+        with sent(saver.conn) as counts["writes, own late ones"]:
             await saver.aput_writes(first, [("messages", [AIMessage("late")])], "task-2")
-        with syncs(saver.conn) as counts["checkpoint, deliberate branch"]:
+        with sent(saver.conn) as counts["checkpoint, deliberate branch"]:
             await put(saver, first, "fork", 3, source="fork")
-        assert counts == {key: [1] for key in counts}, counts
+        assert counts == {
+            "writes, checked": plain_writes,
+            "checkpoint, checked": plain_put,
+            # Telling the trigger that these are its own is one statement more.
+            "writes, own late ones": {"Sync": 1, "Execute": plain_writes["Execute"] + 1},
+            "checkpoint, deliberate branch": plain_put,
+        }, counts
         assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE checkpoint_id = %s",
                                 first["configurable"]["checkpoint_id"]) == 2
         assert second["configurable"]["checkpoint_id"]
+
+
+async def test_a_plain_saver_sharing_the_tables_is_left_alone(dsn: str) -> None:
+    # The triggers fence the sessions of our savers only. LangGraph's own saver on the
+    # same tables saves as it always did: its task results often land after the next
+    # checkpoint (it serialises them in a thread before it takes its lock).
+    thread = uuid.uuid4().hex
+    async with effect_saver(dsn) as saver, AsyncPostgresSaver.from_conn_string(dsn) as plain:
+        start = await put(plain, root(thread), "start", 1)
+        await put(plain, start, "child", 2)
+        await plain.aput_writes(start, [("messages", [AIMessage("late")])], "task-late")
+        await put(plain, start, "second child", 3)  # not ours to refuse
+        assert await count_rows(saver, "SELECT count(*) FROM checkpoints WHERE thread_id = %s", thread) == 3
+        # ...while our saver, on the same thread, keeps the rule.
+        with pytest.raises(ThreadConflictError):
+            await put(saver, start, "third child", 4)
 
 
 @pytest.mark.parametrize("mode", ["pipeline", "saver pipeline", "explicit transaction"])
@@ -157,13 +183,51 @@ async def test_a_refused_save_lands_nothing_and_the_connection_goes_on(
     assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.records
 
 
-async def test_setup_leaves_the_fence_function_alone_once_it_is_current(dsn: str, pg_schema: str) -> None:
+async def test_a_saver_on_a_pool_is_fenced_in_each_save(dsn: str) -> None:
+    # On a pool the saver's session is not its own: each save tells the trigger to
+    # fence it, one statement more in the same round trip.
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    thread = uuid.uuid4().hex
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    async with (
+        effect_saver(dsn) as winner,
+        AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs=kwargs, open=False) as pool,
+        PostgresLedger.from_conn_string(dsn, max_size=1) as ledger,
+    ):
+        pooled = EffectPostgresSaver(pool, ledger)
+        start = await put(winner, root(thread), "start", 1)
+        await put(winner, start, "winner", 2)
+        with pytest.raises(ThreadConflictError, match="checkpoint"):
+            await put(pooled, start, "loser", 3)
+        with pytest.raises(ThreadConflictError, match="task results"):
+            await pooled.aput_writes(start, [("messages", [AIMessage("late")])], "task-loser")
+        # Its own thread goes on, and its own late task results land.
+        own = await put(pooled, root(uuid.uuid4().hex), "own", 1)
+        await put(pooled, own, "next", 2)
+        async with pool.connection() as conn:
+            pass  # the pool's one connection, traced while the saver has it
+        with sent(conn) as late:
+            await pooled.aput_writes(own, [("messages", [AIMessage("late")])], "task-own")
+        assert late == {"Sync": 1, "Execute": 2}, late  # mode + LangGraph's one write
+        assert await count_rows(winner, "SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s",
+                                own["configurable"]["thread_id"]) == 1
+
+
+async def test_setup_leaves_the_fence_alone_once_it_is_current(dsn: str, pg_schema: str) -> None:
     async with effect_saver(dsn) as saver:
-        find = ("SELECT p.xmin::text::bigint FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE p.proname = 'effect_checkpoint_fence' AND n.nspname = %s")
+        find = ("SELECT sum(p.xmin::text::bigint) FROM pg_proc p "
+                "JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE p.proname IN ('effect_checkpoint_fence', 'effect_checkpoint_fence_row') "
+                "AND n.nspname = %s")
+        triggers = "SELECT count(*) FROM pg_trigger WHERE tgname = 'effect_one_runner_per_thread'"
         before = await count_rows(saver, find, pg_schema)  # in the checkpoints' schema
         await saver.setup()
         assert await count_rows(saver, find, pg_schema) == before  # not replaced: no owner needed
+        assert await count_rows(saver, triggers) == 2  # checkpoints, checkpoint_writes
 
         async with saver.ledger.pool.connection() as conn:
             await conn.execute("DROP FUNCTION effect_checkpoint_fence")
@@ -171,3 +235,15 @@ async def test_setup_leaves_the_fence_function_alone_once_it_is_current(dsn: str
             await put(saver, root(uuid.uuid4().hex), "a", 1)
         await saver.setup_fencing()
         await put(saver, root(uuid.uuid4().hex), "a", 1)
+
+
+async def test_a_saver_will_not_save_unfenced(dsn: str) -> None:
+    # A database set up by an older version (or whose triggers were dropped) has no
+    # fence: the saver says so at its first save instead of saving without it.
+    async with effect_saver(dsn) as saver, saver.ledger.pool.connection() as conn:
+        await conn.execute("DROP TRIGGER effect_one_runner_per_thread ON checkpoint_writes")
+    async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=1) as fresh:
+        with pytest.raises(ConfigurationError, match=r"no one-runner-per-thread triggers.*setup\(\)"):
+            await put(fresh, root(uuid.uuid4().hex), "a", 1)
+        await fresh.setup()
+        await put(fresh, root(uuid.uuid4().hex), "a", 1)

@@ -9,7 +9,7 @@ which dedups per operation, cannot see the duplicate. The savers refuse instead:
   one raises :class:`~langgraph_effects.errors.ThreadConflictError`, and nothing of
   it is stored. The check and the insert are one transaction, atomic across
   processes (SQLite ``BEGIN IMMEDIATE``; Postgres a transaction-scoped advisory lock
-  per thread and namespace);
+  per thread and namespace, taken by a trigger inside LangGraph's own insert);
 * except where LangGraph branches on purpose: a checkpoint whose metadata ``source``
   is ``"fork"`` (a replay from a named ``checkpoint_id``) or ``"update"``
   (``update_state``);

@@ -3,30 +3,23 @@ database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, sql
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 
 from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ConfigurationError, ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence
 from ._fence import Put
-
-_T = TypeVar("_T")
-
-# The cursor of the fenced transaction in progress: LangGraph's aput/aput_writes run
-# their own statements through ``self._cursor()``, which then hands them this one, so
-# they land inside our transaction (tests/test_langgraph_contract.py pins that).
-_IN_FENCE: ContextVar[AsyncCursor[DictRow] | None] = ContextVar("_IN_FENCE", default=None)
 
 
 class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
@@ -56,6 +49,8 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
             raise ValueError("the ledger must have its own pool, not the checkpointer's connection")
         self.ledger = ledger
         self._written = _fence.Written()
+        self._fence_ready = False  # the fence's triggers were seen by this saver
+        self._session_fenced = False  # its connection's session asked them to fence it
 
     @classmethod
     @asynccontextmanager
@@ -110,127 +105,150 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
         await self.setup_fencing()
 
     async def setup_fencing(self) -> None:
-        """Create what the one-runner-per-thread check needs (idempotent): the index it
-        probes and its function, in the schema of LangGraph's ``checkpoints`` table.
+        """Create what the one-runner-per-thread rule needs (idempotent), in the schema
+        of LangGraph's ``checkpoints`` table: the index it probes, the function that
+        checks, and the triggers on ``checkpoints`` and ``checkpoint_writes`` that call it.
 
         Run after LangGraph's migrations. Serialised by an advisory lock (concurrent
-        ``CREATE INDEX IF NOT EXISTS`` or ``CREATE OR REPLACE FUNCTION`` can fail); a
-        function already as this version defines it is left alone, so a role that does
-        not own it (it was set up by another) can still run setup.
+        ``CREATE INDEX IF NOT EXISTS`` or ``CREATE OR REPLACE FUNCTION`` can fail); what
+        is already as this version defines it is left alone, so a role that does not own
+        it (it was set up by another) can still run setup.
         """
         async with postgres_connection(self.conn) as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
             )
             await conn.execute(_fence.INDEX_SQL)
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(_FENCE_FOUND_SQL, (_FENCE_FUNCTION,))
-            row = await cur.fetchone()
-            if row is None or row["body"] != _FENCE_BODY:
-                schema = row["schema"] if row is not None else await self._checkpoints_schema(conn)
-                await conn.execute(_fence_function_sql(schema))
+            schema = await self._checkpoints_schema(conn)
+            for name, body, create in _functions(schema):
+                if await _value(conn, _FUNCTION_BODY_SQL, name, schema) != body:
+                    await conn.execute(create)
+            for table in _FENCED_TABLES:
+                if await _value(conn, _TRIGGER_FOUND_SQL, _TRIGGER, schema, table) is None:
+                    await conn.execute(_trigger_sql(schema, table))
 
     @staticmethod
     async def _checkpoints_schema(conn: AsyncConnection[Any]) -> str:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(
-            "SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.oid = to_regclass('checkpoints')"
+        schema = await _value(
+            conn,
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = to_regclass('checkpoints')",
         )
-        row = await cur.fetchone()
-        if row is None:
+        if schema is None:
             raise ConfigurationError("no checkpoints table on the search_path: run LangGraph's setup() first")
-        return str(row["schema"])
+        return str(schema)
+
+    async def _check_fence(self) -> None:
+        """Once per saver, in one round trip: the fence's triggers are there (else saves
+        would go unfenced), and on a connection of its own the saver's session asks them
+        to fence it (on a pool, each save asks in its own transaction instead)."""
+        if self._fence_ready:
+            return
+        own_session = isinstance(self.conn, AsyncConnection)
+        async with self.lock, postgres_connection(self.conn) as conn:
+            enabled = await _value(conn, _TRIGGERS_ENABLED_SQL, "on" if own_session else None, _TRIGGER)
+            if self.pipe is not None:
+                await self.pipe.sync()  # commit the session's mode now, not with the next save
+        if enabled != len(_FENCED_TABLES):
+            raise ConfigurationError(
+                "the checkpoint database has no one-runner-per-thread triggers yet: run the "
+                "saver's setup() (or `langgraph-effects --db DSN setup`) once after upgrading"
+            )
+        self._fence_ready = True
+        self._session_fenced = own_session
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
-        """LangGraph's cursor, or inside a fenced transaction the transaction's own."""
-        fenced = _IN_FENCE.get()
-        if fenced is not None:
-            yield fenced
-            return
+        """LangGraph's cursor. Inside a save, where the trigger must be told how to fence
+        it, the first statement tells it (in the same transaction as LangGraph's
+        statements): on a pool, and for task results on a checkpoint this saver has
+        already moved past (its own late ones).
+
+        Decided here, under the saver's lock, not when ``aput_writes`` is called: the
+        child's save may take the lock first (LangGraph serialises the writes in a
+        thread before it asks for the lock), and ``aput`` records the child before it
+        next yields to the event loop.
+        """
         async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
+            saving = _SAVING.get()
+            if saving is not None:
+                mode = "own-late" if saving and self._written.has_child(saving) else "on"
+                if mode != "on" or not self._session_fenced:
+                    await cur.execute(_FENCE_MODE_SQL, (mode,))
             yield cur
 
-    async def _fenced(
-        self, thread_id: str, ns: str, parent: str | None, check: tuple[str, str] | None,
-        store: Callable[[], Awaitable[_T]],
-    ) -> _T:
-        """``store()`` (LangGraph's own statements) in one transaction with the fence.
-
-        The fence function takes the thread and namespace's advisory lock and, if
-        ``check`` is ``(what, own id)``, raises when ``parent`` already has a child
-        other than ``own``. In pipeline mode on an autocommit connection (LangGraph's
-        setting) all of it is one implicit transaction ended by one Sync: one round
-        trip, nothing fetched in between; an error rolls all of it back (a store()
-        cancelled halfway leaves at most what LangGraph's own pipeline would: blobs
-        without their checkpoint row, which nothing reads). Without pipeline mode, or
-        on a connection that is not autocommit, it is an explicit transaction instead.
-        """
-        what, own = check if check is not None else ("lock", "")
-        args = (_fence.lock_key(thread_id, ns), what, thread_id, ns, parent, own)
+    @asynccontextmanager
+    async def _refusals(self, thread_id: str, ns: str, parent: str | None, what: str) -> AsyncIterator[None]:
+        """LangGraph's statements, with the trigger's refusal raised as ours."""
         try:
-            async with self.lock, postgres_connection(self.conn) as conn, AsyncExitStack() as stack:
-                pipe: AsyncPipeline | None = None
-                if self.supports_pipeline and conn.autocommit:
-                    pipe = await stack.enter_async_context(conn.pipeline())
-                else:
-                    await stack.enter_async_context(conn.transaction())
-                cur = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
-                await cur.execute(_FENCE_CALL, args)
-                token = _IN_FENCE.set(cur)
-                try:
-                    return await store()
-                except psycopg.Error:
-                    if pipe is not None:
-                        # Collect the statements the error aborted now: left to the
-                        # pipeline's exit they are logged as an ignored error.
-                        with suppress(psycopg.Error):
-                            await pipe.sync()
-                    raise
-                finally:
-                    _IN_FENCE.reset(token)
+            yield
         except psycopg.Error as error:
             if error.sqlstate == _REFUSED:
-                child = error.diag.message_detail
-                refused = ThreadConflictError(thread_id, ns, parent, child, what=_WHAT[what])
+                refused = ThreadConflictError(thread_id, ns, parent, error.diag.message_detail, what=what)
                 _fence.on_refused(refused)
                 raise refused from None
             if error.sqlstate == "42883" and _FENCE_FUNCTION in str(error):
+                self._fence_ready = False
                 raise ConfigurationError(
-                    "the checkpoint database has no one-runner-per-thread function yet: run the "
+                    "the checkpoint database has no one-runner-per-thread function: run the "
                     "saver's setup() (or `langgraph-effects --db DSN setup`) once after upgrading"
                 ) from error
             raise
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
+        # The trigger tells LangGraph's deliberate branches apart by the row's metadata.
+        await self._check_fence()
         thread_id, ns, parent = _fence.coordinates(put.config)
-        check = ("checkpoint", put.checkpoint["id"]) if put.check else None
-        return await self._fenced(
-            thread_id, ns, parent, check,
-            lambda: AsyncPostgresSaver.aput(self, put.config, put.checkpoint, put.metadata, put.new_versions),
-        )
+        saving = _SAVING.set("")
+        try:
+            async with self._refusals(thread_id, ns, parent, "checkpoint"):
+                saved: RunnableConfig = await AsyncPostgresSaver.aput(
+                    self, put.config, put.checkpoint, put.metadata, put.new_versions
+                )
+        finally:
+            _SAVING.reset(saving)
+        return saved
 
     async def _put_writes_fenced(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
+        await self._check_fence()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
-        # A checkpoint this saver already moved past takes its own late writes; on any
-        # other, a child means another runner moved past it.
-        own_late = checkpoint_id is None or self._written.has_child(checkpoint_id)
-        await self._fenced(
-            thread_id, ns, checkpoint_id, None if own_late else ("writes", ""),
-            lambda: AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path),
-        )
+        saving = _SAVING.set(str(checkpoint_id))
+        try:
+            async with self._refusals(thread_id, ns, checkpoint_id, "task results"):
+                await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
+        finally:
+            _SAVING.reset(saving)
 
 
-# -- the fence function (created by setup_fencing, called by _fenced) ---------------------
+# -- the fence in the database (created by setup_fencing) ----------------------------------
+#
+# Every row LangGraph inserts into ``checkpoints`` or ``checkpoint_writes`` passes a
+# trigger that takes the thread and namespace's advisory lock (held until the
+# transaction ends: the check and the insert are atomic for every runner of the
+# thread) and refuses a fork. It runs inside LangGraph's own statements, so a save
+# costs the statements and round trip it costs without us.
 
 _FENCE_FUNCTION = "effect_checkpoint_fence"
-#: The SQLSTATE it raises when a save would fork the thread (DETAIL: the child's id).
+_TRIGGER_FUNCTION = "effect_checkpoint_fence_row"
+_TRIGGER = "effect_one_runner_per_thread"
+_FENCED_TABLES = ("checkpoints", "checkpoint_writes")
+#: The SQLSTATE the check raises when a save would fork the thread (DETAIL: the child's id).
 _REFUSED = "LGE01"
-_WHAT = {"checkpoint": "checkpoint", "writes": "task results"}
-_FENCE_CALL = f"SELECT {_FENCE_FUNCTION}(%s, %s, %s, %s, %s, %s)"
+#: How the trigger fences a session's inserts: ``on`` (the rule), ``own-late`` (task
+#: results on a checkpoint this saver moved past itself: the lock only), unset (not a
+#: fenced saver's: left alone, as LangGraph's own saver sharing the tables). Set for a
+#: saver's own connection once, for one transaction otherwise.
+_FENCE_MODE = "langgraph_effects.fence"
+_FENCE_MODE_SQL = f"SELECT set_config('{_FENCE_MODE}', %s, true)"
+#: Inside a fenced save: "" for a checkpoint, else the checkpoint whose task results
+#: the current ``aput_writes`` stores.
+_SAVING: ContextVar[str | None] = ContextVar("langgraph_effects_saving", default=None)
+
+# The check, by (what, parent, own id): 'checkpoint' refuses a child of p_parent other
+# than p_own; 'writes' refuses any child of the checkpoint the writes are for; 'lock'
+# only takes the lock. Its signature is the one earlier versions called directly.
 _FENCE_BODY = """
 DECLARE
     child text;
@@ -256,18 +274,71 @@ BEGIN
     END IF;
 END
 """
-_FENCE_FOUND_SQL = (
-    "SELECT n.nspname AS schema, p.prosrc AS body FROM pg_proc p "
-    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.proname = %s "
-    "AND n.oid = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass('checkpoints'))"
+_DELIBERATE = ", ".join(f"'{source}'" for source in sorted(_fence.DELIBERATE_SOURCES))
+_TRIGGER_BODY = f"""
+DECLARE
+    mode text := current_setting('{_FENCE_MODE}', true);
+    lock_key text := 'langgraph-effects/fence' || chr(31) || NEW.thread_id || chr(31) || NEW.checkpoint_ns;
+    what text := 'writes';
+    parent text := NEW.checkpoint_id;
+    own text := '';
+BEGIN
+    IF mode IS NULL OR mode NOT IN ('on', 'own-late') THEN
+        RETURN NEW;  -- not a fenced saver's insert
+    ELSIF TG_TABLE_NAME = 'checkpoints' THEN
+        -- LangGraph's deliberate branches (time travel, update_state) are let through.
+        what := CASE WHEN NEW.metadata ->> 'source' IN ({_DELIBERATE}) THEN 'lock' ELSE 'checkpoint' END;
+        parent := NEW.parent_checkpoint_id;
+        own := NEW.checkpoint_id;
+    ELSIF mode = 'own-late' THEN
+        what := 'lock';
+    END IF;
+    PERFORM {{schema}}.{_FENCE_FUNCTION}(lock_key, what, NEW.thread_id, NEW.checkpoint_ns, parent, own);
+    RETURN NEW;
+END
+"""
+_FENCE_PARAMETERS = "p_lock_key text, p_what text, p_thread text, p_ns text, p_parent text, p_own text"
+_FUNCTION_BODY_SQL = (
+    "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+    "WHERE p.proname = %s AND n.nspname = %s"
+)
+_TRIGGER_FOUND_SQL = (
+    "SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = %s AND n.nspname = %s AND c.relname = %s"
+)
+#: The fence's triggers enabled on LangGraph's tables; sets the session's mode unless NULL.
+_TRIGGERS_ENABLED_SQL = (
+    f"SELECT count(*), set_config('{_FENCE_MODE}', "
+    f"coalesce(%s, current_setting('{_FENCE_MODE}', true), ''), false) "
+    "FROM pg_trigger WHERE tgname = %s AND tgenabled <> 'D' "
+    "AND tgrelid IN (to_regclass('checkpoints'), to_regclass('checkpoint_writes'))"
 )
 
 
-def _fence_function_sql(schema: str) -> sql.Composed:
-    return sql.SQL(
-        "CREATE OR REPLACE FUNCTION {}.{}(p_lock_key text, p_what text, p_thread text, p_ns text, "
-        "p_parent text, p_own text) RETURNS void LANGUAGE plpgsql AS {}"
-    ).format(sql.Identifier(schema), sql.Identifier(_FENCE_FUNCTION), sql.Literal(_FENCE_BODY))
+async def _value(conn: AsyncConnection[Any], query: str, *params: Any) -> Any:
+    """The first column of the first row ``query`` returns, or ``None``."""
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(query, params)
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _functions(schema: str) -> list[tuple[str, str, sql.Composed]]:
+    """(name, body, statement that creates it) of the fence's functions in ``schema``."""
+    trigger_body = _TRIGGER_BODY.replace("{schema}", sql.Identifier(schema).as_string(None))
+    create = "CREATE OR REPLACE FUNCTION {}.{}(%s) RETURNS %s LANGUAGE plpgsql AS {}"
+    return [
+        (_FENCE_FUNCTION, _FENCE_BODY, sql.SQL(create % (_FENCE_PARAMETERS, "void")).format(
+            sql.Identifier(schema), sql.Identifier(_FENCE_FUNCTION), sql.Literal(_FENCE_BODY))),
+        (_TRIGGER_FUNCTION, trigger_body, sql.SQL(create % ("", "trigger")).format(
+            sql.Identifier(schema), sql.Identifier(_TRIGGER_FUNCTION), sql.Literal(trigger_body))),
+    ]
+
+
+def _trigger_sql(schema: str, table: str) -> sql.Composed:
+    return sql.SQL("CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+        sql.Identifier(_TRIGGER), sql.Identifier(schema, table), sql.Identifier(schema, _TRIGGER_FUNCTION)
+    )
 
 
 __all__ = ["EffectPostgresSaver"]
