@@ -48,7 +48,6 @@ from ..errors import LedgerError, LedgerUnavailableError
 from ..operation import Operation
 from . import base
 from .base import (
-    COLUMNS,
     MUTABLE_COLUMNS,
     UNRESOLVED_SQL,
     AuditEntry,
@@ -58,7 +57,6 @@ from .base import (
     adrive,
     audit_from_row,
     from_row,
-    to_row,
 )
 from .codec import mutable_row
 from .group import Outcome, Regroup
@@ -67,12 +65,12 @@ from .pgsession import CommitLost, Transaction, classify, describe, has_news
 from .pgsql import (
     AUDIT_COLUMNS,
     AUDIT_TYPES,
-    OP_COLUMN_TYPES,
-    as_arrays,
     cas_each_params,
     cas_each_sql,
     find_params,
+    insert_params,
     insert_sql,
+    one_row,
 )
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
@@ -243,7 +241,11 @@ class PostgresLedger(Ledger):
             f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
             f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
         )
-        self._insert_sql, self._find_or_insert_sql = insert_sql(ops, audit, self._find_sql)
+        # By the number of new rows: one (scalars) or any (arrays); see pgsql.
+        self._inserts = {
+            True: insert_sql(ops, audit, self._find_sql, one_row),
+            False: insert_sql(ops, audit, self._find_sql),
+        }
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
@@ -480,8 +482,8 @@ class PostgresLedger(Ledger):
     async def _find_or_insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
     ) -> tuple[list[Operation], list[str]]:
-        params = [*find_params(step.find), *self._insert_params(step.insert)]
-        await cur.execute(self._find_or_insert_sql, params)
+        params = [*find_params(step.find), *insert_params(step.insert)]
+        await cur.execute(self._inserts[len(step.insert.ops) == 1][1], params)
         found, inserted = [], []
         for row in await cur.fetchall():
             if row["inserted"] is None:
@@ -493,14 +495,8 @@ class PostgresLedger(Ledger):
     async def _insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
     ) -> list[str]:
-        await cur.execute(self._insert_sql, self._insert_params(step))
+        await cur.execute(self._inserts[len(step.ops) == 1][0], insert_params(step))
         return [row["op_id"] for row in await cur.fetchall()]
-
-    @staticmethod
-    def _insert_params(step: base.InsertWithAudit) -> list[list[Any]]:
-        rows = list(map(to_row, step.ops))
-        audit = as_arrays(step.audit, AUDIT_COLUMNS, AUDIT_TYPES)
-        return [*as_arrays(rows, COLUMNS, OP_COLUMN_TYPES), *audit]
 
     # -- the protocol ----------------------------------------------------------------
 
