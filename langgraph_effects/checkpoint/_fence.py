@@ -84,11 +84,6 @@ def children_params(thread_id: str, ns: str, parent: str | None, own: str) -> tu
     return (thread_id, ns, parent, own)
 
 
-def lock_key(thread_id: str, ns: str) -> str:
-    """Text hashed into the Postgres advisory lock of one thread and namespace."""
-    return f"langgraph-effects/fence\x1f{thread_id}\x1f{ns}"
-
-
 class Written:
     """The checkpoints this saver committed lately (bounded): its own runs' children,
     each with the parent it was saved under and its header (id, parent, channel

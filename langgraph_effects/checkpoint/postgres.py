@@ -278,6 +278,7 @@ _DELIBERATE = ", ".join(f"'{source}'" for source in sorted(_fence.DELIBERATE_SOU
 _TRIGGER_BODY = f"""
 DECLARE
     mode text := current_setting('{_FENCE_MODE}', true);
+    -- The key earlier versions hashed in Python: during an upgrade, both take one lock.
     lock_key text := 'langgraph-effects/fence' || chr(31) || NEW.thread_id || chr(31) || NEW.checkpoint_ns;
     what text := 'writes';
     parent text := NEW.checkpoint_id;
@@ -310,8 +311,9 @@ _TRIGGER_FOUND_SQL = (
 _TRIGGERS_ENABLED_SQL = (
     f"SELECT count(*), set_config('{_FENCE_MODE}', "
     f"coalesce(%s, current_setting('{_FENCE_MODE}', true), ''), false) "
-    "FROM pg_trigger WHERE tgname = %s AND tgenabled <> 'D' "
-    "AND tgrelid IN (to_regclass('checkpoints'), to_regclass('checkpoint_writes'))"
+    "FROM pg_trigger WHERE tgname = %s AND tgenabled <> 'D' AND tgrelid IN ("
+    + ", ".join(f"to_regclass('{table}')" for table in _FENCED_TABLES)
+    + ")"
 )
 
 

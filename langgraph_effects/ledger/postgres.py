@@ -241,11 +241,9 @@ class PostgresLedger(Ledger):
             f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
             f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
         )
-        # By the number of new rows: one (scalars) or any (arrays); see pgsql.
-        self._inserts = {
-            True: insert_sql(ops, audit, self._find_sql, one_row),
-            False: insert_sql(ops, audit, self._find_sql),
-        }
+        self._insert_sql, self._find_or_insert_sql = insert_sql(ops, audit, self._find_sql)
+        # The same for one new row, sent as scalars (see pgsql).
+        self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
@@ -483,7 +481,8 @@ class PostgresLedger(Ledger):
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
     ) -> tuple[list[Operation], list[str]]:
         params = [*find_params(step.find), *insert_params(step.insert)]
-        await cur.execute(self._inserts[len(step.insert.ops) == 1][1], params)
+        one = len(step.insert.ops) == 1
+        await cur.execute(self._find_or_insert_one_sql if one else self._find_or_insert_sql, params)
         found, inserted = [], []
         for row in await cur.fetchall():
             if row["inserted"] is None:
@@ -495,7 +494,8 @@ class PostgresLedger(Ledger):
     async def _insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
     ) -> list[str]:
-        await cur.execute(self._inserts[len(step.ops) == 1][0], insert_params(step))
+        one = len(step.ops) == 1
+        await cur.execute(self._insert_one_sql if one else self._insert_sql, insert_params(step))
         return [row["op_id"] for row in await cur.fetchall()]
 
     # -- the protocol ----------------------------------------------------------------
