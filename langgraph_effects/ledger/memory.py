@@ -40,6 +40,9 @@ class InMemoryLedger(Ledger):
         self._ops: dict[str, Operation] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: set[tuple[str, str]] = set()
+        #: Each thread's op ids in the order they were stored: a find reads its
+        #: thread's rows, not every row.
+        self._by_thread: dict[str, dict[str, None]] = {}
         self._lock = asyncio.Lock()
         #: Transactions that would be durable commits in a real backend.
         self.commits = 0
@@ -63,9 +66,11 @@ class InMemoryLedger(Ledger):
             return {i: self._ops[i] for i in step.op_ids if i in self._ops}
         if isinstance(step, Find):
             ids, wanted = set(step.op_ids), set(step.pairs)
+            thread = self._by_thread.get(step.thread_id, {})
+            others = [i for i in dict.fromkeys(step.op_ids) if i in self._ops and i not in thread]
             return [
                 op
-                for op in self._ops.values()
+                for op in map(self._ops.__getitem__, [*thread, *others])
                 if op.op_id in ids
                 or (
                     op.thread_id == step.thread_id
@@ -84,6 +89,7 @@ class InMemoryLedger(Ledger):
                 # Stored as a SQL backend would hand it back (lists, not tuples).
                 self._ops[op.op_id] = from_row(to_row(op))
                 self._keys.add(key)
+                self._by_thread.setdefault(op.thread_id, {})[op.op_id] = None
                 inserted.append(op.op_id)
                 self._append_audit(step.audit[i])
             return inserted
