@@ -36,26 +36,6 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def bootstrap_ci(
-    base: Sequence[float], cand: Sequence[float], *, rounds: int = 2000, seed: int = 15
-) -> tuple[float, float]:
-    """95% bootstrap interval of the ratio of medians ``median(cand) / median(base)``,
-    resampling the interleaved pairs together (a pair shares the machine's state)."""
-    import random
-
-    if len(base) < 2:
-        r = median(cand) / median(base) if base else float("nan")
-        return r, r
-    rng = random.Random(seed)
-    n = len(base)
-    ratios = []
-    for _ in range(rounds):
-        picks = [rng.randrange(n) for _ in range(n)]
-        ratios.append(median([cand[i] for i in picks]) / median([base[i] for i in picks]))
-    ratios.sort()
-    return ratios[int(0.025 * rounds)], ratios[int(0.975 * rounds) - 1]
-
-
 def spread(values: Sequence[float]) -> tuple[float, float]:
     """The lower and upper quartile (a robust "how noisy was it")."""
     if len(values) < 2:

@@ -108,8 +108,11 @@ def make_tool(latency_ms: float) -> BaseTool:
     return send
 
 
-def build_graph(*, path: str, effect: bool, fanout: int, latency_ms: float, saver: Any) -> Any:
-    """The agent of ``path``, ours (``effect``) or the baseline, on ``saver``."""
+def build_graph(
+    *, path: str, effect: bool, fanout: int, latency_ms: float, saver: Any, ledger: Any = None
+) -> Any:
+    """The agent of ``path``, ours (``effect``) or the baseline, on ``saver``; ours records
+    in ``ledger`` when one is given (else in the saver's own)."""
     model = ScriptedChatModel(
         script=call_each_then_finish([("send", {"n": i}) for i in range(fanout)])
     )
@@ -119,7 +122,7 @@ def build_graph(*, path: str, effect: bool, fanout: int, latency_ms: float, save
 
         from langgraph_effects import EffectMiddleware
 
-        chosen = EffectMiddleware(EFFECTS) if path == "middleware" else _noop_middleware()
+        chosen = EffectMiddleware(EFFECTS, ledger=ledger) if path == "middleware" else _noop_middleware()
         middleware = [chosen] if effect else []
         return create_agent(model, tools=tools, middleware=middleware, checkpointer=saver)
     if path != "node":
@@ -128,7 +131,7 @@ def build_graph(*, path: str, effect: bool, fanout: int, latency_ms: float, save
     async def agent(state: AgentState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
-    node = EffectToolNode(tools, effects=EFFECTS) if effect else ToolNode(tools)
+    node = EffectToolNode(tools, effects=EFFECTS, ledger=ledger) if effect else ToolNode(tools)
     builder = StateGraph(AgentState)
     builder.add_node("agent", agent)
     builder.add_node("tools", node)

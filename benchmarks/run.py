@@ -32,9 +32,10 @@ Postgres parts run against ``--postgres-dsn`` (default: env
 ``LANGGRAPH_EFFECTS_TEST_PG_DSN`` or ``postgresql://postgres@127.0.0.1:5432/test``) in a
 fresh database that is dropped afterwards; they are skipped, with a line saying why,
 when no server answers. Separate scripts: the ledger-only throughput benchmarks
-``benchmarks/ledger_pairs.py`` and ``benchmarks/ledger_throughput.py``; where a Postgres
-turn's time goes, ``benchmarks/postgres_split.py``; what a turn leaves for Python's
-garbage collector, ``benchmarks/gc_churn.py``.
+``benchmarks/ledger_pairs.py`` and ``benchmarks/ledger_throughput.py``; where a turn's
+added time goes (the saver, the protocol's Python, the ledger's commits),
+``benchmarks/turn_split.py``; what a turn leaves for Python's garbage collector,
+``benchmarks/gc_churn.py``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from .ledger.conftest import require_postgres
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = {"node", "middleware"}
 TIMED_PATHS = PATHS | {"floor"}  # floor: a no-op middleware, LangChain's own charge (no target)
@@ -131,3 +135,32 @@ def test_gc_churn_counts_what_each_turn_leaves_the_collector() -> None:
     assert set(lines) == {"baseline", "ours"}
     for line in lines.values():
         assert "full collections in 20 turns" in line and "objects/turn promoted" in line
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_turn_split_prints_each_row_against_the_one_above(backend: str) -> None:
+    args = ["--backend", backend, "--path", "middleware", "--fanout", "2", "--batches", "2"]
+    if backend == "postgres":
+        args += ["--postgres-dsn", require_postgres()]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "turn_split.py"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    title = f"middleware on {backend}, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
+    assert out[-6] == title
+    rows = out[-4:]
+    names = ["baseline", "baseline, our saver", "ours, ledger in memory", "ours"]
+    for name, line in zip(names, rows, strict=True):
+        assert line.startswith(name + " ")
+        wall, cpu = (float(x) for x in line[len(name):].split()[:2])
+        assert wall > 0 and cpu > 0
+    assert all(" CPU x" in line and "(" in line for line in rows[1:])  # a ratio with its interval
+    assert "CPU x" not in rows[0]
+
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "turn_split.py"), "--batches", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr

@@ -1,0 +1,152 @@
+"""Where a turn's added time goes: the saver, the node's own Python, or the ledger's I/O.
+
+    python benchmarks/turn_split.py [--backend sqlite|postgres] [--path node|middleware]
+                                    [--fanout 1] [--batches 40]
+
+Four agents, run in shuffled batches of 4 turns (each turn on a fresh thread), a
+0 ms tool:
+
+* ``baseline``: ``ToolNode`` or plain ``create_agent`` on LangGraph's own saver
+  (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``, on a file or database of its own);
+* ``baseline, our saver``: the same agent on ``EffectSqliteSaver`` /
+  ``EffectPostgresSaver``: what the one-runner fence costs (or saves);
+* ``ours, ledger in memory``: ``EffectToolNode`` / ``EffectMiddleware`` on our saver,
+  recording in an ``InMemoryLedger``: the protocol's Python without a database (no
+  round trip, no commit; the memory ledger's own bookkeeping, which stores each row
+  through the codec as the SQL ledgers do, is in it);
+* ``ours``: the same with the ledger beside the checkpoints, as shipped: what the
+  ledger's durable commits (two per call) add.
+
+Prints each row's median wall and process CPU time per turn, and its ratio to the row
+above, with a paired bootstrap 95% interval (a batch of each row runs next to the
+others). The machine's load moves wall time; CPU time leaves out waiting (for fsync,
+for the database server), which wall time includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import bench_e2e
+from bench_common import DEFAULT_PG_DSN, bootstrap_ratio_ci, fresh_pg_database, pg_problem
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects.ledger.memory import InMemoryLedger
+
+ROWS = ("baseline", "baseline, our saver", "ours, ledger in memory", "ours")
+TURNS_PER_BATCH = 4
+
+
+@asynccontextmanager
+async def savers(backend: str, dsn: str) -> AsyncIterator[tuple[Any, Any]]:
+    """(LangGraph's saver, ours), each on storage of its own."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="turn-split-") as tmp:
+            async with (
+                AsyncSqliteSaver.from_conn_string(str(Path(tmp) / "plain.db")) as plain,
+                EffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as ours,
+            ):
+                await plain.setup()
+                await ours.setup()
+                yield plain, ours
+        return
+    async with (
+        fresh_pg_database(dsn) as plain_db,
+        fresh_pg_database(dsn) as ours_db,
+        bench_e2e.postgres_savers(plain_db, ours_db) as (plain, ours),
+    ):
+        yield plain, ours
+
+
+def agents(path: str, fanout: int, plain: Any, ours: Any) -> dict[str, Any]:
+    """Each row's agent (the in-memory row keeps one ledger for the whole run: it finds
+    a thread's rows by thread, so it does not slow down as it fills)."""
+
+    def build(effect: bool, saver: Any, ledger: Any = None) -> Any:
+        return bench_e2e.build_graph(
+            path=path, effect=effect, fanout=fanout, latency_ms=0, saver=saver, ledger=ledger
+        )
+
+    return {
+        "baseline": build(False, plain),
+        "baseline, our saver": build(False, ours),
+        "ours, ledger in memory": build(True, ours, InMemoryLedger()),
+        "ours": build(True, ours),
+    }
+
+
+Times = dict[str, tuple[list[float], list[float]]]
+
+
+async def measure(path: str, fanout: int, batches: int, plain: Any, ours: Any) -> Times:
+    """Wall and CPU milliseconds per turn, a value per batch, for each row."""
+    rows = agents(path, fanout, plain, ours)
+    for _ in range(10):  # warm: pools, prepared statements, spare lease owners
+        for agent in rows.values():
+            await bench_e2e.run_once(agent, "warm")
+    times: Times = {name: ([], []) for name in ROWS}
+    for done in range(batches):
+        for name in random.sample(ROWS, len(ROWS)):
+            agent = rows[name]
+            start, used = time.perf_counter(), time.process_time()
+            for _ in range(TURNS_PER_BATCH):
+                await bench_e2e.run_once(agent, "split")
+            times[name][0].append((time.perf_counter() - start) / TURNS_PER_BATCH * 1000)
+            times[name][1].append((time.process_time() - used) / TURNS_PER_BATCH * 1000)
+        if (done + 1) % 10 == 0 or done + 1 == batches:
+            print(f"  {done + 1}/{batches} batches", flush=True)
+    return times
+
+
+def report(title: str, times: Times) -> list[str]:
+    lines = [title, f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s}   vs the row above: wall (95% CI), CPU"]
+    above: str | None = None
+    for name in ROWS:
+        wall, cpu = times[name]
+        line = f"{name:24s} {statistics.median(wall):8.2f} {statistics.median(cpu):7.2f}"
+        if above is not None:
+            up_wall, up_cpu = times[above]
+            lo, hi = bootstrap_ratio_ci(wall, up_wall)
+            ratio = statistics.median(wall) / statistics.median(up_wall)
+            cpu_ratio = statistics.median(cpu) / statistics.median(up_cpu)
+            line += f"   x{ratio:.3f} ({lo:.3f}-{hi:.3f}), CPU x{cpu_ratio:.3f}"
+        lines.append(line)
+        above = name
+    return lines
+
+
+async def main(backend: str, path: str, fanout: int, batches: int, dsn: str) -> None:
+    async with savers(backend, dsn) as (plain, ours):
+        times = await measure(path, fanout, batches, plain, ours)
+    title = (
+        f"{path} on {backend}, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
+        f"batches of {TURNS_PER_BATCH} turns"
+    )
+    print("\n".join(report(title, times)))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--path", choices=["node", "middleware"], default="node")
+    parser.add_argument("--fanout", type=int, default=1)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--postgres-dsn", default=DEFAULT_PG_DSN)
+    args = parser.parse_args()
+    if args.batches < 2 or args.fanout < 1:
+        parser.error(
+            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
+        )
+    if args.backend == "postgres" and (problem := pg_problem(args.postgres_dsn)) is not None:
+        raise SystemExit(f"skipped: {problem}")
+    asyncio.run(main(args.backend, args.path, args.fanout, args.batches, args.postgres_dsn))
