@@ -22,7 +22,7 @@ from langgraph_effects.errors import (
     StaleVersionError,
 )
 from langgraph_effects.ledger import InMemoryLedger
-from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
+from langgraph_effects.ledger.base import DEFAULT_ACTOR, Find, Ledger, OperationQuery
 from langgraph_effects.operation import (
     TERMINAL,
     UNRESOLVED,
@@ -149,6 +149,32 @@ async def test_record_intent_returns_an_existing_row_unchanged(ledger: Ledger, m
     assert again.args == op.args
     assert await ledger.get(op.op_id) == moved
     assert await trail_len(ledger, op.op_id) == 2
+
+
+async def test_find_reads_ids_of_any_thread_and_pairs_of_its_own(
+    ledger: Ledger, make_op: OpFactory
+) -> None:
+    # The Find step every open starts with: rows by id whatever their thread, rows by
+    # (tool, args hash) only in the thread asked about (the memory ledger indexes
+    # rows by thread; an id of another thread must still be found).
+    home = make_op(thread_id="t-home", args_hash="h-home")
+    away = make_op(thread_id="t-away", args_hash="h-away")
+    twin = make_op(thread_id="t-away", args_hash="h-home")  # home's payload, other thread
+    await ledger.record_intents([home, away, twin], change=dispatch())
+
+    async def found(op_ids: tuple[str, ...], pairs: tuple[tuple[str, str], ...]) -> list[str]:
+        def plan() -> Any:
+            rows = yield Find(op_ids=op_ids, thread_id="t-home", pairs=pairs)
+            return rows
+
+        return sorted(ids(await ledger.transact(plan)))
+
+    assert await found((away.op_id,), ()) == [away.op_id]
+    assert await found((), (("send_email", "h-home"),)) == [home.op_id]
+    assert await found((away.op_id, "op-missing"), (("send_email", "h-home"),)) == sorted(
+        [home.op_id, away.op_id]
+    )
+    assert await found((), (("send_email", "h-away"),)) == []  # a pair of another thread
 
 
 async def test_record_intents_several_operations_in_one_call(ledger: Ledger, make_op: OpFactory) -> None:
