@@ -1,4 +1,4 @@
-"""Where a turn's added time goes: the saver, the node's own Python, or the ledger's I/O.
+"""Where a turn's added time goes: the saver, the protocol's Python, or the ledger's commits.
 
     python benchmarks/turn_split.py [--backend sqlite|postgres] [--path node|middleware]
                                     [--fanout 1] [--batches 40]
