@@ -67,17 +67,15 @@ class InMemoryLedger(Ledger):
         if isinstance(step, Find):
             ids, wanted = set(step.op_ids), set(step.pairs)
             thread = self._by_thread.get(step.thread_id, {})
-            others = [i for i in dict.fromkeys(step.op_ids) if i in self._ops and i not in thread]
-            return [
+            mine = [
                 op
-                for op in map(self._ops.__getitem__, [*thread, *others])
+                for op in map(self._ops.__getitem__, thread)
                 if op.op_id in ids
-                or (
-                    op.thread_id == step.thread_id
-                    and (op.tool, op.args_hash) in wanted
-                    and step.origin in (None, op.extra.get("origin"))
-                )
+                or ((op.tool, op.args_hash) in wanted and step.origin in (None, op.extra.get("origin")))
             ]
+            # Rows asked for by id are found whatever thread they were stored under.
+            others = [self._ops[i] for i in dict.fromkeys(step.op_ids) if i in self._ops and i not in thread]
+            return mine + others
         if isinstance(step, FindOrInsert):
             return find_then_insert(step, self._answer)
         if isinstance(step, InsertWithAudit):
