@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import bench_e2e
-from bench_common import DEFAULT_PG_DSN, bootstrap_ratio_ci, fresh_pg_database, pg_problem
+from bench_common import (
+    DEFAULT_PG_DSN,
+    bootstrap_ratio_ci,
+    fresh_pg_database,
+    pg_problem,
+    ratio_of_medians,
+)
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_effects import EffectSqliteSaver
@@ -109,6 +115,7 @@ async def measure(path: str, fanout: int, batches: int, plain: Any, ours: Any) -
 
 
 def report(title: str, times: Times) -> list[str]:
+    """The table: each row's medians, and its ratio to the row above with its interval."""
     lines = [title, f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s}   vs the row above: wall (95% CI), CPU"]
     above: str | None = None
     for name in ROWS:
@@ -117,8 +124,7 @@ def report(title: str, times: Times) -> list[str]:
         if above is not None:
             up_wall, up_cpu = times[above]
             lo, hi = bootstrap_ratio_ci(wall, up_wall)
-            ratio = statistics.median(wall) / statistics.median(up_wall)
-            cpu_ratio = statistics.median(cpu) / statistics.median(up_cpu)
+            ratio, cpu_ratio = ratio_of_medians(wall, up_wall), ratio_of_medians(cpu, up_cpu)
             line += f"   x{ratio:.3f} ({lo:.3f}-{hi:.3f}), CPU x{cpu_ratio:.3f}"
         lines.append(line)
         above = name
@@ -126,6 +132,7 @@ def report(title: str, times: Times) -> list[str]:
 
 
 async def main(backend: str, path: str, fanout: int, batches: int, dsn: str) -> None:
+    """Measure on fresh storage, then print the table."""
     async with savers(backend, dsn) as (plain, ours):
         times = await measure(path, fanout, batches, plain, ours)
     title = (
