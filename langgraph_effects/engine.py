@@ -155,15 +155,12 @@ class Session(HumanQuestions):
         history = history_of(state, messages_key)
         anchors = message_anchors(history)
         task_id = _private.task_id(config) or ""
-        # A dispatch owner (a locked file, made on a worker thread) is made while the
-        # checkpoint is read, for the calls that may be dispatched by the open itself;
-        # released at once if none is.
-        made = (
-            asyncio.ensure_future(lease.new_owner_async())
-            if any(not _staged(settings.effect_for(str(c["name"]))) for c in tool_calls)
-            else None
-        )
-        owner: Owner | None = None
+        # A dispatch owner for the calls the open itself may dispatch (released at once
+        # if none is): one made ahead, or one made on a worker thread (a locked file)
+        # while the checkpoint is read.
+        direct = any(not _staged(settings.effect_for(str(c["name"]))) for c in tool_calls)
+        owner: Owner | None = lease.ready_owner() if direct else None
+        made = asyncio.ensure_future(lease.new_owner_async()) if direct and owner is None else None
         try:
             # One read of the checkpoint holding the calls: it is the durability barrier
             # (nothing leaves before it is saved) and the turn every id is anchored on.
@@ -187,7 +184,8 @@ class Session(HumanQuestions):
             }
             session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
             session._source = source
-            owner = await made if made is not None else None
+            if made is not None:
+                owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}
             await ledger.transact(
                 lambda: session._open_plan(derived, history_known=bool(history), owner=owner)

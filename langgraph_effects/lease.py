@@ -6,14 +6,21 @@ sending, and it never authorises a re-send. Its owner names the host, the proces
 to one dispatch.
 
 **Same host: liveness is proved by the kernel, not by a clock.** While a dispatch
-runs, its owner holds an exclusive ``flock`` on a file named after its token in a
-per-user runtime directory (:func:`runtime_dir`). The kernel keeps the lock while
-the process is stopped (SIGSTOP), paused by a debugger, or has its event loop
-blocked, and drops it the instant the process dies (SIGKILL included). A resumer on
-the same host tries a non-blocking lock: held means the dispatch is still running
-(wait, however long it takes); free or missing means it is over (take over at once).
-This also tells a finished dispatch of a live process apart from a running one, so
-a resumer never waits for a dispatch that was cancelled long ago.
+runs, its owner holds an exclusive ``flock`` on a file in a per-user runtime
+directory (:func:`runtime_dir`), stamped with the dispatch's token. The kernel keeps
+the lock while the process is stopped (SIGSTOP), paused by a debugger, or has its
+event loop blocked, and drops it the instant the process dies (SIGKILL included). A
+resumer on the same host tries a non-blocking lock: held and still stamped with the
+token means the dispatch is still running (wait, however long it takes); free,
+missing, or stamped otherwise means it is over (take over at once). This also tells
+a finished dispatch of a live process apart from a running one, so a resumer never
+waits for a dispatch that was cancelled long ago.
+
+A process keeps the files of its finished dispatches locked and stamped ``idle``,
+and stamps one again for its next dispatch: a 64-byte write instead of creating,
+locking, renaming and later unlinking a file for every call. Workers of one
+deployment on one host should run versions that agree on this (a resumer from
+before files were reused takes any held file for a running dispatch, and waits).
 
 **Across hosts only time can tell:** the lease expires unless its owner renews it.
 Renewal runs on a thread (:class:`Heartbeat`), so a tool that blocks the event loop
@@ -24,6 +31,7 @@ still be taken over (README, "Leases").
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -36,6 +44,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -45,32 +54,63 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 log = logging.getLogger("langgraph_effects")
 
-#: token -> the open file descriptor holding that dispatch's flock (``None`` without
-#: a lock file), for every dispatch of this process not yet released.
-_held: dict[str, int | None] = {}
+
+@dataclass(frozen=True)
+class _Slot:
+    """A lock file this process holds (``flock``) for as long as it keeps it, stamped
+    with the token of the dispatch it stands for, or with :data:`_IDLE`."""
+
+    fd: int
+    path: str
+    where: tuple[str | None, str | None]  # the runtime settings it was made under
+
+
+#: A stamp's size: a token, padded. Written whole at offset 0 of a file of that size.
+_STAMP_SIZE = 64
+_IDLE = b"idle".ljust(_STAMP_SIZE)
+
+#: token -> the slot standing for that dispatch (``None`` without a lock file), for
+#: every dispatch of this process not yet released.
+_held: dict[str, _Slot | None] = {}
 _held_lock = threading.Lock()
+#: Slots of released dispatches, stamped idle and still locked: the next owner takes
+#: one instead of creating, locking, renaming and later unlinking a file of its own.
+_idle: list[_Slot] = []
 
 
 def _forget_in_child() -> None:
-    # A forked child shares its parent's lock (same open file description): closing its
-    # copies keeps a dead parent's dispatch from looking alive while the child runs.
-    for fd in _held.values():
-        if fd is not None:
+    # A forked child shares its parent's locks (same open file descriptions): closing
+    # its copies keeps a dead parent's dispatch from looking alive while the child runs.
+    slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
+    for slot in slots:
+        if slot is not None:
             with contextlib.suppress(OSError):
-                os.close(fd)
+                os.close(slot.fd)
     _held.clear()
-    for _, fd, _ in _spare:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
     _spare.clear()
-    _to_discard.clear()
-    global _releaser, _refilling, _discarding
+    _idle.clear()
+    _to_retire.clear()
+    global _releaser, _refilling, _retiring
     _releaser = None
-    _refilling = _discarding = False
+    _refilling = _retiring = False
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@atexit.register
+def _close_all() -> None:
+    # A normal exit removes this process's lock files (a killed one leaves them free,
+    # for the next prober or sweep to remove).
+    with _held_lock:
+        slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
+        _held.clear()
+        _spare.clear()
+        _idle.clear()
+        _to_retire.clear()
+    for slot in slots:
+        if slot is not None:
+            _close(slot)
 
 
 @cache
@@ -149,38 +189,54 @@ def _sweep(directory: Path) -> None:
                 path.unlink()
 
 
-def _hold(token: str) -> str | None:
-    """Create ``<runtime dir>/<token>.lock`` already locked; its path, or ``None``."""
+def _make_slot() -> _Slot | None:
+    """A new lock file in the runtime directory, locked and stamped idle; ``None`` if
+    there is no usable directory (then liveness falls back to pid + start time)."""
+    where = _runtime_settings()
     directory = runtime_dir()
-    if directory is not None:
-        _sweep(directory)
     if directory is None:
-        with _held_lock:
-            _held[token] = None
         return None
-    final = directory / f"{token}.lock"
-    staging = directory / f".{token}.new"
+    _sweep(directory)
+    name = uuid.uuid4().hex
+    final = directory / f"{name}.lock"
+    staging = directory / f".{name}.new"
     try:
         fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as error:
         log.warning("cannot create lease lock %s (%s); using pid liveness only", staging, error)
-        with _held_lock:
-            _held[token] = None
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        # Published under its final name only once locked: whoever finds the file
-        # finds it held (or released for good).
+        os.pwrite(fd, _IDLE, 0)
+        # Published under its final name only once locked and stamped: whoever finds
+        # the file finds it held (or released for good), never blank.
         os.rename(staging, final)
     except OSError:
         os.close(fd)
         staging.unlink(missing_ok=True)
-        with _held_lock:
-            _held[token] = None
         return None
+    return _Slot(fd, str(final), where)
+
+
+def _hold(token: str) -> str | None:
+    """Stamp a slot (an idle one, or a new one) with ``token``; its path, or ``None``."""
+    where = _runtime_settings()
     with _held_lock:
-        _held[token] = fd
-    return str(final)
+        slot = next((s for s in reversed(_idle) if s.where == where), None)
+        if slot is not None:
+            _idle.remove(slot)
+    if slot is None:
+        slot = _make_slot()
+    if slot is not None:
+        try:
+            os.pwrite(slot.fd, token.encode().ljust(_STAMP_SIZE), 0)
+        except OSError as error:
+            log.warning("cannot stamp lease lock %s (%s); using pid liveness only", slot.path, error)
+            _close(slot)
+            slot = None
+    with _held_lock:
+        _held[token] = slot
+    return slot.path if slot is not None else None
 
 
 @cache
@@ -203,34 +259,51 @@ def new_owner() -> Owner:
     )
 
 
-def _forget(owner: Owner) -> int | None:
+def _forget(owner: Owner) -> _Slot | None:
     """Drop ``owner`` from this process's held dispatches (memory only, never blocks);
-    the descriptor still holding its flock, if any."""
+    the slot that still stands for it, if any."""
     with _held_lock:
         return _held.pop(owner.token, None)
 
 
-def _discard(path: str | None, fd: int) -> None:
+def _close(slot: _Slot) -> None:
     # Unlink first, then unlock: a resumer then finds it missing or free, never held.
-    if path:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(slot.path)
+    with contextlib.suppress(OSError):
+        os.close(slot.fd)
+
+
+def _retire(slot: _Slot) -> None:
+    """Stamp ``slot`` idle (its dispatch is over for every prober from now on) and keep
+    it for the next owner; close it if enough are kept, or its directory is no longer
+    the one the settings name."""
+    try:
+        os.pwrite(slot.fd, _IDLE, 0)
+    except OSError:
+        _close(slot)
+        return
+    with _held_lock:
+        keep = slot.where == _runtime_settings() and len(_idle) < _SPARES
+        if keep:
+            _idle.append(slot)
+    if not keep:
+        _close(slot)
 
 
 def release(owner: Owner | None) -> None:
     """The dispatch this owner stood for is over (whatever its outcome).
 
-    Blocking (file-system calls): from a coroutine use :func:`release_soon`.
+    Blocking (a write to its lock file): from a coroutine use :func:`release_soon`.
     """
     if owner is None:
         return
-    fd = _forget(owner)
-    if fd is not None:
-        _discard(owner.lock, fd)
+    slot = _forget(owner)
+    if slot is not None:
+        _retire(slot)
 
 
-#: One thread for lock-file releases from event-loop code: in order, off the loop.
+#: One thread for lock-file work from event-loop code: in order, off the loop.
 #: Made on first use, and afresh in a forked child (its parent's thread is not there).
 _releaser: ThreadPoolExecutor | None = None
 
@@ -246,44 +319,44 @@ def _release_thread() -> ThreadPoolExecutor:
 def release_soon(owner: Owner | None) -> None:
     """:func:`release` for event-loop code: never blocks, never awaits (safe in a
     ``finally`` of a cancelled task). The process stops holding the dispatch at once
-    (:func:`holds` is ``False``); its lock file is unlinked and unlocked on a worker
-    thread a moment later, so until then a resumer sees it running and waits, which
-    errs on the safe side. A process that exits first drops the lock with its death.
+    (:func:`holds` is ``False``); its lock file is stamped idle on a worker thread a
+    moment later, so until then a resumer sees it running and waits, which errs on
+    the safe side. A process that exits first drops the lock with its death.
     """
     if owner is None:
         return
-    fd = _forget(owner)
-    if fd is None:
+    slot = _forget(owner)
+    if slot is None:
         return
-    global _discarding
+    global _retiring
     with _held_lock:
-        _to_discard.append((owner.lock, fd))
-        start, _discarding = not _discarding, True
+        _to_retire.append(slot)
+        start, _retiring = not _retiring, True
     if start:  # one job drains what is queued meanwhile: one thread wake-up per burst
-        _release_thread().submit(_discard_queued)
+        _release_thread().submit(_retire_queued)
 
 
-_to_discard: list[tuple[str | None, int]] = []
-_discarding = False
+_to_retire: list[_Slot] = []
+_retiring = False
 
 
-def _discard_queued() -> None:
-    global _discarding
+def _retire_queued() -> None:
+    global _retiring
     while True:
         with _held_lock:
-            batch = _to_discard[:]
-            _to_discard.clear()
+            batch = _to_retire[:]
+            _to_retire.clear()
             if not batch:
-                _discarding = False
+                _retiring = False
                 return
-        for path, fd in batch:
-            _discard(path, fd)
+        for slot in batch:
+            _retire(slot)
 
 
-#: Owners made ahead of need, each already holding its lock file (kept out of
+#: Owners made ahead of need, each already stamped on its lock file (kept out of
 #: ``_held`` until taken), so opening calls does not wait for a thread to make one.
 _SPARES = 16  # more than the parallel calls of a typical AIMessage
-_spare: list[tuple[Owner, int | None, tuple[str | None, str | None]]] = []
+_spare: list[tuple[Owner, _Slot | None, tuple[str | None, str | None]]] = []
 _refilling = False
 
 
@@ -303,9 +376,9 @@ def _refill() -> None:
             _refilling = False
 
 
-def _take_spare() -> Owner | None:
-    """A ready owner (now held, as :func:`new_owner`'s are), or ``None``; either way a
-    refill is started on the lease thread."""
+def ready_owner() -> Owner | None:
+    """An owner made ahead (now held, as :func:`new_owner`'s are), or ``None``; either
+    way a refill is started on the lease thread. Never blocks."""
     global _refilling
     where = _runtime_settings()
     with _held_lock:
@@ -313,8 +386,8 @@ def _take_spare() -> Owner | None:
         if stale:
             _spare[:] = [spare for spare in _spare if spare[2] == where]
         taken = _spare.pop() if _spare else None
-        for owner, fd, _ in [*stale, *([taken] if taken else [])]:
-            _held[owner.token] = fd
+        for owner, slot, _ in [*stale, *([taken] if taken else [])]:
+            _held[owner.token] = slot
         # Refilled in batches, when half are gone: a thread wake-up per few calls.
         start = not _refilling and len(_spare) < _SPARES // 2
         _refilling = _refilling or start
@@ -332,7 +405,7 @@ async def new_owner_async() -> Owner:
     Cancelled while the file is being made, the owner is released as soon as it
     exists, so no dispatch of this process is left looking alive for ever.
     """
-    spare = _take_spare()
+    spare = ready_owner()
     if spare is not None:
         return spare
     made = asyncio.get_running_loop().run_in_executor(None, new_owner)
@@ -356,8 +429,9 @@ def holds(owner: Owner) -> bool:
         return owner.token in _held
 
 
-def _probe(path: str) -> bool | None:
-    """The lock file's verdict: ``True`` held (running), ``False`` gone, ``None`` unknown."""
+def _probe(path: str, token: str | None = None) -> bool | None:
+    """The lock file's verdict on the dispatch ``token``: ``True`` running, ``False``
+    over, ``None`` unknown. Without a token: whether anyone holds the file at all."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -367,10 +441,19 @@ def _probe(path: str) -> bool | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
-        os.close(fd)
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
-        return None
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            os.close(fd)
+            return None
+        # Held: by the dispatch asked about only if the file is still stamped with it
+        # (its process reuses the file for later dispatches).
+        try:
+            stamp = os.pread(fd, _STAMP_SIZE, 0).rstrip()
+        except OSError:
+            return True  # held, and unreadable: wait, the safe side
+        finally:
+            os.close(fd)
+        # A blank file stands for one dispatch only (made before files were reused).
+        return token is None or not stamp or stamp == token.encode()
     # Free: its owner died without releasing it. Tidy up; nobody locks it again.
     with contextlib.suppress(OSError):
         os.unlink(path)
@@ -393,7 +476,7 @@ def owner_alive(owner: Owner) -> bool | None:
         # removal (release_soon) may still be on its way.
         return holds(owner)
     if owner.lock:
-        verdict = _probe(owner.lock)
+        verdict = _probe(owner.lock, owner.token)
         if verdict is not None:
             return verdict
     start = process_start_time(owner.pid)

@@ -18,6 +18,7 @@ import pytest
 from blockbuster import BlockBuster, BlockingError, blockbuster_ctx
 
 from langgraph_effects import lease
+from langgraph_effects.operation import Owner
 
 
 @pytest.fixture
@@ -32,12 +33,15 @@ def detector() -> Iterator[BlockBuster]:
         yield bb
 
 
-async def _gone(path: Path) -> None:
+async def _over(owner: Owner) -> None:
+    """Until the lock file says the dispatch is over, as a prober in another process
+    reads it (the file itself stays, stamped idle, for this process's next dispatch)."""
+    assert owner.lock is not None
     for _ in range(500):
-        if not await asyncio.to_thread(path.exists):
+        if await asyncio.to_thread(lease._probe, owner.lock, owner.token) is False:
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{path} was never released")
+    raise AssertionError(f"{owner.lock} still stands for {owner.token}")
 
 
 async def test_lease_entry_points_do_not_block_the_loop(runtime_dir: Path, detector: BlockBuster) -> None:
@@ -47,7 +51,7 @@ async def test_lease_entry_points_do_not_block_the_loop(runtime_dir: Path, detec
 
     lease.release_soon(owner)
     assert not lease.holds(owner)  # forgotten at once
-    await _gone(Path(owner.lock))
+    await _over(owner)
     assert await lease.owner_alive_async(owner) is False  # the dispatch is provably over
 
 

@@ -349,6 +349,71 @@ def test_liveness_follows_the_dispatch_not_the_clock() -> None:
         proc.wait()
 
 
+_REUSER = """
+import json, time
+from langgraph_effects import lease
+first = lease.new_owner()
+lease.release(first)
+second = lease.new_owner()
+print(json.dumps([first.to_json(), second.to_json()]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_reused_lock_file_stands_only_for_the_dispatch_stamped_on_it() -> None:
+    """A process stamps the lock file of a finished dispatch for its next one: the
+    finished one reads as over, the next as running, both while the process lives;
+    SIGKILL frees the file and the prober removes it."""
+    from langgraph_effects.operation import Owner
+
+    proc = subprocess.Popen([sys.executable, "-c", _REUSER], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first, second = (Owner.from_json(o) for o in json.loads(proc.stdout.readline()))
+        assert first.lock is not None and second.lock == first.lock  # one file, reused
+        assert first.token != second.token
+        assert lease.owner_alive(first) is False  # over, although its file is held
+        assert lease.owner_alive(second) is True
+        proc.send_signal(signal.SIGSTOP)
+        wait_stopped(proc.pid)
+        assert lease.owner_alive(second) is True and lease.owner_alive(first) is False
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        assert lease.owner_alive(second) is False
+        assert not Path(second.lock).exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
+    """A file with no stamp was made for one dispatch (before files were reused): held
+    means that dispatch runs, whatever token it is asked about."""
+    path = tmp_path / "old.lock"
+    path.write_bytes(b"")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'r+'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert lease._probe(str(path), "any-token") is True
+        holder.kill()
+        holder.wait()
+        assert lease._probe(str(path), "any-token") is False
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
     from langgraph_effects.operation import Owner
 

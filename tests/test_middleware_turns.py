@@ -5,6 +5,7 @@ in the model call, seen by the model right after their AIMessage, kept in the th
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +316,15 @@ def test_the_async_hooks_hand_no_work_to_threads(tmp_path: Path, monkeypatch: py
     assert control - plain == 6, (plain, control)
     assert ours == plain, (plain, ours)
     assert provider.count_effects() == {"x": 2}  # sent: plain and control share a key, ours has its own
+
+
+def test_the_hooks_carry_their_signature() -> None:
+    """create_agent wraps each hook in langsmith's ``traceable``, which reads the hook's
+    signature at every call, tracing on or off: the hooks carry theirs, so it is not
+    rebuilt from the code each time (about 25 µs a call), and it is the same one."""
+    middleware = EffectMiddleware({})
+    for name in ("wrap_model_call", "awrap_model_call", "wrap_tool_call", "awrap_tool_call"):
+        function = getattr(EffectMiddleware, name)
+        assert "__signature__" in vars(function), name
+        assert list(function.__signature__.parameters) == ["self", "request", "handler"]
+        assert list(inspect.signature(getattr(middleware, name)).parameters) == ["request", "handler"]
