@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,5 +163,32 @@ def test_turn_split_prints_each_row_against_the_one_above(backend: str) -> None:
     bad = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "turn_split.py"), "--batches", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
+
+
+def test_lease_files_prints_both_variants_and_the_owner_cost() -> None:
+    script = str(ROOT / "benchmarks" / "lease_files.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--path", "middleware", "--fanout", "2", "--batches", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    title = "middleware, fan-out 2, 0 ms tool, SQLite: per turn, median of 2 batches of 4 turns"
+    assert out[-5] == title
+    per_dispatch, reused, cost = out[-3:]
+    for name, line in (("a file per dispatch", per_dispatch), ("reused", reused)):
+        assert line.startswith(name + " ")
+        wall, cpu = (float(x) for x in line[len(name):].split()[:2])
+        assert wall > 0 and cpu > 0
+    assert " CPU x" in reused and "(" in reused and "CPU x" not in per_dispatch
+    made = re.fullmatch(
+        r"one owner made and released: a file per dispatch ([0-9.]+) µs CPU, reused ([0-9.]+) µs CPU", cost
+    )
+    assert made is not None and float(made[1]) > 0 and float(made[2]) > 0
+
+    bad = subprocess.run(
+        [sys.executable, script, "--batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
