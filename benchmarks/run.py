@@ -35,7 +35,8 @@ when no server answers. Separate scripts: the ledger-only throughput benchmarks
 ``benchmarks/ledger_pairs.py`` and ``benchmarks/ledger_throughput.py``; where a turn's
 added time goes (the saver, the protocol's Python, the ledger's commits),
 ``benchmarks/turn_split.py``; what a turn leaves for Python's garbage collector,
-``benchmarks/gc_churn.py``.
+``benchmarks/gc_churn.py``; what reusing dispatch lock files saves,
+``benchmarks/lease_files.py``.
 """
 
 from __future__ import annotations
