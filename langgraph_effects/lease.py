@@ -81,6 +81,9 @@ _idle: list[_Slot] = []
 def _forget_in_child() -> None:
     # A forked child shares its parent's locks (same open file descriptions): closing
     # its copies keeps a dead parent's dispatch from looking alive while the child runs.
+    # The guard lock is made anew: another thread of the parent may have held it.
+    global _held_lock
+    _held_lock = threading.Lock()
     slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
     for slot in slots:
         if slot is not None:
@@ -218,18 +221,35 @@ def _make_slot() -> _Slot | None:
     return _Slot(fd, str(final), where)
 
 
+def _still_there(slot: _Slot) -> bool:
+    """Whether the slot's path still names the file it holds (a cleaner of ``/tmp``
+    may have removed an idle one): a stamp in a file nobody can find proves nothing."""
+    try:
+        found, held = os.stat(slot.path), os.fstat(slot.fd)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _hold(token: str) -> str | None:
     """Stamp a slot (an idle one, or a new one) with ``token``; its path, or ``None``."""
+    stamp = token.encode()
+    if len(stamp) > _STAMP_SIZE:  # a prober reads that many bytes: it would never match
+        raise ValueError(f"a dispatch token is at most {_STAMP_SIZE} bytes")
     where = _runtime_settings()
     with _held_lock:
         slot = next((s for s in reversed(_idle) if s.where == where), None)
         if slot is not None:
             _idle.remove(slot)
+    if slot is not None and not _still_there(slot):
+        with contextlib.suppress(OSError):
+            os.close(slot.fd)  # not unlinked: the name is not ours any more
+        slot = None
     if slot is None:
         slot = _make_slot()
     if slot is not None:
         try:
-            os.pwrite(slot.fd, token.encode().ljust(_STAMP_SIZE), 0)
+            os.pwrite(slot.fd, stamp.ljust(_STAMP_SIZE), 0)
         except OSError as error:
             log.warning("cannot stamp lease lock %s (%s); using pid liveness only", slot.path, error)
             _close(slot)

@@ -414,6 +414,51 @@ def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
         holder.wait()
 
 
+def test_an_idle_lock_file_removed_meanwhile_is_not_stamped_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cleaner of ``/tmp`` may remove an idle file this process still holds: the next
+    dispatch gets a file a prober can find, not a stamp in one nobody can."""
+    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path))
+    first = lease.new_owner()
+    lease.release(first)
+    assert first.lock is not None
+    Path(first.lock).unlink()
+    second = lease.new_owner()
+    try:
+        assert second.lock is not None and second.lock != first.lock
+        assert Path(second.lock).exists()
+        assert lease._probe(second.lock, second.token) is True  # as another process sees it
+        assert lease._probe(first.lock, first.token) is False
+    finally:
+        lease.release(second)
+
+
+def test_a_child_forked_while_the_lease_guard_is_held_can_still_dispatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread may hold the module's guard lock at the moment of a fork: the
+    child gets a fresh one instead of a copy locked for ever."""
+    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path))
+    with lease._held_lock:
+        pid = os.fork()
+        if pid == 0:  # the child: make and release an owner, then leave at once
+            code = 1
+            try:
+                lease.release(lease.new_owner())
+                code = 0
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child hung on the lease module's lock")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
 def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
     from langgraph_effects.operation import Owner
 
