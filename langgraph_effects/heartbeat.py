@@ -87,7 +87,7 @@ class _Scheduler:
         """A heartbeat stopped: forget stopped ones once they are most of the heap."""
         with self._cond:
             self._stopped += 1
-            if self._stopped > 64 and self._stopped * 2 > len(self._due):
+            if self._stopped * 2 > len(self._due):
                 self._due = [entry for entry in self._due if not entry[2].stopped]
                 heapq.heapify(self._due)
                 self._stopped = 0

@@ -55,3 +55,16 @@ def test_many_heartbeats_share_one_thread() -> None:
     for beat in beats:
         beat.stop()
     assert threading.active_count() <= before + 1  # the scheduler, made at most once
+
+
+def test_stopped_heartbeats_leave_the_schedule_at_once() -> None:
+    """Most calls end long before their first renewal is due. Their heartbeats must not
+    wait in the schedule until then: objects that outlive a few collections and then
+    die are what make CPython run full collections of the whole process."""
+    from langgraph_effects import heartbeat
+
+    beats = [Heartbeat(lambda: True, interval=30.0, name=f"h{i}").start() for i in range(10)]
+    for beat in beats:
+        beat.stop()
+    left = [entry for entry in heartbeat._scheduler()._due if entry[2] in beats]
+    assert left == []
