@@ -53,9 +53,9 @@ def _signature_kept(hook: _Hook) -> _Hook:
     """``hook`` carrying its own signature.
 
     create_agent wraps every hook in langsmith's ``traceable``, whose wrapper calls
-    ``inspect.signature`` on it at every call, even with tracing off: about 50 µs for
-    a method built from scratch, a few µs when the function carries ``__signature__``
-    (the same signature; a bound method still drops ``self`` from it).
+    ``inspect.signature`` on it at every call, even with tracing off: about 26 µs for
+    a method's built from its code, 9 when the function carries ``__signature__`` (the
+    same signature; a bound method still drops ``self`` from it).
     """
     hook.__signature__ = inspect.signature(hook)  # type: ignore[attr-defined]
     return hook
