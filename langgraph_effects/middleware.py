@@ -54,8 +54,8 @@ def _signature_kept(hook: _Hook) -> _Hook:
 
     create_agent wraps every hook in langsmith's ``traceable``, whose wrapper calls
     ``inspect.signature`` on it at every call, even with tracing off: about 26 µs for
-    a method's built from its code, 9 when the function carries ``__signature__`` (the
-    same signature; a bound method still drops ``self`` from it).
+    a method when built from its code, 9 when the function carries ``__signature__``
+    (the same signature; a bound method still drops ``self`` from it).
     """
     hook.__signature__ = inspect.signature(hook)  # type: ignore[attr-defined]
     return hook
