@@ -440,6 +440,27 @@ def dispatched(op: Operation, *, at: float) -> Operation:
 # -- Postgres --------------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def fence_triggers_off(dsn: str) -> AsyncIterator[None]:
+    """The one-runner fence's triggers disabled on ``dsn``'s tables while inside (a
+    what-if for timing what they cost; never a way to run). Enabled again on the way
+    out, whatever happened inside."""
+    import psycopg
+
+    from langgraph_effects.checkpoint.postgres import _FENCED_TABLES, _TRIGGER
+
+    async def toggle(state: str) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for table in _FENCED_TABLES:
+                await conn.execute(f'ALTER TABLE {table} {state} TRIGGER "{_TRIGGER}"')
+
+    await toggle("DISABLE")
+    try:
+        yield
+    finally:
+        await toggle("ENABLE")
+
+
 def pg_problem(dsn: str) -> str | None:
     """``None`` if a server answers at ``dsn``, else why not (one line)."""
     try:

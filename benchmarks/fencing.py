@@ -11,7 +11,10 @@ step is one ``aput`` of a checkpoint holding a growing message history plus one
 Prints, per backend, the median wall-clock time per step of each saver, the ratio
 fenced / plain with a bootstrap 95% confidence interval over rounds, and the same
 ratio for this process's CPU time (the client's side; for Postgres the server's
-work is not in it)::
+work is not in it). On Postgres a third saver is timed in the same rounds: ours with
+the fence's triggers disabled for its round (a what-if, never a way to run), which
+splits what the fence costs into the triggers' work in the server and the rest
+(the saver's own Python, the index it adds)::
 
     .venv/bin/python benchmarks/fencing.py              # SQLite, and Postgres if reachable
     .venv/bin/python benchmarks/fencing.py --rounds 30 --steps 40 --json out.json
@@ -38,7 +41,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import DEFAULT_PG_DSN, fresh_pg_database, pg_problem
+from bench_common import DEFAULT_PG_DSN, fence_triggers_off, fresh_pg_database, pg_problem
 
 Opener = Callable[[], Any]
 
@@ -79,34 +82,52 @@ def _bootstrap_ci(values: list[float], *, n: int = 2000, seed: int = 7) -> tuple
     return medians[int(0.025 * n)], medians[int(0.975 * n) - 1]
 
 
-async def _compare(plain: Opener, fenced: Opener, *, rounds: int, steps: int) -> dict[str, Any]:
-    wall: dict[str, list[float]] = {"plain": [], "fenced": []}
-    cpu: dict[str, list[float]] = {"plain": [], "fenced": []}
+#: Runs around one round of a variant (e.g. disables the triggers, then enables them).
+Around = Callable[[], Any]
+
+
+def _ratio(top: list[float], bottom: list[float]) -> tuple[float, list[float]]:
+    ratios = [t / b for t, b in zip(top, bottom, strict=True) if b > 0]
+    if not ratios:
+        return float("nan"), [float("nan"), float("nan")]
+    return statistics.median(ratios), list(_bootstrap_ci(ratios))
+
+
+async def _compare(
+    plain: Opener, fenced: Opener, *, rounds: int, steps: int, unfenced: Around | None = None
+) -> dict[str, Any]:
+    """Rounds of ``steps`` steps per saver, interleaved (the order rotates each round).
+
+    ``unfenced``: an async context manager factory; when given, the fenced saver is
+    also timed inside it, as a third variant ``triggers_off``."""
+    names = ["plain", "fenced", *(["triggers_off"] if unfenced is not None else [])]
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     async with plain() as p, fenced() as f:
-        savers = {"plain": p, "fenced": f}
+        savers = {"plain": p, "fenced": f, "triggers_off": f}
         await _chain(p, 3)  # warm up both (tables, statement caches)
         await _chain(f, 3)
         for r in range(rounds):
-            order = ["plain", "fenced"] if r % 2 == 0 else ["fenced", "plain"]
+            order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
-                w0, c0 = time.perf_counter(), time.process_time()
-                await _chain(savers[name], steps)
-                wall[name].append((time.perf_counter() - w0) / steps)
-                cpu[name].append((time.process_time() - c0) / steps)
-    ratios = [f / p for f, p in zip(wall["fenced"], wall["plain"], strict=True)]
-    cpu_ratios = [f / p for f, p in zip(cpu["fenced"], cpu["plain"], strict=True) if p > 0]
-    lo, hi = _bootstrap_ci(ratios)
-    clo, chi = _bootstrap_ci(cpu_ratios) if cpu_ratios else (float("nan"), float("nan"))
-    return {
-        "rounds": rounds,
-        "steps_per_round": steps,
-        "plain_ms_per_step": statistics.median(wall["plain"]) * 1000,
-        "fenced_ms_per_step": statistics.median(wall["fenced"]) * 1000,
-        "ratio": statistics.median(ratios),
-        "ratio_ci95": [lo, hi],
-        "cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else float("nan"),
-        "cpu_ratio_ci95": [clo, chi],
-    }
+                async with unfenced() if name == "triggers_off" and unfenced else _nothing():
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    await _chain(savers[name], steps)
+                    wall[name].append((time.perf_counter() - w0) / steps)
+                    cpu[name].append((time.process_time() - c0) / steps)
+    result: dict[str, Any] = {"rounds": rounds, "steps_per_round": steps}
+    for name in names:
+        result[f"{name}_ms_per_step"] = statistics.median(wall[name]) * 1000
+    for name in names[1:]:
+        prefix = "" if name == "fenced" else f"{name}_"
+        result[f"{prefix}ratio"], result[f"{prefix}ratio_ci95"] = _ratio(wall[name], wall["plain"])
+        result[f"{prefix}cpu_ratio"], result[f"{prefix}cpu_ratio_ci95"] = _ratio(cpu[name], cpu["plain"])
+    return result
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
 
 
 def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
@@ -150,12 +171,20 @@ def _pg_openers(plain_dsn: str, fenced_dsn: str) -> tuple[Opener, Opener]:
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{name:9s} plain {r['plain_ms_per_step']:7.2f} ms/step  "
         f"fenced {r['fenced_ms_per_step']:7.2f} ms/step  "
         f"ratio {r['ratio']:.3f} [95% CI {r['ratio_ci95'][0]:.3f}-{r['ratio_ci95'][1]:.3f}]  "
         f"CPU ratio {r['cpu_ratio']:.3f} [{r['cpu_ratio_ci95'][0]:.3f}-{r['cpu_ratio_ci95'][1]:.3f}]"
     )
+    if "triggers_off_ratio" in r:
+        lo, hi = r["triggers_off_ratio_ci95"]
+        line += (
+            f"\n{'':9s} what-if, ours with the triggers off {r['triggers_off_ms_per_step']:7.2f} ms/step  "
+            f"ratio {r['triggers_off_ratio']:.3f} [95% CI {lo:.3f}-{hi:.3f}]  "
+            f"CPU ratio {r['triggers_off_cpu_ratio']:.3f}"
+        )
+    return line
 
 
 async def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -174,7 +203,13 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     if problem is None:
         async with fresh_pg_database(args.pg_dsn) as plain_dsn, fresh_pg_database(args.pg_dsn) as fenced_dsn:
             plain, fenced = _pg_openers(plain_dsn, fenced_dsn)
-            results["postgres"] = await _compare(plain, fenced, rounds=args.rounds, steps=args.steps)
+            results["postgres"] = await _compare(
+                plain,
+                fenced,
+                rounds=args.rounds,
+                steps=args.steps,
+                unfenced=lambda: fence_triggers_off(fenced_dsn),
+            )
             print(_line("postgres", results["postgres"]), flush=True)
     else:
         print(f"postgres  skipped: {problem}")

@@ -3,11 +3,15 @@
     python benchmarks/turn_split.py [--backend sqlite|postgres] [--path node|middleware]
                                     [--fanout 1] [--batches 40]
 
-Four agents, run in shuffled batches of 4 turns (each turn on a fresh thread), a
+Four agents (five on Postgres), run in shuffled batches of 4 turns (each turn on a fresh thread), a
 0 ms tool:
 
 * ``baseline``: ``ToolNode`` or plain ``create_agent`` on LangGraph's own saver
   (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``, on a file or database of its own);
+* ``our saver, triggers off`` (Postgres only): the same agent on
+  ``EffectPostgresSaver`` with the fence's triggers disabled around its batches, a
+  what-if that splits the saver's cost into the triggers' work in the server (the
+  next row against this one) and the rest (this row against the baseline);
 * ``baseline, our saver``: the same agent on ``EffectSqliteSaver`` /
   ``EffectPostgresSaver``: what the one-runner fence costs (or saves);
 * ``ours, ledger in memory``: ``EffectToolNode`` / ``EffectMiddleware`` on our saver,
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
 import tempfile
@@ -40,6 +45,7 @@ import bench_e2e
 from bench_common import (
     DEFAULT_PG_DSN,
     bootstrap_ratio_ci,
+    fence_triggers_off,
     fresh_pg_database,
     pg_problem,
     ratio_of_medians,
@@ -50,12 +56,15 @@ from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.ledger.memory import InMemoryLedger
 
 ROWS = ("baseline", "baseline, our saver", "ours, ledger in memory", "ours")
+#: Postgres only: our saver with the fence's triggers disabled around its batches.
+TRIGGERS_OFF = "our saver, triggers off"
 TURNS_PER_BATCH = 4
 
 
 @asynccontextmanager
-async def savers(backend: str, dsn: str) -> AsyncIterator[tuple[Any, Any]]:
-    """(LangGraph's saver, ours), each on storage of its own."""
+async def savers(backend: str, dsn: str) -> AsyncIterator[tuple[Any, Any, str | None]]:
+    """(LangGraph's saver, ours, our database's DSN on Postgres), each on storage of
+    its own."""
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(prefix="turn-split-") as tmp:
             async with (
@@ -64,14 +73,19 @@ async def savers(backend: str, dsn: str) -> AsyncIterator[tuple[Any, Any]]:
             ):
                 await plain.setup()
                 await ours.setup()
-                yield plain, ours
+                yield plain, ours, None
         return
     async with (
         fresh_pg_database(dsn) as plain_db,
         fresh_pg_database(dsn) as ours_db,
         bench_e2e.postgres_savers(plain_db, ours_db) as (plain, ours),
     ):
-        yield plain, ours
+        yield plain, ours, ours_db
+
+
+def rows_for(backend: str) -> tuple[str, ...]:
+    """The rows, in the order each is compared with the one above."""
+    return ROWS if backend == "sqlite" else (ROWS[0], TRIGGERS_OFF, *ROWS[1:])
 
 
 def agents(path: str, fanout: int, plain: Any, ours: Any) -> dict[str, Any]:
@@ -86,6 +100,7 @@ def agents(path: str, fanout: int, plain: Any, ours: Any) -> dict[str, Any]:
     return {
         "baseline": build(False, plain),
         "baseline, our saver": build(False, ours),
+        TRIGGERS_OFF: build(False, ours),
         "ours, ledger in memory": build(True, ours, InMemoryLedger()),
         "ours": build(True, ours),
     }
@@ -94,21 +109,26 @@ def agents(path: str, fanout: int, plain: Any, ours: Any) -> dict[str, Any]:
 Times = dict[str, tuple[list[float], list[float]]]
 
 
-async def measure(path: str, fanout: int, batches: int, plain: Any, ours: Any) -> Times:
+async def measure(
+    path: str, fanout: int, batches: int, plain: Any, ours: Any, ours_dsn: str | None
+) -> Times:
     """Wall and CPU milliseconds per turn, a value per batch, for each row."""
+    names = rows_for("sqlite" if ours_dsn is None else "postgres")
     rows = agents(path, fanout, plain, ours)
     for _ in range(10):  # warm: pools, prepared statements, spare lease owners
-        for agent in rows.values():
-            await bench_e2e.run_once(agent, "warm")
-    times: Times = {name: ([], []) for name in ROWS}
+        for name in names:
+            await bench_e2e.run_once(rows[name], "warm")
+    times: Times = {name: ([], []) for name in names}
     for done in range(batches):
-        for name in random.sample(ROWS, len(ROWS)):
+        for name in random.sample(names, len(names)):
             agent = rows[name]
-            start, used = time.perf_counter(), time.process_time()
-            for _ in range(TURNS_PER_BATCH):
-                await bench_e2e.run_once(agent, "split")
-            times[name][0].append((time.perf_counter() - start) / TURNS_PER_BATCH * 1000)
-            times[name][1].append((time.process_time() - used) / TURNS_PER_BATCH * 1000)
+            off = name == TRIGGERS_OFF and ours_dsn is not None
+            async with fence_triggers_off(ours_dsn) if ours_dsn and off else contextlib.nullcontext():
+                start, used = time.perf_counter(), time.process_time()
+                for _ in range(TURNS_PER_BATCH):
+                    await bench_e2e.run_once(agent, "split")
+                times[name][0].append((time.perf_counter() - start) / TURNS_PER_BATCH * 1000)
+                times[name][1].append((time.process_time() - used) / TURNS_PER_BATCH * 1000)
         if (done + 1) % 10 == 0 or done + 1 == batches:
             print(f"  {done + 1}/{batches} batches", flush=True)
     return times
@@ -118,7 +138,7 @@ def report(title: str, times: Times) -> list[str]:
     """The table: each row's medians, and its ratio to the row above with its interval."""
     lines = [title, f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s}   vs the row above: wall (95% CI), CPU"]
     above: str | None = None
-    for name in ROWS:
+    for name in times:
         wall, cpu = times[name]
         line = f"{name:24s} {statistics.median(wall):8.2f} {statistics.median(cpu):7.2f}"
         if above is not None:
@@ -133,8 +153,8 @@ def report(title: str, times: Times) -> list[str]:
 
 async def main(backend: str, path: str, fanout: int, batches: int, dsn: str) -> None:
     """Measure on fresh storage, then print the table."""
-    async with savers(backend, dsn) as (plain, ours):
-        times = await measure(path, fanout, batches, plain, ours)
+    async with savers(backend, dsn) as (plain, ours, ours_dsn):
+        times = await measure(path, fanout, batches, plain, ours, ours_dsn)
     title = (
         f"{path} on {backend}, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
         f"batches of {TURNS_PER_BATCH} turns"

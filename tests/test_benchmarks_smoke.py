@@ -149,10 +149,12 @@ def test_turn_split_prints_each_row_against_the_one_above(backend: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
-    title = f"middleware on {backend}, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
-    assert out[-6] == title
-    rows = out[-4:]
     names = ["baseline", "baseline, our saver", "ours, ledger in memory", "ours"]
+    if backend == "postgres":  # the what-if that splits the saver's cost
+        names.insert(1, "our saver, triggers off")
+    title = f"middleware on {backend}, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
+    assert out[-len(names) - 2] == title
+    rows = out[-len(names):]
     for name, line in zip(names, rows, strict=True):
         assert line.startswith(name + " ")
         wall, cpu = (float(x) for x in line[len(name):].split()[:2])
@@ -192,3 +194,25 @@ def test_lease_files_prints_both_variants_and_the_owner_cost() -> None:
         [sys.executable, script, "--batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
+
+
+def test_fencing_times_both_savers_and_on_postgres_the_triggers_off(tmp_path: Path) -> None:
+    out = tmp_path / "fencing.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fencing.py"), "--rounds", "3", "--steps", "2",
+         "--pg-dsn", require_postgres(), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert set(report) == {"sqlite", "postgres"}
+    for backend, row in report.items():
+        assert row["plain_ms_per_step"] > 0 and row["fenced_ms_per_step"] > 0
+        lo, hi = row["ratio_ci95"]
+        assert lo <= row["ratio"] <= hi
+        # The what-if needs the fence in the database: Postgres only.
+        assert ("triggers_off_ratio" in row) == (backend == "postgres")
+    pg = report["postgres"]
+    lo, hi = pg["triggers_off_ratio_ci95"]
+    assert pg["triggers_off_ms_per_step"] > 0 and lo <= pg["triggers_off_ratio"] <= hi
+    assert "what-if, ours with the triggers off" in proc.stdout
