@@ -33,10 +33,11 @@ Postgres parts run against ``--postgres-dsn`` (default: env
 fresh database that is dropped afterwards; they are skipped, with a line saying why,
 when no server answers. Separate scripts: the ledger-only throughput benchmarks
 ``benchmarks/ledger_pairs.py`` and ``benchmarks/ledger_throughput.py``; where a turn's
-added time goes (the saver, the protocol's Python, the ledger's commits),
-``benchmarks/turn_split.py``; what a turn leaves for Python's garbage collector,
-``benchmarks/gc_churn.py``; what reusing dispatch lock files saves,
-``benchmarks/lease_files.py``.
+added time goes (the saver, on Postgres its fence's triggers apart, the protocol's
+Python, the ledger's commits), ``benchmarks/turn_split.py``; what one runner per
+thread costs a save, ``benchmarks/fencing.py``; what a turn leaves for Python's
+garbage collector, ``benchmarks/gc_churn.py``; what reusing dispatch lock files
+saves, ``benchmarks/lease_files.py``.
 """
 
 from __future__ import annotations
