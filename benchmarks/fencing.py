@@ -14,7 +14,7 @@ ratio for this process's CPU time (the client's side; for Postgres the server's
 work is not in it). On Postgres a third saver is timed in the same rounds: ours with
 the fence's triggers disabled for its round (a what-if, never a way to run), which
 splits what the fence costs into the triggers' work in the server and the rest
-(the saver's own Python, the index it adds)::
+(the saver's own Python and statements, the index it adds)::
 
     .venv/bin/python benchmarks/fencing.py              # SQLite, and Postgres if reachable
     .venv/bin/python benchmarks/fencing.py --rounds 30 --steps 40 --json out.json
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -110,7 +111,7 @@ async def _compare(
         for r in range(rounds):
             order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
-                async with unfenced() if name == "triggers_off" and unfenced else _nothing():
+                async with unfenced() if name == "triggers_off" and unfenced else contextlib.nullcontext():
                     w0, c0 = time.perf_counter(), time.process_time()
                     await _chain(savers[name], steps)
                     wall[name].append((time.perf_counter() - w0) / steps)
@@ -123,11 +124,6 @@ async def _compare(
         result[f"{prefix}ratio"], result[f"{prefix}ratio_ci95"] = _ratio(wall[name], wall["plain"])
         result[f"{prefix}cpu_ratio"], result[f"{prefix}cpu_ratio_ci95"] = _ratio(cpu[name], cpu["plain"])
     return result
-
-
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
 
 
 def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
