@@ -84,15 +84,9 @@ def _forget_in_child() -> None:
     # The guard lock is made anew: another thread of the parent may have held it.
     global _held_lock
     _held_lock = threading.Lock()
-    slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
-    for slot in slots:
-        if slot is not None:
-            with contextlib.suppress(OSError):
-                os.close(slot.fd)
-    _held.clear()
-    _spare.clear()
-    _idle.clear()
-    _to_retire.clear()
+    for slot in _take_every_slot():
+        with contextlib.suppress(OSError):
+            os.close(slot.fd)
     global _releaser, _refilling, _retiring
     _releaser = None
     _refilling = _retiring = False
@@ -106,14 +100,20 @@ def _close_all() -> None:
     # A normal exit removes this process's lock files (a killed one leaves them free,
     # for the next prober or sweep to remove).
     with _held_lock:
-        slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
-        _held.clear()
-        _spare.clear()
-        _idle.clear()
-        _to_retire.clear()
+        slots = _take_every_slot()
     for slot in slots:
-        if slot is not None:
-            _close(slot)
+        _close(slot)
+
+
+def _take_every_slot() -> list[_Slot]:
+    """Every lock file this process keeps (held, spare, idle, queued to be stamped
+    idle), forgotten by the module; the caller closes them."""
+    slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
+    _held.clear()
+    _spare.clear()
+    _idle.clear()
+    _to_retire.clear()
+    return [slot for slot in slots if slot is not None]
 
 
 @cache
