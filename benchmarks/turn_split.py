@@ -4,7 +4,8 @@
                                     [--fanout 1] [--batches 40]
 
 Four agents (five on Postgres), run in shuffled batches of 4 turns (each turn on a
-fresh thread), a 0 ms tool:
+fresh thread; a full garbage collection, not timed, before each batch, as in
+``bench_e2e.run_batch``), a 0 ms tool:
 
 * ``baseline``: ``ToolNode`` or plain ``create_agent`` on LangGraph's own saver
   (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``, on a file or database of its own);
@@ -35,7 +36,6 @@ import contextlib
 import random
 import statistics
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -124,14 +124,11 @@ async def measure(
     times: Times = {name: ([], []) for name in names}
     for done in range(batches):
         for name in random.sample(names, len(names)):
-            agent = rows[name]
             off = fence_triggers_off(ours_dsn) if name == TRIGGERS_OFF and ours_dsn else None
             async with off or contextlib.nullcontext():
-                start, used = time.perf_counter(), time.process_time()
-                for _ in range(TURNS_PER_BATCH):
-                    await bench_e2e.run_once(agent, "split")
-                times[name][0].append((time.perf_counter() - start) / TURNS_PER_BATCH * 1000)
-                times[name][1].append((time.process_time() - used) / TURNS_PER_BATCH * 1000)
+                wall, cpu = await bench_e2e.run_batch(rows[name], "split", TURNS_PER_BATCH)
+            times[name][0].append(wall)
+            times[name][1].append(cpu)
         if (done + 1) % 10 == 0 or done + 1 == batches:
             print(f"  {done + 1}/{batches} batches", flush=True)
     return times
