@@ -26,7 +26,10 @@ workers at the same instant. ``overlap``: before its first checkpoint write the
 worker touches ``overlap + ".<pid>"`` and waits (up to 30 s) until ``parties``
 workers have, so every runner has loaded the same checkpoint before either saves
 one (without it, one runner may finish before the other starts, and the race
-is not exercised).
+is not exercised). In ``recover`` mode each also waits, before its resume, until
+``parties`` recoveries have looked at the thread (``overlap + "-observed.<pid>"``):
+otherwise one may look after the other took the operation over, and rightly
+report it in flight elsewhere instead of racing it.
 
 Prints one JSON line: per thread, ``ok`` / ``refused`` (a
 :class:`~langgraph_effects.errors.ThreadConflictError`) / ``error``, and the
@@ -170,6 +173,20 @@ def _with_overlap(saver: Any, spec: FenceSpec) -> None:
     saver.aput = aput
 
 
+def _with_observed(graph: Any, spec: FenceSpec) -> None:
+    """Hold recovery's resume until ``parties`` recoveries have classified the thread."""
+    if spec.overlap is None:
+        return
+    original = graph.ainvoke
+
+    async def ainvoke(*args: Any, **kwargs: Any) -> Any:
+        Path(f"{spec.overlap}-observed.{os.getpid()}").touch()
+        await asyncio.to_thread(_wait_for, f"{spec.overlap}-observed", count=spec.parties, timeout=30.0)
+        return await original(*args, **kwargs)
+
+    graph.ainvoke = ainvoke
+
+
 def is_postgres(db: str) -> bool:
     """A Postgres URL or key=value conninfo (what ``make_conninfo`` returns), not a file path."""
     if db.startswith(("postgres://", "postgresql://")):
@@ -230,6 +247,7 @@ async def run(spec: FenceSpec) -> dict[str, Any]:
             Path(f"{spec.go}.ready.{os.getpid()}").touch()
             await asyncio.to_thread(_wait_for, spec.go)
         if spec.mode == "recover":
+            _with_observed(graph, spec)
             report = await recover(graph, min_idle=0, thread_ids=spec.threads, durability=spec.durability)  # type: ignore[arg-type]
             out["report"] = report.to_json()
             return out
