@@ -175,10 +175,11 @@ def _line(name: str, r: dict[str, Any]) -> str:
     )
     if "triggers_off_ratio" in r:
         lo, hi = r["triggers_off_ratio_ci95"]
+        cpu_lo, cpu_hi = r["triggers_off_cpu_ratio_ci95"]
         line += (
             f"\n{'':9s} what-if, ours with the triggers off {r['triggers_off_ms_per_step']:7.2f} ms/step  "
             f"ratio {r['triggers_off_ratio']:.3f} [95% CI {lo:.3f}-{hi:.3f}]  "
-            f"CPU ratio {r['triggers_off_cpu_ratio']:.3f}"
+            f"CPU ratio {r['triggers_off_cpu_ratio']:.3f} [{cpu_lo:.3f}-{cpu_hi:.3f}]"
         )
     return line
 

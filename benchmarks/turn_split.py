@@ -88,22 +88,23 @@ def rows_for(backend: str) -> tuple[str, ...]:
     return ROWS if backend == "sqlite" else (ROWS[0], TRIGGERS_OFF, *ROWS[1:])
 
 
-def agents(path: str, fanout: int, plain: Any, ours: Any) -> dict[str, Any]:
-    """Each row's agent (the in-memory row keeps one ledger for the whole run: it finds
-    a thread's rows by thread, so it does not slow down as it fills)."""
+def agents(path: str, fanout: int, plain: Any, ours: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The agent of each row in ``names`` (the in-memory row keeps one ledger for the
+    whole run: it finds a thread's rows by thread, so it does not slow down as it fills)."""
 
     def build(effect: bool, saver: Any, ledger: Any = None) -> Any:
         return bench_e2e.build_graph(
             path=path, effect=effect, fanout=fanout, latency_ms=0, saver=saver, ledger=ledger
         )
 
-    return {
-        "baseline": build(False, plain),
-        "baseline, our saver": build(False, ours),
-        TRIGGERS_OFF: build(False, ours),
-        "ours, ledger in memory": build(True, ours, InMemoryLedger()),
-        "ours": build(True, ours),
+    made = {
+        "baseline": lambda: build(False, plain),
+        "baseline, our saver": lambda: build(False, ours),
+        TRIGGERS_OFF: lambda: build(False, ours),
+        "ours, ledger in memory": lambda: build(True, ours, InMemoryLedger()),
+        "ours": lambda: build(True, ours),
     }
+    return {name: made[name]() for name in names}
 
 
 Times = dict[str, tuple[list[float], list[float]]]
@@ -114,7 +115,7 @@ async def measure(
 ) -> Times:
     """Wall and CPU milliseconds per turn, a value per batch, for each row."""
     names = rows_for("sqlite" if ours_dsn is None else "postgres")
-    rows = agents(path, fanout, plain, ours)
+    rows = agents(path, fanout, plain, ours, names)
     # Warm: pools, prepared statements, spare lease owners; and our saver checks its
     # fence's triggers once, here, before a batch disables them (it refuses to save
     # while they are missing).

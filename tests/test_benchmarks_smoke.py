@@ -216,3 +216,5 @@ def test_fencing_times_both_savers_and_on_postgres_the_triggers_off(tmp_path: Pa
     lo, hi = pg["triggers_off_ratio_ci95"]
     assert pg["triggers_off_ms_per_step"] > 0 and lo <= pg["triggers_off_ratio"] <= hi
     assert "what-if, ours with the triggers off" in proc.stdout
+    cpu_lo, cpu_hi = pg["triggers_off_cpu_ratio_ci95"]
+    assert f"CPU ratio {pg['triggers_off_cpu_ratio']:.3f} [{cpu_lo:.3f}-{cpu_hi:.3f}]" in proc.stdout
