@@ -37,7 +37,8 @@ added time goes (the saver, on Postgres its fence's triggers apart, the protocol
 Python, the ledger's commits), ``benchmarks/turn_split.py``; what one runner per
 thread costs a save, ``benchmarks/fencing.py``; what a turn leaves for Python's
 garbage collector, ``benchmarks/gc_churn.py``; what reusing dispatch lock files
-saves, ``benchmarks/lease_files.py``.
+saves, ``benchmarks/lease_files.py``; what any middleware costs ``create_agent``, hook
+by hook, and what ``EffectMiddleware`` adds over that floor, ``benchmarks/floor_split.py``.
 """
 
 from __future__ import annotations

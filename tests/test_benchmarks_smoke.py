@@ -169,6 +169,41 @@ def test_turn_split_prints_each_row_against_the_one_above(backend: str) -> None:
     assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
 
 
+def test_floor_split_prints_each_hook_and_ours_against_the_floor() -> None:
+    script = str(ROOT / "benchmarks" / "floor_split.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--fanout", "2", "--batches", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    names = ["create_agent", "tool hook", "model hook", "both hooks", "EffectMiddleware"]
+    title = "create_agent on SQLite, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
+    assert out[-len(names) - 3] == title
+    calls = {}
+    for name, line in zip(names, out[-len(names) - 1:-1], strict=True):
+        assert line.startswith(name + " ")
+        wall, cpu, calls[name] = (float(x) for x in line[len(name):].split()[:3])
+        assert wall > 0 and cpu > 0
+        assert ("CPU x" in line) == (name != "create_agent")
+    # Counted, not timed: each hook runs Python of its own on every turn, ours more.
+    assert calls["create_agent"] < calls["tool hook"] < calls["both hooks"] < calls["EffectMiddleware"]
+    assert calls["create_agent"] < calls["model hook"] < calls["both hooks"]
+    last = re.fullmatch(
+        r"EffectMiddleware vs both hooks: x([0-9.]+) \(([0-9.]+)-([0-9.]+)\), CPU x[0-9.]+, "
+        r"calls \+(\d+) per turn",
+        out[-1],
+    )
+    assert last is not None, out[-1]
+    assert float(last[2]) <= float(last[1]) <= float(last[3])
+    assert int(last[4]) == calls["EffectMiddleware"] - calls["both hooks"]
+
+    bad = subprocess.run(
+        [sys.executable, script, "--batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
+
+
 def test_lease_files_prints_both_variants_and_the_owner_cost() -> None:
     script = str(ROOT / "benchmarks" / "lease_files.py")
     proc = subprocess.run(

@@ -1,0 +1,142 @@
+"""What any middleware costs a ``create_agent`` turn, hook by hook, and what ours adds on top.
+
+    python benchmarks/floor_split.py [--fanout 1] [--batches 40]
+
+Five agents on one ``EffectSqliteSaver`` file, a 0 ms tool, run in shuffled batches of
+4 turns (each turn on a fresh thread, a full garbage collection before each batch, as
+in ``bench_e2e.run_batch``):
+
+* ``create_agent``: no middleware;
+* ``tool hook``: a middleware whose only hook is ``wrap_tool_call``, passing through;
+* ``model hook``: one whose only hook is ``wrap_model_call``, passing through;
+* ``both hooks``: the floor of ``benchmarks/run.py``, the hooks ``EffectMiddleware``
+  has, each passing through;
+* ``EffectMiddleware``: ours, recording in the saver's ledger.
+
+Prints each row's median wall and process CPU time per turn and its ratio to
+``create_agent``, with a paired bootstrap 95% interval; then ``EffectMiddleware``
+against ``both hooks``, which is what the protocol adds over the price LangChain puts
+on any middleware with those hooks. Beside each row, the Python function calls per
+turn on the event loop's thread (cProfile over one untimed batch): a count that does
+not move with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import random
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import bench_e2e
+from bench_common import bootstrap_ratio_ci, ratio_of_medians
+
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
+
+TURNS_PER_BATCH = 4
+BASE, FLOOR, OURS = "create_agent", "both hooks", "EffectMiddleware"
+
+
+def _one_hook_middleware(hook: str) -> Any:
+    from langchain.agents.middleware import AgentMiddleware
+
+    class ToolHook(AgentMiddleware):
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    class ModelHook(AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    return ToolHook() if hook == "tool" else ModelHook()
+
+
+def agents(fanout: int, saver: Any) -> dict[str, Any]:
+    """Each row's agent, all on ``saver``."""
+    from langchain.agents import create_agent
+
+    from langgraph_effects import EffectMiddleware
+
+    def agent(middleware: list[Any]) -> Any:
+        model = ScriptedChatModel(script=call_each_then_finish([("send", {"n": i}) for i in range(fanout)]))
+        return create_agent(model, tools=[bench_e2e.make_tool(0)], middleware=middleware, checkpointer=saver)
+
+    return {
+        BASE: agent([]),
+        "tool hook": agent([_one_hook_middleware("tool")]),
+        "model hook": agent([_one_hook_middleware("model")]),
+        FLOOR: agent([bench_e2e._noop_middleware()]),
+        OURS: agent([EffectMiddleware(bench_e2e.EFFECTS)]),
+    }
+
+
+async def calls_per_turn(graph: Any) -> float:
+    """Python function calls per turn on this thread, over one untimed batch."""
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        await bench_e2e.run_batch(graph, "calls", TURNS_PER_BATCH)
+    finally:
+        profile.disable()
+    return pstats.Stats(profile).total_calls / TURNS_PER_BATCH  # type: ignore[attr-defined,no-any-return]
+
+
+def _ratio(rows: dict[str, tuple[list[float], list[float]]], top: str, bottom: str) -> str:
+    (wall, cpu), (base_wall, base_cpu) = rows[top], rows[bottom]
+    lo, hi = bootstrap_ratio_ci(wall, base_wall)
+    return (
+        f"x{ratio_of_medians(wall, base_wall):.3f} ({lo:.3f}-{hi:.3f}), "
+        f"CPU x{ratio_of_medians(cpu, base_cpu):.3f}"
+    )
+
+
+async def main(fanout: int, batches: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="floor-split-") as tmp:
+        async with EffectSqliteSaver.from_conn_string(Path(tmp) / "agents.db") as saver:
+            await saver.setup()
+            graphs = agents(fanout, saver)
+            for _ in range(10):  # warm: the saver's statements, spare lease owners
+                for graph in graphs.values():
+                    await bench_e2e.run_once(graph, "warm")
+            calls = {name: await calls_per_turn(graph) for name, graph in graphs.items()}
+            rows: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in graphs}
+            for done in range(batches):
+                for name in random.sample(list(graphs), len(graphs)):
+                    wall, cpu = await bench_e2e.run_batch(graphs[name], "split", TURNS_PER_BATCH)
+                    rows[name][0].append(wall)
+                    rows[name][1].append(cpu)
+                if (done + 1) % 10 == 0 or done + 1 == batches:
+                    print(f"  {done + 1}/{batches} batches", flush=True)
+    print(
+        f"create_agent on SQLite, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
+        f"batches of {TURNS_PER_BATCH} turns"
+    )
+    print(f"{'':18s} {'wall ms':>8s} {'CPU ms':>7s} {'calls':>7s}   vs create_agent: wall (95% CI), CPU")
+    for name, (walls, cpus) in rows.items():
+        line = f"{name:18s} {statistics.median(walls):8.2f} {statistics.median(cpus):7.2f} {calls[name]:7.0f}"
+        print(line + ("" if name == BASE else f"   {_ratio(rows, name, BASE)}"))
+    print(f"{OURS} vs {FLOOR}: {_ratio(rows, OURS, FLOOR)}, calls {calls[OURS] - calls[FLOOR]:+.0f} per turn")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fanout", type=int, default=1)
+    parser.add_argument("--batches", type=int, default=40)
+    args = parser.parse_args()
+    if args.batches < 2 or args.fanout < 1:
+        parser.error(
+            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
+        )
+    asyncio.run(main(args.fanout, args.batches))
