@@ -156,6 +156,12 @@ def _wait_for(path: str, *, count: int = 1, timeout: float = 120.0) -> bool:
     return False
 
 
+async def _meet(stem: str, parties: int) -> None:
+    """Touch ``stem.<pid>``, then wait (up to 30 s) until ``parties`` processes have."""
+    Path(f"{stem}.{os.getpid()}").touch()
+    await asyncio.to_thread(_wait_for, stem, count=parties, timeout=30.0)
+
+
 def _with_overlap(saver: Any, spec: FenceSpec) -> None:
     """Hold the first checkpoint write until ``parties`` runners have reached theirs."""
     if spec.overlap is None:
@@ -166,8 +172,7 @@ def _with_overlap(saver: Any, spec: FenceSpec) -> None:
     async def aput(*args: Any, **kwargs: Any) -> Any:
         if state["first"]:
             state["first"] = False
-            Path(f"{spec.overlap}.{os.getpid()}").touch()
-            await asyncio.to_thread(_wait_for, spec.overlap, count=spec.parties, timeout=30.0)
+            await _meet(spec.overlap, spec.parties)
         return await original(*args, **kwargs)
 
     saver.aput = aput
@@ -180,8 +185,7 @@ def _with_observed(graph: Any, spec: FenceSpec) -> None:
     original = graph.ainvoke
 
     async def ainvoke(*args: Any, **kwargs: Any) -> Any:
-        Path(f"{spec.overlap}-observed.{os.getpid()}").touch()
-        await asyncio.to_thread(_wait_for, f"{spec.overlap}-observed", count=spec.parties, timeout=30.0)
+        await _meet(f"{spec.overlap}-observed", spec.parties)
         return await original(*args, **kwargs)
 
     graph.ainvoke = ainvoke
