@@ -58,25 +58,22 @@ OURS = {"node": "EffectToolNode", "middleware": "EffectMiddleware", "floor": "no
 LEDGER_PATHS = ("node", "middleware")  # the paths that use a ledger (counted)
 
 
-def _noop_middleware() -> Any:
+def noop_middleware(hooks: tuple[str, ...] = ("model", "tool")) -> Any:
+    """A middleware whose ``hooks`` (``"model"``: ``wrap_model_call``, ``"tool"``:
+    ``wrap_tool_call``, each sync and ``async def``) pass straight through; by default
+    the hooks EffectMiddleware has (the ``floor`` rows)."""
     from langchain.agents.middleware import AgentMiddleware
 
-    class NoOpMiddleware(AgentMiddleware):  # type: ignore[misc]
-        """The hooks EffectMiddleware has, each passing straight through."""
+    def wrap(self: Any, request: Any, handler: Any) -> Any:
+        return handler(request)
 
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            return handler(request)
+    async def awrap(self: Any, request: Any, handler: Any) -> Any:
+        return await handler(request)
 
-        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
-
-        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return handler(request)
-
-        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
-
-    return NoOpMiddleware()
+    methods: dict[str, Any] = {}
+    for hook in hooks:
+        methods[f"wrap_{hook}_call"], methods[f"awrap_{hook}_call"] = wrap, awrap
+    return type("NoOpMiddleware", (AgentMiddleware,), methods)()
 
 
 class AgentState(TypedDict):
@@ -122,7 +119,7 @@ def build_graph(
 
         from langgraph_effects import EffectMiddleware
 
-        chosen = EffectMiddleware(EFFECTS, ledger=ledger) if path == "middleware" else _noop_middleware()
+        chosen = EffectMiddleware(EFFECTS, ledger=ledger) if path == "middleware" else noop_middleware()
         middleware = [chosen] if effect else []
         return create_agent(model, tools=tools, middleware=middleware, checkpointer=saver)
     if path != "node":

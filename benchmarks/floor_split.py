@@ -43,26 +43,6 @@ TURNS_PER_BATCH = 4
 BASE, FLOOR, OURS = "create_agent", "both hooks", "EffectMiddleware"
 
 
-def _one_hook_middleware(hook: str) -> Any:
-    from langchain.agents.middleware import AgentMiddleware
-
-    class ToolHook(AgentMiddleware):
-        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return handler(request)
-
-        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
-
-    class ModelHook(AgentMiddleware):
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            return handler(request)
-
-        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
-
-    return ToolHook() if hook == "tool" else ModelHook()
-
-
 def agents(fanout: int, saver: Any) -> dict[str, Any]:
     """Each row's agent, all on ``saver``."""
     from langchain.agents import create_agent
@@ -75,9 +55,9 @@ def agents(fanout: int, saver: Any) -> dict[str, Any]:
 
     return {
         BASE: agent([]),
-        "tool hook": agent([_one_hook_middleware("tool")]),
-        "model hook": agent([_one_hook_middleware("model")]),
-        FLOOR: agent([bench_e2e._noop_middleware()]),
+        "tool hook": agent([bench_e2e.noop_middleware(("tool",))]),
+        "model hook": agent([bench_e2e.noop_middleware(("model",))]),
+        FLOOR: agent([bench_e2e.noop_middleware()]),
         OURS: agent([EffectMiddleware(bench_e2e.EFFECTS)]),
     }
 
