@@ -7,6 +7,7 @@ changes the package, it only observes it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import random
@@ -30,6 +31,19 @@ OWNER = Owner(host="bench-host", pid=os.getpid(), started=0.0, token="bench-toke
 
 
 # -- statistics ------------------------------------------------------------------------
+
+
+def parse_batched(parser: argparse.ArgumentParser, *, fanout: int, batches: int) -> argparse.Namespace:
+    """Add ``--fanout`` and ``--batches`` to ``parser`` and parse; refuse values no
+    interval can come from (a paired interval needs two batches)."""
+    parser.add_argument("--fanout", type=int, default=fanout)
+    parser.add_argument("--batches", type=int, default=batches)
+    args = parser.parse_args()
+    if args.batches < 2 or args.fanout < 1:
+        parser.error(
+            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
+        )
+    return args
 
 
 def median(values: Sequence[float]) -> float:

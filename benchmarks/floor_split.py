@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_e2e
-from bench_common import bootstrap_ratio_ci, ratio_of_medians
+from bench_common import bootstrap_ratio_ci, parse_batched, ratio_of_medians
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
@@ -112,11 +112,5 @@ async def main(fanout: int, batches: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fanout", type=int, default=1)
-    parser.add_argument("--batches", type=int, default=40)
-    args = parser.parse_args()
-    if args.batches < 2 or args.fanout < 1:
-        parser.error(
-            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
-        )
+    args = parse_batched(parser, fanout=1, batches=40)
     asyncio.run(main(args.fanout, args.batches))

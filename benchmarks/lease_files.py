@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_e2e
-from bench_common import bootstrap_ratio_ci, ratio_of_medians
+from bench_common import bootstrap_ratio_ci, parse_batched, ratio_of_medians
 
 from langgraph_effects import EffectSqliteSaver, lease
 
@@ -134,11 +134,5 @@ async def main(path: str, fanout: int, batches: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", choices=["node", "middleware"], default="middleware")
-    parser.add_argument("--fanout", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=60)
-    args = parser.parse_args()
-    if args.batches < 2 or args.fanout < 1:
-        parser.error(
-            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
-        )
+    args = parse_batched(parser, fanout=8, batches=60)
     asyncio.run(main(args.path, args.fanout, args.batches))

@@ -47,6 +47,7 @@ from bench_common import (
     bootstrap_ratio_ci,
     fence_triggers_off,
     fresh_pg_database,
+    parse_batched,
     pg_problem,
     ratio_of_medians,
 )
@@ -167,14 +168,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--path", choices=["node", "middleware"], default="node")
-    parser.add_argument("--fanout", type=int, default=1)
-    parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--postgres-dsn", default=DEFAULT_PG_DSN)
-    args = parser.parse_args()
-    if args.batches < 2 or args.fanout < 1:
-        parser.error(
-            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
-        )
+    args = parse_batched(parser, fanout=1, batches=40)
     if args.backend == "postgres" and (problem := pg_problem(args.postgres_dsn)) is not None:
         raise SystemExit(f"skipped: {problem}")
     asyncio.run(main(args.backend, args.path, args.fanout, args.batches, args.postgres_dsn))
