@@ -8,6 +8,7 @@ from typing import Any
 
 from ..operation import Operation
 from .base import (
+    MUTABLE_COLUMNS,
     AuditEntry,
     CasEach,
     CasWithAudit,
@@ -29,6 +30,9 @@ from .base import (
     may_renew,
     to_row,
 )
+
+#: The Operation fields behind :data:`MUTABLE_COLUMNS` (one field a column).
+MUTABLE_FIELDS: tuple[str, ...] = tuple(c for c in MUTABLE_COLUMNS if c != "op_id")
 
 
 class InMemoryLedger(Ledger):
@@ -97,7 +101,10 @@ class InMemoryLedger(Ledger):
             stored = self._ops.get(step.after.op_id)
             if stored is None or stored.version != step.expected_version:
                 return False
-            self._ops[step.after.op_id] = step.after
+            # Only the mutable columns, as the SQL backends' UPDATE writes: the
+            # identity and payload stored at intent stay as they were.
+            fresh = {c: getattr(step.after, c) for c in MUTABLE_FIELDS}
+            self._ops[step.after.op_id] = dataclasses.replace(stored, **fresh)
             self._append_audit(step.audit)
             return True
         raise TypeError(f"the memory ledger has no schema to answer {step!r}")

@@ -252,3 +252,18 @@ async def test_each_backend_writes_eight_optimistic_outcomes_at_once(
         else:
             assert results[i] == stored and stored.state is State.CONFIRMED
             assert trail[1:] == [("succeed", 2, f"w{i}")]
+
+
+def test_the_memory_compare_and_set_writes_only_the_mutable_columns() -> None:
+    """As the SQL backends' UPDATE: a CAS whose ``after`` carries another payload or key
+    changes the state and version, never the identity stored at intent (the flaky seeds
+    of the property test above were a CAS that replaced a row's provider key)."""
+    ledger = InMemoryLedger()
+    drive(_record([_op("a", args_hash="h1", provider_key="k1")]), ledger._answer)
+    assert drive(_cas(_op("a", args_hash="h2", provider_key="k2"), 1), ledger._answer)[0] is True
+    stored = ledger._ops["a"]
+    assert (stored.state, stored.version) == (State.CONFIRMED, 2)
+    assert (stored.args_hash, stored.provider_key) == ("h1", "k1")
+    # The stored key still holds its place: another row cannot take "k1", "k2" is free.
+    others = [_op("b", provider_key="k1"), _op("c", provider_key="k2")]
+    assert drive(_record(others), ledger._answer)[0] == ["c"]
