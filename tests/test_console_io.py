@@ -339,9 +339,8 @@ def test_printed_hints_run_as_printed(ledgerfile: Ledgerfile, tmp_path: Path) ->
 
 
 def test_one_exit_code_table_everywhere() -> None:
-    readme = (ROOT / "README.md").read_text()
-    for code, text in exitcodes.TABLE:
-        assert f"| {int(code)} | {text} |" in readme, (code, text)
+    # The documentation's table is generated from exitcodes.TABLE when the site is built.
+    assert "<!-- generated: exit-codes -->" in (ROOT / "docs" / "recovery.md").read_text()
     flat = " ".join(exitcodes.HELP.split())
     for args in (("--help",), ("list", "--help"), ("resolve", "--help"), ("setup", "--help"),
                  ("lab", "--help")):

@@ -1,12 +1,12 @@
-"""The README's walkthroughs run exactly as printed.
+"""The walkthroughs of the README and the documentation run exactly as printed.
 
 * The quickstart is ``examples/quickstart.py`` verbatim; the script runs on a fresh
   install with no API key, SIGKILLs its own worker mid-call, resumes, and the billing
   provider's own records hold one invoice.
-* Every command of "When something crashed" runs, in order, as subprocesses against a
+* Every command of "When something crashed" (``docs/recovery.md``) runs, in order, as subprocesses against a
   real SQLite file, with ``examples/support_agent.py`` as the agent; the exit codes and
-  first lines are the README's, and so are the ids it prints up to renaming (operation
-  ids differ per run: each README id stands for the run's id that appears in the same
+  first lines are the page's, and so are the ids it prints up to renaming (operation
+  ids differ per run: each page id stands for the run's id that appears in the same
   place, one to one); the providers hold one effect each.
 """
 
@@ -27,18 +27,17 @@ from langgraph_effects.testing import Provider
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 QUICKSTART = ROOT / "examples" / "quickstart.py"
 SUPPORT_AGENT = ROOT / "examples" / "support_agent.py"
-WIDTH = "100"  # the terminal width the README's console output was printed at
+WIDTH = "100"  # the terminal width the page's console output was printed at
 
 pytestmark = pytest.mark.crash
 
 
-def readme_section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+def page_body(name: str) -> str:
+    """A documentation page up to its first ``## `` subsection."""
+    return (DOCS / name).read_text().split("\n## ", 1)[0]
 
 
 def test_readme_quickstart_is_the_script() -> None:
@@ -86,14 +85,14 @@ def first_line(text: str) -> str:
 
 IDS = re.compile(r"\b(?:op|lge)_[0-9a-f]{32}\b")
 # The console's first stderr line says where it connects, naming the run's absolute
-# directory; the README leaves it out (its prose describes it).
+# directory; the page leaves it out (its prose describes it).
 NOTICE = re.compile(r"^langgraph-effects: (?:opening|reading) .*\n?", flags=re.M)
 
 
 def crash_walkthrough() -> str:
     """The steps of "When something crashed", without its reference subsections (their
     commands need a Postgres database named in the text)."""
-    return readme_section("When something crashed").split("\n### ", 1)[0]
+    return page_body("recovery.md")
 
 
 def ids_in_order(text: str) -> list[str]:
@@ -103,10 +102,10 @@ def ids_in_order(text: str) -> list[str]:
 
 @dataclass
 class Ran:
-    """One README command as run: the command with this run's ids, what it printed."""
+    """One documented command as run: the command with this run's ids, what it printed."""
 
     command: str
-    printed: str  # under the command in the README
+    printed: str  # under the command on the page
     output: str  # stdout + stderr of the run
     returncode: int
 
@@ -114,11 +113,11 @@ class Ran:
 def run_section(section: str, cwd: Path) -> tuple[list[Ran], dict[str, str]]:
     """Run every ``$ command`` of ``section`` in ``cwd`` (holding ``support_agent.py``).
 
-    Ids differ per run, so each id the README shows is mapped onto the id the run prints
-    in its place: per command, the README's new ids and the run's new ids, both by first
+    Ids differ per run, so each id the page shows is mapped onto the id the run prints
+    in its place: per command, the page's new ids and the run's new ids, both by first
     appearance, pair up in order (prefix and count must agree, the mapping stays one to
-    one); a command is run with the README's ids replaced by the run's. Returns the runs
-    and the mapping (README id -> run id).
+    one); a command is run with the page's ids replaced by the run's. Returns the runs
+    and the mapping (page id -> run id).
     """
     env = {
         **os.environ,
@@ -140,7 +139,7 @@ def run_section(section: str, cwd: Path) -> tuple[list[Ran], dict[str, str]]:
         seen = set(ids.values())
         new = [token for token in ids_in_order(output) if token not in seen]
         assert [t.split("_")[0] for t in new] == [t.split("_")[0] for t in shown], (
-            f"$ {actual}: the README shows new ids {shown}, this run printed {new} (regenerate "
+            f"$ {actual}: the page shows new ids {shown}, this run printed {new} (regenerate "
             f"the section from a run of examples/support_agent.py):\n{output[-3000:]}"
         )
         ids.update(zip(shown, new, strict=True))
@@ -162,9 +161,9 @@ def test_when_something_crashed_runs_as_printed(tmp_path: Path) -> None:
         expected_code = 3 if r.printed.lstrip().startswith("error:") else 0
         assert r.returncode == expected_code, f"$ {r.command}\n{r.output[-3000:]}"
         assert first_line(output) == first_line(r.printed), f"$ {r.command}\n{r.output[-3000:]}"
-        # The ids the README prints under the command, this run printed in the same order.
+        # The ids the page prints under the command, this run printed in the same order.
         assert ids_in_order(output) == ids_in_order(r.printed), (
-            f"$ {r.command}: the README shows {ids_in_order(r.printed)} (regenerate the section "
+            f"$ {r.command}: the page shows {ids_in_order(r.printed)} (regenerate the section "
             f"from a run of examples/support_agent.py):\n{r.output[-3000:]}"
         )
     helpdesk = Provider(tmp_path / "helpdesk.sqlite", "blind")
@@ -174,9 +173,9 @@ def test_when_something_crashed_runs_as_printed(tmp_path: Path) -> None:
 
 
 def test_hand_built_graph_snippet_runs(tmp_path: Path) -> None:
-    """The README's ``EffectToolNode`` snippet, with the quickstart's tool and model, runs
+    """The documentation's ``EffectToolNode`` snippet, with the quickstart's tool and model, runs
     (its top-level ``async with`` wrapped in a coroutine) and sends one invoice."""
-    section = readme_section("Hand-built graphs: `EffectToolNode`")
+    section = page_body("graphs.md")
     snippet = re.search(r"```python\n(.*?)```", section, flags=re.S)
     assert snippet is not None
     head, _, block = snippet.group(1).partition("\nasync with ")

@@ -1,0 +1,47 @@
+"""MkDocs hook: fills the pages' generated blocks from the code they describe.
+
+A page writes ``<!-- generated: NAME -->`` on a line of its own; the built site shows
+the block NAME produces, so the states diagram and the exit-code table can never
+drift from ``operation.py`` and ``exitcodes.py``. ``tests/test_docs.py`` runs the
+same functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_effects.exitcodes import TABLE
+from langgraph_effects.operation import mermaid
+
+
+def states() -> str:
+    """The operation state diagram, from the transition table."""
+    return f"```mermaid\n{mermaid()}\n```"
+
+
+def exit_codes() -> str:
+    """The console's one exit-code table."""
+    rows = "\n".join(f"| {int(code)} | {text} |" for code, text in TABLE)
+    return f"| code | meaning |\n|---|---|\n{rows}"
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"states": states, "exit-codes": exit_codes}
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", flags=re.M)
+
+
+def expand(markdown: str) -> str:
+    """``markdown`` with every generated marker replaced by its block."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in BLOCKS:
+            raise ValueError(f"unknown generated block {name!r}; known: {', '.join(BLOCKS)}")
+        return BLOCKS[name]()
+
+    return MARKER.sub(block, markdown)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    return expand(markdown)
