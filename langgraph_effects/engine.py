@@ -142,8 +142,7 @@ class Session(HumanQuestions):
 
         ``call_keys`` maps a call id to the key that tells it apart within its turn,
         when the call id itself is not stable (a Functional API task's id is not).
-        ``check_args`` checks an approver's edited arguments against the tool's
-        schema (an edit it refuses is asked again, never recorded or sent).
+        ``check_args`` checks an approver's edit against the tool's schema (see asking).
         """
         thread_id = _private.thread_id(config)
         if thread_id is None:
