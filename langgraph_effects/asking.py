@@ -39,7 +39,7 @@ log = logging.getLogger("langgraph_effects")
 
 #: Checks an approver's edited arguments against the tool's schema: why they do not
 #: fit (one short line), or ``None`` if they do. Given by the node or middleware.
-ArgsCheck = Callable[[str, Mapping[str, Any]], "str | None"]
+ArgsCheck = Callable[[str, Mapping[str, Any]], str | None]
 
 _REFUSED = "Your previous answer was not applied (nothing was sent and no operation changed for it): "
 _IN_PART = "Part of your previous answer was not applied: "
@@ -56,7 +56,7 @@ class _EditPlan:
 
 
 #: One call awaiting approval, its decision, and its edit (checked and derived) if edited.
-_Approved = tuple[_Call, ApprovalDecision, "_EditPlan | None"]
+_Approved = tuple[_Call, ApprovalDecision, _EditPlan | None]
 
 
 class HumanQuestions(CallDriver):
