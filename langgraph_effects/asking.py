@@ -6,44 +6,72 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from . import identity
 from .actions import _Call, by_id
 from .dispatch import CallDriver
-from .errors import (
-    DecisionConflictError,
-    IllegalTransitionError,
-    ReviewError,
-    StaleVersionError,
-)
+from .errors import ReviewError, TransitionError
+from .messages import MAX_EVIDENCE_CHARS, bounded
 from .operation import DECIDABLE, Change, Event, EvidenceKind, Operation, State
 from .review import (
     APPROVAL_TYPE,
-    ApprovalAnswer,
+    ApprovalDecision,
     ApproveAction,
     DecisionsAnswer,
+    EditAction,
     EffectAnswer,
     RejectAction,
     ReviewAnswer,
     approval_answer,
     decision_change,
     parse_decision,
+    refused_notice,
     review_decisions,
     review_request,
+    shown_key,
 )
 
 log = logging.getLogger("langgraph_effects")
 
 
+#: Checks an approver's edited arguments against the tool's schema: why they do not
+#: fit (one short line), or ``None`` if they do. Given by the node or middleware.
+ArgsCheck = Callable[[str, Mapping[str, Any]], str | None]
+
+_REFUSED = "Your previous answer was not applied (nothing was sent and no operation changed for it): "
+_IN_PART = "Part of your previous answer was not applied: "
+
+
+@dataclass(frozen=True)
+class _EditPlan:
+    """An approver's edit, checked and derived before anything is written."""
+
+    args: dict[str, Any]
+    digest: str
+    op_id: str
+    provider_key: str
+
+
+#: One call awaiting approval, its decision, and its edit (checked and derived) if edited.
+_Approved = tuple[_Call, ApprovalDecision, _EditPlan | None]
+
+
 class HumanQuestions(CallDriver):
     """The questions-to-a-human half of a :class:`~langgraph_effects.engine.Session`."""
+
+    check_args: ArgsCheck | None = None
+    """How an approver's edit is checked against the tool's schema (``None``: not checked)."""
+    _notice: str | None = None
 
     def pending_interrupt(self) -> dict[str, Any] | None:
         """The value for the node's one ``interrupt()``, or ``None`` if nobody needs asking.
 
-        Approvals come first (nothing was sent for those calls yet); reviews next.
+        Approvals come first (nothing was sent for those calls yet); reviews next. If
+        the previous answer was refused (or applied only in part), why opens every
+        description and is kept under ``refused_answer``.
         """
         if self._approval:
             return self.approval_payload()
@@ -57,36 +85,46 @@ class HumanQuestions(CallDriver):
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
         :meth:`pending_interrupt` asked: the approval while calls await one, else the
         review (mapped onto verdicts by :func:`~langgraph_effects.review.review_decisions`).
-        An answer that does not fit it is ignored with a warning and asked again.
+        A mapping answers by operation id.
+
+        It never raises for what the answer says: LangGraph has already stored it and
+        replays it on every resume, so raising would wedge the thread. An answer that
+        cannot be applied as a whole is refused before anything is written, and the
+        caller asks again in a new round, whose description says why.
         """
+        self._notice = None
         if isinstance(answer, EffectAnswer):
             answer = answer.root
+        try:
+            return await self._apply(answer, round_no=round_no)
+        except ReviewError as error:
+            reason = bounded(str(error), MAX_EVIDENCE_CHARS // 4)
+            log.warning("answer %d not applied, asked again: %s", round_no, reason)
+            self._notice = _REFUSED + reason
+            return 0
+
+    async def _apply(self, answer: Any, *, round_no: int) -> int:
         if isinstance(answer, DecisionsAnswer):
             if self._answered_since(round_no):
                 # Positional answers name no operation: on a re-run LangGraph hands the
                 # ``round_no``-th answer back to whatever question comes ``round_no``-th,
                 # which may list other operations. If this round or a later one already
                 # recorded an answer, this one was read in an earlier run (applied, or
-                # ignored as not fitting the question then asked): reading it against
+                # refused as not fitting the question then asked): reading it against
                 # today's shorter list would settle the wrong operation.
                 log.info("HITL answer %d was read in an earlier run; not re-applied", round_no)
                 return 0
             if self._approval:
-                approval = approval_answer(answer)
-                if approval is None:
-                    log.warning("a review answer arrived for an approval question; ignored")
-                    return 0
-                return await self.approve(approval, round_no=round_no)
-            try:
-                verdicts = review_decisions(answer, self.reviews())
-            except ReviewError as error:
-                log.warning("review answer not applied: %s", error)
-                return 0
-            return await self.decide(verdicts, round_no=round_no)
-        if isinstance(answer, ApprovalAnswer):
-            return await self.approve(answer, round_no=round_no)
-        root = answer.root if isinstance(answer, ReviewAnswer) else answer
-        return await self.decide(root, round_no=round_no)
+                return await self.approve(self._approval_plan(answer), round_no=round_no)
+            return await self.decide(review_decisions(answer, self.reviews()), round_no=round_no)
+        if isinstance(answer, ReviewAnswer):
+            answer = answer.root
+        if not isinstance(answer, Mapping):
+            raise ReviewError(
+                f"an answer must be {{'decisions': [...]}} or a mapping of operation id to "
+                f"decision, not {type(answer).__name__}"
+            )
+        return await self.decide(answer, round_no=round_no)
 
     def _answered_since(self, round_no: int) -> bool:
         """Whether a verdict or approval of round ``round_no`` or a later round is already
@@ -106,13 +144,14 @@ class HumanQuestions(CallDriver):
     def approval_payload(self) -> dict[str, Any]:
         """The approval ``interrupt()`` value, in LangChain's HITL request shape."""
         gated = [c for c in self.calls.values() if c.call_id in self._approval]
-        return {
+        notice = refused_notice(self._notice)
+        request: dict[str, Any] = {
             "type": APPROVAL_TYPE,
             "action_requests": [
                 {
                     "name": c.tool,
                     "args": dict(c.op.args),
-                    "description": (
+                    "description": notice + (
                         f"{c.tool} changes the outside world and needs approval before it is "
                         f"sent (operation {c.op.op_id}, args hash {c.op.args_hash})."
                     ),
@@ -133,24 +172,66 @@ class HumanQuestions(CallDriver):
                 for c in gated
             ],
         }
+        if self._notice:
+            request["refused_answer"] = self._notice
+        return request
 
-    async def approve(self, answer: ApprovalAnswer, *, round_no: int) -> int:
-        """Apply approval decisions (positional, as in LangChain's HITL response).
-
-        The approval is consumed in the dispatch commit, bound to the args hash. An
-        answer whose length does not match the calls awaiting approval is ignored
-        (it answered an earlier question); they are asked about again.
-        """
+    def _approval_plan(self, answer: DecisionsAnswer) -> list[_Approved]:
+        """Each call awaiting approval with its decision (and its edit, checked and
+        derived), or :class:`ReviewError` if the answer does not fit: nothing written."""
         gated = [c for c in self.calls.values() if c.call_id in self._approval]
-        if len(answer.decisions) != len(gated):
-            log.warning(
-                "approval answer has %d decisions for %d calls awaiting approval; ignored",
-                len(answer.decisions),
-                len(gated),
+        approval = approval_answer(answer)
+        if approval is None:
+            raise ReviewError(
+                "this question asks to approve calls before they are sent: answer approve, "
+                "edit or reject for each (respond belongs to a review of a call already sent)"
             )
-            return 0
-        applied = 0
-        for c, decision in zip(gated, answer.decisions, strict=True):
+        if len(approval.decisions) != len(gated):
+            raise ReviewError(
+                f"the answer has {len(approval.decisions)} decision(s) for {len(gated)} call(s) "
+                "awaiting approval; give one per entry of 'action_requests', in the same order"
+            )
+        return [
+            (c, d, self._edit_plan(c, d) if isinstance(d, EditAction) else None)
+            for c, d in zip(gated, approval.decisions, strict=True)
+        ]
+
+    def _edit_plan(self, c: _Call, decision: EditAction) -> _EditPlan:
+        """An approver's edit, checked against the tool's schema and its provider key
+        derived, before anything is recorded: an edit that cannot be sent is refused."""
+        name = decision.edited_action.name
+        if name != c.tool:
+            raise ReviewError(
+                f"an edit may not switch {c.tool} to {bounded(name, 80)!r}; edit {c.tool}'s "
+                "arguments, or reject it"
+            )
+        args = dict(decision.edited_action.args)
+        problem = self.check_args(c.tool, args) if self.check_args is not None else None
+        if problem is not None:
+            raise ReviewError(
+                f"the edited arguments do not fit {c.tool}'s schema ({bounded(problem, 600)}); "
+                "edit them again, or approve or reject the call as it is"
+            )
+        digest = identity.args_hash(args, key=self.settings.hash_key)
+        new_id = identity.edited_operation_id(c.op.op_id, digest)
+        try:
+            key = (
+                str(c.effect.key(args, self.config))
+                if c.effect.key is not None
+                else identity.default_provider_key(new_id)
+            )
+        except Exception as error:
+            raise ReviewError(
+                f"{c.tool}'s provider key cannot be made from the edited arguments "
+                f"({type(error).__name__}: {bounded(str(error), 300)})"
+            ) from error
+        return _EditPlan(args, digest, new_id, key)
+
+    async def approve(self, plan: list[_Approved], *, round_no: int) -> int:
+        """Apply approval decisions (positional, as in LangChain's HITL response), as
+        checked by :meth:`_approval_plan`. The approval is consumed in the dispatch
+        commit, bound to the args hash."""
+        for c, decision, edit in plan:
             approval_id = f"approval:{round_no}:{c.op.op_id}"
             content = decision.model_dump(mode="json")
             if isinstance(decision, ApproveAction):
@@ -167,53 +248,40 @@ class HumanQuestions(CallDriver):
                     Event.ABANDON, evidence=evidence, decision_id=approval_id, decision=content
                 )
                 await self._move(c, change)
-            else:
-                if decision.edited_action.name != c.tool:
-                    log.warning(
-                        "an edit may not switch %s to %s; ignored", c.tool, decision.edited_action.name
-                    )
-                    continue
-                await self._edit(c, dict(decision.edited_action.args), approval_id, content)
+            elif edit is not None:
+                await self._edit(c, edit, approval_id, content)
             self._approval.pop(c.call_id, None)
-            applied += 1
-        return applied
+        return len(plan)
 
     async def _edit(
-        self, c: _Call, args: dict[str, Any], approval_id: str, content: Mapping[str, Any]
+        self, c: _Call, edit: _EditPlan, approval_id: str, content: Mapping[str, Any]
     ) -> None:
         """An approver changed the payload: a new payload is a new operation."""
-        digest = identity.args_hash(args, key=self.settings.hash_key)
-        new_id = identity.edited_operation_id(c.op.op_id, digest)
-        provider_key = (
-            str(c.effect.key(args, self.config))
-            if c.effect.key is not None
-            else identity.default_provider_key(new_id)
-        )
         edited = dataclasses.replace(
             c.op,
-            op_id=new_id,
-            args=identity.redact(args, c.effect.secret_fields),
-            args_hash=digest,
-            provider_key=provider_key,
+            op_id=edit.op_id,
+            args=identity.redact(edit.args, c.effect.secret_fields),
+            args_hash=edit.digest,
+            provider_key=edit.provider_key,
             extra={**c.op.extra, "edited_from": c.op.op_id},
         )
         stored = by_id(await self.ledger.record_intents([edited]))
         old = c.op
         superseded = Change(
             Event.ABANDON,
-            evidence={"kind": EvidenceKind.APPROVAL, "decision": "edit", "superseded_by": new_id},
+            evidence={"kind": EvidenceKind.APPROVAL, "decision": "edit", "superseded_by": edit.op_id},
             decision_id=approval_id,
             decision=content,
         )
         await self.ledger.transition(old.op_id, superseded, expected_version=old.version)
         c.op = edited
         self._stored_or_conflict(c, stored)
-        c.args, c.edited = args, True
+        c.args, c.edited = edit.args, True
         if c.conflict is None and c.op.state is State.PENDING:
             await self._send(
                 c,
                 Event.DISPATCH,
-                {"kind": EvidenceKind.APPROVAL, "decision": "edit", "args_hash": digest},
+                {"kind": EvidenceKind.APPROVAL, "decision": "edit", "args_hash": edit.digest},
                 decision_id=approval_id + ":edited",
                 decision=content,
             )
@@ -229,23 +297,28 @@ class HumanQuestions(CallDriver):
 
     def review_payload(self) -> dict[str, Any]:
         """The ``interrupt()`` value: everything an operator needs to decide."""
-        return review_request(self.reviews())
+        return review_request(self.reviews(), refused=self._notice)
 
     async def decide(self, answer: Mapping[str, Any], *, round_no: int) -> int:
         """Write the verdicts of an interrupt answer to the ledger, as soon as read.
 
-        Returns how many were applied. Answers for operations that are not awaiting
-        review here (stale, or unknown ids) are ignored with a warning; those
-        operations, if still unresolved, are asked about again.
+        Every decision is validated before any is written (:class:`ReviewError`:
+        nothing applied). Returns how many were applied. Decisions for operations that
+        are not awaiting review here (stale, or unknown ids) are not applied; if none
+        is, the answer is refused (:class:`ReviewError`), else why opens the next
+        question. Operations still unresolved are asked about again.
         """
+        if not answer:
+            raise ReviewError("the answer names no operation; key each decision by its operation id")
+        parsed = {op_id: parse_decision(raw) for op_id, raw in answer.items()}
         by_op = {c.op.op_id: c for c in self.calls.values()}
+        problems: list[str] = []
         applied = 0
-        for op_id, raw in answer.items():
+        for op_id, decision in parsed.items():
             c = by_op.get(op_id)
             if c is None:
-                log.warning("review answer names operation %s, which is not in this node", op_id)
+                problems.append(f"operation {shown_key(op_id)} is not in this question")
                 continue
-            decision = parse_decision(raw)
             change = decision_change(
                 decision,
                 decision_id=f"review:{round_no}:{op_id}",
@@ -255,14 +328,20 @@ class HumanQuestions(CallDriver):
             if c.op.decisions and any(d == change.decision_id for d, _ in c.op.decisions):
                 continue
             if c.op.state not in DECIDABLE:
-                log.warning("operation %s is %s, not under review; answer ignored", op_id, c.op.state)
+                problems.append(f"operation {op_id} is {c.op.state.value}, not under review")
                 continue
             try:
                 await self._move(c, change, expected=c.op.version)
-            except (StaleVersionError, DecisionConflictError, IllegalTransitionError) as error:
-                log.warning("verdict for %s not applied: %s", op_id, error)
+            except TransitionError as error:
+                problems.append(f"the verdict for {op_id} was not recorded ({error})")
                 c.op = await self._reload(c)
                 continue
             self._review.pop(c.call_id, None)
             applied += 1
+        if problems:
+            text = bounded("; ".join(problems), MAX_EVIDENCE_CHARS // 4)
+            if not applied:
+                raise ReviewError(text)
+            log.warning("part of answer %d not applied: %s", round_no, text)
+            self._notice = _IN_PART + text
         return applied

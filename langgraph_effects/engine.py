@@ -44,7 +44,7 @@ from .actions import (
     _Call,
     by_id,
 )
-from .asking import HumanQuestions
+from .asking import ArgsCheck, HumanQuestions
 from .binding import (
     Coordinates,
     Source,
@@ -136,11 +136,13 @@ class Session(HumanQuestions):
         messages_key: str = "messages",
         sync_checkpointer: bool = False,
         call_keys: Mapping[str, str] | None = None,
+        check_args: ArgsCheck | None = None,
     ) -> Session:
         """Bind each effectful call to its operation; record new intents in one commit.
 
         ``call_keys`` maps a call id to the key that tells it apart within its turn,
         when the call id itself is not stable (a Functional API task's id is not).
+        ``check_args`` checks an approver's edit against the tool's schema (see asking).
         """
         thread_id = _private.thread_id(config)
         if thread_id is None:
@@ -184,6 +186,7 @@ class Session(HumanQuestions):
             }
             session = cls(ledger=ledger, settings=settings, config=config, scope=scope, calls=calls)
             session._source = source
+            session.check_args = check_args
             if made is not None:
                 owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}

@@ -288,8 +288,31 @@ class OversizedError(EffectsError, ValueError):
     """A receipt or an evidence text larger than its documented limit: refused, nothing written.
 
     See :data:`langgraph_effects.messages.MAX_RECEIPT_BYTES` and
-    :data:`~langgraph_effects.messages.MAX_EVIDENCE_CHARS`.
+    :data:`~langgraph_effects.messages.MAX_EVIDENCE_CHARS`. ``what`` names the value,
+    ``size`` and ``limit`` are in ``unit`` (``"bytes"`` or ``"characters"``);
+    :attr:`overage` says just that, without claiming what was or was not written.
     """
+
+    what: str
+    size: int
+    limit: int
+    unit: str
+
+    def __init__(self, what: str, size: int, limit: int, unit: str, advice: str) -> None:
+        overage = _overage(what, size, limit, unit)
+        self._record(
+            f"{overage}; nothing was recorded. {advice}", what=what, size=size, limit=limit, unit=unit
+        )
+
+    @property
+    def overage(self) -> str:
+        """``"the reason is 5,000 characters, over the 4,096-character limit"``."""
+        return _overage(self.what, self.size, self.limit, self.unit)
+
+
+def _overage(what: str, size: int, limit: int, unit: str) -> str:
+    measure = " as JSON" if unit == "bytes" else ""
+    return f"the {what} is {size:,} {unit}{measure}, over the {limit:,}-{unit.rstrip('s')} limit"
 
 
 class DefiniteFailure(EffectsError):

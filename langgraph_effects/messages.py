@@ -44,9 +44,9 @@ def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
     size = receipt_bytes(receipt)
     if size > MAX_RECEIPT_BYTES:
         raise OversizedError(
-            f"the {what} is {size:,} bytes as JSON, over the {MAX_RECEIPT_BYTES:,}-byte limit; "
-            "nothing was recorded. Give the provider's id and the few fields that prove the "
-            "effect landed, not the whole response."
+            what, size, MAX_RECEIPT_BYTES, "bytes",
+            "Give the provider's id and the few fields that prove the effect landed, not the "
+            "whole response.",
         )
     return receipt
 
@@ -54,10 +54,7 @@ def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
 def check_text(text: str, *, what: str) -> str:
     """``text`` if within :data:`MAX_EVIDENCE_CHARS`, else :class:`OversizedError`."""
     if len(text) > MAX_EVIDENCE_CHARS:
-        raise OversizedError(
-            f"the {what} is {len(text):,} characters, over the {MAX_EVIDENCE_CHARS:,}-character "
-            "limit; nothing was recorded. Say it in fewer words."
-        )
+        raise OversizedError(what, len(text), MAX_EVIDENCE_CHARS, "characters", "Say it in fewer words.")
     return text
 
 

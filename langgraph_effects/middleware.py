@@ -43,7 +43,7 @@ from .engine import Session
 from .errors import NoLedgerError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
-from .node import _args_valid, _as_approved
+from .node import _args_problem, _args_valid, _as_approved
 
 ToolResult = ToolMessage | Command[Any]
 _Hook = TypeVar("_Hook", bound=Callable[..., Any])
@@ -251,6 +251,7 @@ class EffectMiddleware(AgentMiddleware):
             config=config,
             context=request.runtime.context,
             sync_checkpointer=sync,
+            check_args=lambda _, args: _args_problem(request.tool, args),
         )
 
     @_signature_kept

@@ -85,17 +85,25 @@ def _with_catcher(config: RunnableConfig, catcher: _ErrorCatcher) -> RunnableCon
     return {**config, "callbacks": patched}
 
 
-def _args_valid(tool: BaseTool | None, args: Any) -> bool:
-    """Whether the model's arguments pass the tool's schema (invalid ones never dispatch)."""
+def _args_problem(tool: BaseTool | None, args: Any) -> str | None:
+    """Why ``args`` do not pass the tool's schema (one short line), or ``None`` if they do."""
     if tool is None:
-        return False
+        return "no such tool"
     schema = tool.tool_call_schema
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         try:
             schema.model_validate(args)
-        except ValidationError:
-            return False
-    return True
+        except ValidationError as error:
+            return "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in error.errors(include_url=False)[:5]
+            )
+    return None
+
+
+def _args_valid(tool: BaseTool | None, args: Any) -> bool:
+    """Whether the model's arguments pass the tool's schema (invalid ones never dispatch)."""
+    return _args_problem(tool, args) is None
 
 
 def _as_approved(request: ToolCallRequest, session: Session, call_id: str) -> ToolCallRequest:
@@ -195,6 +203,7 @@ class EffectToolNode(ToolNode):
             context=runtime.context,
             messages_key=_private.messages_key(self),
             sync_checkpointer=sync,
+            check_args=lambda name, args: _args_problem(self.tools_by_name.get(name), args),
         )
 
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:

@@ -17,13 +17,30 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from .errors import ReviewError
-from .messages import check_receipt, check_text
+from .errors import OversizedError, ReviewError
+from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text
 from .operation import Change, Event, EvidenceKind, Operation
 
 REVIEW_TYPE = "effect_review"
+
+#: The JSON-schema limits a client sees for an operator's text (a reason, a note) and
+#: for a ``respond`` message (the receipt, measured again as JSON bytes when read).
+_TEXT_LIMIT: dict[str, Any] = {"maxLength": MAX_EVIDENCE_CHARS}
+_RECEIPT_LIMIT: dict[str, Any] = {
+    "maxLength": MAX_RECEIPT_BYTES,
+    "description": f"at most {MAX_RECEIPT_BYTES:,} bytes as JSON (UTF-8)",
+}
 
 
 class _Strict(BaseModel):
@@ -36,7 +53,10 @@ class LandedDecision(_Strict):
     """The operator checked: the effect landed. ``receipt`` is what the provider shows."""
 
     type: Literal["landed"] = "landed"
-    receipt: Any = None
+    receipt: Any = Field(
+        default=None,
+        json_schema_extra={"description": f"at most {MAX_RECEIPT_BYTES:,} bytes as JSON (UTF-8)"},
+    )
 
     @field_validator("receipt")
     @classmethod
@@ -54,7 +74,7 @@ class AbandonDecision(_Strict):
     """Close the operation without confirming the effect; the model is told not to retry."""
 
     type: Literal["abandon"] = "abandon"
-    reason: str = Field(min_length=1)
+    reason: str = Field(min_length=1, json_schema_extra=_TEXT_LIMIT)
 
     @field_validator("reason")
     @classmethod
@@ -101,7 +121,12 @@ class RejectAction(_Strict):
     """Do not send; the model is told, with the approver's message."""
 
     type: Literal["reject"] = "reject"
-    message: str | None = None
+    message: Annotated[str, Field(json_schema_extra=_TEXT_LIMIT)] | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _bounded_message(cls, value: str | None) -> str | None:
+        return value if value is None else check_text(value, what="reject message")
 
 
 ApprovalDecision = Annotated[ApproveAction | EditAction | RejectAction, Field(discriminator="type")]
@@ -120,7 +145,17 @@ class RespondAction(_Strict):
     is read as the receipt's value)."""
 
     type: Literal["respond"] = "respond"
-    message: str
+    message: str = Field(json_schema_extra=_RECEIPT_LIMIT)
+
+    @field_validator("message")
+    @classmethod
+    def _bounded_message(cls, value: str) -> str:
+        if len(value) > MAX_RECEIPT_BYTES:  # surely over as JSON bytes; measured exactly when read
+            raise OversizedError(
+                "respond message", len(value), MAX_RECEIPT_BYTES, "characters",
+                "Give the provider's id and the few fields that prove the effect landed.",
+            )
+        return value
 
 
 AnyDecision = Annotated[
@@ -148,7 +183,60 @@ class DecisionsAnswer(_Strict):
 class EffectAnswer(RootModel[DecisionsAnswer | ReviewAnswer]):
     """What the node's interrupt accepts: ``{"decisions": [...]}`` (LangChain's HITL
     shape, for approvals and reviews) or a review answer keyed by operation id (an
-    answer of the other kind, replayed from an earlier question, is told apart)."""
+    answer of the other kind, replayed from an earlier question, is told apart).
+
+    It is the interrupt's ``response_schema``: LangGraph refuses an answer that fails
+    it before storing anything (the same question stays open), and clients such as
+    Agent Inbox and Studio see the limits (``maxLength``) in its JSON schema. Text
+    that is not valid Unicode (a lone surrogate) is refused too: a checkpoint cannot
+    store it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, value: Any) -> Any:
+        where = _invalid_text(value, "answer")
+        if where is not None:
+            raise ValueError(
+                f"{where} is not valid text (an unpaired surrogate); it cannot be stored. "
+                "Send the answer as valid UTF-8."
+            )
+        return value
+
+
+def _invalid_text(value: Any, where: str, depth: int = 0) -> str | None:
+    """Where in ``value`` a string (or a mapping key) holds an unpaired surrogate."""
+    if isinstance(value, str):
+        return None if _encodable(value) else where
+    if depth > 64:
+        return None  # deeper than any answer shape; the schema refuses it anyway
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            name = f"{where}[{shown_key(key)}]"
+            if isinstance(key, str) and not _encodable(key):
+                return f"a key of {where}"
+            found = _invalid_text(item, name, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = _invalid_text(item, f"{where}[{i}]", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_key(key: Any) -> str:
+    """A key of an answer as a message may show it: short, quoted, always valid text."""
+    text = key if isinstance(key, str) else repr(key)
+    return repr(bounded(text.encode("utf-8", "backslashreplace").decode(), 60))
 
 
 def approval_answer(answer: DecisionsAnswer) -> ApprovalAnswer | None:
@@ -237,12 +325,18 @@ def review_entry(op: Operation) -> dict[str, Any]:
     }
 
 
-def review_description(op: Operation) -> str:
+def refused_notice(notice: str | None) -> str:
+    """What opens every description of a question asked again because its previous
+    answer was refused or applied only in part (empty if it was not)."""
+    return f"{notice}\n" if notice else ""
+
+
+def review_description(op: Operation, notice: str | None = None) -> str:
     """What a reviewer reads in Agent Inbox / Studio: why it is asked, the evidence,
-    and what each button records."""
+    and what each button records (after why the previous answer was refused, if so)."""
     evidence = json.dumps(dict(op.evidence or {}), sort_keys=True, default=str)
     tries = "1 attempt" if op.attempts == 1 else f"{op.attempts} attempts"
-    return (
+    return refused_notice(notice) + (
         f"{op.tool} may or may not have reached the provider, and the evidence cannot settle "
         f"it (contract: {op.contract}; the evidence below says why). Check the provider for "
         f"key {op.provider_key}, then answer.\n"
@@ -256,19 +350,21 @@ def review_description(op: Operation) -> str:
     )
 
 
-def review_request(ops: Sequence[Operation]) -> dict[str, Any]:
+def review_request(ops: Sequence[Operation], refused: str | None = None) -> dict[str, Any]:
     """The ``effect_review`` interrupt value for ``ops`` (in tool-call order).
 
     It carries our own ``operations`` list (everything an operator needs, answered
     by operation id) and, for Agent Inbox and LangGraph Studio, LangChain's HITL
     request shape: one ``action_requests`` entry per operation (its tool, redacted
     arguments, the evidence in the description) and a ``review_configs`` entry with
-    the decisions allowed (:data:`HITL_REVIEW_DECISIONS`).
+    the decisions allowed (:data:`HITL_REVIEW_DECISIONS`). ``refused`` is why the
+    previous answer was not applied: it opens each description and is kept under
+    ``refused_answer``.
     """
-    return {
+    request: dict[str, Any] = {
         "type": REVIEW_TYPE,
         "action_requests": [
-            {"name": op.tool, "args": dict(op.args), "description": review_description(op)}
+            {"name": op.tool, "args": dict(op.args), "description": review_description(op, refused)}
             for op in ops
         ],
         "review_configs": [
@@ -276,6 +372,9 @@ def review_request(ops: Sequence[Operation]) -> dict[str, Any]:
         ],
         "operations": [review_entry(op) for op in ops],
     }
+    if refused:
+        request["refused_answer"] = refused
+    return request
 
 
 def _receipt(message: str) -> Any:
@@ -292,12 +391,16 @@ def review_decision(decision: Any) -> LandedDecision | NotLandedDecision | Aband
     ``not_landed`` / ``abandon`` are taken as they are. ``edit`` is refused."""
     if isinstance(decision, LandedDecision | NotLandedDecision | AbandonDecision):
         return decision
-    if isinstance(decision, RespondAction):
-        return LandedDecision(receipt=_receipt(decision.message))
-    if isinstance(decision, ApproveAction):
-        return NotLandedDecision()
-    if isinstance(decision, RejectAction):
-        return AbandonDecision(reason=decision.message or _REJECTED_WITHOUT_REASON)
+    try:
+        if isinstance(decision, RespondAction):
+            return LandedDecision(receipt=check_receipt(_receipt(decision.message)))
+        if isinstance(decision, ApproveAction):
+            return NotLandedDecision()
+        if isinstance(decision, RejectAction):
+            reason = check_text(decision.message or _REJECTED_WITHOUT_REASON, what="reject message")
+            return AbandonDecision(reason=reason)
+    except OversizedError as error:
+        raise ReviewError(f"{error.overage}; shorten it") from error
     raise ReviewError(
         f"a review cannot take {getattr(decision, 'type', decision)!r}: answer with respond "
         "(it landed), approve (it did not: send it again under the same key) or reject "

@@ -38,6 +38,9 @@ KILL_POINTS = ("A", "B", "C")
 #: AIMessage with two sends and a read-only question that calls ``interrupt()``.
 Scenario = Literal["single", "two-turns", "follow-up", "siblings"]
 
+#: The column whose operator first pastes an oversized answer (see ``lab.ours``).
+WEDGING_ANSWER = "wedging-answer"
+
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
 PAUSE_LEASE = 0.5
 #: How long the paused worker stays stopped: well past its lease.
@@ -160,6 +163,16 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             scenario="siblings",
             per_operation=2,
             group="identity and ownership",
+        ),
+        # -- wedging answer (issue 28): an operator's answer must never wedge a thread --
+        CrashPoint(
+            WEDGING_ANSWER,
+            "the response is lost (TimeoutError); at the review the operator first pastes the "
+            "provider's whole response (over the receipt limit), then answers properly",
+            first_timeout=True,
+            resumers=0,
+            ours_only=True,
+            group="operator answers",
         ),
     )
 }

@@ -60,7 +60,7 @@ from ..ledger.sqlite import SqliteLedger, connect
 from ..node import EffectToolNode
 from ..operation import Operation
 from ..review import REVIEW_TYPE, resume_command
-from .faults import CRASH_POINTS
+from .faults import CRASH_POINTS, WEDGING_ANSWER
 from .providers import (
     KEYED_MODES,
     MODES,
@@ -230,7 +230,12 @@ def verdict(effects: Sequence[EffectRecord]) -> dict[str, Any]:
 
 def answer_from_provider(case: ReviewCase) -> Any:
     """Answer every pending effect review with the provider's truth for the operation
-    each entry names (the ``operation`` label in its arguments)."""
+    each entry names (the ``operation`` label in its arguments). In the
+    ``wedging-answer`` column a review not yet refused first gets a pasted answer."""
+    if case.crash_point == WEDGING_ANSWER and not any(
+        isinstance(v, Mapping) and v.get("refused_answer") for _, v in case.interrupts
+    ):
+        return pasted_answer(case)
     pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in case.interrupts]
 
     def evidence(entry: Mapping[str, Any]) -> list[EffectRecord]:
@@ -244,6 +249,19 @@ def answer_from_provider(case: ReviewCase) -> Any:
         for entry in value.get("operations", ())
     }
     return resume_command(pending, decisions).resume
+
+
+def pasted_answer(case: ReviewCase) -> Any:
+    """What a hurried operator sends: ``respond`` with the provider's whole response
+    pasted in. Under the schema's 65,536 characters, over the receipt's 65,536 bytes
+    (two bytes a character): LangGraph stores it, the node refuses it and asks again."""
+    response = {"effects": [e.effect_id for e in case.effects], "raw": "é" * 40_000}
+    body = json.dumps(response, ensure_ascii=False)
+    return {
+        interrupt_id: {"decisions": [{"type": "respond", "message": body}] * len(value["action_requests"])}
+        for interrupt_id, value in case.interrupts
+        if isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE
+    }
 
 
 def audit_ledger(files: CellFiles) -> AuditCounts:

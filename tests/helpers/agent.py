@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy
 
 from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, NotLanded, _faults
 from langgraph_effects.context import current_operation
@@ -45,6 +45,7 @@ class Spec:
     crash: str | None = None  # after_intent | before_outcome
     resume: bool = False
     answer: dict[str, Any] | None = None
+    hitl: list[dict[str, Any]] | None = None  # resume with {"decisions": hitl} (Agent Inbox's shape)
     lag: float = 0.0
     timeout_after_effect: list[int] = field(default_factory=list)  # call indexes that time out
     durability: str = "sync"
@@ -200,6 +201,8 @@ async def run(spec: Spec) -> dict[str, Any]:
         if spec.answer is not None:
             pending = (await graph.aget_state(config)).interrupts
             payload: Any = resume_command(pending, spec.answer)
+        elif spec.hitl is not None:
+            payload = Command(resume={"decisions": spec.hitl})
         elif spec.resume:
             payload = None
         else:
