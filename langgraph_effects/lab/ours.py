@@ -68,6 +68,7 @@ from .providers import (
     IdempotencyMismatch,
     ProviderMode,
     ProviderRejected,
+    RateLimited,
     Withdrawn,
 )
 from .strategies import (
@@ -95,14 +96,15 @@ LOOKUP_TIMEOUT = 0.05
 LOOKUP_ATTEMPTS = 2
 #: How long a lookup "hangs" in the ``lookup-timeout`` column: far past the timeout.
 LOOKUP_HANG = 3600.0
-#: Provider errors that prove nothing was applied (a 422, a key reused with another payload).
-DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch)
+#: Provider errors that prove nothing was applied (a 422, a key reused with another
+#: payload, a 429).
+DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch, RateLimited)
 
 ToolOutput = ToolMessage | Command[Any]
 
 #: Columns where the first request is still to come (its sender is alive, paused or
 #: still running) when someone else looks at the operation: nobody may send it again.
-IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt"})
+IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt", "child-process"})
 #: The soak's pseudo crash point (see ``runner.SOAK_POINT``).
 SOAK = "soak"
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
@@ -153,6 +155,10 @@ def effect_for(ctx: BuildContext) -> Effect | None:
             settle_after=provider.lag + SETTLE_MARGIN,
             **common,
         )
+    point = CRASH_POINTS.get(ctx.crash_point)
+    if point is not None and point.rate_limited:
+        # Still blind (no key, no lookup), but its documentation says a 429 applied nothing.
+        return Effect(definite_errors=DEFINITE_ERRORS)
     return None
 
 
@@ -211,7 +217,7 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     return EffectToolNode(
         [send_tool(ctx), *extra],
         effects=effects,
-        handle_tool_errors=True,
+        handle_tool_errors=ctx.handled_errors,
         awrap_tool_call=line_up,
         lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
@@ -299,11 +305,15 @@ def check_cell(report: CellReport) -> list[str]:
         )
     if report.tool_errors:
         problems.append(f"{report.tool_errors} error ToolMessages: the model was told a call failed")
+    point = CRASH_POINTS.get(report.crash_point)
+    # definite-retry: each faulted operation's 429 is one more request, nothing applied.
+    refusals = report.faulted if point is not None and point.rate_limited else 0
     if report.provider_mode == "blind":
-        if report.sends != report.effects:
+        if report.sends != report.effects + refusals:
             problems.append(
-                f"blind provider got {report.sends} requests for {report.effects} effects: "
-                "something was re-sent without an operator"
+                f"blind provider got {report.sends} requests for {report.effects} effects"
+                + (f" and {refusals} answered 429" if refusals else "")
+                + ": something was re-sent without an operator"
             )
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends to a blind provider")

@@ -45,10 +45,10 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import interrupt
+from langgraph.types import RetryPolicy, interrupt
 
 from .faults import CRASH_POINTS, Faults, LabClient, Scenario
-from .providers import EffectRecord, ProviderMode
+from .providers import EffectRecord, ProviderError, ProviderMode, RateLimited
 
 #: Modules that register strategies when imported (the workers preload them).
 BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
@@ -106,6 +106,11 @@ class CellFiles:
             ledger=workdir / "checkpoints.sqlite",
         )
 
+    @property
+    def children(self) -> Path:
+        """Marker files of child senders still on their way (``child-process``)."""
+        return self.workdir / "children"
+
 
 @dataclass(frozen=True)
 class BuildContext:
@@ -128,6 +133,14 @@ class BuildContext:
     def scenario(self) -> Scenario:
         """What the cell's threads do (the column's scenario)."""
         return CRASH_POINTS[self.crash_point].scenario if self.crash_point in CRASH_POINTS else "single"
+
+    @property
+    def handled_errors(self) -> bool | tuple[type[Exception], ...]:
+        """``handle_tool_errors`` for the cell's tools node: every error becomes an error
+        ToolMessage, except where the node carries a ``RetryPolicy`` for the 429s
+        (``definite-retry``): those must reach it."""
+        point = CRASH_POINTS.get(self.crash_point)
+        return (ProviderError, TimeoutError) if point is not None and point.rate_limited else True
 
 
 #: ``build(ctx) -> tools node`` (or an awaitable of one): anything
@@ -271,13 +284,19 @@ def _tool_call(name: str, args: dict[str, Any], call_id: str) -> ToolCall:
     return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
 
 
+#: The ``edit-branch`` column: the edited message's send is labelled ``<operation>/edited``.
+EDITED = "/edited"
+
+
 def _call(state: LabState, number: int) -> AIMessage:
     index = state["index"]
     args = {"operation": state["operation"], "body": state["body"]}
+    # A branch is a new conversation: the model server mints new ids in it.
+    ids = f"{index}-{number}" + ("-edited" if state["operation"].endswith(EDITED) else "")
     return AIMessage(
         content="",
-        id=f"ai-{index}-{number}",
-        tool_calls=[_tool_call(TOOL_NAME, args, f"call-{index}-{number}")],
+        id=f"ai-{ids}",
+        tool_calls=[_tool_call(TOOL_NAME, args, f"call-{ids}")],
     )
 
 
@@ -305,6 +324,17 @@ def scripted_model(state: LabState) -> dict[str, list[AnyMessage]]:
         return {"messages": [_call(state, 1)]}
     if isinstance(last, ToolMessage) and last.status == "error" and len(calls) < MAX_CALLS:
         return {"messages": [_call(state, len(calls) + 1)]}
+    summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
+    return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
+
+
+def no_replan_model(state: LabState) -> dict[str, list[AnyMessage]]:
+    """One call, never re-planned: after an error the model gives up (only the tools
+    node's ``RetryPolicy`` may try the call again)."""
+    messages = state["messages"]
+    if not any(isinstance(m, AIMessage) and m.tool_calls for m in messages):
+        return {"messages": [_call(state, 1)]}
+    last = messages[-1]
     summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
     return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
 
@@ -372,6 +402,7 @@ _MODELS: dict[Scenario, Any] = {
     "two-turns": repeating_model,
     "follow-up": follow_up_model,
     "siblings": siblings_model,
+    "no-replan": no_replan_model,
 }
 
 
@@ -403,13 +434,22 @@ def _route(state: dict[str, Any]) -> str:  # any scenario's state (not a schema)
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
+#: The ``definite-retry`` column's policy on the tools node: retry a 429 at once.
+RATE_LIMIT_RETRY = RetryPolicy(initial_interval=0.01, jitter=False, max_attempts=3, retry_on=RateLimited)
+
+
 def lab_graph(
-    tools: Any, checkpointer: BaseCheckpointSaver[Any], scenario: Scenario = "single"
+    tools: Any,
+    checkpointer: BaseCheckpointSaver[Any],
+    scenario: Scenario = "single",
+    *,
+    retry: RetryPolicy | None = None,
 ) -> CompiledStateGraph[Any]:
-    """The graph every strategy runs in: the scenario's scripted model, the strategy's tools node."""
+    """The graph every strategy runs in: the scenario's scripted model, the strategy's
+    tools node (with ``retry`` as its ``RetryPolicy``)."""
     graph: StateGraph[Any] = StateGraph(ListState if scenario == "two-turns" else LabState)
     graph.add_node("model", _MODELS[scenario])
-    graph.add_node("tools", tools)
+    graph.add_node("tools", tools, retry_policy=retry)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", _route, ["tools", END])
     graph.add_edge("tools", "model")
