@@ -570,8 +570,13 @@ REFUSAL_SAMPLES = 3
 
 
 def _sample_refusal(result: CellResult, report: AttemptReport) -> None:
-    if report.refused is not None and len(result.refusals) < REFUSAL_SAMPLES:
-        result.refusals.append(report.refused[:500])
+    """Keep a few distinct refusals (their first line) as samples."""
+    if report.refused is None or len(result.refusals) >= REFUSAL_SAMPLES:
+        return
+    sample = report.refused.strip().splitlines()[:3]
+    text = " ".join(line.strip() for line in sample)[:400]
+    if text not in result.refusals:
+        result.refusals.append(text)
 
 
 def _finished(outcome: Done | Killed, attempt: Attempt) -> AttemptReport:
