@@ -46,8 +46,9 @@ KILL_POINTS = ("A", "B", "C", "child")
 #: follow-up call whose wording names the worker that planned it; ``siblings``: one
 #: AIMessage with two sends and a read-only question that calls ``interrupt()``;
 #: ``no-replan``: one call, and a model that does not re-plan it after an error (only
-#: the node's ``RetryPolicy`` may retry it).
-Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan"]
+#: the node's ``RetryPolicy`` may retry it); ``entrypoint``: a Functional API
+#: entrypoint sending one notification per recipient of a set (:mod:`.entrypoint`).
+Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", "entrypoint"]
 
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
 PAUSE_LEASE = 0.5
@@ -106,6 +107,13 @@ class CrashPoint:
     """Requests leave from a child process of the tool (:mod:`.child`)."""
     tolerate: bool = False
     """An attempt that raises is a result (counted as refused), not a broken cell."""
+    kill_on: int = 1
+    """The first attempt dies the ``kill_on``-th time it reaches ``first_kill``."""
+    only_rows: tuple[str, ...] | None = None
+    """Only these strategies run the column (a path of another API than ``ToolNode``)."""
+    stop_ok: bool = False
+    """A thread refused with this package's error before anything wrong was sent is
+    *stopped*: its missing effects are excused (its duplicates are not)."""
 
     @property
     def ambiguous(self) -> bool:
@@ -229,6 +237,19 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             group="edge paths",
         ),
         CrashPoint(
+            "reordered-entrypoint",
+            "a Functional API entrypoint sends one per recipient of a set; killed at B on the "
+            "2nd send, resumed by a new process that iterates the set in another order",
+            first_kill="B",
+            kill_on=2,
+            scenario="entrypoint",
+            per_operation=3,
+            only_rows=("plain-entrypoint", "effectful-entrypoint"),
+            stop_ok=True,
+            tolerate=True,
+            group="edge paths",
+        ),
+        CrashPoint(
             "child-process",
             "the tool's child process sends; SIGKILLed while the child is about to send, "
             "resumed at once",
@@ -260,6 +281,8 @@ class AttemptFaults:
     (a random moment: the soak), if it has not finished by then."""
     rate_limit: bool = False
     """The attempt's first request is answered with a 429 (nothing applied)."""
+    kill_on: int = 1
+    """Die the ``kill_on``-th time ``kill_at`` is reached."""
 
     def __post_init__(self) -> None:
         for name in ("kill_at", "pause_at"):
@@ -279,6 +302,7 @@ class Faults:
         self._conn = conn
         self._plan = AttemptFaults()
         self._fired: set[str] = set()
+        self._reached: dict[str, int] = {}
         # Sends of earlier attempts still held in flight (they outlive their attempt).
         self._held: list[threading.Event] = []
         self._held_lock = threading.Lock()
@@ -289,6 +313,7 @@ class Faults:
         """Arm the faults of the next attempt (and disarm the previous ones)."""
         self._plan = plan
         self._fired = set()
+        self._reached = {}
         self._hold = threading.Event() if plan.hold else None
         self._holding = 0
         if self._hold is not None:
@@ -372,7 +397,8 @@ class Faults:
             if self._conn is not None:
                 self._conn.send(("paused", point))
             os.kill(os.getpid(), signal.SIGSTOP)
-        if point == plan.kill_at and self._once(point):
+        self._reached[point] = self._reached.get(point, 0) + 1
+        if point == plan.kill_at and self._reached[point] >= plan.kill_on and self._once(point):
             if self._conn is not None:
                 self._conn.send(("crash", point))
             os.kill(os.getpid(), signal.SIGKILL)

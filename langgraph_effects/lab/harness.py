@@ -71,6 +71,10 @@ RIVAL_DECIDE_SECONDS = 1.0
 SoakFault = tuple[str, float]
 
 
+def _thread_id(index: int) -> str:
+    return f"op-{index}"
+
+
 def operation_label(index: int) -> str:
     """The logical operation the provider's records are grouped by."""
     return f"tenant-lab:notification:{index}"
@@ -127,6 +131,7 @@ class Cell:
             pause_at=point.pause_at,
             hold=point.hold,
             rate_limit=point.rate_limited,
+            kill_on=point.kill_on,
         )
 
 
@@ -162,6 +167,7 @@ class CellResult:
     refused: int = 0  # runs that failed because another runner had the thread (races)
     refused_foreign: list[str] = field(default_factory=list)  # refusals not from our errors
     refusals: list[str] = field(default_factory=list)  # what tolerated runs raised (a few, any run)
+    stopped: list[int] = field(default_factory=list)  # refused with our error, missing excused (stop_ok)
     resumes: int = 0  # extra resumes to finish threads a refused runner left pending
     random_kills: int = 0  # soak: workers SIGKILLed by the lab at a random moment
     seconds: float = 0.0
@@ -221,6 +227,7 @@ class _Workers:
         """A new current worker if the lab killed this one (it may have finished first)."""
         if self.current.killed_by_lab or self.current.crash_point is not None:
             self.current.close()
+            self.spec = replace(self.spec, generation=self.spec.generation + 1)
             self.current = WorkerHandle(self.ctx, self.spec)
 
     def drop_extra(self) -> None:
@@ -276,6 +283,12 @@ def run_cell(
         workers.close()
     if point.child and await_stragglers(files.children) and result.error is None:
         result.error = "child senders were still running when the cell was counted"
+    if result.stopped:
+        # Refused loudly before anything wrong was sent: what was not sent is not lost.
+        landed = provider.count_effects()
+        for index in result.stopped:
+            for label in intended_effects(point.scenario, operation_label(index)):
+                intended[label] = min(intended[label], landed.get(label, 0))
     tally = provider.tally(intended)
     result.intended = tally.intended
     result.sends, result.lookups = tally.sends, tally.lookups
@@ -290,6 +303,11 @@ def run_cell(
         if audit is not None:
             result.non_terminal = audit.non_terminal
             result.audit = dict(audit.details)
+            if result.stopped:
+                # A stopped thread waits, open, for a fixed deployment: not a broken one.
+                excused = sum(audit.open_by_thread.get(_thread_id(i), 0) for i in result.stopped)
+                result.non_terminal -= excused
+                result.audit["open_in_stopped_threads"] = excused
         if strategy.check is not None:
             counts = {name: getattr(result, name) for name in _REPORTED_COUNTS}
             report = CellReport(
@@ -344,7 +362,7 @@ def _run_operation(
         index=index,
         operation=label,
         body=f"hello #{index}",
-        thread_id=f"op-{index}",
+        thread_id=_thread_id(index),
         tolerate=point.tolerate,
     )
     faulted = cell.faulted(index)
@@ -525,6 +543,8 @@ def _settle(
     """Run the operation's thread to its end: answer its interrupts (the lab's
     questions; reviews as an operator who checked the provider) and resume it while
     work is pending (a runner that lost its race leaves it so)."""
+    if cell.crash_point.stop_ok and any(r.refused_ours for r in reports):
+        result.stopped.append(base.index)
     for report in reports:
         _sample_refusal(result, report)
         if report.refused is not None:

@@ -256,6 +256,7 @@ def audit_ledger(files: CellFiles) -> AuditCounts:
     """Count from the ledger file: states of ``effect_operations``, events of ``effect_audit``."""
     with closing(sqlite3.connect(files.ledger)) as db:
         states = dict(db.execute("SELECT state, COUNT(*) FROM effect_operations GROUP BY state"))
+        by_thread = list(db.execute("SELECT thread_id, state FROM effect_operations"))
         events = dict(db.execute("SELECT event, COUNT(*) FROM effect_audit GROUP BY event"))
         escalations = [
             json.loads(evidence or "{}")
@@ -271,9 +272,14 @@ def audit_ledger(files: CellFiles) -> AuditCounts:
         "verdicts_landed": events.get("landed", 0),
         "verdicts_not_landed": events.get("not_landed", 0),
     }
+    open_by_thread: dict[str, int] = {}
+    for thread_id, state in by_thread:
+        if state in open_states:
+            open_by_thread[thread_id] = open_by_thread.get(thread_id, 0) + 1
     return AuditCounts(
         non_terminal=sum(n for state, n in states.items() if state in open_states),
         details=details,
+        open_by_thread=open_by_thread,
     )
 
 

@@ -499,6 +499,8 @@ def render_table(results: Sequence[CellResult], points: Sequence[str]) -> Table:
     rows: dict[tuple[str, str], dict[str, CellResult]] = {}
     ours: dict[tuple[str, str], bool] = {}
     for result in results:
+        if result.crash_point not in used:
+            continue  # a row with no cell in this table (the entrypoint rows) is not shown
         key = (result.strategy, result.provider)
         rows.setdefault(key, {})[result.crash_point] = result
         ours[key] = result.ours

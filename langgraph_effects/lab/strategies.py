@@ -51,7 +51,11 @@ from .faults import CRASH_POINTS, Faults, LabClient, Scenario
 from .providers import EffectRecord, ProviderError, ProviderMode, RateLimited
 
 #: Modules that register strategies when imported (the workers preload them).
-BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
+BUILTIN_MODULES: list[str] = [
+    "langgraph_effects.lab.seed",
+    "langgraph_effects.lab.ours",
+    "langgraph_effects.lab.entrypoint",
+]
 
 TOOL_NAME = "send_notification"
 #: The read-only sibling of the ``siblings`` scenario; it asks the user with ``interrupt()``.
@@ -128,6 +132,8 @@ class BuildContext:
     checkpointer: BaseCheckpointSaver[Any]
     exits: AsyncExitStack = field(default_factory=AsyncExitStack)
     """Closed when the worker exits cleanly (a killed worker closes nothing)."""
+    generation: int = 0
+    """How many workers of this cell were replaced before this one (a new process)."""
 
     @property
     def scenario(self) -> Scenario:
@@ -143,8 +149,16 @@ class BuildContext:
         return (ProviderError, TimeoutError) if point is not None and point.rate_limited else True
 
 
+@dataclass(frozen=True)
+class WholeGraph:
+    """What a builder returns to run its own graph instead of the lab's (a Functional
+    API entrypoint): ``compile(checkpointer) -> compiled graph``."""
+
+    compile: Callable[[BaseCheckpointSaver[Any]], Any]
+
+
 #: ``build(ctx) -> tools node`` (or an awaitable of one): anything
-#: ``StateGraph.add_node`` accepts.
+#: ``StateGraph.add_node`` accepts, or a :class:`WholeGraph`.
 ToolsBuilder = Callable[[BuildContext], Any]
 
 
@@ -176,6 +190,8 @@ class AuditCounts:
     """Operations left in a non-terminal state (must be 0 for ours)."""
     details: Mapping[str, int] = field(default_factory=dict)
     """Anything else the records tell (kept in the JSON rows), e.g. automatic re-sends."""
+    open_by_thread: Mapping[str, int] = field(default_factory=dict)
+    """Non-terminal operations per thread id (a stopped thread's are excused)."""
 
 
 #: ``audit(files) -> AuditCounts``, run in the parent after the cell finished.
@@ -246,9 +262,14 @@ class Strategy:
 
     def columns(self) -> tuple[str, ...]:
         """The crash points this strategy runs, in table order."""
+        runs = [
+            cp
+            for cp, point in CRASH_POINTS.items()
+            if point.only_rows is None or self.name in point.only_rows  # another API's path
+        ]
         if self.crash_points is not None:
-            return tuple(cp for cp in CRASH_POINTS if cp in self.crash_points)
-        return tuple(cp for cp, point in CRASH_POINTS.items() if self.ours or not point.ours_only)
+            return tuple(cp for cp in runs if cp in self.crash_points)
+        return tuple(cp for cp in runs if self.ours or not CRASH_POINTS[cp].ours_only)
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -308,6 +329,10 @@ def intended_effects(scenario: Scenario, operation: str) -> dict[str, int]:
         return {operation: 1, f"{operation}/follow-up": 1}
     if scenario == "siblings":
         return {f"{operation}/a": 1, f"{operation}/b": 1}
+    if scenario == "entrypoint":
+        from .entrypoint import RECIPIENTS
+
+        return {f"{operation}/{name}": 1 for name in RECIPIENTS}
     return {operation: 1}
 
 

@@ -48,6 +48,7 @@ from .strategies import (
     BuildContext,
     CellFiles,
     ToolsBuilder,
+    WholeGraph,
     lab_graph,
 )
 
@@ -88,6 +89,8 @@ class WorkerSpec:
     """Checkpoints through :class:`~langgraph_effects.EffectSqliteSaver` (the ledger in
     the same file, and whatever the saver does to keep one runner per thread)
     instead of LangGraph's plain ``AsyncSqliteSaver``."""
+    generation: int = 0
+    """Workers of the cell replaced before this one (the builder sees it)."""
 
 
 @dataclass(frozen=True)
@@ -185,12 +188,13 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             files=spec.files,
             checkpointer=saver,
             exits=exits,
+            generation=spec.generation,
         )
         try:
             tools = spec.build(ctx)
             if inspect.isawaitable(tools):
                 tools = await tools
-            graph = lab_graph(
+            graph = tools.compile(saver) if isinstance(tools, WholeGraph) else lab_graph(
                 tools,
                 saver,
                 point.scenario if point is not None else "single",
@@ -305,7 +309,7 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
     elif attempt.kind in ("resume", "recover"):
         payload = None
         snapshot = await graph.aget_state(config)
-        if not snapshot.values:
+        if not snapshot.values and not snapshot.next:
             # Killed before the thread's first checkpoint: there is nothing to resume,
             # so the request is made again, as its caller would.
             payload = _start_payload(replace(attempt, turn=1))
