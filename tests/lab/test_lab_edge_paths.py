@@ -9,6 +9,10 @@
   at the thread's first checkpoint (a branch) asks for another send.
 * ``child-process``: the request leaves from the tool's child process; the worker is
   SIGKILLed while the child is still about to send, and the thread resumed at once.
+* ``reordered-entrypoint``: a Functional API entrypoint sends one notification per
+  recipient of a set; killed at B on the second send, resumed by a new process that
+  iterates the set in another order. Rows of their own: ``plain-entrypoint``
+  (``@task``) and ``effectful-entrypoint`` (``@task`` over ``@effectful``).
 
 The seed rows (plain ``ToolNode``, plain saver) show what these paths do without the
 package; our rows are asserted as the issue-28 fixes make them behave, and marked
@@ -26,6 +30,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.lab.child import await_stragglers, send_via_child
+from langgraph_effects.lab.entrypoint import Recipient
 from langgraph_effects.lab.faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
 from langgraph_effects.lab.harness import WEDGING_REJECT, WEDGING_RESPOND, wedging_answer
 from langgraph_effects.lab.ours import NAME, check_cell
@@ -39,7 +44,7 @@ pytestmark = pytest.mark.crash
 
 OPS, KILL_EVERY = 10, 5
 FAULTED = OPS // KILL_EVERY
-COLUMNS = ("wedging-answer", "definite-retry", "edit-branch", "child-process")
+COLUMNS = ("wedging-answer", "definite-retry", "edit-branch", "child-process", "reordered-entrypoint")
 #: The provider each column runs our row against (the path does not depend on the kind).
 OURS = {
     "wedging-answer": "blind",
@@ -47,6 +52,8 @@ OURS = {
     "edit-branch": "dedup",
     "child-process": "lookup",
 }
+ENTRYPOINT, PLAIN_ENTRYPOINT = "effectful-entrypoint", "plain-entrypoint"
+RECIPIENTS = 3
 SEED = ("retry-only", "record-after", "record-before", "provider-key")
 FIXED = pytest.mark.xfail(strict=True, reason="fixed by the issue-28 branches")
 
@@ -72,18 +79,24 @@ def row(rows: Rows, strategy: str, column: str) -> dict[str, Any]:
 def test_the_columns_ran_with_their_faults(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     ours = {(r["provider"], c) for (s, c), r in rows.items() if s == NAME}
-    assert ours == {(OURS[c], c) for c in COLUMNS}
-    # Seed rows run every column but the ours-only one (they never ask an operator).
-    assert {(s, c) for s, c in rows if s != NAME} == {
-        (s, c) for s in SEED for c in COLUMNS if c != "wedging-answer"
+    assert ours == {(OURS[c], c) for c in COLUMNS if c != "reordered-entrypoint"}
+    # Seed rows run every ToolNode column but the ours-only one (they never ask an operator).
+    tool_node = {c for c in COLUMNS if c not in ("wedging-answer", "reordered-entrypoint")}
+    assert {(s, c) for s, c in rows if s not in (NAME, ENTRYPOINT, PLAIN_ENTRYPOINT)} == {
+        (s, c) for s in SEED for c in tool_node
+    }
+    # The entrypoint rows run only their column.
+    assert {(s, c) for s, c in rows if s in (ENTRYPOINT, PLAIN_ENTRYPOINT)} == {
+        (ENTRYPOINT, "reordered-entrypoint"),
+        (PLAIN_ENTRYPOINT, "reordered-entrypoint"),
     }
     for (strategy, column), r in rows.items():
         assert r["error"] is None, (strategy, column, r["error"])
         assert r["faulted"] == FAULTED, (strategy, column)
-        killed = FAULTED if column in ("wedging-answer", "child-process") else 0
+        killed = FAULTED if column in ("wedging-answer", "child-process", "reordered-entrypoint") else 0
         assert r["kills"] == killed, (strategy, column)
-        intended = OPS + (FAULTED if column == "edit-branch" else 0)
-        assert r["intended"] == intended, (strategy, column)
+        intended = {"edit-branch": OPS + FAULTED, "reordered-entrypoint": RECIPIENTS * OPS}
+        assert r["intended"] == intended.get(column, OPS), (strategy, column)
 
 
 def test_the_operator_really_answered_oversized_first(lab: tuple[int, Rows]) -> None:
@@ -125,6 +138,13 @@ def test_plain_toolnode_resends_while_the_child_still_sends(lab: tuple[int, Rows
         assert (r["effects"], r["duplicates"], r["missing"]) == (OPS, 0, 0), strategy
 
 
+def test_plain_functional_api_resends_after_a_reordered_resume(lab: tuple[int, Rows]) -> None:
+    _, rows = lab
+    # The resume runs every task again, in its own order: the two sent before the kill twice.
+    r = row(rows, PLAIN_ENTRYPOINT, "reordered-entrypoint")
+    assert (r["effects"], r["duplicates"], r["missing"]) == (RECIPIENTS * OPS + 2 * FAULTED, 2 * FAULTED, 0)
+
+
 @FIXED
 def test_ours_an_oversized_answer_is_asked_again_not_wedged(lab: tuple[int, Rows]) -> None:
     _, rows = lab
@@ -164,6 +184,17 @@ def test_ours_the_resumer_never_races_the_orphaned_child(lab: tuple[int, Rows]) 
 
 
 @FIXED
+def test_ours_a_reordered_entrypoint_never_sends_anything_wrong(lab: tuple[int, Rows]) -> None:
+    _, rows = lab
+    r = row(rows, ENTRYPOINT, "reordered-entrypoint")
+    # Every recipient once; a thread may instead stop with our error before sending
+    # anything wrong (its unsent recipients are excused, counted as stopped).
+    assert (r["duplicates"], r["missing"]) == (0, 0)
+    assert r["refused_foreign"] == []
+    assert r["violations"] == []
+
+
+@FIXED
 def test_the_exit_code_follows_our_rows(lab: tuple[int, Rows]) -> None:
     code, _ = lab
     assert code == 0
@@ -177,8 +208,12 @@ def test_our_rows_run_only_the_providers_the_path_depends_on() -> None:
     cells = plan_cells(
         strategies, list(COLUMNS), ops=1, kill_every=1, phase=0, settings=ProviderSettings()
     )
-    ours = {(c.provider, c.crash_point.name) for c in cells if c.strategy.ours}
-    assert ours == {(OURS[c], c) for c in COLUMNS}
+    ours = {(c.provider, c.crash_point.name) for c in cells if c.strategy.name == NAME}
+    assert ours == {(OURS[c], c) for c in COLUMNS if c != "reordered-entrypoint"}
+    assert {c.strategy.name for c in cells if c.crash_point.name == "reordered-entrypoint"} == {
+        ENTRYPOINT,
+        PLAIN_ENTRYPOINT,
+    }
     assert all(CRASH_POINTS[c].group == "edge paths" for c in COLUMNS)
 
 
@@ -242,3 +277,12 @@ def test_definite_retry_counts_the_429s_as_requests() -> None:
     assert check_cell(report(OPS + FAULTED)) == []
     [problem] = check_cell(report(OPS + FAULTED + 1))
     assert "re-sent without an operator" in problem
+
+
+def test_each_new_worker_iterates_the_set_in_another_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    orders = []
+    for generation in range(3):
+        monkeypatch.setattr(Recipient, "generation", generation)
+        recipients = {Recipient(f"tenant-lab:notification:7/{name}") for name in ("ann", "bob", "cy")}
+        orders.append([r.rsplit("/", 1)[-1] for r in recipients])
+    assert orders == [["ann", "bob", "cy"], ["bob", "cy", "ann"], ["cy", "ann", "bob"]]
