@@ -588,11 +588,17 @@ def _blind_summary(ours: Sequence[CellResult]) -> str:
         r.faulted for r in blind if r.crash_point in CRASH_POINTS and CRASH_POINTS[r.crash_point].ambiguous
     )
     reviewed = sum(r.sent_to_review for r in blind)
-    resent = sum(r.sends - r.effects for r in blind)
+    # definite-retry: each faulted operation's 429 is a request that applied nothing.
+    resent = sum(r.sends - r.effects - (r.faulted if _rate_limited(r) else 0) for r in blind)
     return (
         f"blind provider: {ambiguous} ambiguous crashes, {reviewed} surfaced to review, "
         f"{resent} re-sent automatically"
     )
+
+
+def _rate_limited(result: CellResult) -> bool:
+    point = CRASH_POINTS.get(result.crash_point)
+    return point is not None and point.rate_limited
 
 
 def _write_json(
