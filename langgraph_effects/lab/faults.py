@@ -14,6 +14,12 @@ dispatch together (or before the run starts, so that two runners race for the
 whole thread), to have every provider lookup time out, to stop itself with
 ``SIGSTOP`` at ``A`` (the lab sends ``SIGCONT`` later), or to keep its sends in
 flight at the provider until a later attempt sends too.
+
+The edge-path columns (issue 28) add: a first request answered with a 429 the
+contract declares definite, retried by the node's ``RetryPolicy``; an edited user
+message (new input at the thread's first checkpoint); an operator whose first
+answer is oversized; and requests sent from the tool's child process, the worker
+killed (``child``) while the child is still about to send.
 """
 
 from __future__ import annotations
@@ -25,21 +31,24 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Literal
 
+from .child import send_via_child
 from .providers import EffectRecord, Provider, Receipt, Withdrawn
 
-KILL_POINTS = ("A", "B", "C")
+#: ``child``: the tool's child process was started and is about to send (``child-process``).
+KILL_POINTS = ("A", "B", "C", "child")
 
 #: What one operation's thread does (see :mod:`.strategies` for the models):
 #: ``single``: one call; ``two-turns``: two turns asking for the same call, the
 #: model repeating its message id and ``call_0``; ``follow-up``: one call, then a
 #: follow-up call whose wording names the worker that planned it; ``siblings``: one
-#: AIMessage with two sends and a read-only question that calls ``interrupt()``.
-Scenario = Literal["single", "two-turns", "follow-up", "siblings"]
-
-#: The column whose operator first pastes an oversized answer (see ``lab.ours``).
-WEDGING_ANSWER = "wedging-answer"
+#: AIMessage with two sends and a read-only question that calls ``interrupt()``;
+#: ``no-replan``: one call, and a model that does not re-plan it after an error (only
+#: the node's ``RetryPolicy`` may retry it); ``entrypoint``: a Functional API
+#: entrypoint sending one notification per recipient of a set (:mod:`.entrypoint`).
+Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", "entrypoint"]
 
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
 PAUSE_LEASE = 0.5
@@ -82,17 +91,47 @@ class CrashPoint:
     """Effects each operation is meant to have."""
     group: str = "crashes"
     """The table the column is printed in (a table of 14 columns is unreadable)."""
+    # -- the edge-path columns (issue 28) ----------------------------------------
+    providers: tuple[str, ...] | None = None
+    """Our rows run only these providers in this column (the path does not depend on
+    what the provider can prove; the seed rows keep theirs)."""
+    rate_limited: bool = False
+    """The faulted operation's first request is answered with a 429 the contract
+    declares definite; the tools node carries a ``RetryPolicy`` for it."""
+    edit: bool = False
+    """Once the faulted operation's turn is done, the user's message is edited: new
+    input at the thread's first checkpoint, asking for another send."""
+    wedge: bool = False
+    """The operator's first answer to a review is oversized, in LangChain's HITL shape."""
+    child: bool = False
+    """Requests leave from a child process of the tool (:mod:`.child`)."""
+    tolerate: bool = False
+    """An attempt that raises is a result (counted as refused), not a broken cell."""
+    kill_on: int = 1
+    """The first attempt dies the ``kill_on``-th time it reaches ``first_kill``."""
+    only_rows: tuple[str, ...] | None = None
+    """Only these strategies run the column (a path of another API than ``ToolNode``)."""
+    stop_ok: bool = False
+    """A thread refused with this package's error before anything wrong was sent is
+    *stopped*: its missing effects are excused (its duplicates are not)."""
 
     @property
     def ambiguous(self) -> bool:
         """Whether a faulted first attempt leaves an effect its worker never learned
         the outcome of (the provider applied it: killed at B or C, or a lost response)."""
-        return self.first_kill in ("B", "C") or self.first_timeout
+        return self.first_kill in ("B", "C", "child") or self.first_timeout
 
     @property
     def armed(self) -> bool:
         """Whether a faulted operation's first attempt carries a fault at all."""
-        return self.first_kill is not None or self.first_timeout or self.pause_at is not None or self.hold
+        return (
+            self.first_kill is not None
+            or self.first_timeout
+            or self.pause_at is not None
+            or self.hold
+            or self.rate_limited
+            or self.edit
+        )
 
 
 CRASH_POINTS: dict[str, CrashPoint] = {
@@ -164,15 +203,60 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             per_operation=2,
             group="identity and ownership",
         ),
-        # -- wedging answer (issue 28): an operator's answer must never wedge a thread --
+        # -- the edge-path columns (issue 28) ------------------------------------
         CrashPoint(
-            WEDGING_ANSWER,
-            "the response is lost (TimeoutError); at the review the operator first pastes the "
-            "provider's whole response (over the receipt limit), then answers properly",
-            first_timeout=True,
-            resumers=0,
+            "wedging-answer",
+            "killed at B; the operator's first answer is oversized (HITL respond > 64 KiB, "
+            "or reject > 4,096 chars), then it answers from the provider's records",
+            first_kill="B",
+            wedge=True,
             ours_only=True,
-            group="operator answers",
+            providers=("blind",),
+            tolerate=True,
+            group="edge paths",
+        ),
+        CrashPoint(
+            "definite-retry",
+            "the first request gets a 429 the contract declares definite; the tools node "
+            "retries it with a RetryPolicy (the model does not re-plan)",
+            rate_limited=True,
+            resumers=0,
+            scenario="no-replan",
+            providers=("blind",),
+            tolerate=True,
+            group="edge paths",
+        ),
+        CrashPoint(
+            "edit-branch",
+            "after the turn, the user's message is edited: new input at the thread's first "
+            "checkpoint asks for another send (the original and the edit meant)",
+            edit=True,
+            resumers=0,
+            providers=("dedup",),
+            tolerate=True,
+            group="edge paths",
+        ),
+        CrashPoint(
+            "reordered-entrypoint",
+            "a Functional API entrypoint sends one per recipient of a set; killed at B on the "
+            "2nd send, resumed by a new process that iterates the set in another order",
+            first_kill="B",
+            kill_on=2,
+            scenario="entrypoint",
+            per_operation=3,
+            only_rows=("plain-entrypoint", "effectful-entrypoint"),
+            stop_ok=True,
+            tolerate=True,
+            group="edge paths",
+        ),
+        CrashPoint(
+            "child-process",
+            "the tool's child process sends; SIGKILLed while the child is about to send, "
+            "resumed at once",
+            first_kill="child",
+            child=True,
+            providers=("lookup",),
+            group="edge paths",
         ),
     )
 }
@@ -195,6 +279,10 @@ class AttemptFaults:
     kill_after: float | None = None
     """The lab SIGKILLs the worker this many seconds after sending the attempt
     (a random moment: the soak), if it has not finished by then."""
+    rate_limit: bool = False
+    """The attempt's first request is answered with a 429 (nothing applied)."""
+    kill_on: int = 1
+    """Die the ``kill_on``-th time ``kill_at`` is reached."""
 
     def __post_init__(self) -> None:
         for name in ("kill_at", "pause_at"):
@@ -214,6 +302,7 @@ class Faults:
         self._conn = conn
         self._plan = AttemptFaults()
         self._fired: set[str] = set()
+        self._reached: dict[str, int] = {}
         # Sends of earlier attempts still held in flight (they outlive their attempt).
         self._held: list[threading.Event] = []
         self._held_lock = threading.Lock()
@@ -224,6 +313,7 @@ class Faults:
         """Arm the faults of the next attempt (and disarm the previous ones)."""
         self._plan = plan
         self._fired = set()
+        self._reached = {}
         self._hold = threading.Event() if plan.hold else None
         self._holding = 0
         if self._hold is not None:
@@ -307,7 +397,8 @@ class Faults:
             if self._conn is not None:
                 self._conn.send(("paused", point))
             os.kill(os.getpid(), signal.SIGSTOP)
-        if point == plan.kill_at and self._once(point):
+        self._reached[point] = self._reached.get(point, 0) + 1
+        if point == plan.kill_at and self._reached[point] >= plan.kill_on and self._once(point):
             if self._conn is not None:
                 self._conn.send(("crash", point))
             os.kill(os.getpid(), signal.SIGKILL)
@@ -325,18 +416,30 @@ class Faults:
     def lookups_time_out(self) -> bool:
         return self._plan.lookup_timeout
 
+    def rate_limited(self) -> bool:
+        """True once per armed attempt: its first request is answered with a 429."""
+        return self._plan.rate_limit and self._once("rate-limit")
+
+    @property
+    def child_armed(self) -> bool:
+        """Whether this attempt dies while its child process is still about to send."""
+        return self._plan.kill_at == "child"
+
 
 class LabClient:
     """The provider as the worker's tools see it, with the lab's crash points around it.
 
     ``send`` passes ``A`` before the request and ``B`` after the provider
     committed; a ``timeout`` attempt loses the response there instead. Lookups
-    raise ``TimeoutError`` when the attempt is armed with ``lookup_timeout``.
+    raise ``TimeoutError`` when the attempt is armed with ``lookup_timeout``. With
+    ``child_markers``, the request of an attempt armed to die at ``child`` leaves from a
+    child process (:mod:`.child`).
     """
 
-    def __init__(self, provider: Provider, faults: Faults) -> None:
+    def __init__(self, provider: Provider, faults: Faults, *, child_markers: Path | None = None) -> None:
         self.provider = provider
         self.faults = faults
+        self.child_markers = child_markers
 
     @property
     def mode(self) -> str:
@@ -344,13 +447,25 @@ class LabClient:
 
     def send(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
         self.faults.reach("A")
-        hold = self.faults.holder()
-        try:
-            receipt = self.provider.apply(payload, key=key, hold=hold)
-        finally:
-            if hold is None:
-                # Requests an earlier attempt still holds land now, after this one.
-                self.faults.release_held()
+        if self.faults.rate_limited():
+            raise self.provider.rate_limit(payload, key=key)
+        if self.child_markers is not None and self.faults.child_armed:
+            receipt = send_via_child(
+                self.provider,
+                payload,
+                key=key,
+                markers=self.child_markers,
+                armed=self.faults.child_armed,
+                started=lambda pid: self.faults.reach("child"),
+            )
+        else:
+            hold = self.faults.holder()
+            try:
+                receipt = self.provider.apply(payload, key=key, hold=hold)
+            finally:
+                if hold is None:
+                    # Requests an earlier attempt still holds land now, after this one.
+                    self.faults.release_held()
         self.faults.reach("B")
         if self.faults.response_lost():
             raise TimeoutError("the provider did not answer within the deadline")

@@ -12,6 +12,11 @@ provider's truth (the lab answers its own questions, ``ask_human``, with yes);
 a thread left with work pending (a runner that lost its race) is resumed until
 it finishes.
 
+The edge-path columns add three moves: the user edits their first message once the
+turn is done (``edit-branch``), the operator's first answer to a review is
+oversized (``wedging-answer``), and the cell is counted only once every child
+sender is done (``child-process``).
+
 The counts come from the provider's own records, never from the worker.
 """
 
@@ -25,9 +30,18 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+from .child import await_stragglers, resume_returned
 from .faults import CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
-from .strategies import QUESTION_TYPE, CellFiles, CellReport, ReviewCase, Strategy, intended_effects
+from .strategies import (
+    EDITED,
+    QUESTION_TYPE,
+    CellFiles,
+    CellReport,
+    ReviewCase,
+    Strategy,
+    intended_effects,
+)
 from .worker import (
     Attempt,
     AttemptReport,
@@ -55,6 +69,10 @@ RIVAL_DECIDE_SECONDS = 1.0
 #: A soak operation's first attempt: a named crash point, ``random`` (a SIGKILL
 #: from the lab at that fraction of a typical attempt's duration) or ``none``.
 SoakFault = tuple[str, float]
+
+
+def _thread_id(index: int) -> str:
+    return f"op-{index}"
 
 
 def operation_label(index: int) -> str:
@@ -112,6 +130,8 @@ class Cell:
             timeout_after_apply=point.first_timeout,
             pause_at=point.pause_at,
             hold=point.hold,
+            rate_limit=point.rate_limited,
+            kill_on=point.kill_on,
         )
 
 
@@ -146,6 +166,8 @@ class CellResult:
     tool_errors: int = 0  # error ToolMessages in the threads' final states
     refused: int = 0  # runs that failed because another runner had the thread (races)
     refused_foreign: list[str] = field(default_factory=list)  # refusals not from our errors
+    refusals: list[str] = field(default_factory=list)  # what tolerated runs raised (a few, any run)
+    stopped: list[int] = field(default_factory=list)  # refused with our error, missing excused (stop_ok)
     resumes: int = 0  # extra resumes to finish threads a refused runner left pending
     random_kills: int = 0  # soak: workers SIGKILLed by the lab at a random moment
     seconds: float = 0.0
@@ -205,6 +227,7 @@ class _Workers:
         """A new current worker if the lab killed this one (it may have finished first)."""
         if self.current.killed_by_lab or self.current.crash_point is not None:
             self.current.close()
+            self.spec = replace(self.spec, generation=self.spec.generation + 1)
             self.current = WorkerHandle(self.ctx, self.spec)
 
     def drop_extra(self) -> None:
@@ -250,12 +273,22 @@ def run_cell(
         for index in indices:
             label = operation_label(index)
             intended.update(intended_effects(point.scenario, label))
+            if point.edit and cell.faulted(index):
+                intended[label + EDITED] = 1  # the edited message asks for its own send
             _run_operation(cell, workers, provider, result, index, label, timing)
             on_operation()
     except WorkerError as exc:
         result.error = str(exc)
     finally:
         workers.close()
+    if point.child and await_stragglers(files.children) and result.error is None:
+        result.error = "child senders were still running when the cell was counted"
+    if result.stopped:
+        # Refused loudly before anything wrong was sent: what was not sent is not lost.
+        landed = provider.count_effects()
+        for index in result.stopped:
+            for label in intended_effects(point.scenario, operation_label(index)):
+                intended[label] = min(intended[label], landed.get(label, 0))
     tally = provider.tally(intended)
     result.intended = tally.intended
     result.sends, result.lookups = tally.sends, tally.lookups
@@ -270,6 +303,11 @@ def run_cell(
         if audit is not None:
             result.non_terminal = audit.non_terminal
             result.audit = dict(audit.details)
+            if result.stopped:
+                # A stopped thread waits, open, for a fixed deployment: not a broken one.
+                excused = sum(audit.open_by_thread.get(_thread_id(i), 0) for i in result.stopped)
+                result.non_terminal -= excused
+                result.audit["open_in_stopped_threads"] = excused
         if strategy.check is not None:
             counts = {name: getattr(result, name) for name in _REPORTED_COUNTS}
             report = CellReport(
@@ -320,7 +358,12 @@ def _run_operation(
 ) -> None:
     point = cell.crash_point
     base = Attempt(
-        kind="start", index=index, operation=label, body=f"hello #{index}", thread_id=f"op-{index}"
+        kind="start",
+        index=index,
+        operation=label,
+        body=f"hello #{index}",
+        thread_id=_thread_id(index),
+        tolerate=point.tolerate,
     )
     faulted = cell.faulted(index)
     if faulted:
@@ -343,6 +386,9 @@ def _run_operation(
             reports = _resume_after_kill(cell, workers, provider, result, base, outcome)
         else:
             reports = [outcome.report]
+            if point.edit and faulted:
+                # The turn is done; the user edits their message: a branch from the start.
+                reports.append(_finished(workers.run(_with(base, kind="edit")), base))
     _settle(cell, workers, provider, result, base, reports)
 
 
@@ -375,7 +421,7 @@ def _resume_after_kill(
             rendezvous_at_start=point.race,
         ),
         # Two runners on one thread: the one that loses it may fail (with our error).
-        tolerate=point.resumers > 1,
+        tolerate=base.tolerate or point.resumers > 1,
     )
     if point.resumers > 1:
         # The second runner: recover() where the strategy keeps a ledger (it is the
@@ -385,11 +431,18 @@ def _resume_after_kill(
         outcomes = drive(runs)
     else:
         outcomes = [workers.run(resume)]
+    if point.child:
+        resume_returned(cell_files(workers).children)
     if any(isinstance(o, Killed) for o in outcomes):
         raise WorkerError(f"operation {base.index}: a resumed attempt was killed")
     # The twin of a duplicate delivery has done its job.
     workers.drop_extra()
     return [o.report for o in outcomes if isinstance(o, Done)]
+
+
+def cell_files(workers: _Workers) -> CellFiles:
+    """The files of the cell the workers run."""
+    return workers.spec.files
 
 
 def _paused_owner(workers: _Workers, result: CellResult, first: Attempt) -> list[AttemptReport]:
@@ -417,14 +470,46 @@ def _paused_owner(workers: _Workers, result: CellResult, first: Attempt) -> list
     return [_finished(o, first) for o in outcomes]
 
 
-def _answer(cell: Cell, provider: Provider, base: Attempt, report: AttemptReport) -> tuple[Any, bool]:
+#: ``wedging-answer``: what the operator pastes first, taking turns over the faulted
+#: operations. Two are over the limits the review's schema publishes (a ``respond``
+#: message over 64 KiB, a ``reject`` message over 4,096 characters): LangGraph refuses
+#: them before storing anything. The third fits the schema's 65,536 characters but is
+#: over the receipt's 65,536 bytes (two bytes a character): LangGraph stores it, and the
+#: node must refuse it and ask again rather than wedge the thread.
+WEDGING_RESPOND = "x" * (64 * 1024 + 1)
+WEDGING_REJECT = "y" * 4097
+WEDGING_PASTED = "\u00e9" * 40_000
+WEDGE_KINDS = ("respond", "reject", "pasted")
+
+
+def wedging_answer(reviews: list[tuple[str, Any]], kind: str) -> dict[str, Any]:
+    """An oversized answer of ``kind`` (one of :data:`WEDGE_KINDS`) in LangChain's HITL
+    shape: one decision per ``action_requests`` entry of each pending review."""
+    decision = {
+        "respond": {"type": "respond", "message": WEDGING_RESPOND},
+        "reject": {"type": "reject", "message": WEDGING_REJECT},
+        "pasted": {"type": "respond", "message": WEDGING_PASTED},
+    }[kind]
+    return {
+        interrupt_id: {"decisions": [decision] * len(value.get("action_requests", ()))}
+        for interrupt_id, value in reviews
+        if isinstance(value, Mapping)
+    }
+
+
+def _answer(
+    cell: Cell, provider: Provider, base: Attempt, report: AttemptReport, *, wedge: str | None = None
+) -> tuple[Any, bool]:
     """The value for ``Command(resume=...)``: the lab's own questions are answered yes,
     the reviews by the strategy (as an operator who checked the provider). Also
-    whether there were reviews among them."""
+    whether there were reviews among them. ``wedge``: answer the reviews with an
+    oversized message of that kind instead (:func:`wedging_answer`)."""
     questions = [(i, v) for i, v in report.interrupts if _is_question(v)]
     reviews = [(i, v) for i, v in report.interrupts if not _is_question(v)]
     answers: dict[str, Any] = {interrupt_id: "yes" for interrupt_id, _ in questions}
-    if reviews and cell.strategy.answer_review is not None:
+    if reviews and wedge is not None:
+        answers.update(wedging_answer(reviews, wedge))
+    elif reviews and cell.strategy.answer_review is not None:
         case = ReviewCase(
             operation=base.operation,
             thread_id=base.thread_id,
@@ -463,7 +548,10 @@ def _settle(
     """Run the operation's thread to its end: answer its interrupts (the lab's
     questions; reviews as an operator who checked the provider) and resume it while
     work is pending (a runner that lost its race leaves it so)."""
+    if cell.crash_point.stop_ok and any(r.refused_ours for r in reports):
+        result.stopped.append(base.index)
     for report in reports:
+        _sample_refusal(result, report)
         if report.refused is not None:
             result.refused += 1
             if not report.refused_ours:
@@ -479,23 +567,42 @@ def _settle(
         if report.interrupts:
             if rounds >= MAX_REVIEW_ROUNDS:
                 break
-            value, has_reviews = _answer(cell, provider, base, report)
+            # wedging-answer: the first answer is oversized, its kinds taking turns.
+            turn = len(result.faulted_operations) % len(WEDGE_KINDS)
+            wedge = WEDGE_KINDS[turn] if cell.crash_point.wedge and not rounds else None
+            value, has_reviews = _answer(cell, provider, base, report, wedge=wedge)
             reviewed = reviewed or has_reviews
             if value is None:
                 break  # a review nobody can answer: left pending
             rounds += 1
             result.reviews_answered += int(has_reviews)
             report = _finished(workers.run(_with(base, kind="answer", resume=value)), base)
+            _sample_refusal(result, report)
         elif not report.finished and resumes < MAX_FINISH_ROUNDS:
             resumes += 1
             result.resumes += 1
             report = _finished(workers.run(_with(base, kind="resume")), base)
+            _sample_refusal(result, report)
         else:
             break
     result.sent_to_review += int(reviewed)
     if any(not _is_question(v) for _, v in report.interrupts):
         result.pending_reviews += 1
     result.tool_errors += report.tool_errors
+
+
+#: Refusals a cell keeps as samples (for the JSON: why tolerated runs failed).
+REFUSAL_SAMPLES = 3
+
+
+def _sample_refusal(result: CellResult, report: AttemptReport) -> None:
+    """Keep a few distinct refusals (their first line) as samples."""
+    if report.refused is None or len(result.refusals) >= REFUSAL_SAMPLES:
+        return
+    sample = report.refused.strip().splitlines()[:3]
+    text = " ".join(line.strip() for line in sample)[:400]
+    if text not in result.refusals:
+        result.refusals.append(text)
 
 
 def _finished(outcome: Done | Killed, attempt: Attempt) -> AttemptReport:

@@ -60,7 +60,7 @@ from ..ledger.sqlite import SqliteLedger, connect
 from ..node import EffectToolNode
 from ..operation import Operation
 from ..review import REVIEW_TYPE, resume_command
-from .faults import CRASH_POINTS, WEDGING_ANSWER
+from .faults import CRASH_POINTS
 from .providers import (
     KEYED_MODES,
     MODES,
@@ -68,6 +68,7 @@ from .providers import (
     IdempotencyMismatch,
     ProviderMode,
     ProviderRejected,
+    RateLimited,
     Withdrawn,
 )
 from .strategies import (
@@ -95,14 +96,15 @@ LOOKUP_TIMEOUT = 0.05
 LOOKUP_ATTEMPTS = 2
 #: How long a lookup "hangs" in the ``lookup-timeout`` column: far past the timeout.
 LOOKUP_HANG = 3600.0
-#: Provider errors that prove nothing was applied (a 422, a key reused with another payload).
-DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch)
+#: Provider errors that prove nothing was applied (a 422, a key reused with another
+#: payload, a 429).
+DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch, RateLimited)
 
 ToolOutput = ToolMessage | Command[Any]
 
 #: Columns where the first request is still to come (its sender is alive, paused or
 #: still running) when someone else looks at the operation: nobody may send it again.
-IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt"})
+IN_FLIGHT = frozenset({"paused-owner", "tool-interrupt", "child-process"})
 #: The soak's pseudo crash point (see ``runner.SOAK_POINT``).
 SOAK = "soak"
 #: Crash points where the outcome of a send is ambiguous (the effect may have landed).
@@ -153,6 +155,10 @@ def effect_for(ctx: BuildContext) -> Effect | None:
             settle_after=provider.lag + SETTLE_MARGIN,
             **common,
         )
+    point = CRASH_POINTS.get(ctx.crash_point)
+    if point is not None and point.rate_limited:
+        # Still blind (no key, no lookup), but its documentation says a 429 applied nothing.
+        return Effect(definite_errors=DEFINITE_ERRORS)
     return None
 
 
@@ -211,7 +217,7 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     return EffectToolNode(
         [send_tool(ctx), *extra],
         effects=effects,
-        handle_tool_errors=True,
+        handle_tool_errors=ctx.handled_errors,
         awrap_tool_call=line_up,
         lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
@@ -230,12 +236,7 @@ def verdict(effects: Sequence[EffectRecord]) -> dict[str, Any]:
 
 def answer_from_provider(case: ReviewCase) -> Any:
     """Answer every pending effect review with the provider's truth for the operation
-    each entry names (the ``operation`` label in its arguments). In the
-    ``wedging-answer`` column a review not yet refused first gets a pasted answer."""
-    if case.crash_point == WEDGING_ANSWER and not any(
-        isinstance(v, Mapping) and v.get("refused_answer") for _, v in case.interrupts
-    ):
-        return pasted_answer(case)
+    each entry names (the ``operation`` label in its arguments)."""
     pending = [SimpleNamespace(id=interrupt_id, value=value) for interrupt_id, value in case.interrupts]
 
     def evidence(entry: Mapping[str, Any]) -> list[EffectRecord]:
@@ -251,23 +252,11 @@ def answer_from_provider(case: ReviewCase) -> Any:
     return resume_command(pending, decisions).resume
 
 
-def pasted_answer(case: ReviewCase) -> Any:
-    """What a hurried operator sends: ``respond`` with the provider's whole response
-    pasted in. Under the schema's 65,536 characters, over the receipt's 65,536 bytes
-    (two bytes a character): LangGraph stores it, the node refuses it and asks again."""
-    response = {"effects": [e.effect_id for e in case.effects], "raw": "é" * 40_000}
-    body = json.dumps(response, ensure_ascii=False)
-    return {
-        interrupt_id: {"decisions": [{"type": "respond", "message": body}] * len(value["action_requests"])}
-        for interrupt_id, value in case.interrupts
-        if isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE
-    }
-
-
 def audit_ledger(files: CellFiles) -> AuditCounts:
     """Count from the ledger file: states of ``effect_operations``, events of ``effect_audit``."""
     with closing(sqlite3.connect(files.ledger)) as db:
         states = dict(db.execute("SELECT state, COUNT(*) FROM effect_operations GROUP BY state"))
+        by_thread = list(db.execute("SELECT thread_id, state FROM effect_operations"))
         events = dict(db.execute("SELECT event, COUNT(*) FROM effect_audit GROUP BY event"))
         escalations = [
             json.loads(evidence or "{}")
@@ -283,9 +272,14 @@ def audit_ledger(files: CellFiles) -> AuditCounts:
         "verdicts_landed": events.get("landed", 0),
         "verdicts_not_landed": events.get("not_landed", 0),
     }
+    open_by_thread: dict[str, int] = {}
+    for thread_id, state in by_thread:
+        if state in open_states:
+            open_by_thread[thread_id] = open_by_thread.get(thread_id, 0) + 1
     return AuditCounts(
         non_terminal=sum(n for state, n in states.items() if state in open_states),
         details=details,
+        open_by_thread=open_by_thread,
     )
 
 
@@ -317,11 +311,15 @@ def check_cell(report: CellReport) -> list[str]:
         )
     if report.tool_errors:
         problems.append(f"{report.tool_errors} error ToolMessages: the model was told a call failed")
+    point = CRASH_POINTS.get(report.crash_point)
+    # definite-retry: each faulted operation's 429 is one more request, nothing applied.
+    refusals = report.faulted if point is not None and point.rate_limited else 0
     if report.provider_mode == "blind":
-        if report.sends != report.effects:
+        if report.sends != report.effects + refusals:
             problems.append(
-                f"blind provider got {report.sends} requests for {report.effects} effects: "
-                "something was re-sent without an operator"
+                f"blind provider got {report.sends} requests for {report.effects} effects"
+                + (f" and {refusals} answered 429" if refusals else "")
+                + ": something was re-sent without an operator"
             )
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends to a blind provider")

@@ -129,6 +129,15 @@ class ProviderRejected(ProviderError):
         self.replayed = replayed
 
 
+class RateLimited(Exception):
+    """HTTP 429 before anything was applied: the contract may declare it definite.
+
+    Not a :class:`ProviderError` on purpose: a tool that turns provider errors into
+    messages (``ToolNode(handle_tool_errors=(ProviderError, ...))``) leaves this one
+    to the node's ``RetryPolicy``, as a user retrying 429s would.
+    """
+
+
 class Unsupported(ProviderError):
     """The call is not part of this provider's contract (e.g. ``get`` on a blind one)."""
 
@@ -344,6 +353,13 @@ class Provider:
         assert key is not None
         return self._apply_dedup(payload, body, key, hold)
 
+    def rate_limit(self, payload: Mapping[str, Any], *, key: str | None = None) -> RateLimited:
+        """Answer this ``apply`` with a 429: the request is logged, nothing is applied
+        (and no dedup key is claimed). Returns the error for the caller to raise."""
+        with self._transaction() as db:
+            self._log(db, "apply", key, canonical_json(dict(payload)), "rate_limited")
+        return RateLimited("the provider is rate limiting this caller (429); nothing was applied")
+
     def get(self, reference: str) -> EffectRecord | Withdrawn | None:
         """The record carrying ``reference``, at once; ``None`` if there is none (404).
 
@@ -528,6 +544,11 @@ class Provider:
         else:
             row = db.execute("SELECT COUNT(*) FROM requests WHERE kind = ?", (kind,)).fetchone()
         return int(row[0])
+
+    def last_request_id(self) -> int:
+        """The id of the latest request the provider received (0 before the first)."""
+        row = self._connection().execute("SELECT MAX(id) FROM requests").fetchone()
+        return int(row[0] or 0)
 
     def tally(self, intended: Sequence[str] | Mapping[str, int]) -> Tally:
         """Compare the provider's records with the intended effects.

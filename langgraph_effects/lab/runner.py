@@ -142,14 +142,19 @@ def plan_cells(
     phase: int,
     settings: ProviderSettings,
 ) -> list[Cell]:
-    """Every (strategy, provider, crash point) cell, in table order."""
+    """Every (strategy, provider, crash point) cell, in table order. A column that names
+    its providers (the edge paths) runs our rows only against those."""
     return [
         Cell(strategy, provider, crash_point(point), ops, kill_every, phase, settings)
         for strategy in strategies
         for provider in strategy.providers
         for point in points
-        if point in strategy.columns()
+        if point in strategy.columns() and _runs(strategy, provider, CRASH_POINTS[point])
     ]
+
+
+def _runs(strategy: Strategy, provider: str, point: CrashPoint) -> bool:
+    return not strategy.ours or point.providers is None or provider in point.providers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,6 +499,8 @@ def render_table(results: Sequence[CellResult], points: Sequence[str]) -> Table:
     rows: dict[tuple[str, str], dict[str, CellResult]] = {}
     ours: dict[tuple[str, str], bool] = {}
     for result in results:
+        if result.crash_point not in used:
+            continue  # a row with no cell in this table (the entrypoint rows) is not shown
         key = (result.strategy, result.provider)
         rows.setdefault(key, {})[result.crash_point] = result
         ours[key] = result.ours
@@ -519,6 +526,11 @@ def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
         "effects / missing: green exact, red duplicated, yellow lost work, magenta both · "
         "review N: operations sent to an operator, answered from the provider's records · "
         "n/a: the seed rows never look anything up"
+        + (
+            "; in the edge paths, our rows run only the providers the path depends on"
+            if any(CRASH_POINTS[p].providers for p in used if p in CRASH_POINTS)
+            else ""
+        )
     ]
     lines.append(" · ".join(f"{p}: {_summary(CRASH_POINTS[p])}" for p in used if p in CRASH_POINTS))
     return lines
@@ -576,11 +588,17 @@ def _blind_summary(ours: Sequence[CellResult]) -> str:
         r.faulted for r in blind if r.crash_point in CRASH_POINTS and CRASH_POINTS[r.crash_point].ambiguous
     )
     reviewed = sum(r.sent_to_review for r in blind)
-    resent = sum(r.sends - r.effects for r in blind)
+    # definite-retry: each faulted operation's 429 is a request that applied nothing.
+    resent = sum(r.sends - r.effects - (r.faulted if _rate_limited(r) else 0) for r in blind)
     return (
         f"blind provider: {ambiguous} ambiguous crashes, {reviewed} surfaced to review, "
         f"{resent} re-sent automatically"
     )
+
+
+def _rate_limited(result: CellResult) -> bool:
+    point = CRASH_POINTS.get(result.crash_point)
+    return point is not None and point.rate_limited
 
 
 def _write_json(
@@ -628,5 +646,8 @@ def _print_catalogue(out: Console, strategies: dict[str, Strategy]) -> None:
     points.add_column("name")
     points.add_column("what happens")
     for name, cp in CRASH_POINTS.items():
-        points.add_row(name, cp.summary + (" (ours only)" if cp.ours_only else ""))
+        notes = ["ours only"] if cp.ours_only else []
+        if cp.providers is not None:
+            notes.append(f"ours: {', '.join(cp.providers)}")
+        points.add_row(name, cp.summary + (f" ({'; '.join(notes)})" if notes else ""))
     out.print(points)

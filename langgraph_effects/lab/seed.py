@@ -2,7 +2,8 @@
 
 Each is the prebuilt ``ToolNode`` around one async tool, with
 ``handle_tool_errors=True`` so that a failed call becomes an error
-``ToolMessage`` the model can react to. The identity a user has at hand inside a
+``ToolMessage`` the model can react to (except a 429 where the node carries a
+``RetryPolicy`` for it: ``definite-retry``). The identity a user has at hand inside a
 tool, and which survives a resume, is the thread id plus the ``tool_call_id``;
 the markers and the provider key are built from it. (A re-planned call gets a
 new ``tool_call_id``, so that identity does not survive a re-plan: the
@@ -85,7 +86,7 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
         faults.reach("C")
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=ctx.handled_errors)
 
 
 def build_record_after(ctx: BuildContext) -> ToolNode:
@@ -143,7 +144,7 @@ def _per_call(ctx: BuildContext, send: Callable[[dict[str, Any], str], Awaitable
         """Send one notification."""
         return await send({"operation": operation, "body": body}, call_identity(config, tool_call_id))
 
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=ctx.handled_errors)
 
 
 # The four seed rows: (name, tools builder, provider mode, one line for ``--list``).

@@ -45,13 +45,17 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import interrupt
+from langgraph.types import RetryPolicy, interrupt
 
 from .faults import CRASH_POINTS, Faults, LabClient, Scenario
-from .providers import EffectRecord, ProviderMode
+from .providers import EffectRecord, ProviderError, ProviderMode, RateLimited
 
 #: Modules that register strategies when imported (the workers preload them).
-BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
+BUILTIN_MODULES: list[str] = [
+    "langgraph_effects.lab.seed",
+    "langgraph_effects.lab.ours",
+    "langgraph_effects.lab.entrypoint",
+]
 
 TOOL_NAME = "send_notification"
 #: The read-only sibling of the ``siblings`` scenario; it asks the user with ``interrupt()``.
@@ -106,6 +110,11 @@ class CellFiles:
             ledger=workdir / "checkpoints.sqlite",
         )
 
+    @property
+    def children(self) -> Path:
+        """Marker files of child senders still on their way (``child-process``)."""
+        return self.workdir / "children"
+
 
 @dataclass(frozen=True)
 class BuildContext:
@@ -123,15 +132,33 @@ class BuildContext:
     checkpointer: BaseCheckpointSaver[Any]
     exits: AsyncExitStack = field(default_factory=AsyncExitStack)
     """Closed when the worker exits cleanly (a killed worker closes nothing)."""
+    generation: int = 0
+    """How many workers of this cell were replaced before this one (a new process)."""
 
     @property
     def scenario(self) -> Scenario:
         """What the cell's threads do (the column's scenario)."""
         return CRASH_POINTS[self.crash_point].scenario if self.crash_point in CRASH_POINTS else "single"
 
+    @property
+    def handled_errors(self) -> bool | tuple[type[Exception], ...]:
+        """``handle_tool_errors`` for the cell's tools node: every error becomes an error
+        ToolMessage, except where the node carries a ``RetryPolicy`` for the 429s
+        (``definite-retry``): those must reach it."""
+        point = CRASH_POINTS.get(self.crash_point)
+        return (ProviderError, TimeoutError) if point is not None and point.rate_limited else True
+
+
+@dataclass(frozen=True)
+class WholeGraph:
+    """What a builder returns to run its own graph instead of the lab's (a Functional
+    API entrypoint): ``compile(checkpointer) -> compiled graph``."""
+
+    compile: Callable[[BaseCheckpointSaver[Any]], Any]
+
 
 #: ``build(ctx) -> tools node`` (or an awaitable of one): anything
-#: ``StateGraph.add_node`` accepts.
+#: ``StateGraph.add_node`` accepts, or a :class:`WholeGraph`.
 ToolsBuilder = Callable[[BuildContext], Any]
 
 
@@ -163,6 +190,8 @@ class AuditCounts:
     """Operations left in a non-terminal state (must be 0 for ours)."""
     details: Mapping[str, int] = field(default_factory=dict)
     """Anything else the records tell (kept in the JSON rows), e.g. automatic re-sends."""
+    open_by_thread: Mapping[str, int] = field(default_factory=dict)
+    """Non-terminal operations per thread id (a stopped thread's are excused)."""
 
 
 #: ``audit(files) -> AuditCounts``, run in the parent after the cell finished.
@@ -233,9 +262,14 @@ class Strategy:
 
     def columns(self) -> tuple[str, ...]:
         """The crash points this strategy runs, in table order."""
+        runs = [
+            cp
+            for cp, point in CRASH_POINTS.items()
+            if point.only_rows is None or self.name in point.only_rows  # another API's path
+        ]
         if self.crash_points is not None:
-            return tuple(cp for cp in CRASH_POINTS if cp in self.crash_points)
-        return tuple(cp for cp, point in CRASH_POINTS.items() if self.ours or not point.ours_only)
+            return tuple(cp for cp in runs if cp in self.crash_points)
+        return tuple(cp for cp in runs if self.ours or not CRASH_POINTS[cp].ours_only)
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -271,13 +305,19 @@ def _tool_call(name: str, args: dict[str, Any], call_id: str) -> ToolCall:
     return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
 
 
+#: The ``edit-branch`` column: the edited message's send is labelled ``<operation>/edited``.
+EDITED = "/edited"
+
+
 def _call(state: LabState, number: int) -> AIMessage:
     index = state["index"]
     args = {"operation": state["operation"], "body": state["body"]}
+    # A branch is a new conversation: the model server mints new ids in it.
+    ids = f"{index}-{number}" + ("-edited" if state["operation"].endswith(EDITED) else "")
     return AIMessage(
         content="",
-        id=f"ai-{index}-{number}",
-        tool_calls=[_tool_call(TOOL_NAME, args, f"call-{index}-{number}")],
+        id=f"ai-{ids}",
+        tool_calls=[_tool_call(TOOL_NAME, args, f"call-{ids}")],
     )
 
 
@@ -289,6 +329,10 @@ def intended_effects(scenario: Scenario, operation: str) -> dict[str, int]:
         return {operation: 1, f"{operation}/follow-up": 1}
     if scenario == "siblings":
         return {f"{operation}/a": 1, f"{operation}/b": 1}
+    if scenario == "entrypoint":
+        from .entrypoint import RECIPIENTS
+
+        return {f"{operation}/{name}": 1 for name in RECIPIENTS}
     return {operation: 1}
 
 
@@ -305,6 +349,17 @@ def scripted_model(state: LabState) -> dict[str, list[AnyMessage]]:
         return {"messages": [_call(state, 1)]}
     if isinstance(last, ToolMessage) and last.status == "error" and len(calls) < MAX_CALLS:
         return {"messages": [_call(state, len(calls) + 1)]}
+    summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
+    return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
+
+
+def no_replan_model(state: LabState) -> dict[str, list[AnyMessage]]:
+    """One call, never re-planned: after an error the model gives up (only the tools
+    node's ``RetryPolicy`` may try the call again)."""
+    messages = state["messages"]
+    if not any(isinstance(m, AIMessage) and m.tool_calls for m in messages):
+        return {"messages": [_call(state, 1)]}
+    last = messages[-1]
     summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
     return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
 
@@ -372,6 +427,7 @@ _MODELS: dict[Scenario, Any] = {
     "two-turns": repeating_model,
     "follow-up": follow_up_model,
     "siblings": siblings_model,
+    "no-replan": no_replan_model,
 }
 
 
@@ -403,13 +459,22 @@ def _route(state: dict[str, Any]) -> str:  # any scenario's state (not a schema)
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
+#: The ``definite-retry`` column's policy on the tools node: retry a 429 at once.
+RATE_LIMIT_RETRY = RetryPolicy(initial_interval=0.01, jitter=False, max_attempts=3, retry_on=RateLimited)
+
+
 def lab_graph(
-    tools: Any, checkpointer: BaseCheckpointSaver[Any], scenario: Scenario = "single"
+    tools: Any,
+    checkpointer: BaseCheckpointSaver[Any],
+    scenario: Scenario = "single",
+    *,
+    retry: RetryPolicy | None = None,
 ) -> CompiledStateGraph[Any]:
-    """The graph every strategy runs in: the scenario's scripted model, the strategy's tools node."""
+    """The graph every strategy runs in: the scenario's scripted model, the strategy's
+    tools node (with ``retry`` as its ``RetryPolicy``)."""
     graph: StateGraph[Any] = StateGraph(ListState if scenario == "two-turns" else LabState)
     graph.add_node("model", _MODELS[scenario])
-    graph.add_node("tools", tools)
+    graph.add_node("tools", tools, retry_policy=retry)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", _route, ["tools", END])
     graph.add_edge("tools", "model")

@@ -40,7 +40,17 @@ from ..errors import EffectsError
 from ..recovery import recover
 from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
 from .providers import Provider, ProviderMode
-from .strategies import BUILTIN_MODULES, TENANT, BuildContext, CellFiles, ToolsBuilder, lab_graph
+from .strategies import (
+    BUILTIN_MODULES,
+    EDITED,
+    RATE_LIMIT_RETRY,
+    TENANT,
+    BuildContext,
+    CellFiles,
+    ToolsBuilder,
+    WholeGraph,
+    lab_graph,
+)
 
 #: A lone worker at a rendezvous is released after this long (its twin may be
 #: legitimately held back, e.g. waiting on the first one's lease).
@@ -79,13 +89,15 @@ class WorkerSpec:
     """Checkpoints through :class:`~langgraph_effects.EffectSqliteSaver` (the ledger in
     the same file, and whatever the saver does to keep one runner per thread)
     instead of LangGraph's plain ``AsyncSqliteSaver``."""
+    generation: int = 0
+    """Workers of the cell replaced before this one (the builder sees it)."""
 
 
 @dataclass(frozen=True)
 class Attempt:
     """One ``graph.ainvoke`` on an operation's thread."""
 
-    kind: Literal["start", "resume", "recover", "answer", "inspect"]
+    kind: Literal["start", "resume", "recover", "answer", "inspect", "edit"]
     index: int
     operation: str
     body: str
@@ -95,7 +107,8 @@ class Attempt:
     resume: Any = None
     """``answer`` attempts: the value for ``Command(resume=...)``. (``inspect``
     runs nothing: it reports the thread's pending interrupts; ``recover`` runs
-    :func:`~langgraph_effects.recover` on the thread.)"""
+    :func:`~langgraph_effects.recover` on the thread; ``edit`` sends an edited first
+    message at the thread's first checkpoint, a branch.)"""
     turn: int = 1
     """``start`` attempts: the user's turn (a later turn adds one more request)."""
     tolerate: bool = False
@@ -159,6 +172,8 @@ def _saver(spec: WorkerSpec) -> contextlib.AbstractAsyncContextManager[AsyncSqli
 async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
+    point = CRASH_POINTS.get(spec.crash_point)
+    children = spec.files.children if point is not None and point.child else None
     async with (
         _saver(spec) as saver,
         contextlib.AsyncExitStack() as exits,
@@ -168,18 +183,23 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             strategy=spec.strategy,
             provider_mode=spec.provider_mode,
             crash_point=spec.crash_point,
-            client=LabClient(provider, faults),
+            client=LabClient(provider, faults, child_markers=children),
             faults=faults,
             files=spec.files,
             checkpointer=saver,
             exits=exits,
+            generation=spec.generation,
         )
         try:
             tools = spec.build(ctx)
             if inspect.isawaitable(tools):
                 tools = await tools
-            point = CRASH_POINTS.get(spec.crash_point)
-            graph = lab_graph(tools, saver, point.scenario if point is not None else "single")
+            graph = tools.compile(saver) if isinstance(tools, WholeGraph) else lab_graph(
+                tools,
+                saver,
+                point.scenario if point is not None else "single",
+                retry=RATE_LIMIT_RETRY if point is not None and point.rate_limited else None,
+            )
         except Exception:
             # Say why, rather than die with a bare exit code: the lab reads it first.
             conn.send(("failed", traceback.format_exc()))
@@ -264,14 +284,32 @@ def _start_payload(attempt: Attempt) -> dict[str, Any]:
     }
 
 
+async def _edit(graph: Any, attempt: Attempt, config: Any) -> None:
+    """The user edits their message, as a chat UI does it: the edited message is sent as
+    new input at the checkpoint before the original one (the thread's first), a branch."""
+    history = [s async for s in graph.aget_state_history(config)]
+    first = history[-1].config["configurable"]["checkpoint_id"]
+    payload = {
+        "messages": [HumanMessage(f"Send notification {attempt.index}, edited.")],
+        "index": attempt.index,
+        "operation": attempt.operation + EDITED,
+        "body": f"{attempt.body} (edited)",
+    }
+    branch = {**config, "configurable": {**config["configurable"], "checkpoint_id": first}}
+    await graph.ainvoke(payload, branch, durability="sync")
+
+
 async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
     payload: Any
+    if attempt.kind == "edit":
+        await _edit(graph, attempt, config)
+        return
     if attempt.kind == "start":
         payload = _start_payload(attempt)
     elif attempt.kind in ("resume", "recover"):
         payload = None
         snapshot = await graph.aget_state(config)
-        if not snapshot.values:
+        if not snapshot.values and not snapshot.next:
             # Killed before the thread's first checkpoint: there is nothing to resume,
             # so the request is made again, as its caller would.
             payload = _start_payload(replace(attempt, turn=1))
