@@ -207,7 +207,8 @@ CRASH_POINTS: dict[str, CrashPoint] = {
         CrashPoint(
             "wedging-answer",
             "killed at B; the operator's first answer is oversized (HITL respond > 64 KiB, "
-            "or reject > 4,096 chars), then it answers from the provider's records",
+            "reject > 4,096 chars, or a receipt within the schema but > 64 KiB as JSON), then "
+            "it answers from the provider's records",
             first_kill="B",
             wedge=True,
             ours_only=True,
