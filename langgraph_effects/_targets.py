@@ -10,6 +10,7 @@ attribute (a typo, or another file of the same name came first on the path).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Any
@@ -65,7 +66,7 @@ def _missing_attribute(module: Any, attribute: str) -> str:
     defined = sorted(
         name
         for name, value in vars(module).items()
-        if callable(value)
+        if inspect.isfunction(value)
         and not name.startswith("_")
         and getattr(value, "__module__", None) == module.__name__
     )

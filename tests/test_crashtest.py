@@ -225,7 +225,8 @@ def test_a_factory_that_takes_no_checkpointer_is_exit_2_and_says_how_to_write_it
     assert proc.returncode == 2, proc.stdout + proc.stderr  # usage, as the README's exit codes say
     assert report is None
     message = " ".join(proc.stderr.split())
-    assert f"the factory {AGENT}:graph_without_checkpointer() cannot be called with the checkpointer" in message
+    factory = f"{AGENT}:graph_without_checkpointer"
+    assert f"the factory {factory}() cannot be called with the checkpointer" in message
     assert "make_graph(checkpointer) or make_graph(*, checkpointer)" in message
     assert per_thread(service) == Counter()  # nothing ran
 
@@ -254,7 +255,8 @@ def test_a_module_not_on_the_path_says_where_it_was_looked_for(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     message = " ".join(proc.stderr.split())
     assert "no module 'support_agent' on the import path" in message
-    assert "Run from the directory that holds support_agent.py (for the README's examples: cd examples)" in message
+    advice = "Run from the directory that holds support_agent.py (for the README's examples: cd examples)"
+    assert advice in message
 
 
 @pytest.mark.parametrize(

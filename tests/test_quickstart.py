@@ -12,14 +12,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,3 +194,76 @@ def test_hand_built_graph_snippet_runs(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     billing = Provider(tmp_path / "billing.sqlite", "dedup")
     assert len(billing.effects()) == 1 and billing.count_requests("apply") == 1
+
+
+def run_in(cwd: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": WIDTH}
+    return subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_walkthrough_runs_again_in_the_same_directory(tmp_path: Path) -> None:
+    """A second ``crash`` starts over (an earlier run's threads have finished: nothing would
+    be killed) instead of failing with "was not killed"."""
+    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+    first = run_in(tmp_path, sys.executable, "support_agent.py", "crash")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "starting over" not in first.stdout
+    # The README's step 3: recovery finishes both threads; the files stay behind.
+    recovered = run_in(
+        tmp_path, sys.executable, "-m", "langgraph_effects.cli", "--db", "agent.sqlite",
+        "recover", "--graph", "support_agent:make_graph", "--min-idle", "0",
+    )
+    assert recovered.returncode in (0, 6), recovered.stdout + recovered.stderr
+    again = run_in(tmp_path, sys.executable, "support_agent.py", "crash")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[0] == (
+        "starting over: removed agent.sqlite, helpdesk.sqlite, billing.sqlite of an earlier run"
+    )
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()
+    # From the providers' own files: this run's two effects, nothing of the earlier one.
+    assert len(Provider(tmp_path / "helpdesk.sqlite", "blind").effects()) == 1
+    assert len(Provider(tmp_path / "billing.sqlite", "dedup").effects()) == 1
+
+
+def crashtest_example(cwd: Path, factory: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``langgraph-effects crashtest support_agent:FACTORY --probe support_agent:probe`` in ``cwd``."""
+    proc = run_in(
+        cwd, sys.executable, "-m", "langgraph_effects.cli", "crashtest", f"support_agent:{factory}",
+        "--probe", "support_agent:probe", "--json", "report.json",
+    )
+    assert (cwd / "report.json").exists(), proc.stdout + proc.stderr
+    return proc, json.loads((cwd / "report.json").read_text())
+
+
+def held_per_thread(cwd: Path) -> Counter[str]:
+    """Effects per thread, read from the two providers' own files."""
+    helpdesk, billing = Provider(cwd / "helpdesk.sqlite", "blind"), Provider(cwd / "billing.sqlite", "dedup")
+    held = [*helpdesk.effects(), *billing.effects()]
+    return Counter(effect.payload["thread"] for effect in held)
+
+
+def test_crashtest_runs_on_the_support_agent_as_the_docs_print_it(tmp_path: Path) -> None:
+    """From the directory holding support_agent.py: today's graph (no middleware) duplicates,
+    the protected one ends every faulted run with exactly the control run's effects; the
+    probe's counts are the providers' own records."""
+    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+    plain, report = crashtest_example(tmp_path, "make_plain_graph")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    assert "crashtest: NOT crash-safe" in plain.stdout
+    held = held_per_thread(tmp_path)
+    assert held[report["control_thread"]] == report["expected"] == 2  # a ticket and an invoice
+    assert {run["tool"] for run in report["runs"]} == {"open_ticket", "send_invoice"}
+    duplicated = [run for run in report["runs"] if run["outcome"] == "duplicated"]
+    assert {run["tool"] for run in duplicated} == {"open_ticket", "send_invoice"}
+    for run in report["runs"]:
+        assert run["effects"] == held[run["thread_id"]], run
+
+    safe, report = crashtest_example(tmp_path, "make_graph")
+    assert safe.returncode == 0, safe.stdout + safe.stderr
+    held = held_per_thread(tmp_path)
+    assert {run["point"] for run in report["runs"]} >= {"after-tool", "after-intent", "before-outcome"}
+    for run in report["runs"]:
+        assert run["effects"] == held[run["thread_id"]] == 2, run
+    # The blind ticket went to review and was answered from the probe; the invoice never did.
+    assert all(run["reviews"] == 0 for run in report["runs"] if run["tool"] == "send_invoice")
+    assert any(run["reviews"] > 0 for run in report["runs"] if run["tool"] == "open_ticket")

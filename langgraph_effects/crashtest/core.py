@@ -120,8 +120,9 @@ def _check_signature(factory: Callable[..., Any], name: str) -> None:
         else:
             signature.bind(None)
     except TypeError as error:
+        shown = signature.replace(return_annotation=signature.empty)
         raise CrashtestUsageError(
-            f"the factory {name}{signature.replace(return_annotation=signature.empty)} cannot be called with the checkpointer ({error}). It must "
+            f"the factory {name}{shown} cannot be called with the checkpointer ({error}). It must "
             "take it, as make_graph(checkpointer) or make_graph(*, checkpointer), and compile the "
             "graph with it."
         ) from error
