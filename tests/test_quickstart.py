@@ -267,3 +267,55 @@ def test_crashtest_runs_on_the_support_agent_as_the_docs_print_it(tmp_path: Path
     # The blind ticket went to review and was answered from the probe; the invoice never did.
     assert all(run["reviews"] == 0 for run in report["runs"] if run["tool"] == "send_invoice")
     assert any(run["reviews"] > 0 for run in report["runs"] if run["tool"] == "open_ticket")
+
+
+WITHOUT_LANGCHAIN = """
+import runpy, sys
+sys.modules["langchain"] = None  # as on a base install: `pip install langgraph-effects`, no extra
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", [QUICKSTART, SUPPORT_AGENT], ids=["quickstart", "support_agent"])
+def test_without_langchain_the_examples_name_the_extra_to_install(script: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "QUICKSTART_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_LANGCHAIN, str(script), "crash"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == (
+        "langgraph_effects.errors.MissingExtraError: EffectMiddleware needs langchain, which is not "
+        """installed. Install it with the 'agents' extra: pip install "langgraph-effects[agents]\""""
+    ), run.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing ran: no worker, no file
+
+
+def test_importing_effect_middleware_without_langchain_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['langchain'] = None\n"
+        "from langgraph_effects import MissingExtraError\n"
+        "try:\n    from langgraph_effects import EffectMiddleware\n"
+        "except ImportError as error:\n"
+        "    assert isinstance(error, (MissingExtraError, ModuleNotFoundError)), type(error)\n"
+        "    print(error.extra, error.module, error.name, '|', error)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("|")[0].split() == ["agents", "langchain", "langchain"]
+    assert 'pip install "langgraph-effects[agents]"' in run.stdout
+
+
+def test_the_quickstart_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("QUICKSTART_DIR", None)
+    run = subprocess.run(
+        [sys.executable, str(QUICKSTART)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == "billing provider: 1 invoice(s), 2 request(s)"
+    # Its data directory (the worker's too) is gone; the lease lock directory is shared by design.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("quickstart-")] == []
+    assert [p.name for p in tmp_path.iterdir()] == [f"langgraph-effects-{os.getuid()}"]
