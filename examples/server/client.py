@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import textwrap
 from typing import Any
 
 from langgraph_sdk import get_client
@@ -51,7 +52,7 @@ async def main(url: str, request: str, landed: str | None, thread_id: str | None
         [pending] = state["interrupts"]
         [action] = pending["value"]["action_requests"]
         print(f"the run stopped at a review of {action['name']} {action['args']}:")
-        print(f"  {action['description']}")
+        print(textwrap.indent(action["description"], "  "))
         if landed is None:
             print(f"answer it: python client.py --thread {thread_id} --landed '{{\"ticket\": \"HD-1042\"}}'")
             return 6
