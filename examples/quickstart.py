@@ -7,7 +7,9 @@ result is recorded; resuming the thread sends nothing twice.
 """
 
 import asyncio
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,14 +17,18 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+# langgraph_effects first: without langchain installed, it names the extra that brings it.
+from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, current_operation
+from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
+
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
-from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, current_operation
-from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
-
-DATA = Path(os.environ.setdefault("QUICKSTART_DIR", tempfile.mkdtemp(prefix="quickstart-")))
+if "QUICKSTART_DIR" not in os.environ:  # a directory of our own, shared with the worker, removed at exit
+    os.environ["QUICKSTART_DIR"] = tempfile.mkdtemp(prefix="quickstart-")
+    atexit.register(shutil.rmtree, os.environ["QUICKSTART_DIR"], ignore_errors=True)
+DATA = Path(os.environ["QUICKSTART_DIR"])
 billing = Provider(DATA / "billing.sqlite", "dedup")  # dedups on the Idempotency-Key
 CRASH = "--crash" in sys.argv
 

@@ -2,7 +2,8 @@
 
 The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
 the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
-``Inconclusive``, ``current_operation()``, the ledgers and checkpointer extensions,
+``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
+tool that also runs unprotected), the ledgers and checkpointer extensions,
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
 ``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
 """
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint import attach_ledger, ledger_of
 from .checkpoint.sqlite import EffectSqliteSaver
-from .context import OperationInfo, current_operation
+from .context import OperationInfo, current_operation, maybe_current_operation
 from .contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .errors import (
     ApprovalError,
@@ -26,6 +27,7 @@ from .errors import (
     LedgerError,
     LedgerNotFoundError,
     LedgerUnavailableError,
+    MissingExtraError,
     NoLedgerError,
     NotResolvableError,
     OperationNotFoundError,
@@ -75,6 +77,7 @@ __all__ = [
     "LandedDecision",
     "LedgerUnavailableError",
     "LookupRequest",
+    "MissingExtraError",
     "NoLedgerError",
     "NotLanded",
     "NotLandedDecision",
@@ -101,6 +104,7 @@ __all__ = [
     "current_operation",
     "effectful",
     "ledger_of",
+    "maybe_current_operation",
     "recover",
     "resume_command",
 ]
@@ -109,7 +113,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Optional extras import on first use: psycopg (postgres), langchain (agents).
     if name == "EffectMiddleware":
-        from .middleware import EffectMiddleware
+        from .middleware import EffectMiddleware  # without langchain: MissingExtraError
 
         return EffectMiddleware
     if name == "PostgresLedger":

@@ -48,7 +48,19 @@ def current_operation() -> OperationInfo:
 
 
 def maybe_current_operation() -> OperationInfo | None:
-    """Like :func:`current_operation`, but ``None`` outside an effectful call."""
+    """The operation of the effectful tool call running now, or ``None`` outside one.
+
+    For one tool that runs both in a protected graph (``EffectToolNode`` /
+    ``EffectMiddleware``) and in a plain one (LangGraph's ``ToolNode``, a test calling
+    the tool directly): send the provider key when there is one, nothing otherwise::
+
+        op = maybe_current_operation()
+        headers = {"Idempotency-Key": op.provider_key} if op is not None else {}
+
+    Without an operation nothing makes the call safe to repeat, so a crash may send it
+    twice; :func:`current_operation` raises instead, for tools that must never run
+    unprotected.
+    """
     return _CURRENT.get()
 
 

@@ -6,7 +6,9 @@ caller can catch the package as a whole or one precise failure::
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
-    │   └── DurabilityError         durability="exit" (or another mode that loses the call)
+    │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
+    │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
+    │   └── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
@@ -67,6 +69,46 @@ class NoLedgerError(ConfigurationError):
 
 class DurabilityError(ConfigurationError):
     """The graph's durability mode would let a dispatched call vanish on a crash."""
+
+
+class MissingExtraError(ConfigurationError, ModuleNotFoundError):
+    """A name that needs an optional dependency which is not installed.
+
+    Also a :class:`ModuleNotFoundError`, so ``except ImportError`` still catches it.
+    Attributes: ``feature`` (what was asked for), ``module`` (the missing module) and
+    ``extra`` (the ``langgraph-effects[...]`` extra that installs it).
+    """
+
+    def __init__(self, feature: str, module: str, extra: str) -> None:
+        self._record(
+            f"{feature} needs {module}, which is not installed. Install it with the "
+            f'{extra!r} extra: pip install "langgraph-effects[{extra}]"',
+            feature=feature,
+            module=module,
+            extra=extra,
+        )
+        self.name = module
+
+
+class TargetNotFoundError(ConfigurationError):
+    """A ``MODULE:ATTR`` name (``--graph``, a crash test's factory or probe) that cannot be loaded.
+
+    Attributes: ``target`` (as given), ``module``, ``attribute``, ``path`` (the file
+    the module was imported from, ``None`` when it was not) and ``reason``: the advice
+    for this case (module not on the path, the module failed to import, or it has no
+    such attribute).
+    """
+
+    target: str
+    module: str
+    attribute: str
+    path: str | None
+    reason: str
+
+    def __init__(self, target: str, module: str, attribute: str, path: str | None, reason: str) -> None:
+        self._record(
+            f"{target}: {reason}", target=target, module=module, attribute=attribute, path=path, reason=reason
+        )
 
 
 class LedgerError(EffectsError):

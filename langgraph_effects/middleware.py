@@ -21,13 +21,20 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware.types import (
-    ExtendedModelResponse,
-    ModelCallResult,
-    ModelRequest,
-    ModelResponse,
-)
+from .errors import MissingExtraError
+
+try:
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain.agents.middleware.types import (
+        ExtendedModelResponse,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+    )
+except ModuleNotFoundError as _missing:  # langchain comes with the "agents" extra
+    if (_missing.name or "").partition(".")[0] != "langchain":
+        raise
+    raise MissingExtraError("EffectMiddleware", "langchain", "agents") from _missing
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES

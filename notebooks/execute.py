@@ -10,18 +10,20 @@ runs the same function on a copy.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = sorted(HERE.glob("[0-9][0-9]_*.ipynb"))
 
 
-def execute(path: Path, *, write_to: Path | None = None, cell_timeout: int = 300) -> nbformat.NotebookNode:
+def execute(path: Path, *, write_to: Path | None = None, cell_timeout: int = 300) -> Any:
     """Run every cell of ``path`` in a fresh ``python3`` kernel started in the notebooks folder."""
+    import nbformat  # the notebooks extra; imported here so that --help works without it
+    from nbclient import NotebookClient
+
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
@@ -37,8 +39,33 @@ def execute(path: Path, *, write_to: Path | None = None, cell_timeout: int = 300
     return notebook
 
 
-def main(names: list[str]) -> int:
-    paths = [HERE / name for name in names] if names else NOTEBOOKS
+def parse(argv: list[str]) -> list[Path]:
+    """The notebooks named on the command line (all of them when none is named)."""
+    names = [path.name for path in NOTEBOOKS]
+    parser = argparse.ArgumentParser(
+        prog="python notebooks/execute.py",
+        description="Execute the notebooks in fresh kernels and store their outputs in place. A cell "
+        "that raises stops the run and leaves that notebook unchanged. Needs the notebooks extra: "
+        'pip install -e ".[notebooks]".',
+    )
+    parser.add_argument(
+        "notebooks", nargs="*", metavar="NOTEBOOK", help=f"default: all of them ({', '.join(names)})"
+    )
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.notebooks if Path(name).name not in names]
+    if unknown:
+        parser.error(f"no such notebook: {', '.join(unknown)} (choose from {', '.join(names)})")
+    return [HERE / Path(name).name for name in args.notebooks] or NOTEBOOKS
+
+
+def main(argv: list[str]) -> int:
+    paths = parse(argv)
+    try:
+        import nbclient  # noqa: F401
+        import nbformat  # noqa: F401
+    except ModuleNotFoundError as error:
+        print(f'{error}: install the notebooks extra, pip install -e ".[notebooks]"', file=sys.stderr)
+        return 2
     for path in paths:
         print(f"executing {path.name} ...", flush=True)
         execute(path)

@@ -466,3 +466,19 @@ def test_lab_forwards_every_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["--crash-at", "dispatch", "-n", "3", "--help", "scenario"]
     assert cli.main(["lab", *argv]) == 7
     assert seen == [argv]
+
+
+def test_version_prints_the_installed_distributions_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import langgraph_effects
+
+    try:
+        expected = version("langgraph-effects")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        expected = langgraph_effects.__version__
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"langgraph-effects {expected}\n"
+    # Eager: it answers before any command or ledger option is looked at.
+    assert cli.main(["--version", "list"]) == 0
+    assert capsys.readouterr().out == f"langgraph-effects {expected}\n"

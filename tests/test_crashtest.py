@@ -216,6 +216,49 @@ def test_a_factory_that_is_not_a_graph_is_exit_2_and_says_what_it_got(
     assert per_thread(service) == Counter()  # nothing ran
 
 
+def test_a_factory_that_takes_no_checkpointer_is_exit_2_and_says_how_to_write_it(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc, report = crashtest_cli(
+        f"{AGENT}:graph_without_checkpointer", "--probe", f"{AGENT}:probe", tmp_path=tmp_path, capfd=capfd
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # usage, as the README's exit codes say
+    assert report is None
+    message = " ".join(proc.stderr.split())
+    factory = f"{AGENT}:graph_without_checkpointer"
+    assert f"the factory {factory}() cannot be called with the checkpointer" in message
+    assert "make_graph(checkpointer) or make_graph(*, checkpointer)" in message
+    assert per_thread(service) == Counter()  # nothing ran
+
+
+def test_a_name_the_module_lacks_says_which_file_was_imported_and_what_it_defines(
+    service: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc, _ = crashtest_cli(
+        f"{AGENT}:plain_graph", "--probe", f"{AGENT}:count_sent", tmp_path=tmp_path, capfd=capfd
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = " ".join(proc.stderr.split())
+    helper = ROOT / "tests" / "helpers" / "crashtest_agent.py"
+    assert f"was imported from {helper}, which has no attribute 'count_sent'" in message
+    assert "it defines agent_graph, blind_graph, broken_probe, " in message and " probe." in message
+    assert "Run from the directory" not in message  # the module was found: that advice would mislead
+    assert per_thread(service) == Counter()
+
+
+def test_a_module_not_on_the_path_says_where_it_was_looked_for(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc, _ = crashtest_cli(
+        "support_agent:make_graph", "--probe", "support_agent:probe", tmp_path=tmp_path, capfd=capfd
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert "no module 'support_agent' on the import path" in message
+    advice = "Run from the directory that holds support_agent.py (for the README's examples: cd examples)"
+    assert advice in message
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -184,3 +184,29 @@ async def test_review_through_the_server_and_the_sdk(server: Server) -> None:
         assert checkpoints > 0  # the server kept the thread's checkpoints in our file
     else:
         assert checkpoints == 0  # the server's own checkpointer; only the ledger is ours
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("server", ["langgraph.json"], indirect=True)
+def test_the_example_client_runs_stops_at_the_review_and_answers_it(server: Server) -> None:
+    """``examples/server/client.py`` as its README runs it: a run that stops at the review
+    (exit 6, the answer command printed), then that command (exit 0, the effect landed)."""
+    import re
+
+    client = [sys.executable, str(EXAMPLE / "client.py"), "--url", server.url]
+    helpdesk = Provider(server.workdir / "helpdesk.sqlite", "blind")
+    first = subprocess.run(client, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 6, first.stdout + first.stderr + server.tail()
+    assert "the run stopped at a review of open_ticket" in first.stdout
+    found = re.search(r"answer it: python client.py --thread (\S+) --landed ", first.stdout)
+    assert found, first.stdout
+    assert len(helpdesk.effects()) == 1  # the ticket exists; the client was not told
+
+    receipt = '{"ticket": "HD-1042"}'
+    answer = [*client, "--thread", found.group(1), "--landed", receipt]
+    second = subprocess.run(answer, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr + server.tail()
+    lines = second.stdout.splitlines()
+    assert any(line.startswith(" tool: The open_ticket effect landed") for line in lines), second.stdout
+    assert lines[-1] == "   ai: The ticket is open."
+    assert len(helpdesk.effects()) == 1 and helpdesk.count_requests("apply") == 1  # never re-sent

@@ -76,3 +76,20 @@ def test_notebook_executes(name: str, tmp_path: Path) -> None:
     assert not [o for o in outputs if o.output_type == "error"]
     if name == "03_crash_lab.ipynb":
         assert any("image/png" in o.get("data", {}) for o in outputs), "the run produced no chart"
+
+
+def test_the_executor_has_help_and_refuses_an_unknown_notebook() -> None:
+    import subprocess
+    import sys
+
+    script = str(NOTEBOOKS / "execute.py")
+    shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: python notebooks/execute.py [-h] [NOTEBOOK ...]")
+    assert "04_crashtest.ipynb" in shown.stdout
+    wrong = subprocess.run(
+        [sys.executable, script, "05_nope.ipynb"], capture_output=True, text=True, timeout=60
+    )
+    assert wrong.returncode == 2
+    assert "no such notebook: 05_nope.ipynb (choose from 01_quickstart.ipynb," in wrong.stderr
+    assert "Traceback" not in wrong.stderr

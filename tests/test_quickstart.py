@@ -12,14 +12,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +193,128 @@ def test_hand_built_graph_snippet_runs(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     billing = Provider(tmp_path / "billing.sqlite", "dedup")
     assert len(billing.effects()) == 1 and billing.count_requests("apply") == 1
+
+
+def run_in(cwd: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": WIDTH}
+    return subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_walkthrough_runs_again_in_the_same_directory(tmp_path: Path) -> None:
+    """A second ``crash`` starts over (an earlier run's threads have finished: nothing would
+    be killed) instead of failing with "was not killed"."""
+    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+    first = run_in(tmp_path, sys.executable, "support_agent.py", "crash")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "starting over" not in first.stdout
+    # The README's step 3: recovery finishes both threads; the files stay behind.
+    recovered = run_in(
+        tmp_path, sys.executable, "-m", "langgraph_effects.cli", "--db", "agent.sqlite",
+        "recover", "--graph", "support_agent:make_graph", "--min-idle", "0",
+    )
+    assert recovered.returncode in (0, 6), recovered.stdout + recovered.stderr
+    again = run_in(tmp_path, sys.executable, "support_agent.py", "crash")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[0] == (
+        "starting over: removed agent.sqlite, helpdesk.sqlite, billing.sqlite of an earlier run"
+    )
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()
+    # From the providers' own files: this run's two effects, nothing of the earlier one.
+    assert len(Provider(tmp_path / "helpdesk.sqlite", "blind").effects()) == 1
+    assert len(Provider(tmp_path / "billing.sqlite", "dedup").effects()) == 1
+
+
+def crashtest_example(cwd: Path, factory: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``langgraph-effects crashtest support_agent:FACTORY --probe support_agent:probe`` in ``cwd``."""
+    proc = run_in(
+        cwd, sys.executable, "-m", "langgraph_effects.cli", "crashtest", f"support_agent:{factory}",
+        "--probe", "support_agent:probe", "--json", "report.json",
+    )
+    assert (cwd / "report.json").exists(), proc.stdout + proc.stderr
+    return proc, json.loads((cwd / "report.json").read_text())
+
+
+def held_per_thread(cwd: Path) -> Counter[str]:
+    """Effects per thread, read from the two providers' own files."""
+    helpdesk, billing = Provider(cwd / "helpdesk.sqlite", "blind"), Provider(cwd / "billing.sqlite", "dedup")
+    held = [*helpdesk.effects(), *billing.effects()]
+    return Counter(effect.payload["thread"] for effect in held)
+
+
+def test_crashtest_runs_on_the_support_agent_as_the_docs_print_it(tmp_path: Path) -> None:
+    """From the directory holding support_agent.py: today's graph (no middleware) duplicates,
+    the protected one ends every faulted run with exactly the control run's effects; the
+    probe's counts are the providers' own records."""
+    shutil.copy(SUPPORT_AGENT, tmp_path / "support_agent.py")
+    plain, report = crashtest_example(tmp_path, "make_plain_graph")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    assert "crashtest: NOT crash-safe" in plain.stdout
+    held = held_per_thread(tmp_path)
+    assert held[report["control_thread"]] == report["expected"] == 2  # a ticket and an invoice
+    assert {run["tool"] for run in report["runs"]} == {"open_ticket", "send_invoice"}
+    duplicated = [run for run in report["runs"] if run["outcome"] == "duplicated"]
+    assert {run["tool"] for run in duplicated} == {"open_ticket", "send_invoice"}
+    for run in report["runs"]:
+        assert run["effects"] == held[run["thread_id"]], run
+
+    safe, report = crashtest_example(tmp_path, "make_graph")
+    assert safe.returncode == 0, safe.stdout + safe.stderr
+    held = held_per_thread(tmp_path)
+    assert {run["point"] for run in report["runs"]} >= {"after-tool", "after-intent", "before-outcome"}
+    for run in report["runs"]:
+        assert run["effects"] == held[run["thread_id"]] == 2, run
+    # The blind ticket went to review and was answered from the probe; the invoice never did.
+    assert all(run["reviews"] == 0 for run in report["runs"] if run["tool"] == "send_invoice")
+    assert any(run["reviews"] > 0 for run in report["runs"] if run["tool"] == "open_ticket")
+
+
+WITHOUT_LANGCHAIN = """
+import runpy, sys
+sys.modules["langchain"] = None  # as on a base install: `pip install langgraph-effects`, no extra
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", [QUICKSTART, SUPPORT_AGENT], ids=["quickstart", "support_agent"])
+def test_without_langchain_the_examples_name_the_extra_to_install(script: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "QUICKSTART_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_LANGCHAIN, str(script), "crash"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == (
+        "langgraph_effects.errors.MissingExtraError: EffectMiddleware needs langchain, which is not "
+        """installed. Install it with the 'agents' extra: pip install "langgraph-effects[agents]\""""
+    ), run.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing ran: no worker, no file
+
+
+def test_importing_effect_middleware_without_langchain_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['langchain'] = None\n"
+        "from langgraph_effects import MissingExtraError\n"
+        "try:\n    from langgraph_effects import EffectMiddleware\n"
+        "except ImportError as error:\n"
+        "    assert isinstance(error, (MissingExtraError, ModuleNotFoundError)), type(error)\n"
+        "    print(error.extra, error.module, error.name, '|', error)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("|")[0].split() == ["agents", "langchain", "langchain"]
+    assert 'pip install "langgraph-effects[agents]"' in run.stdout
+
+
+def test_the_quickstart_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("QUICKSTART_DIR", None)
+    run = subprocess.run(
+        [sys.executable, str(QUICKSTART)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == "billing provider: 1 invoice(s), 2 request(s)"
+    # Its data directory (the worker's too) is gone; the lease lock directory is shared by design.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("quickstart-")] == []
+    assert [p.name for p in tmp_path.iterdir()] == [f"langgraph-effects-{os.getuid()}"]

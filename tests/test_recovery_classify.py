@@ -317,7 +317,23 @@ SETTLED = [
         State.CONFIRMED,
         [],
         "replayed",
-        "by ana's verdict",
+        "confirmed by a verdict from ana",
+    ),
+    (
+        "no step, verdict by an actor named me",  # --actor me read "confirmed by me's verdict"
+        op(state=State.CONFIRMED, evidence={**VERDICT, "actor": "me"}),
+        State.CONFIRMED,
+        [],
+        "replayed",
+        "answered from the ledger, nothing sent: confirmed by a verdict from me",
+    ),
+    (
+        "no step, verdict without an actor",
+        op(state=State.CONFIRMED, evidence={**VERDICT, "actor": None}),
+        State.CONFIRMED,
+        [],
+        "replayed",
+        "confirmed by an operator's verdict",
     ),
     ("no step, still unknown", UNKNOWN, State.UNKNOWN, [], "unsettled", "did not reach it"),
 ]

@@ -38,3 +38,26 @@ def test_no_function_is_over_the_limit() -> None:
 def test_the_limits_are_measured_on_the_package() -> None:
     # Guards the two tests above against passing vacuously (a moved package, a bad path).
     assert len(_modules()) > 40
+
+
+def test_the_public_surface_resolves_and_is_documented() -> None:
+    """Every name of ``langgraph_effects.__all__`` imports from the root and has a docstring,
+    including ``maybe_current_operation`` (one tool for protected and plain graphs)."""
+    import inspect
+
+    import langgraph_effects
+
+    public = set(langgraph_effects.__all__)
+    assert {"current_operation", "maybe_current_operation", "OperationInfo", "MissingExtraError"} <= public
+    assert len(public) == len(langgraph_effects.__all__), "a name is listed twice"
+    undocumented = [
+        name
+        for name in sorted(public)
+        if not (getattr(langgraph_effects, name).__doc__ or "").strip()
+        and not isinstance(getattr(langgraph_effects, name), str | dict | frozenset | tuple)
+    ]
+    assert not undocumented, f"add docstrings to {undocumented}"
+    from langgraph_effects import maybe_current_operation
+
+    assert "protected" in (inspect.getdoc(maybe_current_operation) or "")
+    assert maybe_current_operation() is None  # outside any effectful call

@@ -26,7 +26,6 @@ app = typer.Typer(
 )
 
 
-
 # -- options ------------------------------------------------------------------------
 
 
@@ -73,6 +72,24 @@ TenantOption = Annotated[
 ]
 
 
+def installed_version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("langgraph-effects")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"langgraph-effects {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -103,6 +120,15 @@ def _root(
         ),
     ] = None,
     json_output: JsonOption = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed langgraph-effects version and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Find, inspect and resolve operations left unresolved by a crash."""
     ctx.obj = {"db": db, "json": json_output, "schema": schema, "timeout": connect_timeout}

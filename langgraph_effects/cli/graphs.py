@@ -3,37 +3,26 @@
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from .._targets import load_target
+from ..errors import TargetNotFoundError
 from .failures import BadInput
 
 
 def load_graph_factory(target: str) -> Callable[[Any], Any]:
     """The factory named by ``--graph MODULE:ATTR`` (the current directory is importable)."""
-    import importlib
-
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise BadInput(
             f"--graph takes MODULE:ATTR naming a factory `def make_graph(checkpointer)` that returns "
             f"the compiled graph, e.g. --graph myapp.agent:make_graph (got {target!r})."
         )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        found: Any = importlib.import_module(module_name)
-    except Exception as error:
-        raise BadInput(
-            f"--graph {target}: cannot import {module_name!r} ({type(error).__name__}: {error}). "
-            "Run from the directory that holds it, or set PYTHONPATH."
-        ) from error
-    for part in attr.split("."):
-        if not hasattr(found, part):
-            raise BadInput(f"--graph {target}: {module_name!r} has no attribute {attr!r}.")
-        found = getattr(found, part)
+        found: Any = load_target(target)
+    except TargetNotFoundError as error:
+        raise BadInput(f"--graph {target}: {error.reason}") from error
     if not callable(found):
         raise BadInput(
             f"--graph {target} is not callable: it must name a factory `def make_graph(checkpointer)` "

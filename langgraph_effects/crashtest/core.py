@@ -14,7 +14,6 @@ import multiprocessing
 import os
 import random as _random
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -25,7 +24,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from ..errors import ConfigurationError, EffectsError
+from .._targets import load_target
+from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
 from ..lab.strategies import BUILTIN_MODULES
 from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive
 from ..review import REVIEW_TYPE, resume_command
@@ -40,7 +40,6 @@ from .worker import (
     Spec,
     ToolCall,
     build_graph,
-    load,
     open_checkpointer,
     serve,
 )
@@ -94,15 +93,10 @@ def target_name(obj: str | Callable[..., Any], what: str) -> str:
 
 
 def _resolve(target: str, what: str) -> Any:
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # modules are imported from the current directory
     try:
-        found = load(target)
-    except (ImportError, AttributeError) as error:
-        raise CrashtestUsageError(
-            f"{what} {target}: cannot import it ({type(error).__name__}: {error}). Run from the "
-            "directory that holds the module, or set PYTHONPATH."
-        ) from error
+        found = load_target(target)  # also from the current directory, as the workers import it
+    except TargetNotFoundError as error:
+        raise CrashtestUsageError(f"{what} {target}: {error.reason}") from error
     if not callable(found):
         raise CrashtestUsageError(f"{what} {target} is a {type(found).__name__}, not a callable.")
     return found
@@ -113,10 +107,32 @@ def _describe(value: Any) -> str:
     return f"{type(value).__module__}.{type(value).__qualname__} ({text[:80]}{'…' if len(text) > 80 else ''})"
 
 
+def _check_signature(factory: Callable[..., Any], name: str) -> None:
+    """A factory that cannot take the checkpointer is a usage error, not a failed run."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C callable: find out by calling it
+        return
+    named = signature.parameters.get("checkpointer")
+    try:
+        if named is not None and named.kind in (named.POSITIONAL_OR_KEYWORD, named.KEYWORD_ONLY):
+            signature.bind(checkpointer=None)  # how worker.build_graph calls it
+        else:
+            signature.bind(None)
+    except TypeError as error:
+        shown = signature.replace(return_annotation=signature.empty)
+        raise CrashtestUsageError(
+            f"the factory {name}{shown} cannot be called with the checkpointer ({error}). It must "
+            "take it, as make_graph(checkpointer) or make_graph(*, checkpointer), and compile the "
+            "graph with it."
+        ) from error
+
+
 async def _check_factory(factory: Callable[..., Any], name: str, db: str) -> None:
     """Build the graph once here, so that a factory returning something else is a usage error."""
     from langgraph.pregel import Pregel
 
+    _check_signature(factory, name)
     async with open_checkpointer(db) as checkpointer:
         await checkpointer.setup()
         try:

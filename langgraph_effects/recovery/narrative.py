@@ -113,8 +113,10 @@ def _untouched_by_resume(after: Operation, *, sending: bool) -> tuple[Settlement
     if after.terminal:
         evidence = after.evidence or {}
         if _kind(evidence) == EvidenceKind.VERDICT:
-            who = evidence.get("actor") or "an operator"
-            what = f"{after.state.value} by {who}'s verdict"
+            # The actor is free text ("me", "alice@host", "operator (interrupt)"): never possessive.
+            actor = evidence.get("actor")
+            verdict = f"a verdict from {actor}" if actor else "an operator's verdict"
+            what = f"{after.state.value} by {verdict}"
         else:
             what = f"{after.state.value} ({evidence.get('kind', 'result')})"
         return "replayed", f"answered from the ledger, nothing sent: {what}{_receipt(evidence)}"

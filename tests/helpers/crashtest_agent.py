@@ -101,6 +101,11 @@ def not_a_graph(checkpointer: Any) -> Any:
     return builder
 
 
+def graph_without_checkpointer() -> Any:
+    """Another slip: a factory that takes no checkpointer (it cannot be given one)."""
+    return plain_graph(None)
+
+
 def probe(thread_id: str) -> int:
     """Notifications the service holds for the thread (its admin listing has no lag)."""
     response = httpx.get(f"{_url()}/_admin/notifications", timeout=10.0)
