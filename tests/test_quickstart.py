@@ -43,13 +43,14 @@ def page_body(name: str) -> str:
     return (DOCS / name).read_text().split("\n## ", 1)[0]
 
 
-def test_readme_quickstart_is_the_script() -> None:
-    text = README.read_text()
+@pytest.mark.parametrize("shown_in", [README, DOCS / "getting-started.md"], ids=lambda p: p.name)
+def test_the_shown_quickstart_is_the_script(shown_in: Path) -> None:
+    text = shown_in.read_text()
     block = text.split("<!-- quickstart:start -->", 1)[1].split("<!-- quickstart:end -->", 1)[0]
     shown = block.strip().removeprefix("```python").removesuffix("```").strip()
     assert shown == QUICKSTART.read_text().strip(), (
-        "the README's quickstart differs from examples/quickstart.py: paste the file between "
-        "the quickstart markers"
+        f"the quickstart in {shown_in.name} differs from examples/quickstart.py: paste the file "
+        "between the quickstart markers"
     )
 
 
