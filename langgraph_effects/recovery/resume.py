@@ -15,7 +15,7 @@ from ..ledger.base import Ledger
 from ..operation import Operation, State
 from .classify import Decision, Policy, classify
 from .narrative import settled
-from .observe import _candidate_threads, observe, operations_of
+from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads
 from .report import OperationReport, RecoveryReport, Step, ThreadReport, _report
 
 log = logging.getLogger("langgraph_effects.recovery")
@@ -91,6 +91,8 @@ async def recover(
     threads = wanted
     if threads is None:
         threads = await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
+        if tenant is None:  # a thread with nothing in the ledger has no tenant to match
+            threads += [t for t in await unfinished_threads(graph.checkpointer) if t not in threads]
     reports = [r for r in [await run.thread_safely(t) for t in threads] if r is not None]
     return RecoveryReport(
         ledger=found.where,
@@ -215,7 +217,7 @@ class _Run:
             else "interrupted"
             if snapshot.interrupts
             else "stopped"
-            if snapshot.next
+            if unfinished(snapshot)
             else "completed"
         )
         return ThreadReport(
