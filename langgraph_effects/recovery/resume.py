@@ -52,8 +52,11 @@ async def recover(
         tenant: only operations (and so threads) of this tenant.
         thread_ids: only these threads. Default: every thread with an unresolved
             operation, or with an operator's out-of-band verdict the graph has not
-            answered yet. A thread named here is also resumed when every operation is
-            settled but a call's answer was lost with the crash (it is then replayed).
+            answered yet, and (without ``tenant``, with a checkpointer that lists
+            them: ``EffectSqliteSaver``, ``EffectPostgresSaver``) every thread whose
+            last checkpoint has input or a step no run finished. A thread named here
+            is also resumed when every operation is settled but a call's answer was
+            lost with the crash (it is then replayed), or when work is left.
         dry_run: decide and report, but resume nothing and write nothing.
         lease_grace: extra seconds a lease must be past its expiry before its sender
             counts as gone (clock skew between hosts). An owner on this host that is
