@@ -20,25 +20,31 @@ from __future__ import annotations
 _ENDED = ("__interrupt__", "__error__")
 
 
-def unfinished_sql(writes_table: str, source: str, mark: str) -> str:
+def unfinished_sql(writes_table: str, source: str, mark: str, barrier: str = "") -> str:
     """The thread ids (one column) of threads whose newest root checkpoint is unfinished.
 
     ``source``: the backend's expression for ``c.metadata``'s ``source``; ``mark``: its
-    parameter placeholder (the statement takes the two channels of :data:`_ENDED`).
+    parameter placeholder (the statement takes the two channels of :data:`_ENDED`);
+    ``barrier``: what keeps the backend's planner from merging the newest-checkpoint
+    subquery into the filter (Postgres: ``OFFSET 0``; without it Postgres tests every
+    checkpoint's metadata, not only each thread's newest).
     """
     writes = (
-        f"SELECT 1 FROM {writes_table} w WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = '' "
-        "AND w.checkpoint_id = c.checkpoint_id"
+        f"SELECT 1 FROM {writes_table} w WHERE w.thread_id = x.thread_id AND w.checkpoint_ns = '' "
+        "AND w.checkpoint_id = x.checkpoint_id"
     )
-    return (
-        "SELECT c.thread_id FROM checkpoints c JOIN ("
+    newest = (
+        f"SELECT c.thread_id, c.checkpoint_id, {source} AS source FROM checkpoints c JOIN ("
         "SELECT thread_id, max(checkpoint_id) AS checkpoint_id FROM checkpoints "
         "WHERE checkpoint_ns = '' GROUP BY thread_id) latest "
         "ON c.thread_id = latest.thread_id AND c.checkpoint_ns = '' "
-        "AND c.checkpoint_id = latest.checkpoint_id "
-        f"WHERE ({source} = 'input' OR EXISTS ({writes})) "
+        f"AND c.checkpoint_id = latest.checkpoint_id {barrier}"
+    )
+    return (
+        f"SELECT x.thread_id FROM ({newest}) x "
+        f"WHERE (x.source = 'input' OR EXISTS ({writes})) "
         f"AND NOT EXISTS ({writes} AND w.channel IN ({mark}, {mark})) "
-        "ORDER BY c.checkpoint_id"
+        "ORDER BY x.checkpoint_id"
     )
 
 

@@ -141,7 +141,9 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
     async def unfinished_threads(self) -> list[str]:
         """Threads whose newest checkpoint has input or a step no checkpoint finished
         (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
-        query = _unfinished.unfinished_sql("checkpoint_writes", "c.metadata ->> 'source'", "%s")
+        query = _unfinished.unfinished_sql(
+            "checkpoint_writes", "c.metadata ->> 'source'", "%s", "OFFSET 0"
+        )
         async with self._cursor() as cur:
             await cur.execute(query, _unfinished.PARAMS)
             return [str(row["thread_id"]) for row in await cur.fetchall()]
