@@ -158,22 +158,52 @@ def encoded_extra(op: Operation) -> str:
     return _dumps(dict(op.extra)) or "{}"
 
 
+#: The text columns written at intent (each goes through :func:`stored_text`).
+_TEXT_COLUMNS: tuple[str, ...] = (
+    "thread_id",
+    "checkpoint_ns",
+    "tenant",
+    "tool",
+    "tool_call_id",
+    "message_id",
+    "task_id",
+    "checkpoint_id",
+    "args_hash",
+    "provider_key",
+    "contract",
+    "policy_version",
+)
+
+
+def _texts(values: Mapping[str, Any]) -> str:
+    """The text columns of a row (or an operation's fields) in one string, to test once."""
+    return "".join([values[c] or "" for c in _TEXT_COLUMNS])
+
+
 def to_row(op: Operation) -> dict[str, Any]:
     """An operation as column values (JSON as text, result as bytes)."""
+    row = _raw_row(op)
+    probe = _texts(row)
+    if not probe.isascii() or "\x00" in probe:  # else every one is stored as it is
+        row.update({c: _text(row[c]) for c in _TEXT_COLUMNS})
+    return row
+
+
+def _raw_row(op: Operation) -> dict[str, Any]:
     return {
-        "thread_id": _text(op.thread_id),
-        "checkpoint_ns": _text(op.checkpoint_ns),
-        "tenant": _text(op.tenant),
-        "tool": _text(op.tool),
-        "tool_call_id": _text(op.tool_call_id),
-        "message_id": _text(op.message_id),
-        "task_id": _text(op.task_id),
-        "checkpoint_id": _text(op.checkpoint_id),
+        "thread_id": op.thread_id,
+        "checkpoint_ns": op.checkpoint_ns,
+        "tenant": op.tenant,
+        "tool": op.tool,
+        "tool_call_id": op.tool_call_id,
+        "message_id": op.message_id,
+        "task_id": op.task_id,
+        "checkpoint_id": op.checkpoint_id,
         "args": _dumps(dict(op.args)),
-        "args_hash": _text(op.args_hash),
-        "provider_key": _text(op.provider_key),
-        "contract": _text(op.contract),
-        "policy_version": _text(op.policy_version),
+        "args_hash": op.args_hash,
+        "provider_key": op.provider_key,
+        "contract": op.contract,
+        "policy_version": op.policy_version,
         "extra": encoded_extra(op),
         "created_at": op.created_at,
         **mutable_row(op),
@@ -228,19 +258,19 @@ def from_row(row: Mapping[str, Any]) -> Operation:
     op = object.__new__(Operation)
     op.__dict__.update(
         op_id=read_text(row["op_id"]),
-        thread_id=_read(row["thread_id"]),
-        checkpoint_ns=_read(row["checkpoint_ns"]),
-        tenant=_read(row["tenant"]),
-        tool=_read(row["tool"]),
-        tool_call_id=_read(row["tool_call_id"]),
-        message_id=_read(row["message_id"]),
-        task_id=_read(row["task_id"]),
-        checkpoint_id=_read(row["checkpoint_id"]),
+        thread_id=row["thread_id"],
+        checkpoint_ns=row["checkpoint_ns"],
+        tenant=row["tenant"],
+        tool=row["tool"],
+        tool_call_id=row["tool_call_id"],
+        message_id=row["message_id"],
+        task_id=row["task_id"],
+        checkpoint_id=row["checkpoint_id"],
         args=_loads(row["args"]) or {},
-        args_hash=_read(row["args_hash"]),
-        provider_key=_read(row["provider_key"]),
-        contract=_read(row["contract"]),
-        policy_version=_read(row["policy_version"]),
+        args_hash=row["args_hash"],
+        provider_key=row["provider_key"],
+        contract=row["contract"],
+        policy_version=row["policy_version"],
         state=_STATES.get(state) or State(state),
         version=int(row["version"]),
         attempts=int(row["attempts"]),
@@ -259,6 +289,8 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
+    if ESCAPED in _texts(row):  # else none was escaped (see stored_text)
+        op.__dict__.update({c: _read(row[c]) for c in _TEXT_COLUMNS})
     return op
 
 
