@@ -142,9 +142,11 @@ def effectful_calls(
 ) -> tuple[list[Mapping[str, Any]], set[str]]:
     """Split effectful calls (registered tools not declared read-only) into those the
     ledger tracks and the ids of those refused: a call with no id, whose id another
-    call of the same message shares, or whose id cannot be stored as it is (an unpaired
-    surrogate, which the checkpoint turns into ``?``), has no identity to bind, so it is
-    never sent."""
+    call of the same message shares, or whose id the checkpoint cannot keep (an unpaired
+    surrogate, which LangGraph's serializer turns into ``?``: a resume would read another
+    id), has no identity to bind, so it is never sent. The ledger itself stores any text
+    (see :func:`~langgraph_effects.ledger.codec.stored_text`), so this does not depend on
+    the backend; a NUL in an id is kept and the call runs."""
     effectful = [
         call
         for call in tool_calls

@@ -48,11 +48,11 @@ GONE = frozenset({"op-1"})
 
 # (case, observation, policy, expected action, a phrase of the reason)
 CASES: list[tuple[str, Observation, Policy, str | None, str]] = [
-    ("nothing, not named", seen(), Policy(), None, ""),
-    ("nothing, named", seen(), Policy(explicit=True), "nothing_to_do", "no operation"),
+    ("nothing, not named", seen(has_next=False), Policy(), None, ""),
+    ("nothing, named", seen(has_next=False), Policy(explicit=True), "nothing_to_do", "no operation"),
     (
         "settled, named",
-        seen(op(state=State.CONFIRMED)),
+        seen(op(state=State.CONFIRMED), has_next=False),
         Policy(explicit=True),
         "nothing_to_do",
         "unresolved or waiting",
@@ -166,10 +166,34 @@ CASES: list[tuple[str, Observation, Policy, str | None, str]] = [
     ),
     (
         "answer already in the messages",
-        seen(op(state=State.CONFIRMED), asked=frozenset({"call-op-1"}), answered=frozenset({"call-op-1"})),
+        seen(
+            op(state=State.CONFIRMED),
+            asked=frozenset({"call-op-1"}),
+            answered=frozenset({"call-op-1"}),
+            has_next=False,
+        ),
         Policy(),
         None,
         "",
+    ),
+    # Work left with nothing in the ledger to move (input never processed): done
+    # only when nothing is pending, whatever the ledger holds.
+    ("unfinished input", seen(), Policy(), "resume", "input never processed"),
+    ("unfinished input, dry run", seen(), Policy(dry_run=True), "would_resume", "input never processed"),
+    (
+        "unfinished input, fresh checkpoint",
+        seen(checkpoint_at=NOW - 5),
+        Policy(min_idle=30),
+        "recently_active",
+        "its last checkpoint is 5s old",
+    ),
+    ("unfinished input, paused at another interrupt", seen(others=1), Policy(), None, ""),
+    (
+        "answered, but the model has not run since",
+        seen(op(state=State.CONFIRMED), asked=frozenset({"call-op-1"}), answered=frozenset({"call-op-1"})),
+        Policy(),
+        "resume",
+        "nothing of it in the ledger",
     ),
     (
         "settled, listed by our interrupt",
@@ -354,3 +378,10 @@ def test_settled_new_and_in_flight() -> None:
     dispatched = op(state=State.DISPATCHED)
     assert settled(dispatched, dispatched, [], sending=True)[0] == "in_flight_elsewhere"
     assert settled(dispatched, dispatched, [], sending=False)[0] == "unsettled"
+
+
+def test_unfinished_input_runs_under_the_configured_tenant() -> None:
+    """A thread with nothing in the ledger has no recorded tenant: the caller's config
+    decides (a thread with operations keeps theirs, see the table)."""
+    decision = classify(seen(), Policy(configured_tenant="acme"))
+    assert decision is not None and (decision.action, decision.tenant) == ("resume", "acme")

@@ -18,7 +18,7 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ConfigurationError, ThreadConflictError
 from ..ledger.postgres import PostgresLedger
-from . import _fence
+from . import _fence, _unfinished
 from ._fence import Put
 
 
@@ -137,6 +137,16 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
         if schema is None:
             raise ConfigurationError("no checkpoints table on the search_path: run LangGraph's setup() first")
         return str(schema)
+
+    async def unfinished_threads(self) -> list[str]:
+        """Threads whose newest checkpoint has input or a step no checkpoint finished
+        (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
+        query = _unfinished.unfinished_sql(
+            "checkpoint_writes", "c.metadata ->> 'source'", "%s", "OFFSET 0"
+        )
+        async with self._cursor() as cur:
+            await cur.execute(query, _unfinished.PARAMS)
+            return [str(row["thread_id"]) for row in await cur.fetchall()]
 
     async def _check_fence(self) -> None:
         """Once per saver, in one round trip: the fence's triggers are there (else saves

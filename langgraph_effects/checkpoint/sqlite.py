@@ -27,7 +27,7 @@ from .._private import (
 )
 from ..errors import ThreadConflictError
 from ..ledger.sqlite import SqliteLedger, connect
-from . import _fence
+from . import _fence, _unfinished
 from ._fence import Put
 
 
@@ -82,6 +82,14 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
         async with self.lock:
             await self.conn.execute(_fence.INDEX_SQL)
             await self.conn.commit()
+
+    async def unfinished_threads(self) -> list[str]:
+        """Threads whose newest checkpoint has input or a step no checkpoint finished
+        (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
+        await self.setup()
+        sql = _unfinished.unfinished_sql("writes", "json_extract(CAST(c.metadata AS TEXT), '$.source')", "?")
+        async with self.lock, self.conn.execute(sql, _unfinished.PARAMS) as cur:
+            return [str(row[0]) for row in await cur.fetchall()]
 
     async def _fenced(self, fn: Any) -> Any:
         """Run ``fn(sqlite3_connection)`` in one ``BEGIN IMMEDIATE`` transaction.

@@ -32,6 +32,7 @@ from .codec import AuditEntry as AuditEntry
 from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
+from .codec import stored_text
 from .codec import to_row as to_row
 from .group import GroupCommit, Outcome
 
@@ -676,7 +677,7 @@ def where_clause(query: OperationQuery, mark: str) -> tuple[str, list[Any]]:
         value = getattr(query, column)
         if value is not None:
             clauses.append(f"{column} = {mark}")
-            params.append(value)
+            params.append(stored_text(value))
     if query.updated_before is not None:
         clauses.append(f"updated_at < {mark}")
         params.append(query.updated_before)

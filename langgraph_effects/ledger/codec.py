@@ -5,7 +5,8 @@ back the same values."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,24 +70,126 @@ MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_C
 _ENCODE = json.JSONEncoder(sort_keys=True, default=str).encode
 
 
+#: What marks a stored text as :func:`stored_text`'s escaped form: U+2400 SYMBOL FOR
+#: NULL, then the original with ``\\`` and each unstorable code point escaped.
+ESCAPED = "\u2400"
+#: What no backend stores as text: NUL (Postgres ``text`` refuses it) and any UTF-16
+#: surrogate code point (no UTF-8 encoder takes one: psycopg and sqlite3 raise before
+#: sending), plus the escape mark at the start, so escaping stays reversible.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]|^\u2400")
+_TO_ESCAPE = re.compile("[\\\\\x00\ud800-\udfff]")
+_ESCAPES = re.compile(r"\\(\\|u([0-9a-f]{4}))")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\\\\" if char == "\\" else f"\\u{ord(char):04x}"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(2)
+    return "\\" if code is None else chr(int(code, 16))
+
+
+def stored_text(text: str) -> str:
+    """``text`` as a text column of every backend holds it: unchanged, unless it holds
+    something a backend refuses (NUL, a surrogate code point) or starts with
+    :data:`ESCAPED`; then :data:`ESCAPED` and the text with ``\\`` doubled and each of
+    those code points as ``\\uXXXX`` (one by one: a surrogate pair stays two code
+    points). Reversible (:func:`read_text`) and one-to-one, so equality and uniqueness
+    still hold."""
+    if text.isascii() and "\x00" not in text:
+        return text  # the common case, without the regular expression
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return ESCAPED + _TO_ESCAPE.sub(_escape, text)
+
+
+def read_text(text: str) -> str:
+    """The inverse of :func:`stored_text`."""
+    return _ESCAPES.sub(_unescape, text[1:]) if text[:1] == ESCAPED else text
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else stored_text(value)
+
+
+def _read(value: str | None) -> str | None:
+    return None if value is None else read_text(value)
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else _ENCODE(value)
+    """``value`` as JSON text. JSON keeps NUL and a lone surrogate exactly (as ``\\u``
+    escapes, ASCII only), but a high surrogate followed by a low one reads back as one
+    code point: a document with any surrogate escape stores every string in it through
+    :func:`stored_text` instead, marked by a leading :data:`ESCAPED` (JSON text never
+    starts with one), so :func:`_loads` gives back exactly what was stored."""
+    if value is None:
+        return None
+    text = _ENCODE(value)
+    if "\\ud" not in text:  # no surrogate escape (a false alarm only costs a walk)
+        return text
+    return ESCAPED + _ENCODE(_walk(value, stored_text))
+
+
+def _walk(value: Any, convert: Callable[[str], str]) -> Any:
+    """``value`` with every string in it (keys too) converted."""
+    if isinstance(value, str):
+        return convert(value)
+    if isinstance(value, Mapping):
+        return {convert(k) if isinstance(k, str) else k: _walk(v, convert) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_walk(v, convert) for v in value]
+    return value
 
 
 def origin_text(origin: str | None) -> str | None:
     """What the ``extra`` column of a row with this origin holds, as text (``extra``
     is written once, by :func:`to_row`): SQL finds candidates by it without decoding
     the column, which need not be valid JSON to every server (a lone surrogate)."""
-    return None if origin is None else '"origin": ' + _ENCODE(origin)
+    if origin is None:
+        return None
+    encoded = _ENCODE(origin)  # an origin with a surrogate makes the column escaped
+    return '"origin": ' + (_ENCODE(stored_text(origin)) if "\\ud" in encoded else encoded)
 
 
 def encoded_extra(op: Operation) -> str:
     """The ``extra`` column of ``op`` as stored (what :func:`origin_text` is found in)."""
-    return _ENCODE(dict(op.extra))
+    return _dumps(dict(op.extra)) or "{}"
+
+
+#: The text columns written at intent (each goes through :func:`stored_text`).
+_TEXT_COLUMNS: tuple[str, ...] = (
+    "thread_id",
+    "checkpoint_ns",
+    "tenant",
+    "tool",
+    "tool_call_id",
+    "message_id",
+    "task_id",
+    "checkpoint_id",
+    "args_hash",
+    "provider_key",
+    "contract",
+    "policy_version",
+)
+
+
+def _texts(values: Mapping[str, Any]) -> str:
+    """The text columns of a row (or an operation's fields) in one string, to test once."""
+    return "".join([values[c] or "" for c in _TEXT_COLUMNS])
 
 
 def to_row(op: Operation) -> dict[str, Any]:
     """An operation as column values (JSON as text, result as bytes)."""
+    row = _raw_row(op)
+    probe = _texts(row)
+    if not probe.isascii() or "\x00" in probe:  # else every one is stored as it is
+        row.update({c: _text(row[c]) for c in _TEXT_COLUMNS})
+    return row
+
+
+def _raw_row(op: Operation) -> dict[str, Any]:
     return {
         "thread_id": op.thread_id,
         "checkpoint_ns": op.checkpoint_ns,
@@ -111,14 +214,14 @@ def mutable_row(op: Operation) -> dict[str, Any]:
     """:func:`to_row`'s values of :data:`MUTABLE_COLUMNS` only, plus ``op_id``: what a
     transition writes (the arguments, however large, are not encoded again)."""
     return {
-        "op_id": op.op_id,
+        "op_id": stored_text(op.op_id),
         "state": op.state.value,
         "version": op.version,
         "attempts": op.attempts,
         "owner": _dumps(op.owner.to_json()) if op.owner else None,
         "lease_expires_at": op.lease_expires_at,
         "dispatched_at": op.dispatched_at,
-        "result_type": op.result_type,
+        "result_type": _text(op.result_type),
         "result": op.result,
         "evidence": _dumps(dict(op.evidence)) if op.evidence is not None else None,
         "decisions": _dumps([list(d) for d in op.decisions]) if op.decisions else "[]",
@@ -129,6 +232,8 @@ def mutable_row(op: Operation) -> dict[str, Any]:
 def _loads(value: Any) -> Any:
     if value is None:
         return None
+    if isinstance(value, str) and value[:1] == ESCAPED:
+        return _walk(json.loads(value[1:]), read_text)
     if isinstance(value, (str, bytes, bytearray)):
         return json.loads(value)
     return value  # already decoded (Postgres jsonb)
@@ -152,7 +257,7 @@ def from_row(row: Mapping[str, Any]) -> Operation:
     state = row["state"]
     op = object.__new__(Operation)
     op.__dict__.update(
-        op_id=row["op_id"],
+        op_id=read_text(row["op_id"]),
         thread_id=row["thread_id"],
         checkpoint_ns=row["checkpoint_ns"],
         tenant=row["tenant"],
@@ -172,7 +277,7 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         owner=Owner.from_json(owner) if owner else None,
         lease_expires_at=row["lease_expires_at"],
         dispatched_at=row["dispatched_at"],
-        result_type=row["result_type"],
+        result_type=_read(row["result_type"]),
         result=bytes(result) if result is not None else None,
         evidence=_loads(row["evidence"]),
         decisions=(
@@ -184,6 +289,8 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
+    if ESCAPED in _texts(row):  # else none was escaped (see stored_text)
+        op.__dict__.update({c: _read(row[c]) for c in _TEXT_COLUMNS})
     return op
 
 
@@ -198,10 +305,10 @@ def audit_row(
     event = change.event.value if change is not None and before is not None else "intent"
     evidence = change.evidence if change is not None else after.evidence
     return {
-        "op_id": after.op_id,
+        "op_id": stored_text(after.op_id),
         "seq": after.version,
         "at": after.updated_at,
-        "actor": actor,
+        "actor": stored_text(actor),
         "from_state": before.state.value if before else None,
         "to_state": after.state.value,
         "event": event,
@@ -212,10 +319,10 @@ def audit_row(
 
 def audit_from_row(row: Mapping[str, Any]) -> AuditEntry:
     return AuditEntry(
-        op_id=row["op_id"],
+        op_id=read_text(row["op_id"]),
         seq=int(row["seq"]),
         at=float(row["at"]),
-        actor=row["actor"],
+        actor=read_text(row["actor"]),
         from_state=State(row["from_state"]) if row["from_state"] else None,
         to_state=State(row["to_state"]),
         event=row["event"],

@@ -110,7 +110,8 @@ class InMemoryLedger(Ledger):
         raise TypeError(f"the memory ledger has no schema to answer {step!r}")
 
     def _append_audit(self, row: dict[str, Any]) -> None:
-        self._audit.setdefault(row["op_id"], []).append(audit_from_row(row))
+        entry = audit_from_row(row)
+        self._audit.setdefault(entry.op_id, []).append(entry)
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._lock:

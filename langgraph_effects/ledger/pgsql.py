@@ -14,7 +14,7 @@ from typing import Any
 
 from . import base
 from .base import COLUMNS, MUTABLE_COLUMNS
-from .codec import mutable_row, origin_text, to_row
+from .codec import mutable_row, origin_text, stored_text, to_row
 
 #: effect_audit's columns, in the order its rows are written.
 AUDIT_COLUMNS: tuple[str, ...] = (
@@ -151,6 +151,8 @@ def as_arrays(
 
 def find_params(find: base.Find) -> list[Any]:
     """The parameters of the ledger's find statement, in order."""
-    tools, hashes = [t for t, _ in find.pairs], [h for _, h in find.pairs]
+    tools = [stored_text(t) for t, _ in find.pairs]
+    hashes = [stored_text(h) for _, h in find.pairs]
     origin = origin_text(find.origin)
-    return [list(find.op_ids), find.thread_id, tools, hashes, origin, origin]
+    ids = [stored_text(i) for i in find.op_ids]
+    return [ids, stored_text(find.thread_id), tools, hashes, origin, origin]

@@ -58,7 +58,7 @@ from .base import (
     audit_from_row,
     from_row,
 )
-from .codec import mutable_row
+from .codec import mutable_row, read_text, stored_text
 from .group import Outcome, Regroup
 from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, classify, describe, has_news
@@ -441,12 +441,12 @@ class PostgresLedger(Ledger):
     async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.Step) -> Any:
         """One storage primitive, in SQL (inside the caller's transaction)."""
         if isinstance(step, base.Lock):
-            await cur.execute(self._lock_sql, [step.op_id])
+            await cur.execute(self._lock_sql, [stored_text(step.op_id)])
             row = await cur.fetchone()
             return from_row(row) if row is not None else None
         if isinstance(step, base.Load):
-            await cur.execute(self._select_sql, [list(step.op_ids)])
-            return {row["op_id"]: from_row(row) for row in await cur.fetchall()}
+            await cur.execute(self._select_sql, [[stored_text(i) for i in step.op_ids]])
+            return {op.op_id: op for op in map(from_row, await cur.fetchall())}
         if isinstance(step, base.Find):
             await cur.execute(self._find_sql, find_params(step))
             return [from_row(row) for row in await cur.fetchall()]
@@ -457,10 +457,10 @@ class PostgresLedger(Ledger):
         if isinstance(step, base.CasEach):
             await cur.execute(self._cas_each_sql, cas_each_params(step))
             written = {row["op_id"] for row in await cur.fetchall()}
-            return [item.after.op_id in written for item in step.items]
+            return [stored_text(item.after.op_id) in written for item in step.items]
         if isinstance(step, base.CasWithAudit):
             values = mutable_row(step.after)
-            params = [*(values[c] for c in MUTABLE_COLUMNS), step.after.op_id, step.expected_version]
+            params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
             await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
             return await cur.fetchone() is not None
         if isinstance(step, base.OurTables):
@@ -488,7 +488,7 @@ class PostgresLedger(Ledger):
             if row["inserted"] is None:
                 found.append(from_row(row))
             else:
-                inserted.append(row["inserted"])
+                inserted.append(read_text(row["inserted"]))
         return found, inserted
 
     async def _insert(
@@ -496,7 +496,7 @@ class PostgresLedger(Ledger):
     ) -> list[str]:
         one = len(step.ops) == 1
         await cur.execute(self._insert_one_sql if one else self._insert_sql, insert_params(step))
-        return [row["op_id"] for row in await cur.fetchall()]
+        return [read_text(row["op_id"]) for row in await cur.fetchall()]
 
     # -- the protocol ----------------------------------------------------------------
 
@@ -569,7 +569,7 @@ class PostgresLedger(Ledger):
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         async with self._connection() as conn:  # one statement: its own transaction
             cur = conn.cursor()
-            await cur.execute(self._renew_sql, [lease_expires_at, op_id, token])
+            await cur.execute(self._renew_sql, [lease_expires_at, stored_text(op_id), token])
             return cur.rowcount == 1
 
     def lease_renewer(self) -> Callable[[str, str, float], bool] | None:
@@ -584,7 +584,7 @@ class PostgresLedger(Ledger):
             # Its own short connection: the pool belongs to the ledger's event loop.
             try:
                 with psycopg.connect(conninfo, connect_timeout=max(1, int(timeout)), **extra) as conn:
-                    cur = conn.execute(sql, [lease_expires_at, op_id, token])
+                    cur = conn.execute(sql, [lease_expires_at, stored_text(op_id), token])
                     return cur.rowcount == 1
             except psycopg.Error as error:
                 raise classify(error, where) from error
@@ -600,7 +600,9 @@ class PostgresLedger(Ledger):
         return [from_row(row) for row in rows]
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
-        rows = await self._fetch(f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [op_id])
+        rows = await self._fetch(
+            f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [stored_text(op_id)]
+        )
         return [audit_from_row(row) for row in rows]
 
 

@@ -37,7 +37,7 @@ from .base import (
     version_plan,
     where_clause,
 )
-from .codec import mutable_row, origin_text
+from .codec import mutable_row, origin_text, stored_text
 from .group import Outcome, Regroup
 from .grouped import group_plan
 
@@ -296,7 +296,7 @@ class SqliteLedger(Ledger):
 
     async def renew_lease(self, op_id: str, token: str, lease_expires_at: float) -> bool:
         def renew(db: sqlite3.Connection) -> bool:
-            cur = db.execute(_RENEW, (lease_expires_at, op_id, token))
+            cur = db.execute(_RENEW, (lease_expires_at, stored_text(op_id), token))
             return cur.rowcount == 1
 
         return await self._run(renew)
@@ -310,7 +310,7 @@ class SqliteLedger(Ledger):
             # Its own short connection: aiosqlite's is driven from the event loop.
             db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
             try:
-                cur = db.execute(_RENEW, (lease_expires_at, op_id, token))
+                cur = db.execute(_RENEW, (lease_expires_at, stored_text(op_id), token))
                 return cur.rowcount == 1
             except sqlite3.Error as error:
                 raise _classify(error, self.where) from error
@@ -330,7 +330,7 @@ class SqliteLedger(Ledger):
             lambda db: [
                 audit_from_row(r)
                 for r in db.execute(
-                    "SELECT * FROM effect_audit WHERE op_id = ? ORDER BY seq", (op_id,)
+                    "SELECT * FROM effect_audit WHERE op_id = ? ORDER BY seq", (stored_text(op_id),)
                 )
             ]
         )
@@ -363,9 +363,11 @@ def _find(db: sqlite3.Connection, step: base.Find) -> list[Operation]:
     if step.pairs:  # one query for all pairs, on the (thread_id, tool, args_hash) index
         origin = origin_text(step.origin)
         pairs = ", ".join(["(?, ?)"] * len(step.pairs))
-        params = [*(v for pair in step.pairs for v in pair), step.thread_id, origin, origin]
+        pair_values = (stored_text(v) for pair in step.pairs for v in pair)
+        params = [*pair_values, stored_text(step.thread_id), origin, origin]
         for r in db.execute(_FIND.format(pairs=pairs), params):
-            found.setdefault(r["op_id"], from_row(r))
+            op = from_row(r)
+            found.setdefault(op.op_id, op)
     return list(found.values())
 
 
@@ -406,7 +408,7 @@ def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
 def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:
     out: dict[str, Operation] = {}
     for start in range(0, len(op_ids), 500):
-        chunk = op_ids[start : start + 500]
+        chunk = [stored_text(i) for i in op_ids[start : start + 500]]
         marks = ", ".join("?" * len(chunk))
         for row in db.execute(f"SELECT * FROM effect_operations WHERE op_id IN ({marks})", chunk):
             op = from_row(row)

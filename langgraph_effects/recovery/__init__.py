@@ -8,11 +8,17 @@ A service calls it on start-up (or an operator runs ``langgraph-effects recover`
         report = await recover(graph)
         log.info("%s", report.summary())
 
-The ledger, not the checkpoints, says where to look: a killed task leaves no trace
-LangGraph can tell from "never started", the ledger does. Recovery looks at every
-thread with an unresolved operation (``pending``, ``dispatched``, ``unknown``,
-``review``) and every thread with an operation an operator decided out of band
-(``langgraph-effects resolve``) that the graph has not answered yet, and per thread:
+The ledger says where to look: a killed task leaves no trace LangGraph can tell
+from "never started", the ledger does. Recovery looks at every thread with an
+unresolved operation (``pending``, ``dispatched``, ``unknown``, ``review``) and every
+thread with an operation an operator decided out of band (``langgraph-effects
+resolve``) that the graph has not answered yet. The checkpoints add the threads the
+ledger cannot know: with ``EffectSqliteSaver``/``EffectPostgresSaver`` (and no
+``tenant`` filter), every thread whose newest checkpoint is unprocessed input or holds
+a step's writes with no checkpoint after them (a worker died between saving the
+``__start__`` writes and the first checkpoint: LangGraph then reports ``next == ()``).
+A thread is done only when nothing is pending: no next node, no task with saved
+writes, no interrupt. Per thread:
 
 * an operation under a **live lease** (someone is sending it right now, here or on
   another machine): the thread is not touched, reported *in flight elsewhere*;

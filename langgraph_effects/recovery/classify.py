@@ -36,7 +36,7 @@ class Observation:
     """Every operation of the thread (of the tenant recovery runs for)."""
     now: float
     has_next: bool = False
-    """The checkpoint has nodes left to run."""
+    """The checkpoint has work left: nodes to run, or task writes no checkpoint applied yet."""
     ours: int = 0
     """Interrupts the thread is paused at that are an effect review or approval."""
     others: int = 0
@@ -64,6 +64,12 @@ class Observation:
     def pending_work(self) -> bool:
         """A resume has something to run."""
         return self.has_next or self.paused
+
+    @property
+    def unfinished_run(self) -> bool:
+        """A run stopped with work left and not at an interrupt: a crash (or a worker
+        still running it). The thread is done only when nothing is pending."""
+        return self.has_next and not self.paused
 
 
 @dataclass(frozen=True)
@@ -145,12 +151,14 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
     unresolved, unanswered = involved(seen)
     moved = tuple(unresolved + unanswered)
     tenant = tenant_of(moved or seen.ops, policy.tenant)
+    if not seen.ops and policy.tenant is None and policy.configured_tenant is not None:
+        tenant = policy.configured_tenant  # nothing recorded says otherwise
 
     def quiet(action: ThreadAction, reason: str, how: Settlement = "not_resumed") -> Decision:
         ops = tuple(_untouched(o, how) for o in moved)
         return Decision(action, reason, tenant, moved, ops)
 
-    if not moved:
+    if not moved and not seen.unfinished_run:
         if not policy.explicit:
             return None  # e.g. an out-of-band verdict the graph answered since
         if not seen.ops:
@@ -164,6 +172,11 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
     if blocked is not None:
         return quiet(*blocked)
     why = "paused at the effect review" if seen.paused else "a crash left it mid-run"
+    if not moved:
+        why += (
+            " with work left and nothing of it in the ledger (input never processed, or a step "
+            "that recorded no tool call)"
+        )
     decided = [o for o in moved if decided_out_of_band(o)]
     if decided:
         why += f"; {len(decided)} verdict(s) recorded out of band wait to be answered"

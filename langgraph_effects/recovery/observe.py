@@ -56,6 +56,23 @@ async def _candidate_threads(
     return sorted(first_seen, key=lambda t: first_seen[t])
 
 
+async def unfinished_threads(checkpointer: Any) -> list[str]:
+    """Threads whose last checkpoint has work no run finished, as the checkpointer
+    lists them (``EffectSqliteSaver``/``EffectPostgresSaver``: input never processed,
+    or a step's writes saved with no checkpoint after them), oldest first; ``[]`` for
+    a checkpointer that cannot list them. The ledger cannot know such a thread when
+    none of its tool calls was recorded yet."""
+    lister = getattr(checkpointer, "unfinished_threads", None)
+    return list(await lister()) if lister is not None else []
+
+
+def unfinished(snapshot: Any) -> bool:
+    """The state has work left: nodes to run, or tasks whose writes were saved but no
+    checkpoint applied (LangGraph then reports ``next == ()``: the ``__start__`` task
+    of input that a crash kept from its first checkpoint)."""
+    return bool(snapshot.next or snapshot.tasks)
+
+
 async def observe(
     graph: Any, ledger: Ledger, thread_id: str, *, tenant: str | None, lease_grace: float
 ) -> Observation:
@@ -70,7 +87,7 @@ async def observe(
         thread_id=thread_id,
         ops=tuple(ops),
         now=now,
-        has_next=bool(snapshot.next),
+        has_next=unfinished(snapshot),
         ours=len(ours),
         others=len(snapshot.interrupts) - len(ours),
         listed=frozenset(_listed_operations(ours)),

@@ -15,7 +15,7 @@ from ..ledger.base import Ledger
 from ..operation import Operation, State
 from .classify import Decision, Policy, classify
 from .narrative import settled
-from .observe import _candidate_threads, observe, operations_of
+from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads
 from .report import OperationReport, RecoveryReport, Step, ThreadReport, _report
 
 log = logging.getLogger("langgraph_effects.recovery")
@@ -52,8 +52,11 @@ async def recover(
         tenant: only operations (and so threads) of this tenant.
         thread_ids: only these threads. Default: every thread with an unresolved
             operation, or with an operator's out-of-band verdict the graph has not
-            answered yet. A thread named here is also resumed when every operation is
-            settled but a call's answer was lost with the crash (it is then replayed).
+            answered yet, and (without ``tenant``, with a checkpointer that lists
+            them: ``EffectSqliteSaver``, ``EffectPostgresSaver``) every thread whose
+            last checkpoint has input or a step no run finished. A thread named here
+            is also resumed when every operation is settled but a call's answer was
+            lost with the crash (it is then replayed), or when work is left.
         dry_run: decide and report, but resume nothing and write nothing.
         lease_grace: extra seconds a lease must be past its expiry before its sender
             counts as gone (clock skew between hosts). An owner on this host that is
@@ -91,6 +94,8 @@ async def recover(
     threads = wanted
     if threads is None:
         threads = await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
+        if tenant is None:  # a thread with nothing in the ledger has no tenant to match
+            threads += [t for t in await unfinished_threads(graph.checkpointer) if t not in threads]
     reports = [r for r in [await run.thread_safely(t) for t in threads] if r is not None]
     return RecoveryReport(
         ledger=found.where,
@@ -215,7 +220,7 @@ class _Run:
             else "interrupted"
             if snapshot.interrupts
             else "stopped"
-            if snapshot.next
+            if unfinished(snapshot)
             else "completed"
         )
         return ThreadReport(

@@ -113,13 +113,42 @@ def open_saver(db: str) -> Any:
     return EffectSqliteSaver.from_conn_string(db)
 
 
+#: ``crash`` value: the worker dies once the ``__start__`` task's writes (the input)
+#: are saved, before the first checkpoint after them (its connection dies there).
+BEFORE_FIRST_CHECKPOINT = "before_first_checkpoint"
+
+
+def die_before_first_checkpoint(saver: Any) -> None:
+    """SIGKILL this process when ``saver`` is asked to save the step-0 checkpoint, once
+    the ``__start__`` task's writes are saved (LangGraph submits both without waiting
+    for one before the other)."""
+    save, save_writes = saver.aput, saver.aput_writes
+    written = asyncio.Event()
+
+    async def aput_writes(config: Any, writes: Any, task_id: str, task_path: str = "") -> Any:
+        done = await save_writes(config, writes, task_id, task_path)
+        if "__start__" in task_path:
+            written.set()
+        return done
+
+    async def aput(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if metadata.get("source") == "loop" and metadata.get("step") == 0:
+            await asyncio.wait_for(written.wait(), timeout=30)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await save(config, checkpoint, metadata, new_versions)
+
+    saver.aput, saver.aput_writes = aput, aput_writes
+
+
 async def run(spec: RecoverySpec) -> dict[str, Any]:
-    if spec.crash:
+    if spec.crash and spec.crash != BEFORE_FIRST_CHECKPOINT:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config = config_for(spec)
     async with open_saver(spec.db) as saver:
         if isinstance(saver, EffectSqliteSaver):
             await saver.setup()
+        if spec.crash == BEFORE_FIRST_CHECKPOINT:
+            die_before_first_checkpoint(saver)
         graph = build(spec, saver)
         payload = None if spec.resume else {"messages": [HumanMessage("go")]}
         result = await graph.ainvoke(payload, config, durability=spec.durability)
