@@ -223,11 +223,14 @@ async def test_setup_leaves_the_fence_alone_once_it_is_current(dsn: str, pg_sche
                 "JOIN pg_namespace n ON n.oid = p.pronamespace "
                 "WHERE p.proname IN ('effect_checkpoint_fence', 'effect_checkpoint_fence_row') "
                 "AND n.nspname = %s")
-        triggers = "SELECT count(*) FROM pg_trigger WHERE tgname = 'effect_one_runner_per_thread'"
+        # This test's own schema only: other tests' schemas on the server have triggers too.
+        triggers = ("SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE t.tgname = 'effect_one_runner_per_thread' AND n.nspname = %s")
         before = await count_rows(saver, find, pg_schema)  # in the checkpoints' schema
         await saver.setup()
         assert await count_rows(saver, find, pg_schema) == before  # not replaced: no owner needed
-        assert await count_rows(saver, triggers) == 2  # checkpoints, checkpoint_writes
+        assert await count_rows(saver, triggers, pg_schema) == 2  # checkpoints, checkpoint_writes
 
         async with saver.ledger.pool.connection() as conn:
             await conn.execute("DROP FUNCTION effect_checkpoint_fence")
