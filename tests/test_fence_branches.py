@@ -184,3 +184,28 @@ def test_two_runners_naming_the_same_head_are_still_two_runners(db: str, tmp_pat
     assert_exactly_intended(provider, threads, calls=2)
     assert asyncio.run(unresolved(db)) == []
 
+
+
+def test_a_rolled_back_run_is_deleted_and_the_next_run_proceeds(db: str, tmp_path: Path) -> None:
+    # multitask_strategy="rollback" on LangGraph's server: the run's checkpoints go
+    # (adelete_for_runs), and the next run resumes the thread's head before it.
+    async def run() -> dict[str, Any]:
+        provider = Provider(str(tmp_path / "provider.sqlite"), "dedup")
+        async with open_saver(db) as saver:
+            graph = with_remembering_subgraph(saver, provider)
+            config: dict[str, Any] = {"configurable": {"thread_id": "rb"}}
+            await graph.ainvoke({"messages": [HumanMessage("rb-1")]}, {**config, "metadata": {"run_id": "r1"}})
+            await graph.ainvoke({"messages": [HumanMessage("rb-2")]}, {**config, "metadata": {"run_id": "r2"}})
+            await saver.adelete_for_runs(["r2"])
+            kept = [m.content for m in (await graph.aget_state(config)).values["messages"]]
+            runs = {t.metadata.get("run_id") async for t in saver.alist(config)}
+            final = await graph.ainvoke({"messages": [HumanMessage("rb-3")]}, config)
+        return {"kept": kept, "runs": runs, "final": [m.content for m in final["messages"]],
+                "effects": provider.count_effects()}
+
+    out = asyncio.run(run())
+    assert out["kept"][0] == "rb-1" and out["kept"][-1] == "done", out  # back to the end of turn 1
+    assert "rb-2" not in out["kept"] and "r2" not in out["runs"] and "r1" in out["runs"], out
+    assert out["final"][0] == "rb-1" and "rb-2" not in out["final"] and out["final"][-1] == "done", out
+    assert out["effects"] == {"rb-1": 1, "rb-2": 1, "rb-3": 1}, out  # rb-2's landed before; never again
+    assert asyncio.run(forks(db, ["rb"])) == []

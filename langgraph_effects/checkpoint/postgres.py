@@ -226,6 +226,18 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
             _SAVING.reset(saving)
             _BRANCHING.reset(branching)
 
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the given runs saved (their metadata ``run_id``) and
+        the task results stored on them: what LangGraph's server asks of its
+        checkpointer when a run is rolled back (``multitask_strategy="rollback"``).
+        The channel values' blobs are shared by version and stay."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        async with self.lock, postgres_connection(self.conn) as conn, conn.transaction():
+            await conn.execute(_DELETE_RUN_WRITES_SQL, (ids,))
+            await conn.execute(_DELETE_RUN_CHECKPOINTS_SQL, (ids,))
+
     async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
         query = _fence.children_sql(parent, "%s")
         params = _fence.children_params(thread_id, ns, parent, "")
@@ -233,6 +245,13 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
             await cur.execute(query, params)
             return await cur.fetchone() is not None
 
+
+_DELETE_RUN_WRITES_SQL = (
+    "DELETE FROM checkpoint_writes w USING checkpoints c WHERE c.metadata ->> 'run_id' = ANY(%s) "
+    "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id"
+)
+_DELETE_RUN_CHECKPOINTS_SQL = "DELETE FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s)"
 
 # -- the fence in the database (created by setup_fencing) ----------------------------------
 #

@@ -172,3 +172,24 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
         params = _fence.children_params(thread_id, ns, parent, "")
         async with self.lock, self.conn.execute(sql, params) as cur:
             return await cur.fetchone() is not None
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the given runs saved (their metadata ``run_id``) and
+        the task results stored on them: what LangGraph's server asks of its
+        checkpointer when a run is rolled back (``multitask_strategy="rollback"``)."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        await self.setup()
+        marks = ", ".join("?" * len(ids))
+        runs = f"json_extract(CAST(metadata AS TEXT), '$.run_id') IN ({marks})"
+        writes = (
+            "DELETE FROM writes WHERE (thread_id, checkpoint_ns, checkpoint_id) IN "
+            f"(SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE {runs})"
+        )
+
+        def delete(db: sqlite3.Connection) -> None:
+            db.execute(writes, ids)
+            db.execute(f"DELETE FROM checkpoints WHERE {runs}", ids)
+
+        await self._fenced(delete)
