@@ -194,8 +194,9 @@ def test_a_rolled_back_run_is_deleted_and_the_next_run_proceeds(db: str, tmp_pat
         async with open_saver(db) as saver:
             graph = with_remembering_subgraph(saver, provider)
             config: dict[str, Any] = {"configurable": {"thread_id": "rb"}}
-            await graph.ainvoke({"messages": [HumanMessage("rb-1")]}, {**config, "metadata": {"run_id": "r1"}})
-            await graph.ainvoke({"messages": [HumanMessage("rb-2")]}, {**config, "metadata": {"run_id": "r2"}})
+            for turn in ("1", "2"):
+                await graph.ainvoke({"messages": [HumanMessage(f"rb-{turn}")]},
+                                    {**config, "metadata": {"run_id": f"r{turn}"}})
             await saver.adelete_for_runs(["r2"])
             kept = [m.content for m in (await graph.aget_state(config)).values["messages"]]
             runs = {t.metadata.get("run_id") async for t in saver.alist(config)}
