@@ -40,6 +40,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
+from langgraph_effects import _private
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import DEFAULT_PG_DSN, fence_triggers_off, fresh_pg_database, pg_problem
@@ -61,17 +63,19 @@ async def _chain(saver: Any, steps: int) -> None:
     """One fresh thread, ``steps`` graph steps: a checkpoint and a task's writes each."""
     thread = uuid.uuid4().hex
     parent: str | None = None
+    run = {_private.RUNTIME: object()}  # what a graph run's loop adds: its saves are checked
     for step in range(steps):
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"messages": _messages(step // 2 + 1)}
         checkpoint["channel_versions"] = {"messages": step + 1}
-        conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+        conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": "", **run}
         if parent is not None:
             conf["checkpoint_id"] = parent
         saved = await saver.aput({"configurable": conf}, checkpoint, {"source": "loop", "step": step},
                                  {"messages": step + 1})
         parent = saved["configurable"]["checkpoint_id"]
-        await saver.aput_writes(saved, [("messages", [AIMessage(f"step {step}")])], f"task-{step}")
+        written = {"configurable": {**saved["configurable"], **run}}
+        await saver.aput_writes(written, [("messages", [AIMessage(f"step {step}")])], f"task-{step}")
 
 
 def _bootstrap_ci(values: list[float], *, n: int = 2000, seed: int = 7) -> tuple[float, float]:

@@ -28,6 +28,8 @@ CHECKPOINTER = "__pregel_checkpointer"
 DURABILITY = "__pregel_durability"
 TASK_ID = "__pregel_task_id"
 SEND = "__pregel_send"
+RUNTIME = "__pregel_runtime"
+REPLAY_STATE = "__pregel_replay_state"
 
 
 def _configurable(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -60,6 +62,24 @@ def write_now(config: Mapping[str, Any], channel: str, value: Any) -> None:
     makes (LangGraph's ``push_message`` writes the same way). The writes are saved
     with the task's, in the same commit; a retried task starts with none."""
     _configurable(config)[SEND]([(channel, value)])
+
+
+def from_graph_loop(config: Mapping[str, Any]) -> bool:
+    """Whether a saver call comes from a graph run's loop (its config carries the
+    loop's ``__pregel_*`` keys), not from ``update_state``, a read or a tool's wait."""
+    return any(str(k).startswith("__pregel_") for k in _configurable(config))
+
+
+def run_of(config: Mapping[str, Any]) -> Any | None:
+    """The object that is one top-level run's own (its ``Runtime``): the same in every
+    checkpoint load and save that run's loop makes, another one for the next run."""
+    return _configurable(config).get(RUNTIME)
+
+
+def replaying(config: Mapping[str, Any]) -> bool:
+    """Whether a subgraph's loop runs under its parent's time travel (it loads its
+    checkpoint through LangGraph's replay lookup, ``alist(before=...)``)."""
+    return _configurable(config).get(REPLAY_STATE) is not None
 
 
 def thread_id(config: Mapping[str, Any]) -> str | None:

@@ -295,7 +295,7 @@ class ThreadConflictError(EffectsError):
             f"was stopped and its {what} was not saved, so nothing of it landed in the thread. "
             "Only one runner may advance a thread at a time. Read the thread's state "
             "(graph.aget_state) and resume it again only if it still has work left; to branch "
-            "on purpose, replay from a checkpoint_id or use update_state.",
+            "on purpose, start the run from an earlier checkpoint_id or use update_state.",
             thread_id=thread_id, checkpoint_ns=checkpoint_ns, parent_id=parent_id, child_id=child_id,
         )
 

@@ -26,6 +26,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.conninfo import make_conninfo
 
+from langgraph_effects import _private
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
@@ -219,16 +220,23 @@ def test_two_recoveries_at_once(db: str, tmp_path: Path) -> None:
 # -- the rule, at the saver ------------------------------------------------------------------
 
 
-def _config(thread: str, parent: str | None = None, ns: str = "") -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+#: What a graph run's loop adds to the configs it hands its saver (one run's own object).
+RUN = {_private.RUNTIME: object()}
+
+
+def _config(thread: str, parent: str | None = None, ns: str = "", *, edit: bool = False) -> dict[str, Any]:
+    """A runner's config for a save (``edit``: ``update_state``'s, without the loop's keys)."""
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **({} if edit else RUN)}
     if parent is not None:
         conf["checkpoint_id"] = parent
     return {"configurable": conf}
 
 
-async def _put(saver: Any, thread: str, parent: str | None, source: str = "loop", ns: str = "") -> str:
+async def _put(
+    saver: Any, thread: str, parent: str | None, source: str = "loop", ns: str = "", *, edit: bool = False
+) -> str:
     checkpoint = empty_checkpoint()
-    await saver.aput(_config(thread, parent, ns), checkpoint, {"source": source, "step": 0}, {})
+    await saver.aput(_config(thread, parent, ns, edit=edit), checkpoint, {"source": source, "step": 0}, {})
     return str(checkpoint["id"])
 
 
@@ -254,14 +262,19 @@ async def test_a_second_child_is_refused_and_nothing_of_it_is_stored(db: str, ns
         await _put(saver, "s1", child, ns=ns)  # the winner goes on
 
 
-async def test_deliberate_branches_are_not_refused(db: str) -> None:
+async def test_edits_are_not_refused_whatever_their_source(db: str) -> None:
+    # update_state (any as_node) is not a runner: its saves carry no loop keys.
     async with open_saver(db) as saver:
         root = await _put(saver, "s2", None, "input")
         await _put(saver, "s2", root)
-        fork = await _put(saver, "s2", root, "fork")  # a replay from a named checkpoint_id
-        update = await _put(saver, "s2", root, "update")  # update_state on an old checkpoint
-        assert {fork, update} <= set(await _ids(saver, "s2"))
-        await _put(saver, "s2", fork)  # the branch goes on
+        update = await _put(saver, "s2", root, "update", edit=True)
+        as_input = await _put(saver, "s2", root, "input", edit=True)  # as_node="__input__"
+        copy = await _put(saver, "s2", root, "fork", edit=True)  # as_node="__copy__"
+        assert {update, as_input, copy} <= set(await _ids(saver, "s2"))
+        await _put(saver, "s2", as_input)  # the branch goes on
+        # A runner's save is checked whatever its metadata says: the source is no pass.
+        with pytest.raises(ThreadConflictError):
+            await _put(saver, "s2", root, "fork")
 
 
 async def test_late_task_results_of_the_loser_are_refused(db: str) -> None:
@@ -298,9 +311,7 @@ async def test_time_travel_and_update_state_still_branch(db: str, tmp_path: Path
         updated = await graph.aupdate_state(target.config, {"messages": []}, as_node="tools")
         edited = await graph.ainvoke(None, updated)
         assert edited["messages"][-1].content == "done"
-        # New input on an old checkpoint is not a deliberate branch: refused, with the way to do it.
-        with pytest.raises(ThreadConflictError, match="update_state"):
-            await graph.ainvoke({"messages": [first_message("tt", 1)]}, target.config)
+        # New input on an old checkpoint branches too (tests/test_fence_branches.py).
     assert len(await forks(db, ["tt"])) >= 1
     # Replaying after the first send never repeats it.
     counts = provider.count_effects()

@@ -331,19 +331,21 @@ def test_postgres_saver_writes_through_its_cursor_method() -> None:
 
 
 async def test_a_run_loads_with_its_private_config_and_branches_are_marked() -> None:
-    # The fence starts a run's mark on the loop's first load (its config carries
-    # ``__pregel_*`` keys; a tool's durability wait does not), and lets through the
-    # checkpoints LangGraph marks as deliberate branches: "fork" and "update".
-    loads: list[list[str]] = []
-    sources: list[str] = []
+    # The fence tells a runner from a deliberate branch by what LangGraph hands its saver:
+    # a run's loads and saves carry ``__pregel_*`` keys, among them one object of the run
+    # its own (``_private.run_of``), the same in every load and save of that run; a run
+    # that names a checkpoint loads it by its id; ``update_state`` (any ``as_node``) saves
+    # without the loop's keys.
+    loads: list[dict[str, Any]] = []
+    puts: list[dict[str, Any]] = []
 
     class Recording(InMemorySaver):
         async def aget_tuple(self, config: RunnableConfig) -> Any:
-            loads.append(sorted(config.get("configurable") or {}))
+            loads.append(dict(config.get("configurable") or {}))
             return await super().aget_tuple(config)
 
         async def aput(self, config: RunnableConfig, checkpoint: Any, metadata: Any, versions: Any) -> Any:
-            sources.append(str(metadata.get("source")))
+            puts.append(dict(config.get("configurable") or {}))
             return await super().aput(config, checkpoint, metadata, versions)
 
     builder = StateGraph(State)
@@ -355,15 +357,56 @@ async def test_a_run_loads_with_its_private_config_and_branches_are_marked() -> 
     graph = builder.compile(checkpointer=Recording())
     config: RunnableConfig = {"configurable": {"thread_id": "contract-fence"}}
     await graph.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync")
-    assert any(k.startswith("__pregel_") for k in loads[0]), loads[0]
+    assert _private.from_graph_loop({"configurable": loads[0]}), loads[0]
+    first_run = _private.run_of({"configurable": loads[0]})
+    assert first_run is not None
+    assert all(_private.run_of({"configurable": p}) is first_run for p in puts), puts
     history = [s async for s in graph.aget_state_history(config)]
     earlier = next(s for s in history if s.next == ("tools",))
-    sources.clear()
-    await graph.ainvoke(None, earlier.config, durability="sync")
-    assert sources[0] == "fork", sources
-    sources.clear()
-    await graph.aupdate_state(earlier.config, {"messages": []}, as_node="model")
-    assert sources == ["update"], sources
+    loads.clear()
+    puts.clear()
+    await graph.ainvoke({"messages": [HumanMessage("again")]}, earlier.config, durability="sync")
+    assert loads[0]["checkpoint_id"] == earlier.config["configurable"]["checkpoint_id"], loads[0]
+    run = _private.run_of({"configurable": loads[0]})
+    assert run is not None and run is not first_run
+    assert puts[0]["checkpoint_id"] == loads[0]["checkpoint_id"]  # its first save: a child of it
+    assert all(_private.run_of({"configurable": c}) is run for c in loads + puts)
+    edits = {"model": [AIMessage("edit")], "__input__": [HumanMessage("edit")], "__copy__": None}
+    for as_node, messages in edits.items():
+        puts.clear()
+        await graph.aupdate_state(earlier.config, messages and {"messages": messages}, as_node=as_node)
+        assert puts and not any(_private.from_graph_loop({"configurable": p}) for p in puts), (as_node, puts)
+
+
+async def test_a_subgraph_under_time_travel_loads_through_the_replay_lookup() -> None:
+    # A subgraph that keeps its own memory (checkpointer=True) replays from the last of
+    # its checkpoints before the replayed one: LangGraph finds it with
+    # ``alist(config, before=...)``, the config carrying the replay state.
+    lookups: list[dict[str, Any]] = []
+
+    class Recording(InMemorySaver):
+        async def alist(self, config: Any, **kwargs: Any) -> Any:
+            if kwargs.get("before") is not None and config is not None:
+                lookups.append(dict(config.get("configurable") or {}))
+            async for item in super().alist(config, **kwargs):
+                yield item
+
+    sub = StateGraph(State)
+    sub.add_node("echo", lambda s: {"messages": [HumanMessage("echo")]})
+    sub.add_edge(START, "echo")
+    parent = StateGraph(State)
+    parent.add_node("agent", sub.compile(checkpointer=True))
+    parent.add_edge(START, "agent")
+    graph = parent.compile(checkpointer=Recording())
+    config: RunnableConfig = {"configurable": {"thread_id": "contract-replay"}}
+    await graph.ainvoke({"messages": [HumanMessage("a")]}, config)
+    await graph.ainvoke({"messages": [HumanMessage("b")]}, config)
+    history = [s async for s in graph.aget_state_history(config)]
+    before_b = next(s for s in history if s.next == ("agent",) and s.values["messages"][-1].content == "b")
+    await graph.ainvoke(None, before_b.config)
+    assert [c["checkpoint_ns"] for c in lookups] == ["agent"], lookups
+    lookup = {"configurable": lookups[0]}
+    assert _private.replaying(lookup) and _private.from_graph_loop(lookup)
 
 
 @tool("probe")

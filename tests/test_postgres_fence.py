@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import pq
 
+from langgraph_effects import _private
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 from langgraph_effects.errors import ConfigurationError, ThreadConflictError
 
@@ -76,9 +77,19 @@ def checkpoint(text: str, version: int) -> Any:
     return cp
 
 
-async def put(saver: Any, parent: Any, text: str, version: int, source: str = "loop") -> Any:
-    return await saver.aput(parent, checkpoint(text, version), {"source": source, "step": version},
-                            {"messages": version})
+async def put(saver: Any, parent: Any, text: str, version: int, source: str = "loop", *,
+              edit: bool = False) -> Any:
+    """A runner's save (its config carries the loop's keys), or with ``edit`` one
+    ``update_state`` makes (it never does). Returns the saved config as the runner
+    goes on with it (its task results are saved under it)."""
+    conf = {k: v for k, v in parent["configurable"].items() if k not in RUN}
+    saved = await saver.aput({"configurable": conf if edit else {**conf, **RUN}}, checkpoint(text, version),
+                             {"source": source, "step": version}, {"messages": version})
+    return {"configurable": {**saved["configurable"], **RUN}}
+
+
+#: What a graph run's loop adds to the configs it hands its saver (one run's own object).
+RUN = {_private.RUNTIME: object()}
 
 
 def root(thread: str) -> Any:
@@ -116,13 +127,14 @@ async def test_a_fenced_save_sends_what_langgraphs_sends(dsn: str, pipeline: boo
         with sent(saver.conn) as counts["writes, own late ones"]:
             await saver.aput_writes(first, [("messages", [AIMessage("late")])], "task-2")
         with sent(saver.conn) as counts["checkpoint, deliberate branch"]:
-            await put(saver, first, "fork", 3, source="fork")
+            await put(saver, first, "fork", 3, source="update", edit=True)
         assert counts == {
             "writes, checked": plain_writes,
             "checkpoint, checked": plain_put,
             # Telling the trigger that these are its own is one statement more.
             "writes, own late ones": {"Sync": 1, "Execute": plain_writes["Execute"] + 1},
-            "checkpoint, deliberate branch": plain_put,
+            # So is telling it that a save branches on purpose (rare: time travel, edits).
+            "checkpoint, deliberate branch": {"Sync": 1, "Execute": plain_put["Execute"] + 1},
         }, counts
         assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE checkpoint_id = %s",
                                 first["configurable"]["checkpoint_id"]) == 2
@@ -174,7 +186,7 @@ async def test_a_refused_save_lands_nothing_and_the_connection_goes_on(
         await winner.aput_writes(start, [("messages", [AIMessage("late")])], "task-winner")  # its own
 
         # The loser's connection is fine: a deliberate branch and a new thread go through.
-        await put(loser, start, "time travel", 8, source="fork")
+        await put(loser, start, "an edit", 8, source="update", edit=True)
         await put(loser, root(uuid.uuid4().hex), "other thread", 1)
         # A second root of a thread is a fork too.
         with pytest.raises(ThreadConflictError, match="first checkpoint"):

@@ -5,14 +5,18 @@ child of it and the thread forks. With an LLM the branches differ (another
 follow-up, other arguments), so they make different operations and the ledger,
 which dedups per operation, cannot see the duplicate. The savers refuse instead:
 
-* a checkpoint gets **at most one child** per thread and namespace. Saving a second
-  one raises :class:`~langgraph_effects.errors.ThreadConflictError`, and nothing of
-  it is stored. The check and the insert are one transaction, atomic across
-  processes (SQLite ``BEGIN IMMEDIATE``; Postgres a transaction-scoped advisory lock
-  per thread and namespace, taken by a trigger inside LangGraph's own insert);
-* except where LangGraph branches on purpose: a checkpoint whose metadata ``source``
-  is ``"fork"`` (a replay from a named ``checkpoint_id``) or ``"update"``
-  (``update_state``);
+* a checkpoint gets **at most one child** per thread and namespace from runs that
+  resumed it as the thread's head. Saving a second one raises
+  :class:`~langgraph_effects.errors.ThreadConflictError`, and nothing of it is
+  stored. The check and the insert are one transaction, atomic across processes
+  (SQLite ``BEGIN IMMEDIATE``; Postgres a transaction-scoped advisory lock per
+  thread and namespace, taken by a trigger inside LangGraph's own insert);
+* except where the caller branches on purpose (:func:`branching`): a run that
+  *named* the checkpoint it starts from (``checkpoint_id`` in its config, or a
+  subgraph loaded through LangGraph's time-travel lookup) while that checkpoint
+  already had a child, and every save that is not a run's (``update_state``, any
+  ``as_node``). A run that names the head itself (no child yet) is fenced as a
+  runner: two of them cannot both proceed;
 * pending writes for a checkpoint that another runner already moved past (it has
   a child this saver did not write) are refused the same way: the loser's late task
   results never land on the shared checkpoint.
@@ -22,7 +26,8 @@ has failed, and the refusal surfaces only when the run ends. The loser's tool no
 waits for the checkpoint holding its calls before it dispatches; that checkpoint is
 never saved, so nothing is sent. To make that wait end at once with the clear error
 (not a timeout), a run remembers its refusal (:class:`RunMark`, shared through the
-run's context with every task it starts) and a tool's wait re-raises it.
+run's context with every task it starts) and a tool's wait re-raises it. The same
+mark holds the run's branch points.
 
 Only the parent's children are looked at (an index on ``(thread_id,
 checkpoint_ns, parent_checkpoint_id)`` makes that one probe), never checkpoint
@@ -33,18 +38,16 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
+from .. import _private
 from ..errors import ThreadConflictError
-
-#: Metadata ``source`` values of checkpoints LangGraph saves to branch on purpose.
-DELIBERATE_SOURCES = frozenset({"fork", "update"})
 
 #: The index that makes "does this checkpoint have a child?" one probe.
 INDEX_NAME = "effect_checkpoints_by_parent"
@@ -54,11 +57,6 @@ INDEX_SQL = (
 )
 
 _REMEMBERED = 4096  # checkpoints this saver wrote: its own late writes, turns without a read
-
-
-def deliberate(metadata: Mapping[str, Any] | None) -> bool:
-    """Whether LangGraph saves this checkpoint to branch on purpose (time travel, update_state)."""
-    return (metadata or {}).get("source") in DELIBERATE_SOURCES
 
 
 def coordinates(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -207,26 +205,58 @@ def refuse_writes(
         raise ThreadConflictError(thread_id, ns, checkpoint_id, children[0], what="task results")
 
 
+#: (thread id, namespace, checkpoint id or ``None`` for the namespace's start).
+Coordinates = tuple[str, str, "str | None"]
+
+
 @dataclass
 class RunMark:
-    """One graph run, as seen by the saver: whether one of its saves was refused."""
+    """One graph run, as seen by the saver: whether one of its saves was refused, and
+    the checkpoints it branches from on purpose."""
 
+    run: Any = None
+    """The run's own object (:func:`~langgraph_effects._private.run_of`)."""
     refused: ThreadConflictError | None = None
+    branch_points: set[Coordinates] = field(default_factory=set)
+    """Checkpoints the run named (by ``checkpoint_id``, or a subgraph's time-travel
+    lookup) that already had a child when it loaded them: its saves on them branch."""
 
 
 _RUN: ContextVar[RunMark | None] = ContextVar("langgraph_effects_run_mark", default=None)
 
 
-def _from_loop(config: Mapping[str, Any]) -> bool:
-    # LangGraph's loop passes its run config (with private ``__pregel_*`` keys); a
-    # tool's durability wait and a user's read pass a bare one.
-    return any(str(k).startswith("__pregel_") for k in config.get("configurable") or {})
-
-
 def on_load(config: Mapping[str, Any]) -> None:
-    """A top-level run loads its checkpoint: start a fresh mark for it (and its subgraphs)."""
-    if _from_loop(config) and not (config.get("configurable") or {}).get("checkpoint_ns"):
-        _RUN.set(RunMark())
+    """A top-level run loads its checkpoint: start a fresh mark for it (and its
+    subgraphs), unless this run already has one (LangGraph loads twice when a run
+    names a checkpoint: it also looks for a later one)."""
+    if not _private.from_graph_loop(config) or _private.checkpoint_ns(config):
+        return
+    run = _private.run_of(config)
+    mark = _RUN.get()
+    if mark is None or run is None or mark.run is not run:
+        _RUN.set(RunMark(run=run))
+
+
+def names_checkpoint(config: Mapping[str, Any]) -> bool:
+    """The run's loop loads a checkpoint it named (a ``checkpoint_id``), not the head."""
+    return _private.from_graph_loop(config) and bool(config["configurable"].get("checkpoint_id"))
+
+
+def branch_from(at: Coordinates) -> None:
+    """The current run named ``at`` and it already has a child: saving on it branches."""
+    mark = _RUN.get()
+    if mark is not None:
+        mark.branch_points.add(at)
+
+
+def branching(config: Mapping[str, Any]) -> bool:
+    """Whether a save (a checkpoint under ``config``'s checkpoint, or writes on it)
+    branches on purpose, so that a second child is not a second runner: it is not a
+    run's (``update_state``), or the run named that checkpoint as a branch point."""
+    if not _private.from_graph_loop(config):
+        return True
+    mark = _RUN.get()
+    return mark is not None and coordinates(config) in mark.branch_points
 
 
 def on_refused(error: ThreadConflictError) -> None:
@@ -244,11 +274,10 @@ def check_run(config: Mapping[str, Any]) -> None:
     """A checkpoint asked for by id was not found: inside a run whose save was refused,
     it never will be (a tool waiting for it ends here, with the refusal)."""
     mark = _RUN.get()
-    if mark is None or mark.refused is None or _from_loop(config):
+    if mark is None or mark.refused is None or _private.from_graph_loop(config):
         return
     e = mark.refused
     raise ThreadConflictError(e.thread_id, e.checkpoint_ns, e.parent_id, e.child_id)
-
 
 
 @dataclass(frozen=True)
@@ -260,7 +289,7 @@ class Put:
     metadata: CheckpointMetadata
     new_versions: ChannelVersions
     check: bool
-    """Whether a second child is refused (not for LangGraph's deliberate branches)."""
+    """Whether a second child is refused (not when the save branches on purpose)."""
 
 
 class FencedSaver:
@@ -274,13 +303,43 @@ class FencedSaver:
     _written: Written
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """LangGraph's ``aget_tuple``; a run's first load starts its mark, and a tool
-        waiting for a checkpoint its refused run will never save gets the refusal."""
+        """LangGraph's ``aget_tuple``; a run's first load starts its mark, a checkpoint
+        the run names is a branch point if it has a child, and a tool waiting for a
+        checkpoint its refused run will never save gets the refusal."""
         on_load(config)
         found: CheckpointTuple | None = await super().aget_tuple(config)  # type: ignore[misc]
         if found is None and config["configurable"].get("checkpoint_id"):
             check_run(config)
+        elif found is not None and names_checkpoint(config):
+            await self._note_branch_point(coordinates(found.config))
         return found
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """LangGraph's ``alist``. A subgraph's loop under its parent's time travel loads
+        through it (the last checkpoint before the replayed one): that checkpoint, or
+        the namespace's start when there is none, is named by the caller."""
+        listed = super().alist(config, filter=filter, before=before, limit=limit)  # type: ignore[misc]
+        if config is None or before is None or not _private.replaying(config):
+            async for item in listed:
+                yield item
+            return
+        # Read to the end first: a saver may hold its lock while it lists.
+        items = [item async for item in listed]
+        thread_id, ns, _ = coordinates(config)
+        await self._note_branch_point(coordinates(items[0].config) if items else (thread_id, ns, None))
+        for item in items:
+            yield item
+
+    async def _note_branch_point(self, at: Coordinates) -> None:
+        if await self._has_child(*at):
+            branch_from(at)
 
     async def aput(
         self,
@@ -290,7 +349,7 @@ class FencedSaver:
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint unless it would be a second child of its parent."""
-        put = Put(config, checkpoint, metadata, new_versions, check=not deliberate(metadata))
+        put = Put(config, checkpoint, metadata, new_versions, check=not branching(config))
         saved = await self._put_fenced(put)
         self._written.add(saved, checkpoint, metadata, config)  # committed: durable now
         return saved
@@ -311,7 +370,7 @@ class FencedSaver:
         """Store a task's writes, unless another runner already moved past their checkpoint."""
         if own_refusal(writes):
             return  # the refused run's error: nothing of it lands
-        await self._put_writes_fenced(config, writes, task_id, task_path)
+        await self._put_writes_fenced(config, writes, task_id, task_path, not branching(config))
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
         """In one fenced transaction: if ``put.check``, refuse a second child of the
@@ -319,7 +378,12 @@ class FencedSaver:
         raise NotImplementedError
 
     async def _put_writes_fenced(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
+        check: bool,
     ) -> None:
-        """In one fenced transaction: :func:`refuse_writes`, then store the writes."""
+        """In one fenced transaction: if ``check``, :func:`refuse_writes`; then store the writes."""
+        raise NotImplementedError
+
+    async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
+        """Whether ``parent`` (``None``: the namespace's start) has a child checkpoint."""
         raise NotImplementedError

@@ -182,7 +182,10 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
         async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
             saving = _SAVING.get()
             if saving is not None:
-                mode = "own-late" if saving and self._written.has_child(saving) else "on"
+                if _BRANCHING.get():
+                    mode = "branch"
+                else:
+                    mode = "own-late" if saving and self._written.has_child(saving) else "on"
                 if mode != "on" or not self._session_fenced:
                     await cur.execute(_FENCE_MODE_SQL, (mode,))
             yield cur
@@ -206,10 +209,9 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
             raise
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
-        # The trigger tells LangGraph's deliberate branches apart by the row's metadata.
         await self._check_fence()
         thread_id, ns, parent = _fence.coordinates(put.config)
-        saving = _SAVING.set("")
+        saving, branching = _SAVING.set(""), _BRANCHING.set(not put.check)
         try:
             async with self._refusals(thread_id, ns, parent, "checkpoint"):
                 saved: RunnableConfig = await AsyncPostgresSaver.aput(
@@ -217,20 +219,49 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
                 )
         finally:
             _SAVING.reset(saving)
+            _BRANCHING.reset(branching)
         return saved
 
     async def _put_writes_fenced(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
+        check: bool,
     ) -> None:
         await self._check_fence()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
-        saving = _SAVING.set(str(checkpoint_id))
+        saving, branching = _SAVING.set(str(checkpoint_id)), _BRANCHING.set(not check)
         try:
             async with self._refusals(thread_id, ns, checkpoint_id, "task results"):
                 await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
         finally:
             _SAVING.reset(saving)
+            _BRANCHING.reset(branching)
 
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the given runs saved (their metadata ``run_id``) and
+        the task results stored on them: what LangGraph's server asks of its
+        checkpointer when a run is rolled back (``multitask_strategy="rollback"``).
+        The channel values' blobs are shared by version and stay."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        async with self.lock, postgres_connection(self.conn) as conn, conn.transaction():
+            await conn.execute(_DELETE_RUN_WRITES_SQL, (ids,))
+            await conn.execute(_DELETE_RUN_CHECKPOINTS_SQL, (ids,))
+
+    async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
+        query = _fence.children_sql(parent, "%s")
+        params = _fence.children_params(thread_id, ns, parent, "")
+        async with self._cursor() as cur:
+            await cur.execute(query, params)
+            return await cur.fetchone() is not None
+
+
+_DELETE_RUN_WRITES_SQL = (
+    "DELETE FROM checkpoint_writes w USING checkpoints c WHERE c.metadata ->> 'run_id' = ANY(%s) "
+    "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id"
+)
+_DELETE_RUN_CHECKPOINTS_SQL = "DELETE FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s)"
 
 # -- the fence in the database (created by setup_fencing) ----------------------------------
 #
@@ -247,7 +278,8 @@ _FENCED_TABLES = ("checkpoints", "checkpoint_writes")
 #: The SQLSTATE the check raises when a save would fork the thread (DETAIL: the child's id).
 _REFUSED = "LGE01"
 #: How the trigger fences a session's inserts: ``on`` (the rule), ``own-late`` (task
-#: results on a checkpoint this saver moved past itself: the lock only), unset (not a
+#: results on a checkpoint this saver moved past itself: the lock only), ``branch`` (a
+#: save that branches on purpose, see ``_fence.branching``: the lock only), unset (not a
 #: fenced saver's: left alone, as LangGraph's own saver sharing the tables). Set for a
 #: saver's own connection once, for one transaction otherwise.
 _FENCE_MODE = "langgraph_effects.fence"
@@ -255,6 +287,8 @@ _FENCE_MODE_SQL = f"SELECT set_config('{_FENCE_MODE}', %s, true)"
 #: Inside a fenced save: "" for a checkpoint, else the checkpoint whose task results
 #: the current ``aput_writes`` stores.
 _SAVING: ContextVar[str | None] = ContextVar("langgraph_effects_saving", default=None)
+#: Inside a fenced save: it branches on purpose (the trigger only takes the lock).
+_BRANCHING: ContextVar[bool] = ContextVar("langgraph_effects_branching", default=False)
 
 # The check, by (what, parent, own id): 'checkpoint' refuses a child of p_parent other
 # than p_own; 'writes' refuses any child of the checkpoint the writes are for; 'lock'
@@ -284,7 +318,6 @@ BEGIN
     END IF;
 END
 """
-_DELIBERATE = ", ".join(f"'{source}'" for source in sorted(_fence.DELIBERATE_SOURCES))
 _TRIGGER_BODY = f"""
 DECLARE
     mode text := current_setting('{_FENCE_MODE}', true);
@@ -294,15 +327,14 @@ DECLARE
     parent text := NEW.checkpoint_id;
     own text := '';
 BEGIN
-    IF mode IS NULL OR mode NOT IN ('on', 'own-late') THEN
+    IF mode IS NULL OR mode NOT IN ('on', 'own-late', 'branch') THEN
         RETURN NEW;  -- not a fenced saver's insert
+    ELSIF mode <> 'on' THEN
+        what := 'lock';  -- a branch on purpose, or this saver's own late task results
     ELSIF TG_TABLE_NAME = 'checkpoints' THEN
-        -- LangGraph's deliberate branches (time travel, update_state) are let through.
-        what := CASE WHEN NEW.metadata ->> 'source' IN ({_DELIBERATE}) THEN 'lock' ELSE 'checkpoint' END;
+        what := 'checkpoint';
         parent := NEW.parent_checkpoint_id;
         own := NEW.checkpoint_id;
-    ELSIF mode = 'own-late' THEN
-        what := 'lock';
     END IF;
     PERFORM {{schema}}.{_FENCE_FUNCTION}(lock_key, what, NEW.thread_id, NEW.checkpoint_ns, parent, own);
     RETURN NEW;

@@ -44,8 +44,9 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
 
     One runner per thread: saving a second child of a checkpoint (two runners
     resumed the thread from it) raises
-    :class:`~langgraph_effects.errors.ThreadConflictError` and saves nothing. Replays
-    from a ``checkpoint_id`` and ``update_state`` still branch.
+    :class:`~langgraph_effects.errors.ThreadConflictError` and saves nothing. Runs
+    started from an earlier ``checkpoint_id`` (time travel, new input there),
+    ``update_state`` and subgraphs replayed under time travel still branch.
     """
 
     ledger: SqliteLedger
@@ -142,7 +143,8 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
         }
 
     async def _put_writes_fenced(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
+        check: bool,
     ) -> None:
         await self.setup()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
@@ -165,9 +167,37 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
         written = self._written
 
         def write(db: sqlite3.Connection) -> None:
-            if checkpoint_id is not None:
+            if check and checkpoint_id is not None:
                 children = [str(r[0]) for r in db.execute(sql, params)]
                 _fence.refuse_writes(thread_id, ns, checkpoint_id, children, written)
             db.executemany(query, rows)
 
         await self._fenced(write)
+
+    async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
+        await self.setup()
+        sql = _fence.children_sql(parent, "?")
+        params = _fence.children_params(thread_id, ns, parent, "")
+        async with self.lock, self.conn.execute(sql, params) as cur:
+            return await cur.fetchone() is not None
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the given runs saved (their metadata ``run_id``) and
+        the task results stored on them: what LangGraph's server asks of its
+        checkpointer when a run is rolled back (``multitask_strategy="rollback"``)."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        await self.setup()
+        marks = ", ".join("?" * len(ids))
+        runs = f"json_extract(CAST(metadata AS TEXT), '$.run_id') IN ({marks})"
+        writes = (
+            "DELETE FROM writes WHERE (thread_id, checkpoint_ns, checkpoint_id) IN "
+            f"(SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE {runs})"
+        )
+
+        def delete(db: sqlite3.Connection) -> None:
+            db.execute(writes, ids)
+            db.execute(f"DELETE FROM checkpoints WHERE {runs}", ids)
+
+        await self._fenced(delete)

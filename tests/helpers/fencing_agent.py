@@ -33,7 +33,8 @@ report it in flight elsewhere instead of racing it.
 
 Prints one JSON line: per thread, ``ok`` / ``refused`` (a
 :class:`~langgraph_effects.errors.ThreadConflictError`) / ``error``, and the
-recovery report (``recover`` mode).
+recovery report (``recover`` mode). ``named``: a resume names the thread's head by its
+``checkpoint_id`` (what a chat UI sends with a resume), read just before it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class FenceSpec:
     durable_wait_seconds: float = 30.0
     subgraph: bool = False  # the agent runs as a subgraph node of a parent graph
     plain: bool = False  # LangGraph's saver + attach_ledger: no fencing (the "before")
+    named: bool = False  # resume naming the thread's head by checkpoint_id (as a chat UI may)
 
 
 _counter = itertools.count()
@@ -256,7 +258,9 @@ async def run(spec: FenceSpec) -> dict[str, Any]:
             out["report"] = report.to_json()
             return out
         for thread in spec.threads:
-            config = {"configurable": {"thread_id": thread}}
+            config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+            if spec.named:
+                config = (await graph.aget_state(config)).config
             payload = None if spec.mode == "resume" else {"messages": [first_message(thread, spec.calls)]}
             try:
                 await graph.ainvoke(payload, config, durability=spec.durability)
