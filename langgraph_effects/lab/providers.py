@@ -129,6 +129,15 @@ class ProviderRejected(ProviderError):
         self.replayed = replayed
 
 
+class RateLimited(ProviderError):
+    """HTTP 429: the provider turned the request away before looking at it. Nothing
+    was applied and, for a dedup provider, the key was not stored (Stripe does not
+    keep a result for a request it never started), so a retry under it is a new try."""
+
+
+_TOO_MANY = "429 Too Many Requests: nothing was applied; try again later"
+
+
 class Unsupported(ProviderError):
     """The call is not part of this provider's contract (e.g. ``get`` on a blind one)."""
 
@@ -402,7 +411,29 @@ class Provider:
             self._log(db, "withdraw", effect_id, None, "withdrawn" if changed else "noop")
         return bool(changed)
 
+    def rate_limit(self, requests: int) -> None:
+        """Answer the next ``requests`` ``apply`` calls (from any process) with
+        :class:`RateLimited` (429) before anything else; then serve as usual."""
+        if requests < 0:
+            raise ValueError(f"rate_limit takes a count of requests >= 0, not {requests}")
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO provider_meta VALUES ('rate_limited', ?)", (str(requests),)
+            )
+
     # -- internals ------------------------------------------------------------
+
+    def _turned_away(self, db: sqlite3.Connection, key: str | None, body: str) -> bool:
+        """Whether this ``apply`` is one :meth:`rate_limit` asked to answer with a 429
+        (logged as ``rate_limited``, the count taken down); inside its transaction."""
+        row = db.execute("SELECT value FROM provider_meta WHERE name = 'rate_limited'").fetchone()
+        if row is None or int(row[0]) <= 0:
+            return False
+        db.execute(
+            "UPDATE provider_meta SET value = ? WHERE name = 'rate_limited'", (str(int(row[0]) - 1),)
+        )
+        self._log(db, "apply", key, body, "rate_limited")
+        return True
 
     def _log(self, db: sqlite3.Connection, kind: str, key: str | None, body: str | None, outcome: str) -> int:
         cursor = db.execute(
@@ -424,23 +455,29 @@ class Provider:
 
     def _apply_plain(self, payload: Mapping[str, Any], body: str, key: str | None) -> Receipt:
         with self._transaction() as db:
-            if payload.get("reject"):
+            if self._turned_away(db, key, body):
+                receipt: Receipt | ProviderError = RateLimited(_TOO_MANY)
+            elif payload.get("reject"):
                 self._log(db, "apply", key, body, "rejected")
-                receipt = None
+                receipt = ProviderRejected("the provider rejected the payload (422)")
             else:
                 receipt = self._append(db, payload, body, key)
                 self._log(db, "apply", key, body, "applied")
-        if receipt is None:
-            raise ProviderRejected("the provider rejected the payload (422)")
+        if isinstance(receipt, ProviderError):
+            raise receipt
         return receipt
 
     def _apply_dedup(
         self, payload: Mapping[str, Any], body: str, key: str, hold: Callable[[], None] | None = None
     ) -> Receipt:
         digest = args_hash(payload)
+        decision: _Claim | Receipt | ProviderError
         with self._transaction() as db:
-            decision = self._claim(db, key, digest)
-            request_id = self._log(db, "apply", key, body, _outcome_name(decision))
+            if self._turned_away(db, key, body):  # before the claim: the key is not stored
+                decision = RateLimited(_TOO_MANY)
+            else:
+                decision = self._claim(db, key, digest)
+                request_id = self._log(db, "apply", key, body, _outcome_name(decision))
             if isinstance(decision, _Claim) and self.processing_time <= 0 and hold is None:
                 # Claim and effect in one transaction: no in-flight window at all.
                 decision = self._complete(db, payload, body, key, request_id)
