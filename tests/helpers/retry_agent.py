@@ -52,6 +52,7 @@ class RetrySpec:
     kill_on_retry: bool = False  # SIGKILL when the retry mechanism decides to retry
     kill_after_answer: bool = False  # node: SIGKILL once the call answered an error message
     resume: bool = False  # invoke(None): resume the thread
+    policy_version: str | None = None  # config["configurable"]["policy_version"]
 
 
 class _Messages(TypedDict):
@@ -113,7 +114,10 @@ def build_node(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
     if spec.kill_after_answer:
         options["wrap_tool_call"] = _kill_after_error
     tools = [charge_tool(provider)]
-    node = ToolNode(tools, **options) if spec.plain else EffectToolNode(tools, effects={"charge": CHARGE}, **options)
+    if spec.plain:
+        node = ToolNode(tools, **options)
+    else:
+        node = EffectToolNode(tools, effects={"charge": CHARGE}, **options)
     builder = StateGraph(_Messages)
     builder.add_node("model", _model)
     policy = RetryPolicy(max_attempts=3, initial_interval=0.01, retry_on=retry_on(spec))
@@ -154,11 +158,12 @@ def build_task(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
 
     body = charge if spec.plain else effectful(CHARGE, name="charge")(charge)
     policy = RetryPolicy(max_attempts=3, initial_interval=0.01, retry_on=retry_on(spec))
-    charge_task = task(body, retry_policy=policy if spec.retry else None)
+    charge_task: Any = task(retry_policy=policy if spec.retry else None)(body)  # type: ignore[arg-type]
 
     @entrypoint(checkpointer=saver)
     async def workflow(operation: str) -> str:
-        return await charge_task(operation)
+        receipt: str = await charge_task(operation)
+        return receipt
 
     return workflow
 
@@ -185,7 +190,7 @@ async def run(spec: RetrySpec) -> dict[str, Any]:
     provider = provider_of(spec).setup()
     if not spec.resume:
         provider.rate_limit(spec.limited)
-    config: Any = {"configurable": {"thread_id": "t1"}}
+    config: Any = {"configurable": {"thread_id": "t1", "policy_version": spec.policy_version}}
     async with _saver(spec) as saver:
         graph = BUILDERS[spec.kind](spec, saver, provider)
         if spec.resume:
@@ -196,7 +201,7 @@ async def run(spec: RetrySpec) -> dict[str, Any]:
             payload = {"messages": [HumanMessage("charge it")]}
         error: str | None = None
         try:
-            await graph.ainvoke(payload, config)
+            await graph.ainvoke(payload, config, durability="sync")
         except RateLimited as raised:
             error = f"{type(raised).__name__}: {raised}"
         state = await graph.aget_state(config)
@@ -231,15 +236,14 @@ def ledger_rows(spec: RetrySpec) -> list[dict[str, Any]]:
         return []
     with sqlite3.connect(spec.db) as db:
         ops = db.execute("SELECT op_id, state, attempts, provider_key FROM effect_operations").fetchall()
+        trail = "SELECT event FROM effect_audit WHERE op_id = ? ORDER BY seq"
         return [
             {
                 "op_id": op_id,
                 "state": state,
                 "attempts": attempts,
                 "provider_key": key,
-                "events": [
-                    e for (e,) in db.execute("SELECT event FROM effect_audit WHERE op_id = ? ORDER BY seq", (op_id,))
-                ],
+                "events": [event for (event,) in db.execute(trail, (op_id,))],
             }
             for op_id, state, attempts, key in ops
         ]
