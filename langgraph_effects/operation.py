@@ -368,6 +368,9 @@ def advance(
         raise ValueError(f"a {change.event} needs an owner and a lease")
     if change.event is Event.DISPATCH and needs_approval(op):
         _check_approval(op, change)
+    # A send starts a new attempt: an earlier attempt's outcome (a retried failure's
+    # error message) must never be replayed as this one's.
+    kept_type, kept = (None, None) if sending else (op.result_type, op.result)
     decisions = op.decisions
     if change.decision_id is not None:
         decisions = (*decisions, (change.decision_id, decision_digest(change.decision)))
@@ -379,8 +382,8 @@ def advance(
         owner=change.owner if sending else None,
         lease_expires_at=change.lease_expires_at if sending else None,
         dispatched_at=now if sending else op.dispatched_at,
-        result_type=change.result_type if change.result is not None else op.result_type,
-        result=change.result if change.result is not None else op.result,
+        result_type=change.result_type if change.result is not None else kept_type,
+        result=change.result if change.result is not None else kept,
         evidence=change.evidence if change.evidence is not None else op.evidence,
         decisions=decisions,
         updated_at=now,

@@ -250,6 +250,8 @@ class Run:
         assert after.owner == (change.owner if sending else None)
         assert after.lease_expires_at == (change.lease_expires_at if sending else None)
         assert after.dispatched_at == (self.clock if sending else before.dispatched_at)
+        if sending:  # a new attempt keeps no outcome of an earlier one to replay
+            assert after.result == change.result
         assert after.updated_at == self.clock
         for name in IDENTITY_FIELDS:
             assert getattr(after, name) == getattr(before, name), name

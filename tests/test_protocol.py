@@ -147,6 +147,28 @@ def test_a_definite_failure_says_whether_it_was_raised(raised: bool) -> None:
     assert isinstance(step, protocol.Retry if raised else protocol.Replay)
 
 
+def test_a_retried_failure_never_replays_the_old_error() -> None:
+    """429 raised, retried, the retry's sender dies after the effect landed, a lookup
+    confirms it: the model reads that it landed, not the first attempt's 429."""
+    from langgraph_effects import messages
+
+    op = make_op(state=State.DISPATCHED, owner=owner("tok-a"), lease_expires_at=LEASE, attempts=1)
+    error = messages.dump(messages.ToolMessage("Error: 429", tool_call_id="call-1", status="error"))
+    steps = [
+        protocol.settle(protocol.Failed(*error, "RateLimited: 429", raised=True)),
+        Change(Event.RETRY, owner=owner("tok-b"), lease_expires_at=2 * LEASE, evidence={"kind": "retry"}),
+        Change(Event.LOSE, evidence={"kind": "lease"}),
+        Change(Event.CONFIRM, evidence={"kind": "lookup", "found": True, "receipt": "R-1"}),
+    ]
+    for change in steps:
+        moved = advance(op, change, expected_version=op.version, now=1.0)
+        assert moved is not None
+        op = moved
+    assert (op.state, op.attempts, op.result) == (State.CONFIRMED, 2, None)
+    message = messages.replay(op, tool_call_id="call-1", tool="send")
+    assert message.status == "success" and "landed" in message.content
+
+
 # -- an owner and a resumer, interleaved -----------------------------------------------
 
 

@@ -8,7 +8,8 @@ The points follow the interruption-ledger checklist:
 * ``B``: the provider applied the effect, the response never reaches the caller;
 * ``C``: the caller has the response, but dies before recording the outcome.
 
-Besides kills, an attempt can be armed to lose a response as a ``TimeoutError``
+Besides kills, an attempt can be armed to have its first send answered 429 (a
+definite error the graph's ``RetryPolicy`` retries), to lose a response as a ``TimeoutError``
 (the worker lives on), to wait at a rendezvous at ``A`` so that two workers
 dispatch together (or before the run starts, so that two runners race for the
 whole thread), to have every provider lookup time out, to stop itself with
@@ -79,6 +80,9 @@ class CrashPoint:
     """Effects each operation is meant to have."""
     group: str = "crashes"
     """The table the column is printed in (a table of 14 columns is unreadable)."""
+    rate_limited: bool = False
+    """The first attempt's first send is answered 429 (nothing applied), which the tools
+    node's ``RetryPolicy`` retries (see :func:`.strategies.lab_graph`)."""
 
     @property
     def ambiguous(self) -> bool:
@@ -89,7 +93,13 @@ class CrashPoint:
     @property
     def armed(self) -> bool:
         """Whether a faulted operation's first attempt carries a fault at all."""
-        return self.first_kill is not None or self.first_timeout or self.pause_at is not None or self.hold
+        return (
+            self.first_kill is not None
+            or self.first_timeout
+            or self.pause_at is not None
+            or self.hold
+            or self.rate_limited
+        )
 
 
 CRASH_POINTS: dict[str, CrashPoint] = {
@@ -161,6 +171,15 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             per_operation=2,
             group="identity and ownership",
         ),
+        # -- definite errors under the user's retry configuration (issue 28) --
+        CrashPoint(
+            "definite-retry",
+            "the first send is answered 429 (definite, nothing applied) and RetryPolicy "
+            "retries it; killed at B on the retry",
+            first_kill="B",
+            rate_limited=True,
+            group="retries",
+        ),
     )
 }
 
@@ -182,6 +201,8 @@ class AttemptFaults:
     kill_after: float | None = None
     """The lab SIGKILLs the worker this many seconds after sending the attempt
     (a random moment: the soak), if it has not finished by then."""
+    rate_limited: bool = False
+    """The attempt's first send is answered 429 by the provider (its own records keep it)."""
 
     def __post_init__(self) -> None:
         for name in ("kill_at", "pause_at"):
@@ -304,6 +325,10 @@ class Faults:
         if self._plan.rendezvous_at_start:
             self.meet("start")
 
+    def rate_limited_now(self) -> bool:
+        """True once per armed attempt: the provider answers this send with a 429."""
+        return self._plan.rate_limited and self._once("rate_limited")
+
     def response_lost(self) -> bool:
         """True once per armed attempt: the response should be lost as a timeout."""
         return self._plan.timeout_after_apply and self._once("timeout")
@@ -331,6 +356,8 @@ class LabClient:
 
     def send(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
         self.faults.reach("A")
+        if self.faults.rate_limited_now():
+            self.provider.rate_limit(1)  # this request is turned away before anything else
         hold = self.faults.holder()
         try:
             receipt = self.provider.apply(payload, key=key, hold=hold)

@@ -112,6 +112,7 @@ class Cell:
             timeout_after_apply=point.first_timeout,
             pause_at=point.pause_at,
             hold=point.hold,
+            rate_limited=point.rate_limited,
         )
 
 

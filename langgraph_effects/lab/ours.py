@@ -20,8 +20,12 @@ after reading its documentation:
     withdrawn record (``Landed(withdrawn=True)``). The listing is not used: it
     hides withdrawn records, so it would read a landed effect as absent.
 ``blind``
-    Nothing declared (an undeclared tool is blind): every ambiguity goes to an
-    operator, and the lab answers as one would after checking the provider.
+    Only its definite errors declared (``Effect(definite_errors=...)``, a blind
+    contract): every ambiguity goes to an operator, and the lab answers as one
+    would after checking the provider.
+
+Every row declares the errors that prove nothing was applied (a 422, a reused key,
+a 429); the tools node's ``RetryPolicy`` retries a 429, under the same key.
 
 Crash points map onto the product's own fault points: ``A`` is the engine's
 ``after_intent`` (the intent is durable, nothing was sent), ``C`` its
@@ -68,6 +72,7 @@ from .providers import (
     IdempotencyMismatch,
     ProviderMode,
     ProviderRejected,
+    RateLimited,
     Withdrawn,
 )
 from .strategies import (
@@ -78,6 +83,7 @@ from .strategies import (
     CellReport,
     ReviewCase,
     Strategy,
+    answer_tool_errors,
     register,
     scenario_tools,
 )
@@ -95,8 +101,9 @@ LOOKUP_TIMEOUT = 0.05
 LOOKUP_ATTEMPTS = 2
 #: How long a lookup "hangs" in the ``lookup-timeout`` column: far past the timeout.
 LOOKUP_HANG = 3600.0
-#: Provider errors that prove nothing was applied (a 422, a key reused with another payload).
-DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch)
+#: Provider errors that prove nothing was applied (a 422, a key reused with another
+#: payload, a 429 that turned the request away before anything happened).
+DEFINITE_ERRORS: tuple[type[BaseException], ...] = (ProviderRejected, IdempotencyMismatch, RateLimited)
 
 ToolOutput = ToolMessage | Command[Any]
 
@@ -113,7 +120,7 @@ AMBIGUOUS = frozenset(name for name, point in CRASH_POINTS.items() if point.ambi
 
 
 def effect_for(ctx: BuildContext) -> Effect | None:
-    """The contract the cell's provider really offers (``None``: blind, undeclared)."""
+    """The contract the cell's provider really offers."""
     client, faults = ctx.client, ctx.faults
     provider = client.provider
 
@@ -153,7 +160,7 @@ def effect_for(ctx: BuildContext) -> Effect | None:
             settle_after=provider.lag + SETTLE_MARGIN,
             **common,
         )
-    return None
+    return Effect(definite_errors=DEFINITE_ERRORS)  # blind: only its definite errors declared
 
 
 def send_tool(ctx: BuildContext) -> BaseTool:
@@ -211,7 +218,7 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     return EffectToolNode(
         [send_tool(ctx), *extra],
         effects=effects,
-        handle_tool_errors=True,
+        handle_tool_errors=answer_tool_errors,
         awrap_tool_call=line_up,
         lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
@@ -333,7 +340,7 @@ STRATEGY = register(
         answer_review=answer_from_provider,
         audit=audit_ledger,
         check=check_cell,
-        summary="EffectToolNode with the contract each provider offers (blind: undeclared)",
+        summary="EffectToolNode with the contract each provider offers (blind: only definite errors)",
         effect_saver=True,
     )
 )

@@ -1,8 +1,9 @@
 """The four strategies of the seed experiment, written as a LangGraph user would.
 
-Each is the prebuilt ``ToolNode`` around one async tool, with
-``handle_tool_errors=True`` so that a failed call becomes an error
-``ToolMessage`` the model can react to. The identity a user has at hand inside a
+Each is the prebuilt ``ToolNode`` around one async tool, with error handling
+(``strategies.answer_tool_errors``) so that a failed call becomes an error
+``ToolMessage`` the model can react to, but for a 429, which the tools node's
+``RetryPolicy`` retries. The identity a user has at hand inside a
 tool, and which survives a resume, is the thread id plus the ``tool_call_id``;
 the markers and the provider key are built from it. (A re-planned call gets a
 new ``tool_call_id``, so that identity does not survive a re-plan: the
@@ -30,6 +31,7 @@ from .strategies import (
     BuildContext,
     Strategy,
     ToolsBuilder,
+    answer_tool_errors,
     register,
     scenario_tools,
 )
@@ -85,7 +87,7 @@ def build_retry_only(ctx: BuildContext) -> ToolNode:
         faults.reach("C")
         return f"sent {receipt.effect_id}"
 
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=answer_tool_errors)
 
 
 def build_record_after(ctx: BuildContext) -> ToolNode:
@@ -143,7 +145,7 @@ def _per_call(ctx: BuildContext, send: Callable[[dict[str, Any], str], Awaitable
         """Send one notification."""
         return await send({"operation": operation, "body": body}, call_identity(config, tool_call_id))
 
-    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=True)
+    return ToolNode([send_notification, *scenario_tools(ctx)], handle_tool_errors=answer_tool_errors)
 
 
 # The four seed rows: (name, tools builder, provider mode, one line for ``--list``).

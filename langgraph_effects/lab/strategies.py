@@ -45,10 +45,11 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import interrupt
+from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
+from langgraph.types import RetryPolicy, interrupt
 
 from .faults import CRASH_POINTS, Faults, LabClient, Scenario
-from .providers import EffectRecord, ProviderMode
+from .providers import EffectRecord, ProviderMode, RateLimited
 
 #: Modules that register strategies when imported (the workers preload them).
 BUILTIN_MODULES: list[str] = ["langgraph_effects.lab.seed", "langgraph_effects.lab.ours"]
@@ -403,13 +404,27 @@ def _route(state: dict[str, Any]) -> str:  # any scenario's state (not a schema)
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
+#: The retry configuration of every lab graph's tools node: a 429 is tried again.
+RETRY_POLICY = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False, retry_on=RateLimited)
+
+
+def answer_tool_errors(error: Exception) -> str:
+    """``handle_tool_errors`` of every row's ToolNode: a 429 is raised, for the tools
+    node's :data:`RETRY_POLICY`; any other error becomes the message that
+    ``handle_tool_errors=True`` writes (the model sees it and re-plans)."""
+    if isinstance(error, RateLimited):
+        raise error
+    return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
+
+
 def lab_graph(
     tools: Any, checkpointer: BaseCheckpointSaver[Any], scenario: Scenario = "single"
 ) -> CompiledStateGraph[Any]:
-    """The graph every strategy runs in: the scenario's scripted model, the strategy's tools node."""
+    """The graph every strategy runs in: the scenario's scripted model, the strategy's tools
+    node (with :data:`RETRY_POLICY`)."""
     graph: StateGraph[Any] = StateGraph(ListState if scenario == "two-turns" else LabState)
     graph.add_node("model", _MODELS[scenario])
-    graph.add_node("tools", tools)
+    graph.add_node("tools", tools, retry_policy=RETRY_POLICY)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", _route, ["tools", END])
     graph.add_edge("tools", "model")
