@@ -135,6 +135,7 @@ class CellResult:
     faulted: int = 0  # operations whose first attempt was armed
     kills: int = 0  # workers that died by SIGKILL at an armed point
     sends: int = 0  # apply requests the provider received (replays included)
+    turned_away: int = 0  # of those, answered 429: nothing applied (definite-retry)
     lookups: int = 0  # get + list requests
     effects: int = 0  # effects applied (withdrawn ones included: they landed)
     duplicates: int = 0  # effects beyond the first of an operation
@@ -265,7 +266,7 @@ def run_cell(
         tally.duplicates,
         tally.missing,
     )
-    result.withdrawn = tally.withdrawn
+    result.withdrawn, result.turned_away = tally.withdrawn, tally.turned_away
     if result.error is None:
         audit = strategy.audit(files) if strategy.audit is not None else None
         if audit is not None:

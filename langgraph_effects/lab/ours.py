@@ -293,6 +293,13 @@ def expected_reviews(mode: ProviderMode, point: str, faulted: int) -> int:
     return 0
 
 
+def turned_away(provider: Any) -> int:
+    """``apply`` requests the provider (its own file) answered with a 429."""
+    with closing(sqlite3.connect(provider)) as db:
+        row = db.execute("SELECT COUNT(*) FROM requests WHERE outcome = 'rate_limited'").fetchone()
+    return int(row[0])
+
+
 def check_cell(report: CellReport) -> list[str]:
     """Our invariants beyond 0 duplicates / 0 missing / 0 left non-terminal."""
     problems = []
@@ -307,10 +314,12 @@ def check_cell(report: CellReport) -> list[str]:
     if report.tool_errors:
         problems.append(f"{report.tool_errors} error ToolMessages: the model was told a call failed")
     if report.provider_mode == "blind":
-        if report.sends != report.effects:
+        # A request the provider turned away (429) applied nothing: its retry is no re-send.
+        applied = report.sends - turned_away(report.files.provider)
+        if applied != report.effects:
             problems.append(
-                f"blind provider got {report.sends} requests for {report.effects} effects: "
-                "something was re-sent without an operator"
+                f"blind provider got {applied} requests (past its 429s) for {report.effects} "
+                "effects: something was re-sent without an operator"
             )
         if details.get("resends"):
             problems.append(f"{details['resends']} automatic re-sends to a blind provider")

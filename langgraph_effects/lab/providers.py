@@ -186,6 +186,8 @@ class Tally:
     missing: int
     withdrawn: int
     per_operation: dict[str, int]
+    turned_away: int = 0
+    """``apply`` requests answered 429 (:meth:`Provider.rate_limit`): nothing applied."""
 
 
 @dataclass(frozen=True)
@@ -592,6 +594,9 @@ class Provider:
             missing=sum(wanted.values()) - kept,
             withdrawn=withdrawn,
             per_operation=per_operation,
+            turned_away=int(
+                db.execute("SELECT COUNT(*) FROM requests WHERE outcome = 'rate_limited'").fetchone()[0]
+            ),
         )
 
 

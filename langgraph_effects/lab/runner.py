@@ -576,7 +576,7 @@ def _blind_summary(ours: Sequence[CellResult]) -> str:
         r.faulted for r in blind if r.crash_point in CRASH_POINTS and CRASH_POINTS[r.crash_point].ambiguous
     )
     reviewed = sum(r.sent_to_review for r in blind)
-    resent = sum(r.sends - r.effects for r in blind)
+    resent = sum(r.sends - r.turned_away - r.effects for r in blind)  # a 429's retry is no re-send
     return (
         f"blind provider: {ambiguous} ambiguous crashes, {reviewed} surfaced to review, "
         f"{resent} re-sent automatically"
