@@ -22,7 +22,8 @@ class OperationInfo:
     provider_key: str
     """Send this to the provider as its idempotency key / client reference."""
     attempt: int
-    """1 for the first send; higher when reconciliation re-sends under the same key."""
+    """1 for the first send; higher when reconciliation re-sends under the same key, or
+    when the caller retries a definite failure (also under the same key)."""
     tool: str
     args_hash: str
     thread_id: str

@@ -84,8 +84,11 @@ class Effect:
         lookup_timeout: a lookup that takes longer counts as inconclusive.
         lookup_attempts: how many times to poll before giving up (bounded backoff).
         definite_errors: exception types that mean the provider did nothing
-            (e.g. a 422). They make the operation ``failed``. Everything else is
-            ambiguous. :class:`~langgraph_effects.DefiniteFailure` is always definite.
+            (e.g. a 422, a 429). They make the operation ``failed``; raised to the
+            caller, a retry of it (``RetryPolicy``, ``ToolRetryMiddleware``, a resume)
+            is a new attempt under the same key (see ``docs/retries.md``). Everything
+            else is ambiguous. :class:`~langgraph_effects.DefiniteFailure` is always
+            definite.
         key: ``(args, config) -> str``, a logical provider key such as
             ``"invoice:tenant-7:2026-08-11:send"``. Calls that produce the same key
             in one tenant are the same operation. Default: derived from the

@@ -26,7 +26,7 @@ from .errors import (
 from .heartbeat import Heartbeat
 from .ledger.base import Ledger
 from .operation import Change, Event, EvidenceKind, Operation, Owner
-from .reconcile import Scope, reconcile
+from .reconcile import Scope, reconcile, scope_changes
 
 log = logging.getLogger("langgraph_effects")
 
@@ -89,7 +89,11 @@ class CallDriver:
                 return _not_run(c)
             op = c.op
             step = protocol.next_step(
-                op, token=self._token(c), alive=await self._alive(c), now=time.time()
+                op,
+                token=self._token(c),
+                alive=await self._alive(c),
+                now=time.time(),
+                scope_changed=protocol.raised(op) and bool(scope_changes(op, self.scope)),
             )
             if isinstance(step, protocol.Replay):
                 self._review.pop(call_id, None)
@@ -108,6 +112,9 @@ class CallDriver:
             if isinstance(step, protocol.Dispatch):
                 _faults.fire("after_intent", op)
                 await self._send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
+                continue
+            if isinstance(step, protocol.Retry):
+                await self._send(c, Event.RETRY, dict(step.evidence))
                 continue
             if isinstance(step, protocol.Run):
                 if c.batch_token is not None:
@@ -157,7 +164,10 @@ class CallDriver:
             elif error is not None and c.effect.is_definite(error):
                 shown = self._scrub_output(c, output if output is not None else _error_message(c, error))
                 kind, blob = messages.dump(shown)
-                outcome = protocol.Failed(kind, blob, self._scrub(c, _describe(error)))
+                # Raised: the caller gets the exception (a retry may follow), not a message.
+                outcome = protocol.Failed(
+                    kind, blob, self._scrub(c, _describe(error)), raised=output is None
+                )
             else:
                 what = _describe(error) if error is not None else _message_text(output)
                 outcome = protocol.Ambiguous(

@@ -39,7 +39,9 @@ class State(str, enum.Enum):
     CONFIRMED = "confirmed"
     """The effect landed (tool result, provider lookup, dedup replay or verdict)."""
     FAILED = "failed"
-    """The provider definitely did not apply it (a definite error)."""
+    """The provider definitely did not apply it (a definite error). Terminal: nothing is
+    left to resolve. When the error was raised to the caller (not answered as a message),
+    a retry of the call is a new attempt under the same key (``retry``)."""
     ABANDONED = "abandoned"
     """An operator (or a rejected approval) closed it without confirming the effect."""
 
@@ -68,6 +70,9 @@ class Event(str, enum.Enum):
     """Reconciliation found evidence that the effect landed (lookup, dedup replay)."""
     RESEND = "resend"
     """Reconciliation proved a re-send safe (dedup key in its window, or authoritative absence)."""
+    RETRY = "retry"
+    """The caller tried again (``RetryPolicy``, ``ToolRetryMiddleware``, a re-run of the task)
+    after a definite failure it was raised: a new attempt under the same key."""
     ESCALATE = "escalate"
     """Evidence cannot settle it: ask an operator."""
     LANDED = "landed"
@@ -89,6 +94,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (State.DISPATCHED, Event.FAIL): State.FAILED,
     (State.DISPATCHED, Event.LOSE): State.UNKNOWN,
     (State.DISPATCHED, Event.WITHDRAW): State.PENDING,
+    (State.FAILED, Event.RETRY): State.DISPATCHED,
     (State.UNKNOWN, Event.CONFIRM): State.CONFIRMED,
     (State.UNKNOWN, Event.RESEND): State.DISPATCHED,
     (State.UNKNOWN, Event.ESCALATE): State.REVIEW,
@@ -101,7 +107,10 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
 }
 
 #: Events that put a request on the wire: they take a lease and count an attempt.
-SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND})
+SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND, Event.RETRY})
+#: The one way out of a terminal state: a caller's retry of a definite failure it was
+#: raised. ``failed`` is terminal (nothing landed, nothing to resolve) until then.
+REOPENING: Mapping[State, Event] = {State.FAILED: Event.RETRY}
 #: Events that are an operator's verdict: they need a decision id.
 VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
 #: States a verdict may land on, derived from the table: the one place that says so.
@@ -121,6 +130,8 @@ class EvidenceKind(str, enum.Enum):
     """The tool returned (``late`` when it arrived after a takeover)."""
     ERROR = "error"
     """The tool raised: definite or ambiguous, as the contract says."""
+    RETRY = "retry"
+    """The caller retried a definite failure it was raised (a new attempt, same key)."""
     TIMEOUT = "timeout"
     """The tool timed out: ambiguous."""
     LEASE = "lease"
@@ -357,6 +368,9 @@ def advance(
         raise ValueError(f"a {change.event} needs an owner and a lease")
     if change.event is Event.DISPATCH and needs_approval(op):
         _check_approval(op, change)
+    # A send starts a new attempt: an earlier attempt's outcome (a retried failure's
+    # error message) must never be replayed as this one's.
+    kept_type, kept = (None, None) if sending else (op.result_type, op.result)
     decisions = op.decisions
     if change.decision_id is not None:
         decisions = (*decisions, (change.decision_id, decision_digest(change.decision)))
@@ -368,8 +382,8 @@ def advance(
         owner=change.owner if sending else None,
         lease_expires_at=change.lease_expires_at if sending else None,
         dispatched_at=now if sending else op.dispatched_at,
-        result_type=change.result_type if change.result is not None else op.result_type,
-        result=change.result if change.result is not None else op.result,
+        result_type=change.result_type if change.result is not None else kept_type,
+        result=change.result if change.result is not None else kept,
         evidence=change.evidence if change.evidence is not None else op.evidence,
         decisions=decisions,
         updated_at=now,

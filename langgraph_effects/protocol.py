@@ -47,6 +47,14 @@ class Dispatch:
 
 
 @dataclass(frozen=True)
+class Retry:
+    """A definite failure the caller was raised, and the caller tries again: a new
+    attempt under the same key (``retry``, taking a new lease), then look again."""
+
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Run:
     """This call holds the lease: confirm it is still ours, then run the tool."""
 
@@ -68,7 +76,7 @@ class Reconcile:
     """The outcome is unknown: ask the provider's evidence what happened."""
 
 
-Step = Replay | Review | Approve | Dispatch | Run | Wait | TakeOver | Reconcile
+Step = Replay | Review | Approve | Dispatch | Retry | Run | Wait | TakeOver | Reconcile
 
 
 def ours(op: Operation, token: str | None) -> bool:
@@ -107,14 +115,39 @@ def holder_gone(op: Operation, *, alive: bool | None, now: float) -> bool:
     return not op.lease_live(now)
 
 
-def next_step(op: Operation, *, token: str | None, alive: bool | None, now: float) -> Step:
+def raised(op: Operation) -> bool:
+    """Whether ``op`` failed definitely and its caller was raised the error (rather
+    than answered with an error message): nobody has seen an outcome of it as the
+    call's result, so the call is not over."""
+    return op.state is State.FAILED and bool((op.evidence or {}).get("raised"))
+
+
+def next_step(
+    op: Operation,
+    *,
+    token: str | None,
+    alive: bool | None,
+    now: float,
+    scope_changed: bool = False,
+) -> Step:
     """What a call whose operation is ``op`` does now.
 
     ``token`` is the lease this call holds (``None`` if none); ``alive`` is
     :func:`langgraph_effects.lease.owner_alive` of ``op``'s owner when
     :func:`needs_liveness` says it matters (ignored otherwise); ``now`` is the
-    wall clock, used only for leases of another host.
+    wall clock, used only for leases of another host. ``scope_changed``: the tenant
+    or policy version differs from the one recorded at intent.
+
+    A recorded outcome is replayed, with one exception, the retry rule: a definite
+    failure that was *raised* to the caller (:func:`raised`) ended no call, so
+    whoever runs the call again (a ``RetryPolicy``, ``ToolRetryMiddleware``, a
+    resume of the task that raised) makes a new attempt under the same key, as it
+    would without this package; nothing landed, so it cannot duplicate anything. A
+    failure *answered* as an error message is the call's result and is replayed, and
+    so is a raised one under a changed tenant or policy (no automatic send then).
     """
+    if raised(op) and not scope_changed:
+        return Retry({"kind": EvidenceKind.RETRY, "after": (op.evidence or {}).get("error")})
     if op.terminal:
         return Replay()
     if op.state is State.REVIEW:
@@ -160,6 +193,8 @@ class Failed:
     result_type: str
     result: bytes
     error: str
+    raised: bool = False
+    """The caller gets the exception (``True``), not an error message (see :func:`raised`)."""
 
 
 @dataclass(frozen=True)
@@ -185,9 +220,12 @@ def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Chan
             result=outcome.result,
         )
     if isinstance(outcome, Failed):
+        evidence: dict[str, Any] = {"kind": EvidenceKind.ERROR, "error": outcome.error}
+        if outcome.raised:
+            evidence["raised"] = True
         return Change(
             Event.FAIL,
-            evidence={"kind": EvidenceKind.ERROR, "error": outcome.error},
+            evidence=evidence,
             result_type=outcome.result_type,
             result=outcome.result,
         )

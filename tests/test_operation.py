@@ -27,6 +27,7 @@ from langgraph_effects.errors import (
     TransitionError,
 )
 from langgraph_effects.operation import (
+    REOPENING,
     SENDING,
     TERMINAL,
     TRANSITIONS,
@@ -227,8 +228,8 @@ class Run:
         op, model = self.op, self.model
         assert (op.state, op.version, op.attempts) == (model.state, model.version, model.attempts)
         assert {d for d, _ in op.decisions} == set(model.decisions)
-        # Terminal stays terminal.
-        if before.terminal:
+        # Terminal stays terminal, but for a retry of a definite failure.
+        if before.terminal and REOPENING.get(before.state) is not change.event:
             assert op is before
         # Every decision applied so far is still a no-op when it arrives again,
         # whatever happened since and whatever version the re-sender read.
@@ -238,7 +239,9 @@ class Run:
     def _check_accepted(self, before: Operation, change: Change, after: Operation | None) -> None:
         assert after is not None
         assert isinstance(after.state, State)
-        assert not before.terminal, "a terminal operation accepted an event"
+        assert not before.terminal or REOPENING.get(before.state) is change.event, (
+            "a terminal operation accepted an event"
+        )
         # Every accepted step is a row of the table.
         assert TRANSITIONS[(before.state, change.event)] is after.state
         assert after.version == before.version + 1
@@ -247,13 +250,15 @@ class Run:
         assert after.owner == (change.owner if sending else None)
         assert after.lease_expires_at == (change.lease_expires_at if sending else None)
         assert after.dispatched_at == (self.clock if sending else before.dispatched_at)
+        if sending:  # a new attempt keeps no outcome of an earlier one to replay
+            assert after.result == change.result
         assert after.updated_at == self.clock
         for name in IDENTITY_FIELDS:
             assert getattr(after, name) == getattr(before, name), name
 
     def finish(self) -> None:
         if self.op.terminal:
-            for event in Event:
+            for event in set(Event) - {REOPENING.get(self.op.state)}:
                 change = Change(event, owner=OWNER, lease_expires_at=1.0, decision_id="fresh")
                 with pytest.raises(IllegalTransitionError):
                     advance(self.op, change, expected_version=self.op.version, now=self.clock)
@@ -306,10 +311,11 @@ def test_every_pair_is_either_a_row_or_refused(state: State, event: Event) -> No
         assert after is not None and after.state is target and after.version == 6
 
 
-def test_terminal_states_have_no_outgoing_rows() -> None:
+def test_terminal_states_have_no_outgoing_rows_but_a_retry() -> None:
     assert set(State) == TERMINAL | UNRESOLVED and not TERMINAL & UNRESOLVED
-    for state, _event in TRANSITIONS:
-        assert state not in TERMINAL
+    for state, event in TRANSITIONS:
+        assert state not in TERMINAL or REOPENING.get(state) is event
+    assert TRANSITIONS[(State.FAILED, Event.RETRY)] is State.DISPATCHED
     # Every unresolved state can still reach a terminal one.
     for state in UNRESOLVED:
         reachable, frontier = {state}, [state]

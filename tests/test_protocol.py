@@ -57,16 +57,37 @@ ops = st.builds(
     lease_expires_at=st.one_of(st.none(), st.floats(0, 100)),
     attempts=st.integers(0, 3),
     extra=st.sampled_from([{}, {"approval": "required"}]),
+    evidence=st.sampled_from([None, {"kind": "error", "error": "429"}, {"kind": "error", "raised": True}]),
 )
 
 
-@given(op=ops, token=tokens, alive=st.sampled_from([True, False, None]), now=st.floats(0, 100))
-def test_next_step_rules(op: Operation, token: str | None, alive: bool | None, now: float) -> None:
-    step = protocol.next_step(op, token=token, alive=alive, now=now)
+@given(
+    op=ops,
+    token=tokens,
+    alive=st.sampled_from([True, False, None]),
+    now=st.floats(0, 100),
+    scope_changed=st.booleans(),
+)
+def test_next_step_rules(
+    op: Operation, token: str | None, alive: bool | None, now: float, scope_changed: bool
+) -> None:
+    step = protocol.next_step(op, token=token, alive=alive, now=now, scope_changed=scope_changed)
     mine = op.state is State.DISPATCHED and op.owner is not None and op.owner.token == token
     # Only the lease holder runs the tool.
     assert isinstance(step, protocol.Run) == mine
-    if op.state in TERMINAL:
+    # Only a definite failure its caller was raised is tried again, under the same
+    # authority; every other recorded outcome is replayed.
+    retried = op.state is State.FAILED and (op.evidence or {}).get("raised") is True
+    assert isinstance(step, protocol.Retry) == (retried and not scope_changed)
+    if isinstance(step, protocol.Retry):
+        change = Change(
+            Event.RETRY, owner=owner("tok-c"), lease_expires_at=now + LEASE, evidence=step.evidence
+        )
+        moved = advance(op, change, expected_version=op.version, now=now)
+        assert moved is not None and moved.state is State.DISPATCHED
+        assert moved.attempts == op.attempts + 1 and moved.provider_key == op.provider_key
+        assert protocol.next_step(moved, token="tok-c", alive=None, now=now) == protocol.Run()
+    elif op.state in TERMINAL:
         assert isinstance(step, protocol.Replay)
     if op.state is State.DISPATCHED and not mine:
         if alive is True:
@@ -112,6 +133,40 @@ def test_a_late_result_is_evidence_never_a_send(outcome: protocol.Outcome, state
     assert isinstance(outcome, protocol.Succeeded) and state in (State.UNKNOWN, State.REVIEW)
     moved = advance(current, change, expected_version=current.version, now=1.0)
     assert moved is not None and moved.state is State.CONFIRMED and moved.evidence["late"] is True  # type: ignore[index]
+
+
+@given(raised=st.booleans())
+def test_a_definite_failure_says_whether_it_was_raised(raised: bool) -> None:
+    """What :func:`protocol.raised` reads is what :func:`protocol.settle` wrote."""
+    op = make_op(state=State.DISPATCHED, owner=owner("tok-a"), lease_expires_at=LEASE, attempts=1)
+    change = protocol.settle(protocol.Failed("t", b"e", "RateLimited: 429", raised=raised))
+    failed = advance(op, change, expected_version=op.version, now=1.0)
+    assert failed is not None and failed.state is State.FAILED
+    assert protocol.raised(failed) is raised
+    step = protocol.next_step(failed, token=None, alive=None, now=1.0)
+    assert isinstance(step, protocol.Retry if raised else protocol.Replay)
+
+
+def test_a_retried_failure_never_replays_the_old_error() -> None:
+    """429 raised, retried, the retry's sender dies after the effect landed, a lookup
+    confirms it: the model reads that it landed, not the first attempt's 429."""
+    from langgraph_effects import messages
+
+    op = make_op(state=State.DISPATCHED, owner=owner("tok-a"), lease_expires_at=LEASE, attempts=1)
+    error = messages.dump(messages.ToolMessage("Error: 429", tool_call_id="call-1", status="error"))
+    steps = [
+        protocol.settle(protocol.Failed(*error, "RateLimited: 429", raised=True)),
+        Change(Event.RETRY, owner=owner("tok-b"), lease_expires_at=2 * LEASE, evidence={"kind": "retry"}),
+        Change(Event.LOSE, evidence={"kind": "lease"}),
+        Change(Event.CONFIRM, evidence={"kind": "lookup", "found": True, "receipt": "R-1"}),
+    ]
+    for change in steps:
+        moved = advance(op, change, expected_version=op.version, now=1.0)
+        assert moved is not None
+        op = moved
+    assert (op.state, op.attempts, op.result) == (State.CONFIRMED, 2, None)
+    message = messages.replay(op, tool_call_id="call-1", tool="send")
+    assert message.status == "success" and "landed" in message.content
 
 
 # -- an owner and a resumer, interleaved -----------------------------------------------

@@ -244,6 +244,11 @@ def test_dry_run_forecasts_by_contract() -> None:
     assert "looked up" in details["op-lookup"]
     assert "review" in details["op-blind"]
     assert forecast(op(state=State.PENDING)) == "nothing was sent yet: it will be sent"
+    # A definite failure raised to the caller is tried again; one answered as a message is not.
+    raised = op(state=State.FAILED, attempts=1, evidence={"kind": "error", "raised": True})
+    assert "new attempt under" in forecast(raised)
+    answered = op(state=State.FAILED, attempts=1, evidence={"kind": "error"})
+    assert "answered from the ledger" in forecast(answered)
 
 
 def step(event: Event | str, to: State, kind: EvidenceKind | None = None, **evidence: Any) -> Step:
@@ -326,6 +331,14 @@ SETTLED = [
         [step(Event.FAIL, State.FAILED, EvidenceKind.ERROR)],
         "failed",
         "rejected it definitely",
+    ),
+    (
+        "definite failure retried",
+        op(state=State.FAILED, attempts=1, evidence={"kind": "error", "raised": True}),
+        State.CONFIRMED,
+        [step(Event.RETRY, State.DISPATCHED, EvidenceKind.RETRY), step(Event.SUCCEED, State.CONFIRMED)],
+        "resent_under_key",
+        "tried again under the same provider key",
     ),
     (
         "abandoned",

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..operation import Event, EvidenceKind, Operation, State
+from ..protocol import raised
 from .report import Settlement, Step, _awaiting_approval, _untouched
 
 #: What a contract lets reconciliation do with an operation whose sender is gone.
@@ -48,6 +49,11 @@ def _last_by_event(steps: Sequence[Step]) -> dict[Event, Step]:
 
 def forecast(op: Operation) -> str:
     """What resuming is expected to do with ``op`` (for a dry run)."""
+    if raised(op):
+        return (
+            "its definite failure was raised to the caller, so the resumed task runs it again: "
+            f"a new attempt under {op.provider_key} (nothing landed before)"
+        )
     if op.terminal:
         return f"its outcome is recorded ({op.state.value}): it will be answered from the ledger"
     if op.state is State.REVIEW:
@@ -145,6 +151,11 @@ def _confirmed(
             )
         return "resent_under_key", (
             cause + f"the lookup proved it absent: re-sent under the same provider key {key}"
+        )
+    if Event.RETRY in last:
+        return "resent_under_key", (
+            cause + f"a definite failure proved nothing landed: tried again under the same "
+            f"provider key {key}"
         )
     if Event.DISPATCH in last:
         if before.attempts == 0:

@@ -297,6 +297,32 @@ async def test_illegal_transition_writes_nothing(ledger: Ledger, make_op: OpFact
     assert await trail_len(ledger, op.op_id) == 3
 
 
+async def test_a_raised_definite_failure_is_retried_under_its_key(ledger: Ledger, make_op: OpFactory) -> None:
+    """``failed --retry--> dispatched``: the one way out of a terminal state, kept by
+    every backend like any other row of the table (lease, attempts, evidence)."""
+    op = make_op()
+    await ledger.record_intents([op], change=dispatch())
+    failed = await ledger.transition(
+        op.op_id,
+        Change(Event.FAIL, evidence={"kind": "error", "error": "RateLimited: 429", "raised": True}),
+        expected_version=1,
+    )
+    assert failed.state is State.FAILED and failed.owner is None and failed.evidence["raised"] is True  # type: ignore[index]
+    retry = Change(
+        Event.RETRY,
+        owner=owner("tok-2"),
+        lease_expires_at=time.time() + 60,
+        evidence={"kind": "retry", "after": "RateLimited: 429"},
+    )
+    again = await ledger.transition(op.op_id, retry, expected_version=2)
+    assert (again.state, again.attempts, again.provider_key) == (State.DISPATCHED, 2, op.provider_key)
+    assert again.owner == owner("tok-2") and again.evidence == {"kind": "retry", "after": "RateLimited: 429"}
+    assert await ledger.get(op.op_id) == again
+    done = await ledger.transition(op.op_id, succeed(), expected_version=3)
+    assert done.state is State.CONFIRMED
+    assert [e.event for e in await ledger.audit(op.op_id)] == ["intent", "fail", "retry", "succeed"]
+
+
 async def test_transition_of_a_missing_operation(ledger: Ledger) -> None:
     with pytest.raises(OperationNotFoundError):
         await ledger.transition("op-missing", LOSE, expected_version=None)
