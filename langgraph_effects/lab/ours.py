@@ -214,11 +214,16 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
         effects[TOOL_NAME] = effect
     point = CRASH_POINTS.get(ctx.crash_point)
     lease = point.lease_seconds if point is not None else None
+    # ToolNode turns whatever a wrap_tool_call wrapper raises into an error message
+    # whenever handle_tool_errors is set (whatever its types), so the 429 that the
+    # definite-retry column's RetryPolicy must see cannot pass through one: that
+    # column runs without the rendezvous (it has no second runner to line up).
+    rate_limited = point is not None and point.rate_limited
     return EffectToolNode(
         [send_tool(ctx), *extra],
         effects=effects,
         handle_tool_errors=ctx.handled_errors,
-        awrap_tool_call=line_up,
+        awrap_tool_call=None if rate_limited else line_up,
         lease_seconds=lease if lease is not None else DEFAULT_LEASE_SECONDS,
     )
 

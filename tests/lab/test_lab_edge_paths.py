@@ -145,7 +145,6 @@ def test_plain_functional_api_resends_after_a_reordered_resume(lab: tuple[int, R
     assert (r["effects"], r["duplicates"], r["missing"]) == (RECIPIENTS * OPS + 2 * FAULTED, 2 * FAULTED, 0)
 
 
-@FIXED
 def test_ours_an_oversized_answer_is_asked_again_not_wedged(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     r = row(rows, NAME, "wedging-answer")
@@ -155,7 +154,6 @@ def test_ours_an_oversized_answer_is_asked_again_not_wedged(lab: tuple[int, Rows
     assert r["violations"] == []
 
 
-@FIXED
 def test_ours_a_definite_429_reaches_the_retry_policy(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     r = row(rows, NAME, "definite-retry")
@@ -165,7 +163,6 @@ def test_ours_a_definite_429_reaches_the_retry_policy(lab: tuple[int, Rows]) -> 
     assert r["violations"] == []
 
 
-@FIXED
 def test_ours_an_edited_message_branches(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     r = row(rows, NAME, "edit-branch")
