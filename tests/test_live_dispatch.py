@@ -218,7 +218,9 @@ def test_children_of_a_live_owner_do_not_hold_a_released_dispatch(strays: list[i
     try:
         assert proc.stdout is not None
         seen = json.loads(proc.stdout.readline())
-        strays.extend([seen["before"], seen["shell"]])
+        shell = seen["shell"]
+        children = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
+        strays.extend([seen["before"], shell, *(int(p) for p in children)])
         assert lease.owner_alive(Owner.from_json(seen["owner"])) is False
     finally:
         proc.kill()
