@@ -16,6 +16,16 @@ missing, or stamped otherwise means it is over (take over at once). This also te
 a finished dispatch of a live process apart from a running one, so a resumer never
 waits for a dispatch that was cancelled long ago.
 
+**A live dispatch includes the processes its tool started.** Once the owner's
+process is gone, a process it started since the dispatch began (a ``gh`` or
+``kubectl`` the tool shelled out to, still sending) keeps the dispatch running;
+:mod:`~langgraph_effects.processes` finds them by the lineage every process of this
+package leaves in its children's environment. A lock file removed from its
+directory is not a release: it is looked for among the live owner's open files.
+An owner that names this host but another kernel or pid namespace (a container
+clone sharing the hostname) is not judged by local pids at all: its lease expires
+by time, as another host's (``docs/leases.md``).
+
 A process keeps the files of its finished dispatches locked and stamped ``idle``,
 and stamps one again for its next dispatch: a 64-byte write instead of creating,
 locking, renaming and later unlinking a file for every call. Workers of one
@@ -48,7 +58,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from . import processes
 from .operation import Operation, Owner, State
+from .processes import process_start_time
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -80,7 +92,8 @@ _idle: list[_Slot] = []
 
 def _forget_in_child() -> None:
     # A forked child shares its parent's locks (same open file descriptions): closing
-    # its copies keeps a dead parent's dispatch from looking alive while the child runs.
+    # its copies keeps every dispatch of a dead parent from looking alive while the
+    # child runs; it says whose child it is, and since when, with a file of its own.
     # The guard lock is made anew: another thread of the parent may have held it.
     global _held_lock
     _held_lock = threading.Lock()
@@ -90,8 +103,58 @@ def _forget_in_child() -> None:
     global _releaser, _refilling, _retiring
     _releaser = None
     _refilling = _retiring = False
+    parent = os.environ.get(processes.LINEAGE_VAR, "").split()[-1:]
+    processes.mark_lineage()  # the child's children descend from it too
+    if parent:
+        _mark_forked(parent[0])
 
 
+#: A forked child's mark (see :func:`_mark_forked`), held open until it exits.
+_forked_fd: int | None = None
+
+
+def _mark_forked(parent: str) -> None:
+    """Say that this process was forked (without exec) by ``parent`` (``pid:start``).
+
+    Its ``/proc/<pid>/environ`` shows the environment its parent was started with,
+    without the parent's lineage, so :func:`processes.live_descendant` cannot find
+    it: a lock file ``fork-<parent>-<start>-<pid>.lock`` held until it exits (and by
+    its own forks, which share it) does. Best effort: nothing here may fail a fork.
+    """
+    global _forked_fd
+    start = process_start_time(os.getpid())
+    directory = runtime_dir() if start is not None else None
+    if directory is None:
+        return
+    path = directory / f"fork-{parent}-{int(start or 0)}-{os.getpid()}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    _forked_fd = fd
+
+
+def _forked_child(owner: Owner, earliest: float) -> int | None:
+    """A live child the owner forked without exec at or after tick ``earliest`` (its
+    pid, from the name of the file it holds), or ``None``."""
+    directory = Path(owner.lock).parent if owner.lock else runtime_dir()
+    if directory is None:
+        return None
+    for path in directory.glob(f"fork-{owner.pid}:{int(owner.started)}-*.lock"):
+        _, start, pid = path.stem.rsplit("-", 2)
+        if not (start.isdigit() and pid.isdigit()) or int(start) < int(earliest) - 1:
+            continue  # forked before the dispatch began (10 ms grain: one tick of slack)
+        if _probe(str(path)):  # held; a free one is removed
+            return int(pid)
+    return None
+
+
+processes.mark_lineage()
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
@@ -158,21 +221,6 @@ def runtime_dir() -> Path | None:
         log.warning("%s is not a directory owned by this user; using pid liveness only", path)
         return None
     return path
-
-
-def process_start_time(pid: int) -> float | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), or ``None`` if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat_line = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses; fields after it don't.
-    fields = stat_line[stat_line.rfind(")") + 2 :].split()
-    try:
-        return float(fields[19])  # field 22 overall: starttime
-    except (IndexError, ValueError):
-        return None
 
 
 _swept: set[Path] = set()
@@ -276,6 +324,8 @@ def new_owner() -> Owner:
         started=_own_start(pid),
         token=token,
         lock=_hold(token),
+        since=processes.ticks_now(),
+        node=processes.node_id(pid),
     )
 
 
@@ -415,7 +465,13 @@ def ready_owner() -> Owner | None:
         release_soon(owner)
     if start:
         _release_thread().submit(_refill)
-    return taken[0] if taken is not None else None
+    if taken is None:
+        return None
+    # Its dispatch begins now, not when it was made (Owner.since). Set in place: the
+    # spare was made here and nobody else has seen it (a copy costs 5-10 µs more).
+    owner = taken[0]
+    object.__setattr__(owner, "since", processes.ticks_now())
+    return owner
 
 
 async def new_owner_async() -> Owner:
@@ -451,13 +507,20 @@ def holds(owner: Owner) -> bool:
 
 def _probe(path: str, token: str | None = None) -> bool | None:
     """The lock file's verdict on the dispatch ``token``: ``True`` running, ``False``
-    over, ``None`` unknown. Without a token: whether anyone holds the file at all."""
+    over, ``None`` unknown. Without a token: whether anyone holds the file at all.
+    A missing file reads as over here: :func:`owner_alive` looks further."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         return False  # released, or removed by a resumer that found it free
     except OSError:
         return None  # e.g. another user's directory: fall back to the pid
+    return _judge(fd, token, path)
+
+
+def _judge(fd: int, token: str | None, path: str | None) -> bool | None:
+    """:func:`_probe`'s verdict on the lock file open as ``fd`` (closed here); found
+    free, it is unlinked at ``path`` (unless ``None``)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
@@ -475,30 +538,42 @@ def _probe(path: str, token: str | None = None) -> bool | None:
         # A blank file stands for one dispatch only (made before files were reused).
         return token is None or not stamp or stamp == token.encode()
     # Free: its owner died without releasing it. Tidy up; nobody locks it again.
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     os.close(fd)
     return False
 
 
-def owner_alive(owner: Owner) -> bool | None:
-    """``False`` if the dispatch is provably over, ``True`` if provably still running,
-    ``None`` if we cannot tell (another host): then only the lease's expiry counts.
-
-    Without a readable lock file (another user's directory, no runtime directory)
-    a dead process still proves the dispatch over, but a live one proves nothing
-    (its dispatch may have ended): ``None``, so the clock decides as across hosts.
-    """
-    if owner.host != _host():
+def _lock_verdict(owner: Owner) -> bool | None:
+    """The owner's lock file on its dispatch: ``True`` running, ``False`` over,
+    ``None`` if it cannot tell (no lock file, unreadable, or missing and not found
+    among the owner's open files)."""
+    if not owner.lock:
         return None
-    if owner.pid == os.getpid() and owner.started == _own_start(owner.pid):
-        # Our own dispatch: this process's record decides, not the lock file, whose
-        # removal (release_soon) may still be on its way.
-        return holds(owner)
-    if owner.lock:
-        verdict = _probe(owner.lock, owner.token)
-        if verdict is not None:
-            return verdict
+    try:
+        fd = os.open(owner.lock, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        # Removed from its directory (a tmp cleaner, logind at logout) or never
+        # visible here (another mount namespace): a live owner still holds it open.
+        if process_start_time(owner.pid) != owner.started:
+            return None  # its process is gone: the pid decides
+        link = processes.open_file_of(owner.pid, owner.lock)
+        if link is None:
+            return None  # closed (the dispatch is over), or not ours to look at
+        try:
+            fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return None
+        return _judge(fd, owner.token, None)
+    except OSError:
+        return None  # e.g. another user's directory: fall back to the pid
+    return _judge(fd, owner.token, owner.lock)
+
+
+def _pid_verdict(owner: Owner) -> bool | None:
+    """``False`` if the owner's process is gone; ``None`` if it lives (that proves
+    nothing about its dispatch) or we cannot tell."""
     start = process_start_time(owner.pid)
     if start is None:
         try:
@@ -509,6 +584,77 @@ def owner_alive(owner: Owner) -> bool | None:
             return None
         return None
     return None if start == owner.started else False
+
+
+def _children_running(owner: Owner) -> bool:
+    """The owner's process released the dispatch or is gone: whether the dispatch
+    still runs in a process the owner started during it (a tool's ``gh`` or
+    ``kubectl`` outlives a SIGKILLed worker and still sends)."""
+    if process_start_time(owner.pid) == owner.started:
+        return False  # alive and released it: its tool returned or was cancelled
+    since = owner.since if owner.since is not None else owner.started
+    child = processes.live_descendant(owner.pid, owner.started, since) or _forked_child(owner, since)
+    if child is None:
+        return False
+    if len(_told) > 1024:
+        _told.clear()
+    if (owner.token, child) not in _told:
+        _told.add((owner.token, child))
+        log.info(
+            "dispatch %s of pid %s is over in its process, but process %s it started "
+            "during the dispatch still runs: waiting for it",
+            owner.token,
+            owner.pid,
+            child,
+        )
+    return True
+
+
+_told: set[tuple[str, int]] = set()  # (token, child) already logged
+_foreign: set[str] = set()  # nodes already warned about
+
+
+def _same_node(owner: Owner) -> bool:
+    """Whether the owner's pid can be judged here: it runs under this kernel and in
+    this pid namespace (or its row predates recording them)."""
+    if owner.node is None or owner.node == processes.node_id(os.getpid()):
+        return True
+    if owner.node not in _foreign:
+        _foreign.add(owner.node)
+        log.warning(
+            "a dispatch owner on host %r runs in another container or boot (%s, here %s): "
+            "its pid cannot be checked from here, so its lease expires by time only. "
+            "Give each container its own LANGGRAPH_EFFECTS_HOST.",
+            owner.host,
+            owner.node,
+            processes.node_id(os.getpid()),
+        )
+    return False
+
+
+def owner_alive(owner: Owner) -> bool | None:
+    """``False`` if the dispatch is provably over, ``True`` if provably still running,
+    ``None`` if we cannot tell (another host, or another container or boot under the
+    same host name): then only the lease's expiry counts.
+
+    Running means: its lock file is held and stamped with it, or its process is
+    gone but a process it started since the dispatch began still lives. A lock file
+    removed from its directory is looked for among the owner's open files; without
+    one (another user's, no runtime directory) a dead process still proves the
+    dispatch over, but a live one proves nothing: ``None``, and the clock decides.
+    """
+    if owner.host != _host() or not _same_node(owner):
+        return None
+    if owner.pid == os.getpid() and owner.started == _own_start(owner.pid):
+        # Our own dispatch: this process's record decides, not the lock file, whose
+        # removal (release_soon) may still be on its way.
+        return holds(owner)
+    running = _lock_verdict(owner)
+    if running is None:
+        running = _pid_verdict(owner)
+    if running is False and _children_running(owner):
+        return True
+    return running
 
 
 def lease_expired(op: Operation, *, now: float | None = None) -> bool:

@@ -169,6 +169,12 @@ class Owner:
     """Unique per dispatch: siblings in one process are told apart by it."""
     lock: str | None = None
     """The lock file the owner holds while the dispatch runs (same-host liveness)."""
+    since: float | None = None
+    """When the dispatch began, in the unit of ``started`` (clock ticks since boot):
+    processes the owner's process started since then are part of the dispatch."""
+    node: str | None = None
+    """The kernel (boot id) and pid namespace the owner runs in: its pid means
+    something only there (containers may share a hostname)."""
 
     def to_json(self) -> dict[str, Any]:
         # Field by field, not ``dataclasses.asdict`` (a recursive deep copy): every
@@ -179,8 +185,13 @@ class Owner:
             "started": self.started,
             "token": self.token,
         }
-        if self.lock is not None:  # rows written before lock files existed look the same
+        # Rows written before these fields existed look the same.
+        if self.lock is not None:
             data["lock"] = self.lock
+        if self.since is not None:
+            data["since"] = self.since
+        if self.node is not None:
+            data["node"] = self.node
         return data
 
     @classmethod
@@ -191,6 +202,8 @@ class Owner:
             started=float(data["started"]),
             token=str(data["token"]),
             lock=str(data["lock"]) if data.get("lock") else None,
+            since=float(data["since"]) if data.get("since") is not None else None,
+            node=str(data["node"]) if data.get("node") else None,
         )
 
 

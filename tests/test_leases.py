@@ -49,8 +49,15 @@ DEADLINE = 120.0
 class Worker:
     """One ``tests.helpers.lease_agent`` process, its stderr collected in a file."""
 
-    def __init__(self, spec: LeaseSpec, tmp: Path, name: str, host: str | None = None) -> None:
-        env = dict(os.environ)
+    def __init__(
+        self,
+        spec: LeaseSpec,
+        tmp: Path,
+        name: str,
+        host: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        env = {**os.environ, **(env or {})}
         if host is not None:
             env["LANGGRAPH_EFFECTS_HOST"] = host
         self.err_path = tmp / f"{name}.err"

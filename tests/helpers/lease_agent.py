@@ -11,7 +11,12 @@ then stalls the way the spec says:
 
 * ``stop``: the process SIGSTOPs itself (the test SIGCONTs it later);
 * ``block``: it blocks the event loop (``time.sleep`` inside ``async def``, the
-  common bug) until the file ``<release>`` exists.
+  common bug) until the file ``<release>`` exists;
+* ``child:run``, ``child:system``, ``child:asyncio``: it shells out the way a tool
+  wrapping ``gh`` or ``kubectl`` does (``subprocess.run`` with its defaults,
+  ``os.system``, ``asyncio.create_subprocess_exec``) and waits for the child, which
+  does the sending: the child writes ``<marker>.child`` (its pid) and sends once
+  ``<release>`` exists. Kill the worker meanwhile and the child sends anyway.
 
 Logs of ``langgraph_effects`` go to stderr, so the test can see a second worker
 wait for the first (``waiting for``) instead of guessing with sleeps.
@@ -23,7 +28,9 @@ import asyncio
 import json
 import logging
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -51,7 +58,7 @@ class LeaseSpec:
     contract: str = "lookup"
     thread: str = "t1"
     lease_seconds: float = 2.0
-    stall: str | None = None  # stop | block
+    stall: str | None = None  # stop | block | child:run | child:system | child:asyncio
     marker: str = ""
     release: str = ""
     resume: bool = False
@@ -62,6 +69,11 @@ def send_tool(spec: LeaseSpec, provider: Provider, sends: list[str]) -> BaseTool
     async def send(operation: str) -> str:
         """Send the notification for ``operation``."""
         op = current_operation()
+        key = op.provider_key if spec.provider_mode != "blind" else None
+        if spec.stall and spec.stall.startswith("child:"):
+            sends.append(operation)
+            await shell_out(spec, spec.stall.removeprefix("child:"), operation, key)
+            return f"sent by the child of {os.getpid()}"
         if spec.stall and spec.marker:
             Path(spec.marker).write_text(json.dumps({"pid": os.getpid(), "at": time.time()}))
         if spec.stall == "stop":
@@ -69,12 +81,35 @@ def send_tool(spec: LeaseSpec, provider: Provider, sends: list[str]) -> BaseTool
         elif spec.stall == "block":
             while not Path(spec.release).exists():
                 time.sleep(0.02)  # the bug under test: a blocked event loop
-        key = op.provider_key if spec.provider_mode != "blind" else None
         sends.append(operation)
         receipt = provider.apply({"operation": operation}, key=key)
         return f"sent {receipt.effect_id} by {os.getpid()}"
 
     return send
+
+
+async def shell_out(spec: LeaseSpec, how: str, operation: str, key: str | None) -> None:
+    """Start the sending child ``how`` a tool would, and wait for it."""
+    Path(spec.marker).write_text(json.dumps({"pid": os.getpid(), "at": time.time()}))
+    argv = [sys.executable, "-m", "tests.helpers.lease_agent", "child", spec_json(spec), operation, key or ""]
+    if how == "run":
+        subprocess.run(argv, check=True)  # the defaults: close_fds=True
+    elif how == "system":
+        assert os.system(shlex.join(argv)) == 0
+    elif how == "asyncio":
+        proc = await asyncio.create_subprocess_exec(*argv)
+        assert await proc.wait() == 0
+    else:
+        raise ValueError(f"unknown way to start a child: {how!r}")
+
+
+def child(spec: LeaseSpec, operation: str, key: str) -> None:
+    """The sending child: says it runs, waits for ``<release>``, then sends."""
+    Path(spec.marker + ".child").write_text(json.dumps({"pid": os.getpid(), "ppid": os.getppid()}))
+    while not Path(spec.release).exists():
+        time.sleep(0.02)
+    provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
+    provider.apply({"operation": operation}, key=key or None)
 
 
 def build(spec: LeaseSpec, saver: Any, provider: Provider, sends: list[str]) -> Any:
@@ -116,6 +151,9 @@ async def run(spec: LeaseSpec) -> dict[str, Any]:
 
 
 def main() -> None:
+    if sys.argv[1] == "child":
+        child(LeaseSpec(**json.loads(sys.argv[2])), sys.argv[3], sys.argv[4])
+        return
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     spec = LeaseSpec(**json.loads(sys.argv[1]))
     print(json.dumps(asyncio.run(run(spec)), default=str), flush=True)
