@@ -171,7 +171,6 @@ def test_ours_an_edited_message_branches(lab: tuple[int, Rows]) -> None:
     assert r["violations"] == []
 
 
-@FIXED
 def test_ours_the_resumer_never_races_the_orphaned_child(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     r = row(rows, NAME, "child-process")
