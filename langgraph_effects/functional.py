@@ -24,16 +24,18 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
 
-from . import _portal, _private
+from . import _portal, _private, callorder, identity
 from .actions import Settings
+from .callorder import Crossing, Placed
 from .checkpoint import ledger_of
 from .contract import Effect
 from .engine import Session
-from .errors import ConfigurationError, NoLedgerError
+from .errors import ConfigurationError, NoLedgerError, NondeterminismError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
 from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
@@ -41,13 +43,76 @@ from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: The attribute ``@effectful`` sets on the function it returns, so a later call can
+#: tell what an earlier task call of the run was (see :func:`_placed`).
+_ATTRIBUTE = "__langgraph_effects__"
+_MEMO_SIZE = 4096
+_private.quiet_unknown_channel(callorder.MARK)
 
-def _task_call(
-    tool: str, signature: inspect.Signature, ledger: Ledger | None, args: Any, kwargs: Any
-) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
-    """The running ``@task`` as a tool call: (call, config, ledger, the key that tells it
-    apart within its turn)."""
+
+@dataclass
+class _Calls:
+    """What identifies a call of one ``@effectful`` function."""
+
+    tool: str
+    signature: inspect.Signature
+    settings: Settings
+    _memo: dict[str, tuple[Any, tuple[dict[str, Any], str] | None]] = field(default_factory=dict)
+
+    def bind(self, args: Any, kwargs: Any) -> tuple[dict[str, Any], str]:
+        """(the arguments by name, their hash)."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        named = dict(bound.arguments)
+        return named, identity.args_hash(named, key=self.settings.hash_key)
+
+    def of_input(self, task_id: str, given: Any) -> tuple[dict[str, Any], str] | None:
+        """:meth:`bind` for a task's ``(args, kwargs)`` input, remembered per task (a
+        loop of n calls looks at every earlier call n times); ``None`` if it does not bind."""
+        memo = self._memo.get(task_id)
+        if memo is not None and memo[0] is given:
+            return memo[1]
+        try:
+            args, kwargs = given
+            found: tuple[dict[str, Any], str] | None = self.bind(args, kwargs)
+        except (TypeError, ValueError):
+            found = None
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[task_id] = (given, found)  # holding ``given`` keeps its id from reuse
+        return found
+
+
+def _placed(sibling: _private.SiblingCall) -> Placed:
+    """A task call of this run as :mod:`.callorder` compares it."""
+    recorded = callorder.recorded_mark(sibling.writes)
+    calls = getattr(sibling.func, _ATTRIBUTE, None)
+    if not isinstance(calls, _Calls):
+        return Placed(sibling.index, None, None, recorded)
+    bound = calls.of_input(sibling.task_id, sibling.input)
+    if bound is None:
+        return Placed(sibling.index, calls.tool, None, recorded)
+    secret = calls.settings.effect_for(calls.tool).secret_fields
+    return Placed(sibling.index, calls.tool, bound[1], recorded, identity.redact(bound[0], secret))
+
+
+@dataclass(frozen=True)
+class _TaskCall:
+    """The running ``@task`` as a tool call."""
+
+    call: dict[str, Any]
+    config: dict[str, Any]
+    ledger: Ledger
+    key: str
+    """What tells it apart within its turn (see :func:`callorder.call_key`)."""
+    args_hash: str
+    crossing: Crossing | None
+    """An earlier call of this run that LangGraph answered with another call's result."""
+
+
+def _task_call(calls: _Calls, ledger: Ledger | None, args: Any, kwargs: Any) -> _TaskCall:
     config = get_config()
+    tool = calls.tool
     task_id = _private.task_id(config)
     if task_id is None:
         raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
@@ -57,12 +122,43 @@ def _task_call(
             f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
             "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
         )
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
-    # The task id is derived from the checkpoint id, which time travel changes;
-    # the call path is not (see _private.call_path).
-    return call, dict(config), found, _private.call_path(config) or task_id
+    named, digest = calls.bind(args, kwargs)
+    call = {"id": task_id, "name": tool, "args": named}
+    # Not the task id (derived from the checkpoint id, which time travel changes) nor
+    # the call's index (which a change of order moves): what the call is, and how many
+    # equal calls its parent made before it.
+    path = _private.call_path(config) or task_id
+    seen = _private.sibling_calls(config)
+    if seen is None:  # not a pushed task call: its path is all there is
+        return _TaskCall(call, dict(config), found, path, digest, None)
+    index, siblings = seen
+    placed = [_placed(s) for s in siblings if s.index != index]
+    nth = callorder.occurrence(index, tool, digest, placed)
+    key = callorder.call_key(path.rsplit("/", 1)[0], tool, nth)
+    return _TaskCall(call, dict(config), found, key, digest, callorder.crossed(placed))
+
+
+async def _refusal(task: _TaskCall) -> NondeterminismError:
+    """The error that stops a run whose call order changed (nothing was sent)."""
+    c = task.crossing
+    assert c is not None
+    recorded = await task.ledger.get(c.recorded_op_id) if c.recorded_op_id else None
+    path = _private.call_path(task.config) or ""
+    parent = _private.parent_checkpoint(task.config)
+    return NondeterminismError(
+        _private.thread_id(task.config) or "",
+        path.rsplit("/", 1)[0],
+        c.index,
+        (c.recorded_tool, dict(recorded.args) if recorded else None, c.recorded_op_id),
+        (c.called_tool, dict(c.called_args) if c.called_args is not None else None),
+        parent[1] if parent else None,
+    )
+
+
+def _leave_mark(task: _TaskCall, session: Session) -> None:
+    """Record beside the task's result which call made it (see :data:`callorder.MARK`)."""
+    op = session.calls[task.call["id"]].op
+    _private.write_now(task.config, callorder.MARK, callorder.mark(op.tool, task.args_hash, op.op_id))
 
 
 def effectful(
@@ -84,50 +180,58 @@ def effectful(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         tool = name or fn.__name__
-        # No message history, so no re-planning: a call is its place in the entrypoint.
+        # No message history, so no re-planning: a call is what it is within its turn.
         settings = Settings.build(
             {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False
         )
-        signature = inspect.signature(fn)
+        calls = _Calls(tool, inspect.signature(fn), settings)
 
-        def open_session(
-            call: dict[str, Any], config: dict[str, Any], found: Ledger, key: str, sync: bool
-        ) -> Any:
+        def open_session(task: _TaskCall, sync: bool) -> Any:
             return Session.open(
-                ledger=found,
+                ledger=task.ledger,
                 settings=settings,
-                tool_calls=[call],
+                tool_calls=[task.call],
                 state=None,
-                config=config,
+                config=task.config,
                 sync_checkpointer=sync,
-                call_keys={call["id"]: key},
+                call_keys={task.call["id"]: task.key},
             )
 
+        wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
-                session: Session = await open_session(call, config, found, key, False)
+                task = _task_call(calls, ledger, args, kwargs)
+                if task.crossing is not None:
+                    raise await _refusal(task)
+                session: Session = await open_session(task, False)
+                _leave_mark(task, session)
 
                 async def one_round() -> Any:
-                    return await drive(session, call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
+                    return await drive(session, task.call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
 
                 return await with_reviews(session, one_round)
 
-            return cast(Callable[P, R], run_async)
+            wrapper = run_async
+        else:
 
-        @functools.wraps(fn)
-        def run_sync(*args: Any, **kwargs: Any) -> Any:
-            call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
-            session: Session = _portal.run(open_session(call, config, found, key, True))
+            @functools.wraps(fn)
+            def run_sync(*args: Any, **kwargs: Any) -> Any:
+                task = _task_call(calls, ledger, args, kwargs)
+                if task.crossing is not None:
+                    raise _portal.run(_refusal(task))
+                session: Session = _portal.run(open_session(task, True))
+                _leave_mark(task, session)
 
-            def one_round() -> Any:
-                execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
-                return drive_sync(session, call["id"], execute, _portal.run)
+                def one_round() -> Any:
+                    execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
+                    return drive_sync(session, task.call["id"], execute, _portal.run)
 
-            return with_reviews_sync(session, one_round, _portal.run)
+                return with_reviews_sync(session, one_round, _portal.run)
 
-        return cast(Callable[P, R], run_sync)
+            wrapper = run_sync
+        setattr(wrapper, _ATTRIBUTE, calls)
+        return cast(Callable[P, R], wrapper)
 
     return decorate
