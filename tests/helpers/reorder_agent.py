@@ -7,7 +7,8 @@ worker: ``python -m tests.helpers.reorder_agent SPEC_JSON`` prints one JSON line
 checkpointed: a file changed before a resume changes the calls); ``shape="sorted"``
 iterates ``sorted(set(recipients))`` (the documented fix). ``kill_after=n`` SIGKILLs
 the worker once the n-th send has reached the provider and before its outcome is
-recorded. ``replay_from`` replays the thread from that checkpoint id.
+recorded (``wait_saved``: once LangGraph saved the earlier calls' results, which it
+does in the background). ``replay_from`` replays the thread from that checkpoint id.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
+import time
 from typing import Any
 
 from langgraph.func import entrypoint, task
 
-from langgraph_effects import EffectsError, EffectSqliteSaver, _faults, current_operation
+from langgraph_effects import EffectsError, EffectSqliteSaver, current_operation
 from langgraph_effects.contract import Effect
 from langgraph_effects.functional import effectful
 from langgraph_effects.lab.providers import Provider
@@ -37,24 +40,40 @@ def targets(spec: dict[str, Any], recipients: list[str]) -> list[str]:
         return list(json.load(f))
 
 
+async def saved_results(db: str, n: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as conn:
+            (found,) = conn.execute("SELECT count(*) FROM writes WHERE channel = '__return__'").fetchone()
+        if found >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"LangGraph did not save {n} results within {timeout}s")
+
+
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     mode = spec.get("provider_mode", "dedup")
     provider = Provider(spec["provider"], mode)
     sent = [0]
-
-    def maybe_kill(point: str, op: Any) -> None:
-        sent[0] += 1
-        if sent[0] == spec.get("kill_after"):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    _faults.install("before_outcome", maybe_kill)
     effect = Effect(dedup_window=3600) if mode == "dedup" else None
+
+    async def maybe_kill() -> None:
+        sent[0] += 1
+        if sent[0] != spec.get("kill_after"):
+            return
+        if spec.get("wait_saved"):
+            # Crash once LangGraph saved the results of the calls before this one (it
+            # saves a task's writes in the background, so a plain kill races them).
+            await saved_results(spec["db"], sent[0] - 1)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     @task
     @effectful(effect)
     async def notify(recipient: str) -> str:
         key = current_operation().provider_key if mode != "blind" else None
-        return f"{recipient}:{provider.apply({'operation': recipient}, key=key).effect_id}"
+        receipt = provider.apply({"operation": recipient}, key=key)
+        await maybe_kill()
+        return f"{recipient}:{receipt.effect_id}"
 
     async with EffectSqliteSaver.from_conn_string(spec["db"]) as saver:
         await saver.setup()
