@@ -156,7 +156,12 @@ async def _refusal(task: _TaskCall) -> NondeterminismError:
 
 
 def _leave_mark(task: _TaskCall, session: Session) -> None:
-    """Record beside the task's result which call made it (see :data:`callorder.MARK`)."""
+    """Record beside the task's result which call made it (see :data:`callorder.MARK`).
+
+    Only once it has a result, right before returning it: LangGraph gives a failed
+    task's writes back on a resume (all but the error), and a call whose writes came
+    back is answered with ``None`` instead of being run again.
+    """
     op = session.calls[task.call["id"]].op
     _private.write_now(task.config, callorder.MARK, callorder.mark(op.tool, task.args_hash, op.op_id))
 
@@ -206,12 +211,13 @@ def effectful(
                 if task.crossing is not None:
                     raise await _refusal(task)
                 session: Session = await open_session(task, False)
-                _leave_mark(task, session)
 
                 async def one_round() -> Any:
                     return await drive(session, task.call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
 
-                return await with_reviews(session, one_round)
+                result = await with_reviews(session, one_round)
+                _leave_mark(task, session)
+                return result
 
             wrapper = run_async
         else:
@@ -222,13 +228,14 @@ def effectful(
                 if task.crossing is not None:
                     raise _portal.run(_refusal(task))
                 session: Session = _portal.run(open_session(task, True))
-                _leave_mark(task, session)
 
                 def one_round() -> Any:
                     execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
                     return drive_sync(session, task.call["id"], execute, _portal.run)
 
-                return with_reviews_sync(session, one_round, _portal.run)
+                result = with_reviews_sync(session, one_round, _portal.run)
+                _leave_mark(task, session)
+                return result
 
             wrapper = run_sync
         setattr(wrapper, _ATTRIBUTE, calls)

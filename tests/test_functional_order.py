@@ -208,3 +208,100 @@ async def test_a_crashed_call_dropped_from_the_list_is_named_by_recover(tmp_path
     assert "entrypoint" in thread["reason"] and "langgraph-effects resolve" in thread["reason"]
     [op] = thread["operations"]
     assert op["tool"] == "notify" and op["before"]["state"] == "dispatched"
+
+
+# -- in one process: the entrypoint fails after some calls (its tasks' results saved) --
+
+
+class Stop(Exception):
+    """The entrypoint fails here on its first run (its finished calls stay saved)."""
+
+
+def _flow(provider: Provider, order: list[str], stop_after: list[int], parallel: bool = False) -> Any:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.func import entrypoint, task
+
+    from langgraph_effects import Effect, attach_ledger, current_operation, effectful
+    from langgraph_effects.ledger.memory import InMemoryLedger
+
+    @task
+    @effectful(Effect(dedup_window=3600))
+    async def notify(recipient: str) -> str:
+        receipt = provider.apply({"operation": recipient}, key=current_operation().provider_key)
+        return f"{recipient}:{receipt.effect_id}"
+
+    @entrypoint(checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()))
+    async def notify_all(n: int) -> list[str]:
+        if parallel:
+            futures = [notify(r) for r in order]
+            return [await f for f in futures]
+        out = []
+        for i, r in enumerate(order):
+            if stop_after and i == stop_after[0]:
+                stop_after.clear()
+                raise Stop
+            out.append(await notify(r))
+        return out
+
+    return notify_all
+
+
+CONFIG: Any = {"configurable": {"thread_id": "t"}}
+
+
+@pytest.mark.parametrize("order", [["x", "x", "y", "x"], ["a", "b", "c", "d"]])
+async def test_equal_calls_resumed_in_the_same_order_are_each_sent_once(
+    tmp_path: Path, order: list[str]
+) -> None:
+    provider = Provider(str(tmp_path / "p.sqlite"), "dedup")
+    flow = _flow(provider, order, [2])
+    with pytest.raises(Stop):
+        await flow.ainvoke(1, CONFIG, durability="sync")
+    assert await flow.ainvoke(None, CONFIG, durability="sync") == [
+        f"{r}:eff_{i + 1}" for i, r in enumerate(order)
+    ]
+    assert provider.count_effects() == {r: order.count(r) for r in order}
+
+
+async def test_an_equal_call_moved_into_a_saved_place_stops_the_run(tmp_path: Path) -> None:
+    from langgraph_effects import NondeterminismError
+
+    provider = Provider(str(tmp_path / "p.sqlite"), "dedup")
+    order = ["x", "x", "y", "z"]
+    flow = _flow(provider, order, [2])
+    with pytest.raises(Stop):
+        await flow.ainvoke(1, CONFIG, durability="sync")
+    order[:] = ["x", "y", "x", "z"]  # place 1 was "x", is "y" now
+    with pytest.raises(NondeterminismError) as raised:
+        await flow.ainvoke(None, CONFIG, durability="sync")
+    error = raised.value
+    assert error.position == 1
+    assert (error.recorded_args, error.called_args) == ({"recipient": "x"}, {"recipient": "y"})
+    assert provider.count_effects() == {"x": 2}  # nothing sent after the first run
+
+
+async def test_parallel_calls_are_bound_by_what_they_are(tmp_path: Path) -> None:
+    provider = Provider(str(tmp_path / "p.sqlite"), "dedup")
+    order = ["x", "y", "x"]
+    flow = _flow(provider, order, [], parallel=True)
+    assert [r.split(":")[0] for r in await flow.ainvoke(1, CONFIG, durability="sync")] == order
+    assert provider.count_effects() == {"x": 2, "y": 1}
+
+
+def test_callorder_decisions() -> None:
+    from langgraph_effects.callorder import Placed, call_key, crossed, mark, occurrence
+
+    a, b = mark("notify", "h:a", "op_a"), mark("notify", "h:b", "op_b")
+    same = [Placed(0, "notify", "h:a", a), Placed(1, "notify", "h:b", b)]
+    assert crossed(same) is None
+    assert crossed([Placed(0, None, None, None), Placed(1, "notify", "h:b", None)]) is None  # nothing saved
+    swapped = [Placed(1, "notify", "h:a", b), Placed(0, "notify", "h:b", a, {"recipient": "b"})]
+    found = crossed(swapped)
+    assert found is not None and found.index == 0  # the first place, whatever the listing order
+    assert (found.recorded_op_id, found.called_args) == ("op_a", {"recipient": "b"})
+    not_ours = crossed([Placed(0, None, None, a)])  # a plain @task answered with our result
+    assert not_ours is not None and not_ours.called_tool is None
+    placed = [Placed(0, "notify", "h:a"), Placed(1, "notify", "h:b"), Placed(2, "notify", "h:a")]
+    assert [occurrence(3, "notify", h, placed) for h in ("h:a", "h:b", "h:c")] == [2, 1, 0]
+    assert occurrence(1, "notify", "h:a", placed) == 1
+    assert call_key("flow", "notify", 2) == "flow:notify#2"
