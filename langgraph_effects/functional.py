@@ -2,10 +2,13 @@
 
 LangGraph re-runs an unfinished ``@task`` on resume, exactly like an unfinished
 tool call. Put ``@effectful(...)`` under ``@task`` and the call is bound to a
-durable operation (anchored on the entrypoint's checkpoint and the task's place
-among the entrypoint's calls, which resume and time travel reproduce), replayed
-once recorded, reconciled after a crash, and sent to review through
-``interrupt()`` when evidence cannot settle it::
+durable operation (anchored on the entrypoint's checkpoint and on what the call is:
+its tool, its arguments and how many equal calls came before it, so resume and time
+travel find it wherever it sits), replayed once recorded, reconciled after a crash,
+and sent to review through ``interrupt()`` when evidence cannot settle it. A resumed
+entrypoint that LangGraph answers with another call's saved result (its call order
+changed) is stopped with :class:`~langgraph_effects.errors.NondeterminismError`
+before anything else is sent (see :mod:`langgraph_effects.callorder`)::
 
     @task
     @effectful(Effect(dedup_window=timedelta(hours=24)))
