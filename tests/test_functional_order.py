@@ -305,3 +305,37 @@ def test_callorder_decisions() -> None:
     assert [occurrence(3, "notify", h, placed) for h in ("h:a", "h:b", "h:c")] == [2, 1, 0]
     assert occurrence(1, "notify", "h:a", placed) == 1
     assert call_key("flow", "notify", 2) == "flow:notify#2"
+
+
+def test_a_sync_entrypoint_is_stopped_the_same_way(tmp_path: Path) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.func import entrypoint, task
+
+    from langgraph_effects import Effect, NondeterminismError, attach_ledger, current_operation, effectful
+    from langgraph_effects.ledger.memory import InMemoryLedger
+
+    provider = Provider(str(tmp_path / "p.sqlite"), "dedup")
+    order, stop = ["a", "b", "c"], [2]
+
+    @task
+    @effectful(Effect(dedup_window=3600))
+    def notify(recipient: str) -> str:
+        return provider.apply({"operation": recipient}, key=current_operation().provider_key).effect_id
+
+    @entrypoint(checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()))
+    def notify_all(n: int) -> list[str]:
+        out = []
+        for i, r in enumerate(order):
+            if stop and i == stop[0]:
+                stop.clear()
+                raise Stop
+            out.append(notify(r).result())
+        return out
+
+    with pytest.raises(Stop):
+        notify_all.invoke(1, CONFIG, durability="sync")
+    order[:] = ["b", "a", "c"]
+    with pytest.raises(NondeterminismError) as raised:
+        notify_all.invoke(None, CONFIG, durability="sync")
+    assert (raised.value.position, raised.value.called_args) == (0, {"recipient": "b"})
+    assert provider.count_effects() == {"a": 1, "b": 1}
