@@ -15,8 +15,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -127,20 +126,20 @@ def call_path(config: Mapping[str, Any]) -> str | None:
     return render(path)
 
 
-@dataclass(frozen=True)
-class SiblingCall:
+class SiblingCall(NamedTuple):
     """One task call its entrypoint made in this run (LangGraph's pushed ``PregelExecutableTask``).
 
-    ``index`` is its place among its parent's calls; ``func`` the function ``@task``
-    wraps; ``input`` what it was called with (``(args, kwargs)``); ``writes`` the writes it has
-    (LangGraph's cached ones when its result was handed back from the checkpoint).
+    ``place`` is its index among its parent's calls; ``proc`` what LangGraph runs for
+    it (see :func:`task_function`); ``input`` what it was called with (``(args,
+    kwargs)``); ``writes`` the task's live writes (LangGraph's saved ones when its
+    result was handed back from the checkpoint): read them, do not keep them.
     """
 
-    index: int
+    place: int
     task_id: str
-    func: Any
+    proc: Any
     input: Any
-    writes: tuple[tuple[str, Any], ...]
+    writes: Any
 
 
 class _QuietChannel(logging.Filter):
@@ -164,7 +163,7 @@ def quiet_unknown_channel(channel: str) -> None:
         logger.addFilter(_QuietChannel(channel))
 
 
-def _task_function(proc: Any) -> Any:
+def task_function(proc: Any) -> Any:
     """The function a pushed task runs: LangGraph wraps it as ``RunnableSeq(RunnableCallable(
     func, afunc), ChannelWrite(RETURN))`` (``func`` is ``None`` for a coroutine function)."""
     steps = getattr(proc, "steps", None)
@@ -194,9 +193,8 @@ def sibling_calls(config: Mapping[str, Any]) -> tuple[int, list[SiblingCall]] | 
         tp = task.path
         if len(tp) < 3 or tp[0] != PUSH or tp[1] != path[1] or not isinstance(tp[2], int):
             continue
-        func = _task_function(task.proc)
-        siblings.append(SiblingCall(tp[2], str(task.id), func, task.input, tuple(task.writes)))
-    return int(path[2]), sorted(siblings, key=lambda s: s.index)
+        siblings.append(SiblingCall(tp[2], str(task.id), task.proc, task.input, task.writes))
+    return int(path[2]), sorted(siblings, key=lambda s: s.place)
 
 
 # -- ToolNode internals ---------------------------------------------------------------

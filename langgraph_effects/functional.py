@@ -24,10 +24,11 @@ agent node would have shown, whose ``artifact`` says what happened.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
@@ -53,14 +54,13 @@ _MEMO_SIZE = 4096
 _private.quiet_unknown_channel(callorder.MARK)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Calls:
     """What identifies a call of one ``@effectful`` function."""
 
     tool: str
     signature: inspect.Signature
     settings: Settings
-    _memo: dict[str, tuple[Any, tuple[dict[str, Any], str] | None]] = field(default_factory=dict)
 
     def bind(self, args: Any, kwargs: Any) -> tuple[dict[str, Any], str]:
         """(the arguments by name, their hash)."""
@@ -69,34 +69,50 @@ class _Calls:
         named = dict(bound.arguments)
         return named, identity.args_hash(named, key=self.settings.hash_key)
 
-    def of_input(self, task_id: str, given: Any) -> tuple[dict[str, Any], str] | None:
-        """:meth:`bind` for a task's ``(args, kwargs)`` input, remembered per task (a
-        loop of n calls looks at every earlier call n times); ``None`` if it does not bind."""
-        memo = self._memo.get(task_id)
-        if memo is not None and memo[0] is given:
-            return memo[1]
+    def of_input(self, given: Any) -> tuple[dict[str, Any], str] | None:
+        """:meth:`bind` for a task's ``(args, kwargs)`` input; ``None`` if it does not bind."""
         try:
             args, kwargs = given
-            found: tuple[dict[str, Any], str] | None = self.bind(args, kwargs)
+            return self.bind(args, kwargs)
         except (TypeError, ValueError):
-            found = None
-        if len(self._memo) >= _MEMO_SIZE:
-            self._memo.clear()
-        self._memo[task_id] = (given, found)  # holding ``given`` keeps its id from reuse
-        return found
+            return None
+
+
+#: task id -> (its input, how many writes it had, what :func:`_placed` made of it): an
+#: entrypoint of n calls looks at every earlier call n times.
+_PLACED: dict[str, tuple[Any, int, Placed]] = {}
+
+
+def _calls_of(sibling: _private.SiblingCall) -> _Calls | None:
+    calls = getattr(_private.task_function(sibling.proc), _ATTRIBUTE, None)
+    return calls if isinstance(calls, _Calls) else None
 
 
 def _placed(sibling: _private.SiblingCall) -> Placed:
     """A task call of this run as :mod:`.callorder` compares it."""
-    recorded = callorder.recorded_mark(sibling.writes)
-    calls = getattr(sibling.func, _ATTRIBUTE, None)
-    if not isinstance(calls, _Calls):
-        return Placed(sibling.index, None, None, recorded)
-    bound = calls.of_input(sibling.task_id, sibling.input)
-    if bound is None:
-        return Placed(sibling.index, calls.tool, None, recorded)
-    secret = calls.settings.effect_for(calls.tool).secret_fields
-    return Placed(sibling.index, calls.tool, bound[1], recorded, identity.redact(bound[0], secret))
+    memo = _PLACED.get(sibling.task_id)
+    if memo is not None and memo[0] is sibling.input and memo[1] == len(sibling.writes):
+        return memo[2]
+    recorded = callorder.recorded_mark(tuple(sibling.writes))
+    calls = _calls_of(sibling)
+    if calls is None:
+        placed = Placed(sibling.place, None, None, recorded)
+    else:
+        bound = calls.of_input(sibling.input)
+        placed = Placed(sibling.place, calls.tool, bound[1] if bound else None, recorded)
+    if len(_PLACED) >= _MEMO_SIZE:
+        _PLACED.clear()
+    _PLACED[sibling.task_id] = (sibling.input, len(sibling.writes), placed)  # holds the input
+    return placed
+
+
+def _called_args(sibling: _private.SiblingCall) -> dict[str, Any] | None:
+    """What a task call of this run was called with, secret fields redacted (for an error)."""
+    calls = _calls_of(sibling)
+    bound = calls.of_input(sibling.input) if calls is not None else None
+    if calls is None or bound is None:
+        return None
+    return identity.redact(bound[0], calls.settings.effect_for(calls.tool).secret_fields)
 
 
 @dataclass(frozen=True)
@@ -135,10 +151,14 @@ def _task_call(calls: _Calls, ledger: Ledger | None, args: Any, kwargs: Any) -> 
     if seen is None:  # not a pushed task call: its path is all there is
         return _TaskCall(call, dict(config), found, path, digest, None)
     index, siblings = seen
-    placed = [_placed(s) for s in siblings if s.index != index]
+    placed = [_placed(s) for s in siblings if s.place != index]
     nth = callorder.occurrence(index, tool, digest, placed)
     key = callorder.call_key(path.rsplit("/", 1)[0], tool, nth)
-    return _TaskCall(call, dict(config), found, key, digest, callorder.crossed(placed))
+    crossing = callorder.crossed(placed)
+    if crossing is not None:
+        moved = next(s for s in siblings if s.place == crossing.index)
+        crossing = dataclasses.replace(crossing, called_args=_called_args(moved))
+    return _TaskCall(call, dict(config), found, key, digest, crossing)
 
 
 async def _refusal(task: _TaskCall) -> NondeterminismError:

@@ -706,10 +706,10 @@ def test_functional_results_are_cached_by_place_and_sibling_calls_see_them() -> 
     assert seen[2][1] == first_ids[1]  # the same place, the same task id
     index, siblings = seen[2][2]
     assert index == 1
-    cached = next(s for s in siblings if s.index == 0)
+    cached = next(s for s in siblings if s.place == 0)
     assert cached.input == (("c",), {})
     assert ("__probe__", {"was": "a"}) in cached.writes and ("__return__", "result of a") in cached.writes
-    assert getattr(cached.func, "__wrapped__", cached.func) is not None
+    assert _private.task_function(cached.proc) is step.func
 
 
 def test_a_failed_functional_task_gets_its_other_writes_back_and_is_not_run_again() -> None:
