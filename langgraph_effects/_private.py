@@ -11,10 +11,11 @@ LangGraph are used directly elsewhere.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -30,6 +31,8 @@ TASK_ID = "__pregel_task_id"
 SEND = "__pregel_send"
 RUNTIME = "__pregel_runtime"
 REPLAY_STATE = "__pregel_replay_state"
+CALL = "__pregel_call"
+PUSH = "__pregel_push"
 
 
 def _configurable(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -141,6 +144,77 @@ def call_path(config: Mapping[str, Any]) -> str | None:
         return str(p)
 
     return render(path)
+
+
+class SiblingCall(NamedTuple):
+    """One task call its entrypoint made in this run (LangGraph's pushed ``PregelExecutableTask``).
+
+    ``place`` is its index among its parent's calls; ``proc`` what LangGraph runs for
+    it (see :func:`task_function`); ``input`` what it was called with (``(args,
+    kwargs)``); ``writes`` the task's live writes (LangGraph's saved ones when its
+    result was handed back from the checkpoint): read them, do not keep them.
+    """
+
+    place: int
+    task_id: str
+    proc: Any
+    input: Any
+    writes: Any
+
+
+class _QuietChannel(logging.Filter):
+    """Drops LangGraph's warning about a write to a channel the graph does not have, for
+    one channel: it warns on every such write (``pregel._algo.apply_writes``, logger
+    ``"langgraph"``), and ignores the write as wanted."""
+
+    def __init__(self, channel: str) -> None:
+        super().__init__()
+        self.needle = f"wrote to unknown channel {channel},"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.needle not in record.getMessage()
+
+
+def quiet_unknown_channel(channel: str) -> None:
+    """Silence LangGraph's per-write warning for ``channel`` (idempotent)."""
+    logger = logging.getLogger("langgraph")
+    if not any(isinstance(f, _QuietChannel) and f.needle.startswith(f"wrote to unknown channel {channel},")
+               for f in logger.filters):
+        logger.addFilter(_QuietChannel(channel))
+
+
+def task_function(proc: Any) -> Any:
+    """The function a pushed task runs: LangGraph wraps it as ``RunnableSeq(RunnableCallable(
+    func, afunc), ChannelWrite(RETURN))`` (``func`` is ``None`` for a coroutine function)."""
+    steps = getattr(proc, "steps", None)
+    first = steps[0] if steps else proc
+    return getattr(first, "func", None) or getattr(first, "afunc", None)
+
+
+def sibling_calls(config: Mapping[str, Any]) -> tuple[int, list[SiblingCall]] | None:
+    """(the running task's index, every task call of its parent in this run), or ``None``.
+
+    The loop that runs the step is reached through the running task's ``__pregel_call``
+    (a ``functools.partial`` of the runner's ``_call``/``_acall`` whose
+    ``schedule_task`` is the loop's bound ``accept_push``); its ``tasks`` holds every
+    task pushed in this step, those LangGraph answered from the checkpoint's saved
+    writes (without running them) included, with their input.
+    """
+    conf = _configurable(config)
+    path = (config.get("metadata") or {}).get("langgraph_path")
+    call = conf.get(CALL)
+    schedule = getattr(call, "keywords", {}).get("schedule_task")
+    loop = getattr(schedule, "__self__", None)
+    tasks = getattr(loop, "tasks", None)
+    if not isinstance(path, tuple | list) or len(path) < 3 or path[0] != PUSH or tasks is None:
+        return None
+    siblings: list[SiblingCall] = []
+    for task in list(tasks.values()):
+        tp = task.path
+        if len(tp) < 3 or tp[0] != PUSH or tp[1] != path[1] or not isinstance(tp[2], int):
+            continue
+        siblings.append(SiblingCall(tp[2], str(task.id), task.proc, task.input, task.writes))
+    return int(path[2]), sorted(siblings, key=lambda s: s.place)
 
 
 # -- ToolNode internals ---------------------------------------------------------------

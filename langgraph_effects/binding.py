@@ -283,6 +283,8 @@ def new_call(
     turn = source.turn if source is not None else "t:" + task_id
     op_id, provider_key, digest = identify(tool_call, at=at, turn=turn, call_key=call_key)
     extra: dict[str, Any] = {"turn": turn}
+    if call_key is not None:
+        extra["call"] = call_key  # a Functional API call: what it is within its entrypoint
     if source is not None and source.origin is not None:
         extra["origin"] = source.origin
     if effect.approval == "always":

@@ -25,6 +25,7 @@ caller can catch the package as a whole or one precise failure::
     │   ├── DecisionConflictError   a decision id reused with different content
     │   └── OperationNotFoundError
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
+    ├── NondeterminismError         a Functional API entrypoint changed its call order: stopped
     ├── ReviewError                 an operator answer that cannot be applied
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
     ├── OversizedError              a receipt or evidence text over its documented limit
@@ -297,6 +298,70 @@ class ThreadConflictError(EffectsError):
             "(graph.aget_state) and resume it again only if it still has work left; to branch "
             "on purpose, start the run from an earlier checkpoint_id or use update_state.",
             thread_id=thread_id, checkpoint_ns=checkpoint_ns, parent_id=parent_id, child_id=child_id,
+        )
+
+
+def _call_text(tool: str | None, args: Any) -> str:
+    if tool is None:
+        return "a task that is not @effectful"
+    if not isinstance(args, dict):
+        return f"{tool}(...)"
+    return f"{tool}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+
+
+class NondeterminismError(EffectsError):
+    """A Functional API entrypoint called its tasks in another order than the run it resumes.
+
+    LangGraph answers the *n*-th task call of a resumed entrypoint with the result saved
+    for the *n*-th call of the run before, whatever is called there now. Raised by the
+    next ``@effectful`` call after such a place, before anything is sent: the call
+    recorded there (``recorded_tool``, ``recorded_args``, ``recorded_op_id``) is not the
+    call made there now (``called_tool``, ``called_args``), which was never run and got
+    the other call's result. Replaying the thread from ``checkpoint_id`` once the
+    entrypoint is deterministic runs every call again, each bound to its own operation.
+    """
+
+    thread_id: str
+    entrypoint: str
+    position: int
+    recorded_tool: str
+    recorded_args: dict[str, Any] | None
+    recorded_op_id: str | None
+    called_tool: str | None
+    called_args: dict[str, Any] | None
+    checkpoint_id: str | None
+
+    def __init__(
+        self,
+        thread_id: str,
+        entrypoint: str,
+        position: int,
+        recorded: tuple[str, dict[str, Any] | None, str | None],
+        called: tuple[str | None, dict[str, Any] | None],
+        checkpoint_id: str | None,
+    ) -> None:
+        recorded_tool, recorded_args, recorded_op_id = recorded
+        called_tool, called_args = called
+        then = _call_text(recorded_tool, recorded_args)
+        now = _call_text(called_tool, called_args)
+        replay = (
+            f"replay the thread from checkpoint {checkpoint_id!r} (invoke(None, {{'configurable': "
+            f"{{'thread_id': {thread_id!r}, 'checkpoint_id': {checkpoint_id!r}}}}})): every call "
+            "then runs and finds its own operation, so nothing recorded is sent twice"
+            if checkpoint_id
+            else "replay the thread from the checkpoint holding the entrypoint's input"
+        )
+        self._record(
+            f"entrypoint {entrypoint!r} of thread {thread_id!r} is not deterministic: its task call "
+            f"#{position} was {then} when the thread ran before (operation {recorded_op_id}), but "
+            f"this run called {now} there, and LangGraph answered it with the result of {then} "
+            "without running it. The run was stopped before anything else was sent. Make the "
+            "entrypoint call its tasks in the same order on every run (iterate sorted(set(...)), "
+            "not set(...); read changing inputs inside a @task, or pass them as input), then "
+            f"{replay}.",
+            thread_id=thread_id, entrypoint=entrypoint, position=position,
+            recorded_tool=recorded_tool, recorded_args=recorded_args, recorded_op_id=recorded_op_id,
+            called_tool=called_tool, called_args=called_args, checkpoint_id=checkpoint_id,
         )
 
 

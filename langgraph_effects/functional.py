@@ -2,10 +2,13 @@
 
 LangGraph re-runs an unfinished ``@task`` on resume, exactly like an unfinished
 tool call. Put ``@effectful(...)`` under ``@task`` and the call is bound to a
-durable operation (anchored on the entrypoint's checkpoint and the task's place
-among the entrypoint's calls, which resume and time travel reproduce), replayed
-once recorded, reconciled after a crash, and sent to review through
-``interrupt()`` when evidence cannot settle it::
+durable operation (anchored on the entrypoint's checkpoint and on what the call is:
+its tool, its arguments and how many equal calls came before it, so resume and time
+travel find it wherever it sits), replayed once recorded, reconciled after a crash,
+and sent to review through ``interrupt()`` when evidence cannot settle it. A resumed
+entrypoint that LangGraph answers with another call's saved result (its call order
+changed) is stopped with :class:`~langgraph_effects.errors.NondeterminismError`
+before anything else is sent (see :mod:`langgraph_effects.callorder`)::
 
     @task
     @effectful(Effect(dedup_window=timedelta(hours=24)))
@@ -21,19 +24,22 @@ agent node would have shown, whose ``artifact`` says what happened.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
 
-from . import _portal, _private
+from . import _portal, _private, callorder, identity
 from .actions import Settings
+from .callorder import Crossing, Placed
 from .checkpoint import ledger_of
 from .contract import Effect
 from .engine import Session
-from .errors import ConfigurationError, NoLedgerError
+from .errors import ConfigurationError, NoLedgerError, NondeterminismError
 from .lease import DEFAULT_LEASE_SECONDS
 from .ledger.base import Ledger
 from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
@@ -41,13 +47,91 @@ from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: The attribute ``@effectful`` sets on the function it returns, so a later call can
+#: tell what an earlier task call of the run was (see :func:`_placed`).
+_ATTRIBUTE = "__langgraph_effects__"
+_MEMO_SIZE = 4096
+_private.quiet_unknown_channel(callorder.MARK)
 
-def _task_call(
-    tool: str, signature: inspect.Signature, ledger: Ledger | None, args: Any, kwargs: Any
-) -> tuple[dict[str, Any], dict[str, Any], Ledger, str]:
-    """The running ``@task`` as a tool call: (call, config, ledger, the key that tells it
-    apart within its turn)."""
+
+@dataclass(frozen=True)
+class _Calls:
+    """What identifies a call of one ``@effectful`` function."""
+
+    tool: str
+    signature: inspect.Signature
+    settings: Settings
+
+    def bind(self, args: Any, kwargs: Any) -> tuple[dict[str, Any], str]:
+        """(the arguments by name, their hash)."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        named = dict(bound.arguments)
+        return named, identity.args_hash(named, key=self.settings.hash_key)
+
+    def of_input(self, given: Any) -> tuple[dict[str, Any], str] | None:
+        """:meth:`bind` for a task's ``(args, kwargs)`` input; ``None`` if it does not bind."""
+        try:
+            args, kwargs = given
+            return self.bind(args, kwargs)
+        except (TypeError, ValueError):
+            return None
+
+
+#: task id -> (its input, how many writes it had, what :func:`_placed` made of it): an
+#: entrypoint of n calls looks at every earlier call n times.
+_PLACED: dict[str, tuple[Any, int, Placed]] = {}
+
+
+def _calls_of(sibling: _private.SiblingCall) -> _Calls | None:
+    calls = getattr(_private.task_function(sibling.proc), _ATTRIBUTE, None)
+    return calls if isinstance(calls, _Calls) else None
+
+
+def _placed(sibling: _private.SiblingCall) -> Placed:
+    """A task call of this run as :mod:`.callorder` compares it."""
+    memo = _PLACED.get(sibling.task_id)
+    if memo is not None and memo[0] is sibling.input and memo[1] == len(sibling.writes):
+        return memo[2]
+    recorded = callorder.recorded_mark(tuple(sibling.writes))
+    calls = _calls_of(sibling)
+    if calls is None:
+        placed = Placed(sibling.place, None, None, recorded)
+    else:
+        bound = calls.of_input(sibling.input)
+        placed = Placed(sibling.place, calls.tool, bound[1] if bound else None, recorded)
+    if len(_PLACED) >= _MEMO_SIZE:
+        _PLACED.clear()
+    _PLACED[sibling.task_id] = (sibling.input, len(sibling.writes), placed)  # holds the input
+    return placed
+
+
+def _called_args(sibling: _private.SiblingCall) -> dict[str, Any] | None:
+    """What a task call of this run was called with, secret fields redacted (for an error)."""
+    calls = _calls_of(sibling)
+    bound = calls.of_input(sibling.input) if calls is not None else None
+    if calls is None or bound is None:
+        return None
+    return identity.redact(bound[0], calls.settings.effect_for(calls.tool).secret_fields)
+
+
+@dataclass(frozen=True)
+class _TaskCall:
+    """The running ``@task`` as a tool call."""
+
+    call: dict[str, Any]
+    config: dict[str, Any]
+    ledger: Ledger
+    key: str
+    """What tells it apart within its turn (see :func:`callorder.call_key`)."""
+    args_hash: str
+    crossing: Crossing | None
+    """An earlier call of this run that LangGraph answered with another call's result."""
+
+
+def _task_call(calls: _Calls, ledger: Ledger | None, args: Any, kwargs: Any) -> _TaskCall:
     config = get_config()
+    tool = calls.tool
     task_id = _private.task_id(config)
     if task_id is None:
         raise ConfigurationError(f"@effectful {tool} must run inside a LangGraph @task")
@@ -57,12 +141,52 @@ def _task_call(
             f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
             "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
         )
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    call = {"id": task_id, "name": tool, "args": dict(bound.arguments)}
-    # The task id is derived from the checkpoint id, which time travel changes;
-    # the call path is not (see _private.call_path).
-    return call, dict(config), found, _private.call_path(config) or task_id
+    named, digest = calls.bind(args, kwargs)
+    call = {"id": task_id, "name": tool, "args": named}
+    # Not the task id (derived from the checkpoint id, which time travel changes) nor
+    # the call's index (which a change of order moves): what the call is, and how many
+    # equal calls its parent made before it.
+    path = _private.call_path(config) or task_id
+    seen = _private.sibling_calls(config)
+    if seen is None:  # not a pushed task call: its path is all there is
+        return _TaskCall(call, dict(config), found, path, digest, None)
+    index, siblings = seen
+    placed = [_placed(s) for s in siblings if s.place != index]
+    nth = callorder.occurrence(index, tool, digest, placed)
+    key = callorder.call_key(path.rsplit("/", 1)[0], tool, nth)
+    crossing = callorder.crossed(placed)
+    if crossing is not None:
+        moved = next(s for s in siblings if s.place == crossing.index)
+        crossing = dataclasses.replace(crossing, called_args=_called_args(moved))
+    return _TaskCall(call, dict(config), found, key, digest, crossing)
+
+
+async def _refusal(task: _TaskCall) -> NondeterminismError:
+    """The error that stops a run whose call order changed (nothing was sent)."""
+    c = task.crossing
+    assert c is not None
+    recorded = await task.ledger.get(c.recorded_op_id) if c.recorded_op_id else None
+    path = _private.call_path(task.config) or ""
+    parent = _private.parent_checkpoint(task.config)
+    return NondeterminismError(
+        _private.thread_id(task.config) or "",
+        path.rsplit("/", 1)[0],
+        c.index,
+        (c.recorded_tool, dict(recorded.args) if recorded else None, c.recorded_op_id),
+        (c.called_tool, dict(c.called_args) if c.called_args is not None else None),
+        parent[1] if parent else None,
+    )
+
+
+def _leave_mark(task: _TaskCall, session: Session) -> None:
+    """Record beside the task's result which call made it (see :data:`callorder.MARK`).
+
+    Only once it has a result, right before returning it: LangGraph gives a failed
+    task's writes back on a resume (all but the error), and a call whose writes came
+    back is answered with ``None`` instead of being run again.
+    """
+    op = session.calls[task.call["id"]].op
+    _private.write_now(task.config, callorder.MARK, callorder.mark(op.tool, task.args_hash, op.op_id))
 
 
 def effectful(
@@ -84,50 +208,60 @@ def effectful(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         tool = name or fn.__name__
-        # No message history, so no re-planning: a call is its place in the entrypoint.
+        # No message history, so no re-planning: a call is what it is within its turn.
         settings = Settings.build(
             {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False
         )
-        signature = inspect.signature(fn)
+        calls = _Calls(tool, inspect.signature(fn), settings)
 
-        def open_session(
-            call: dict[str, Any], config: dict[str, Any], found: Ledger, key: str, sync: bool
-        ) -> Any:
+        def open_session(task: _TaskCall, sync: bool) -> Any:
             return Session.open(
-                ledger=found,
+                ledger=task.ledger,
                 settings=settings,
-                tool_calls=[call],
+                tool_calls=[task.call],
                 state=None,
-                config=config,
+                config=task.config,
                 sync_checkpointer=sync,
-                call_keys={call["id"]: key},
+                call_keys={task.call["id"]: task.key},
             )
 
+        wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
-                session: Session = await open_session(call, config, found, key, False)
+                task = _task_call(calls, ledger, args, kwargs)
+                if task.crossing is not None:
+                    raise await _refusal(task)
+                session: Session = await open_session(task, False)
 
                 async def one_round() -> Any:
-                    return await drive(session, call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
+                    return await drive(session, task.call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
 
-                return await with_reviews(session, one_round)
+                result = await with_reviews(session, one_round)
+                _leave_mark(task, session)
+                return result
 
-            return cast(Callable[P, R], run_async)
+            wrapper = run_async
+        else:
 
-        @functools.wraps(fn)
-        def run_sync(*args: Any, **kwargs: Any) -> Any:
-            call, config, found, key = _task_call(tool, signature, ledger, args, kwargs)
-            session: Session = _portal.run(open_session(call, config, found, key, True))
+            @functools.wraps(fn)
+            def run_sync(*args: Any, **kwargs: Any) -> Any:
+                task = _task_call(calls, ledger, args, kwargs)
+                if task.crossing is not None:
+                    raise _portal.run(_refusal(task))
+                session: Session = _portal.run(open_session(task, True))
 
-            def one_round() -> Any:
-                execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
-                return drive_sync(session, call["id"], execute, _portal.run)
+                def one_round() -> Any:
+                    execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
+                    return drive_sync(session, task.call["id"], execute, _portal.run)
 
-            return with_reviews_sync(session, one_round, _portal.run)
+                result = with_reviews_sync(session, one_round, _portal.run)
+                _leave_mark(task, session)
+                return result
 
-        return cast(Callable[P, R], run_sync)
+            wrapper = run_sync
+        setattr(wrapper, _ATTRIBUTE, calls)
+        return cast(Callable[P, R], wrapper)
 
     return decorate

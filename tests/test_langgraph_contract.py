@@ -708,3 +708,76 @@ def test_create_agent_rewrites_the_history_when_it_answers_malformed_calls() -> 
     assert out["messages"][2].tool_call_id == "bad-1"
     out = agent.invoke({"messages": clean})
     assert [m.id for m in out["messages"]] == ["x", "a1"]  # without a repair it holds
+
+
+def test_functional_results_are_cached_by_place_and_sibling_calls_see_them() -> None:
+    """LangGraph names a Functional API call by its place (checkpoint, task name, call
+    index), never by its arguments: a resumed entrypoint whose order changed gets the
+    saved result of call *i* for whatever it calls *i*-th, without running it. A task's
+    write to a channel the entrypoint lacks is saved with its writes and given back
+    with them; ``_private.sibling_calls`` sees every call of the parent, those answered
+    from the saved writes included, with their input and writes."""
+    from langgraph.config import get_config
+    from langgraph.func import entrypoint, task
+
+    saver = InMemorySaver()
+    order = ["a", "b"]
+    ran: list[str] = []
+    seen: list[Any] = []
+
+    @task
+    def step(x: str) -> str:
+        config = get_config()
+        seen.append((x, _private.task_id(config), _private.sibling_calls(config)))
+        ran.append(x)
+        if x == "b" and len(ran) == 2:
+            raise RuntimeError("crash")
+        _private.write_now(config, "__probe__", {"was": x})
+        return "result of " + x
+
+    @entrypoint(checkpointer=saver)
+    def flow(n: int) -> list[str]:
+        return [step(x).result() for x in order]
+
+    config: Any = {"configurable": {"thread_id": "c"}}
+    with pytest.raises(RuntimeError):
+        flow.invoke(1, config, durability="sync")
+    first_ids = [s[1] for s in seen]
+    order[:] = ["c", "b"]
+    assert flow.invoke(None, config, durability="sync") == ["result of a", "result of b"]
+    assert ran == ["a", "b", "b"]  # "c" never ran: it got "a"'s saved result
+    assert seen[2][1] == first_ids[1]  # the same place, the same task id
+    index, siblings = seen[2][2]
+    assert index == 1
+    cached = next(s for s in siblings if s.place == 0)
+    assert cached.input == (("c",), {})
+    assert ("__probe__", {"was": "a"}) in cached.writes and ("__return__", "result of a") in cached.writes
+    assert _private.task_function(cached.proc) is step.func
+
+
+def test_a_failed_functional_task_gets_its_other_writes_back_and_is_not_run_again() -> None:
+    """Why ``@effectful`` leaves its mark only beside a result: a task that wrote and then
+    failed is, on a resume, answered with ``None`` from its saved writes (the error is
+    dropped, the rest given back) instead of being run again."""
+    from langgraph.config import get_config
+    from langgraph.func import entrypoint, task
+
+    ran: list[int] = []
+
+    @task
+    def step() -> str:
+        _private.write_now(get_config(), "__probe__", 1)
+        ran.append(1)
+        if len(ran) == 1:
+            raise RuntimeError("crash")
+        return "ran again"
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def flow(n: int) -> list[str]:
+        return [step().result()]
+
+    config: Any = {"configurable": {"thread_id": "e"}}
+    with pytest.raises(RuntimeError):
+        flow.invoke(1, config, durability="sync")
+    assert flow.invoke(None, config, durability="sync") == [None]
+    assert ran == [1]

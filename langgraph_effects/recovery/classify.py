@@ -188,6 +188,15 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
     return Decision("resume", why, tenant, moved)
 
 
+#: Why a Functional API thread whose run ended cannot settle its unresolved calls.
+_ENTRYPOINT_MOVED_ON = (
+    "its entrypoint ran to the end without calling these again (its calls changed since the "
+    "crash: an input read inside it, or an order that is not deterministic), so a resume "
+    "cannot settle them; each may have landed: check the provider, then decide them with "
+    "`langgraph-effects resolve`"
+)
+
+
 def _blocked(
     seen: Observation,
     policy: Policy,
@@ -204,6 +213,8 @@ def _blocked(
                 "that ran it?); decide its operations with `langgraph-effects resolve`",
                 "not_resumed",
             )
+        if any("call" in o.extra for o in unresolved):
+            return ("not_resumable", _ENTRYPOINT_MOVED_ON, "not_resumed")
         return (
             "not_resumable",
             "the thread has no pending work (its run ended without them), so a resume cannot "
