@@ -55,7 +55,6 @@ OURS = {
 ENTRYPOINT, PLAIN_ENTRYPOINT = "effectful-entrypoint", "plain-entrypoint"
 RECIPIENTS = 3
 SEED = ("retry-only", "record-after", "record-before", "provider-key")
-FIXED = pytest.mark.xfail(strict=True, reason="fixed by the issue-28 branches")
 
 Rows = dict[tuple[str, str], dict[str, Any]]
 
@@ -96,7 +95,11 @@ def test_the_columns_ran_with_their_faults(lab: tuple[int, Rows]) -> None:
         killed = FAULTED if column in ("wedging-answer", "child-process", "reordered-entrypoint") else 0
         assert r["kills"] == killed, (strategy, column)
         intended = {"edit-branch": OPS + FAULTED, "reordered-entrypoint": RECIPIENTS * OPS}
-        assert r["intended"] == intended.get(column, OPS), (strategy, column)
+        # A thread our package stopped (NondeterminismError) is excused the recipients it
+        # never reached: at most all but the one sent before the kill, faulted threads only.
+        excused = intended.get(column, OPS) - r["intended"]
+        assert 0 <= excused <= len(r["stopped"]) * (RECIPIENTS - 1), (strategy, column)
+        assert len(r["stopped"]) <= FAULTED, (strategy, column)
 
 
 def test_the_operator_really_answered_oversized_first(lab: tuple[int, Rows]) -> None:
@@ -179,7 +182,6 @@ def test_ours_the_resumer_never_races_the_orphaned_child(lab: tuple[int, Rows]) 
     assert r["violations"] == []
 
 
-@FIXED
 def test_ours_a_reordered_entrypoint_never_sends_anything_wrong(lab: tuple[int, Rows]) -> None:
     _, rows = lab
     r = row(rows, ENTRYPOINT, "reordered-entrypoint")
@@ -190,7 +192,6 @@ def test_ours_a_reordered_entrypoint_never_sends_anything_wrong(lab: tuple[int, 
     assert r["violations"] == []
 
 
-@FIXED
 def test_the_exit_code_follows_our_rows(lab: tuple[int, Rows]) -> None:
     code, _ = lab
     assert code == 0
