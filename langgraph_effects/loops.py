@@ -16,6 +16,7 @@ from .context import running
 from .errors import (
     MalformedToolCallError,
 )
+from .messages import encodable
 from .review import (
     EffectAnswer,
 )
@@ -157,17 +158,9 @@ def effectful_calls(
     for call in tool_calls:
         key = str(call.get("id") or "")
         counts[key] = counts.get(key, 0) + 1
-    refused = {key for key, n in counts.items() if not key or n > 1 or not _encodable(key)}
+    refused = {key for key, n in counts.items() if not key or n > 1 or not encodable(key)}
     tracked = [call for call in effectful if str(call.get("id") or "") not in refused]
     return tracked, refused
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def refusal_error(tool_call: Mapping[str, Any]) -> MalformedToolCallError:
@@ -175,7 +168,7 @@ def refusal_error(tool_call: Mapping[str, Any]) -> MalformedToolCallError:
     call_id = str(tool_call.get("id") or "")
     if not call_id:
         why = "has no id"
-    elif not _encodable(call_id):
+    elif not encodable(call_id):
         why = (
             f"has an id that is not valid text ({call_id.encode('utf-8', 'backslashreplace').decode()!r}"
             ": an unpaired surrogate)"

@@ -195,3 +195,13 @@ def review_placeholder(op: Operation, *, tool_call_id: str, tool: str) -> ToolMe
         tool_call_id=tool_call_id,
         artifact={PENDING_REVIEW: op.op_id},
     )
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no unpaired surrogate): what a checkpoint can
+    store as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

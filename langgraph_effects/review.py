@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from .errors import OversizedError, ReviewError
-from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text
+from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text, encodable
 from .operation import Change, Event, EvidenceKind, Operation
 
 REVIEW_TYPE = "effect_review"
@@ -206,13 +206,13 @@ class EffectAnswer(RootModel[DecisionsAnswer | ReviewAnswer]):
 def _invalid_text(value: Any, where: str, depth: int = 0) -> str | None:
     """Where in ``value`` a string (or a mapping key) holds an unpaired surrogate."""
     if isinstance(value, str):
-        return None if _encodable(value) else where
+        return None if encodable(value) else where
     if depth > 64:
         return None  # deeper than any answer shape; the schema refuses it anyway
     if isinstance(value, Mapping):
         for key, item in value.items():
             name = f"{where}[{shown_key(key)}]"
-            if isinstance(key, str) and not _encodable(key):
+            if isinstance(key, str) and not encodable(key):
                 return f"a key of {where}"
             found = _invalid_text(item, name, depth + 1)
             if found is not None:
@@ -223,14 +223,6 @@ def _invalid_text(value: Any, where: str, depth: int = 0) -> str | None:
             if found is not None:
                 return found
     return None
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def shown_key(key: Any) -> str:

@@ -158,20 +158,10 @@ def encoded_extra(op: Operation) -> str:
     return _dumps(dict(op.extra)) or "{}"
 
 
-#: The text columns written at intent (each goes through :func:`stored_text`).
-_TEXT_COLUMNS: tuple[str, ...] = (
-    "thread_id",
-    "checkpoint_ns",
-    "tenant",
-    "tool",
-    "tool_call_id",
-    "message_id",
-    "task_id",
-    "checkpoint_id",
-    "args_hash",
-    "provider_key",
-    "contract",
-    "policy_version",
+#: The text columns written at intent (each goes through :func:`stored_text`): the
+#: fixed columns but the operation id and the JSON arguments.
+_TEXT_COLUMNS: tuple[str, ...] = tuple(
+    c for c in COLUMNS[: COLUMNS.index("state")] if c not in ("op_id", "args")
 )
 
 
