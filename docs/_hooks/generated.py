@@ -8,8 +8,11 @@ same functions.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langgraph_effects.exitcodes import TABLE
@@ -27,7 +30,23 @@ def exit_codes() -> str:
     return f"| code | meaning |\n|---|---|\n{rows}"
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"states": states, "exit-codes": exit_codes}
+ROOT = Path(__file__).resolve().parents[2]
+#: What ``python benchmarks/run.py --json docs/_data/benchmark.json`` wrote.
+BENCHMARK_JSON = ROOT / "docs" / "_data" / "benchmark.json"
+
+
+def benchmark() -> str:
+    """The benchmark's table, rendered from its JSON by the benchmark's own renderer."""
+    spec = importlib.util.spec_from_file_location("_bench_report", ROOT / "benchmarks" / "bench_report.py")
+    if spec is None or spec.loader is None:
+        raise ValueError("benchmarks/bench_report.py cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = json.loads(BENCHMARK_JSON.read_text())
+    return f"```text\n{module.render(report)}\n```"
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"states": states, "exit-codes": exit_codes, "benchmark": benchmark}
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", flags=re.M)
 
 

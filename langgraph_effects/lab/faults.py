@@ -449,7 +449,7 @@ class LabClient:
     def send(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
         self.faults.reach("A")
         if self.faults.rate_limited():
-            raise self.provider.rate_limit(payload, key=key)
+            self.provider.rate_limit(1)  # this request is answered 429 (RateLimited)
         if self.child_markers is not None and self.faults.child_armed:
             receipt = send_via_child(
                 self.provider,

@@ -138,6 +138,9 @@ class RateLimited(Exception):
     """
 
 
+_TOO_MANY = "the provider is rate limiting this caller (429); nothing was applied"
+
+
 class Unsupported(ProviderError):
     """The call is not part of this provider's contract (e.g. ``get`` on a blind one)."""
 
@@ -353,12 +356,14 @@ class Provider:
         assert key is not None
         return self._apply_dedup(payload, body, key, hold)
 
-    def rate_limit(self, payload: Mapping[str, Any], *, key: str | None = None) -> RateLimited:
-        """Answer this ``apply`` with a 429: the request is logged, nothing is applied
-        (and no dedup key is claimed). Returns the error for the caller to raise."""
+    def rate_limit(self, requests: int) -> None:
+        """Answer the next ``requests`` ``apply`` calls (from any process) with
+        :class:`RateLimited` (429) before anything else: logged, nothing applied, no
+        dedup key claimed. Then serve as usual."""
+        if requests < 0:
+            raise ValueError(f"rate_limit takes a count of requests >= 0, not {requests}")
         with self._transaction() as db:
-            self._log(db, "apply", key, canonical_json(dict(payload)), "rate_limited")
-        return RateLimited("the provider is rate limiting this caller (429); nothing was applied")
+            db.execute("INSERT OR REPLACE INTO provider_meta VALUES ('rate_limited', ?)", (str(requests),))
 
     def get(self, reference: str) -> EffectRecord | Withdrawn | None:
         """The record carrying ``reference``, at once; ``None`` if there is none (404).
@@ -420,6 +425,16 @@ class Provider:
 
     # -- internals ------------------------------------------------------------
 
+    def _turned_away(self, db: sqlite3.Connection, key: str | None, body: str) -> bool:
+        """Whether this ``apply`` is one :meth:`rate_limit` asked to answer with a 429
+        (logged as ``rate_limited``, the count taken down); inside its transaction."""
+        row = db.execute("SELECT value FROM provider_meta WHERE name = 'rate_limited'").fetchone()
+        if row is None or int(row[0]) <= 0:
+            return False
+        db.execute("UPDATE provider_meta SET value = ? WHERE name = 'rate_limited'", (str(int(row[0]) - 1),))
+        self._log(db, "apply", key, body, "rate_limited")
+        return True
+
     def _log(self, db: sqlite3.Connection, kind: str, key: str | None, body: str | None, outcome: str) -> int:
         cursor = db.execute(
             "INSERT INTO requests (kind, key, payload, outcome, at) VALUES (?, ?, ?, ?, ?)",
@@ -439,24 +454,31 @@ class Provider:
         return Receipt(_effect_id(int(cursor.lastrowid or 0)), operation, key, at)
 
     def _apply_plain(self, payload: Mapping[str, Any], body: str, key: str | None) -> Receipt:
+        receipt: Receipt | Exception
         with self._transaction() as db:
-            if payload.get("reject"):
+            if self._turned_away(db, key, body):
+                receipt = RateLimited(_TOO_MANY)
+            elif payload.get("reject"):
                 self._log(db, "apply", key, body, "rejected")
-                receipt = None
+                receipt = ProviderRejected("the provider rejected the payload (422)")
             else:
                 receipt = self._append(db, payload, body, key)
                 self._log(db, "apply", key, body, "applied")
-        if receipt is None:
-            raise ProviderRejected("the provider rejected the payload (422)")
+        if isinstance(receipt, Exception):
+            raise receipt
         return receipt
 
     def _apply_dedup(
         self, payload: Mapping[str, Any], body: str, key: str, hold: Callable[[], None] | None = None
     ) -> Receipt:
         digest = args_hash(payload)
+        decision: _Claim | Receipt | Exception
         with self._transaction() as db:
-            decision = self._claim(db, key, digest)
-            request_id = self._log(db, "apply", key, body, _outcome_name(decision))
+            if self._turned_away(db, key, body):  # before the claim: the key is not stored
+                decision = RateLimited(_TOO_MANY)
+            else:
+                decision = self._claim(db, key, digest)
+                request_id = self._log(db, "apply", key, body, _outcome_name(decision))
             if isinstance(decision, _Claim) and self.processing_time <= 0 and hold is None:
                 # Claim and effect in one transaction: no in-flight window at all.
                 decision = self._complete(db, payload, body, key, request_id)

@@ -193,7 +193,11 @@ async def run(spec: RetrySpec) -> dict[str, Any]:
     config: Any = {"configurable": {"thread_id": "t1", "policy_version": spec.policy_version}}
     async with _saver(spec) as saver:
         graph = BUILDERS[spec.kind](spec, saver, provider)
-        if spec.resume:
+        # A Functional API run saves its input checkpoint in the background: a worker
+        # killed early may leave none, and then the thread is started again, as a user
+        # would, rather than resumed (LangGraph refuses None with no checkpoint).
+        started = (await graph.aget_state(config)).created_at is not None
+        if spec.resume and started:
             payload: Any = None
         elif spec.kind == "task":
             payload = OPERATION
