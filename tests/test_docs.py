@@ -70,6 +70,10 @@ def test_generated_blocks_come_from_the_code() -> None:
     with pytest.raises(ValueError, match="unknown generated block"):
         hooks.expand("<!-- generated: nowhere -->")  # type: ignore[attr-defined]
     assert "<!-- generated: states -->" in (DOCS / "states.md").read_text()
+    # The performance page's table is the benchmark's own rendering of its committed JSON.
+    bench = hooks.expand("<!-- generated: benchmark -->")  # type: ignore[attr-defined]
+    assert bench.startswith("```text\nWhat safety costs:") and "+ms/call" in bench
+    assert "<!-- generated: benchmark -->" in (DOCS / "performance.md").read_text()
 
 
 def test_the_architecture_page_names_only_what_exists() -> None:
