@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from langgraph_effects.ledger.sqlite import connect
 from langgraph_effects.node import EffectToolNode
 from langgraph_effects.operator import list_operations, resolve, show
 from langgraph_effects.testing import ScriptedChatModel
+from tests.helpers import run_python
 from tests.helpers.agent import Spec
 from tests.helpers.agent import State as AgentState
 
@@ -276,18 +276,8 @@ print(json.dumps(asyncio.run(run()), default=str))
 
 
 def run_worker(spec: Spec, configurable: dict[str, str], *, expect_kill: bool = False) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps({**asdict(spec), "configurable": configurable})],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if expect_kill:
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
-        return {}
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    payload = json.dumps({**asdict(spec), "configurable": configurable})
+    return run_python("-c", WORKER, payload, expect_kill=expect_kill)
 
 
 def crash_spec(tmp_path: Path) -> Spec:

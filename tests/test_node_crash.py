@@ -5,7 +5,6 @@ that keeps its own records in its own SQLite file."""
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.lab.providers import Provider
+from tests.helpers import run_python
 from tests.helpers.agent import Spec, spec_json
 
 pytestmark = pytest.mark.crash
@@ -23,18 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_worker(spec: Spec, *, expect_kill: bool = False) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.agent", spec_json(spec)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if expect_kill:
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
-        return {}
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_python("-m", "tests.helpers.agent", spec_json(spec), expect_kill=expect_kill)
 
 
 def tool_messages(out: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,10 +10,6 @@ the failure was recorded and resume it in a fresh process.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ from langgraph.types import RetryPolicy
 from langgraph_effects import InMemoryLedger, OperationQuery, _portal, attach_ledger
 from langgraph_effects.lab.providers import Provider, RateLimited
 from langgraph_effects.node import EffectToolNode
+from tests.helpers import run_python
 from tests.helpers.retry_agent import (
     CHARGE,
     RetrySpec,
@@ -197,18 +194,7 @@ def test_sync_node_retries_under_the_same_key(tmp_path: Path) -> None:
 
 
 def run_worker(spec: RetrySpec, *, expect_kill: bool = False) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.retry_agent", spec_json(spec)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if expect_kill:
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
-        return {}
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_python("-m", "tests.helpers.retry_agent", spec_json(spec), expect_kill=expect_kill)
 
 
 @pytest.mark.crash

@@ -1,1 +1,26 @@
 """Helpers for tests that need real worker processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_python(*args: str, expect_kill: bool = False) -> dict[str, Any]:
+    """Run ``python ARGS`` from the repository root as a worker process: with
+    ``expect_kill``, assert it died by SIGKILL and return ``{}``; else assert it exited 0
+    and return the JSON on the last line it printed."""
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    if expect_kill:
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
+        return {}
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
