@@ -23,8 +23,8 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 
-from langgraph_effects import messages
-from langgraph_effects.operation import Change, Event, Operation, Owner, advance, create
+from langgraph_effects._runtime import messages
+from langgraph_effects.core.operation import Change, Event, Operation, Owner, advance, create
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 OWNER = Owner(host="bench-host", pid=os.getpid(), started=0.0, token="bench-token")

@@ -44,7 +44,7 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_effects import Effect, EffectSqliteSaver
-from langgraph_effects.node import EffectToolNode
+from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 EFFECTS = {"send": Effect(dedup_window=3600)}

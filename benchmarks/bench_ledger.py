@@ -35,10 +35,10 @@ from bench_common import (
     succeed_change,
 )
 
+from langgraph_effects.core.operation import Change, Event, State, advance, create
 from langgraph_effects.ledger.base import COLUMNS, Ledger, OperationQuery, from_row, to_row
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger, run_in_connection_thread
-from langgraph_effects.operation import Change, Event, State, advance, create
 
 BASE_TIME = 1_780_000_000.0
 OPS_PER_THREAD = 100

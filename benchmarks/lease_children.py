@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from langgraph_effects import lease
-from langgraph_effects.operation import Owner
+from langgraph_effects._runtime import lease
+from langgraph_effects.core.operation import Owner
 
 WORKER = r"""
 import asyncio, json, multiprocessing, os, signal, subprocess, sys, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 
 def sleeper() -> None:
     time.sleep(3)

@@ -3,7 +3,7 @@
     python benchmarks/lease_files.py [--path node|middleware] [--fanout 8] [--batches 60]
 
 Every dispatch owner holds a ``flock`` on a file its resumers probe
-(``langgraph_effects.lease``). A process now keeps the file of a finished dispatch,
+(``langgraph_effects._runtime.lease``). A process now keeps the file of a finished dispatch,
 stamped idle, and stamps it again for the next one; before, each dispatch created,
 locked and renamed a file of its own, and unlinked it when it ended. This measures
 both in one process, on one agent (ours as shipped, on ``EffectSqliteSaver``, 0 ms
@@ -35,7 +35,8 @@ from typing import Any
 import bench_e2e
 from bench_common import bootstrap_ratio_ci, parse_batched, ratio_of_medians
 
-from langgraph_effects import EffectSqliteSaver, lease
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects._runtime import lease
 
 VARIANTS = ("a file per dispatch", "reused")
 TURNS_PER_BATCH = 4

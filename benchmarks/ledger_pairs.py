@@ -39,8 +39,8 @@ from typing import Any
 
 import aiosqlite
 
+from langgraph_effects.core.operation import Change, Event, Operation, Owner
 from langgraph_effects.ledger.sqlite import SqliteLedger, run_in_connection_thread
-from langgraph_effects.operation import Change, Event, Operation, Owner
 
 BATCH = 8
 OWNER = Owner(host=platform.node(), pid=os.getpid(), started=0.0, token="bench")

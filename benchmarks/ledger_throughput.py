@@ -62,10 +62,10 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from langgraph_effects.core.operation import Change, Event, Owner, State
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Change, Event, Owner, State
 
 try:  # run as a script: benchmarks/ is on sys.path
     from ledger_pairs import make_op

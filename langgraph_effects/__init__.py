@@ -10,10 +10,14 @@ tool that also runs unprotected), the ledgers and checkpointer extensions,
 
 from typing import TYPE_CHECKING, Any
 
+from ._integrations.functional import effectful
+from ._integrations.node import EffectToolNode
+from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
+from ._runtime.review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
 from .checkpoint import attach_ledger, ledger_of
 from .checkpoint.sqlite import EffectSqliteSaver
-from .context import OperationInfo, current_operation, maybe_current_operation
-from .contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from .core.contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from .core.operation import Operation, State
 from .errors import (
     ApprovalError,
     ConfigurationError,
@@ -39,17 +43,13 @@ from .errors import (
     TransitionError,
     VerdictNotRecordedError,
 )
-from .functional import effectful
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
-from .node import EffectToolNode
-from .operation import Operation, State
 from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
-from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
 
 if TYPE_CHECKING:
+    from ._integrations.middleware import EffectMiddleware
     from .checkpoint.postgres import EffectPostgresSaver
     from .ledger.postgres import PostgresLedger
-    from .middleware import EffectMiddleware
 
 __version__ = "0.1.0"
 
@@ -115,7 +115,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Optional extras import on first use: psycopg (postgres), langchain (agents).
     if name == "EffectMiddleware":
-        from .middleware import EffectMiddleware  # without langchain: MissingExtraError
+        from ._integrations.middleware import EffectMiddleware  # without langchain: MissingExtraError
 
         return EffectMiddleware
     if name == "PostgresLedger":

@@ -44,7 +44,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from .operation import Event, Operation, Owner
+    from .core.operation import Event, Operation, Owner
 
 
 class EffectsError(Exception):
@@ -192,7 +192,7 @@ class IllegalTransitionError(TransitionError):
     def __init__(self, op_id: str, state: str, event: str) -> None:
         self._record(
             f"operation {op_id} is {state!r}; the event {event!r} is not allowed from there "
-            "(see langgraph_effects.operation.TRANSITIONS)",
+            "(see langgraph_effects.core.operation.TRANSITIONS)",
             op_id=op_id, state=state, event=event,
         )
 
@@ -394,8 +394,8 @@ class MalformedToolCallError(EffectsError):
 class OversizedError(EffectsError, ValueError):
     """A receipt or an evidence text larger than its documented limit: refused, nothing written.
 
-    See :data:`langgraph_effects.messages.MAX_RECEIPT_BYTES` and
-    :data:`~langgraph_effects.messages.MAX_EVIDENCE_CHARS`. ``what`` names the value,
+    See :data:`langgraph_effects._runtime.messages.MAX_RECEIPT_BYTES` and
+    :data:`~langgraph_effects._runtime.messages.MAX_EVIDENCE_CHARS`. ``what`` names the value,
     ``size`` and ``limit`` are in ``unit`` (``"bytes"`` or ``"characters"``);
     :attr:`overage` says just that, without claiming what was or was not written.
     """

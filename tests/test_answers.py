@@ -27,13 +27,13 @@ from langgraph.types import Command
 from pydantic import ValidationError
 
 from langgraph_effects import Effect, EffectSqliteSaver, State
-from langgraph_effects.context import current_operation
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime.context import current_operation
+from langgraph_effects._runtime.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
+from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
-from langgraph_effects.middleware import EffectMiddleware
-from langgraph_effects.node import EffectToolNode
-from langgraph_effects.review import resume_command
 from langgraph_effects.testing import Provider, ScriptedChatModel
 from tests.test_node_crash import run_worker
 from tests.test_review_hitl import KINDS, blind_spec, paused_at_review, tool_messages

@@ -23,11 +23,11 @@ from langgraph_effects import (
     Operation,
     State,
 )
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime.lease import new_owner, release
+from langgraph_effects.core.operation import Change, Event, Owner
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.lease import new_owner, release
-from langgraph_effects.middleware import EffectMiddleware
-from langgraph_effects.node import EffectToolNode
-from langgraph_effects.operation import Change, Event, Owner
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from langgraph_effects import cli
+from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Operation, State
 
 from .test_operator import SECRET_RESULT, dead_owner, make_op, new_ledger_file, seed
 

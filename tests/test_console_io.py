@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from langgraph_effects import exitcodes
+from langgraph_effects.core import exitcodes
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
 

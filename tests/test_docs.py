@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_effects.exitcodes import TABLE
-from langgraph_effects.operation import mermaid
+from langgraph_effects.core.exitcodes import TABLE
+from langgraph_effects.core.operation import mermaid
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from langgraph_effects._runtime.operator import open_ledger, resolve
 from langgraph_effects.cli.failures import console_message
 from langgraph_effects.errors import (
     LeaseLiveError,
@@ -21,7 +22,6 @@ from langgraph_effects.errors import (
     StaleVersionError,
 )
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operator import open_ledger, resolve
 
 from .test_operator import make_op, new_ledger_file, seed
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from blockbuster import BlockBuster, BlockingError, blockbuster_ctx
 
-from langgraph_effects import lease
-from langgraph_effects.operation import Owner
+from langgraph_effects._runtime import lease
+from langgraph_effects.core.operation import Owner
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import Effect
-from langgraph_effects.context import current_operation
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import State
 from tests.helpers.fencing_agent import FenceSpec, build, first_message, open_saver
 from tests.test_fencing import (

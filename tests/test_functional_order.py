@@ -289,7 +289,7 @@ async def test_parallel_calls_are_bound_by_what_they_are(tmp_path: Path) -> None
 
 
 def test_callorder_decisions() -> None:
-    from langgraph_effects.callorder import Placed, call_key, crossed, mark, occurrence
+    from langgraph_effects.core.callorder import Placed, call_key, crossed, mark, occurrence
 
     a, b = mark("notify", "h:a", "op_a"), mark("notify", "h:b", "op_b")
     same = [Placed(0, "notify", "h:a", a), Placed(1, "notify", "h:b", b)]

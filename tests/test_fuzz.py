@@ -63,8 +63,8 @@ from langgraph_effects import (
     current_operation,
     resume_command,
 )
+from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel
 from tests.helpers.agent import State as AgentState
 
@@ -333,7 +333,7 @@ def node_graph(message: AIMessage, tools: list[BaseTool], saver: Any) -> Any:
 def agent_graph(message: AIMessage, tools: list[BaseTool], saver: Any) -> Any:
     from langchain.agents import create_agent  # the 'agents' extra
 
-    from langgraph_effects.middleware import EffectMiddleware
+    from langgraph_effects._integrations.middleware import EffectMiddleware
 
     def script(messages: list[BaseMessage]) -> AIMessage:
         if any(isinstance(m, ToolMessage) for m in messages):

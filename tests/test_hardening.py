@@ -55,15 +55,15 @@ from langgraph_effects import (
     OperationQuery,
     SqliteLedger,
     State,
-    _faults,
     attach_ledger,
     current_operation,
     resume_command,
 )
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import faults as _faults
+from langgraph_effects._runtime.operator import list_operations, resolve, show
 from langgraph_effects.lab.providers import EffectRecord, Provider
 from langgraph_effects.ledger.sqlite import connect
-from langgraph_effects.node import EffectToolNode
-from langgraph_effects.operator import list_operations, resolve, show
 from langgraph_effects.testing import ScriptedChatModel
 from tests.helpers import run_python
 from tests.helpers.agent import Spec
@@ -247,7 +247,8 @@ def test_cross_tenant_resolve_is_refused_by_the_console(tenant_review: TenantRev
 WORKER = r"""
 import asyncio, json, os, signal, sys
 from langchain_core.messages import HumanMessage
-from langgraph_effects import EffectSqliteSaver, _faults, resume_command
+from langgraph_effects import EffectSqliteSaver, resume_command
+from langgraph_effects._runtime import faults as _faults
 from tests.helpers.agent import Spec, build, describe, provider_for
 
 raw = json.loads(sys.argv[1])
@@ -638,7 +639,7 @@ def test_node_refuses_an_id_shared_with_an_invalid_sibling(tmp_path: Path, sibli
 def test_middleware_refuses_duplicate_ids_like_the_node(tmp_path: Path) -> None:
     from langchain.agents import create_agent  # the 'agents' extra
 
-    from langgraph_effects.middleware import EffectMiddleware
+    from langgraph_effects._integrations.middleware import EffectMiddleware
 
     provider = Provider(tmp_path / "provider.sqlite", "dedup")
     ledger = InMemoryLedger()

@@ -6,7 +6,7 @@ change to how ids or hashes are computed (even a faster one) must give these."""
 
 from __future__ import annotations
 
-from langgraph_effects import identity
+from langgraph_effects.core import identity
 
 
 def test_args_hashes_are_pinned() -> None:

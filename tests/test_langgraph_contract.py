@@ -18,7 +18,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langgraph_effects import _private, identity
+from langgraph_effects import _private
+from langgraph_effects.core import identity
 from langgraph_effects.ledger.sqlite import run_in_connection_thread
 
 
@@ -604,7 +605,7 @@ def test_toolnode_parses_every_input_shape_the_adapter_reads() -> None:
     ``_messages_key`` names the state key; ``history_of`` finds the history in each."""
     from langgraph.prebuilt.tool_node import ToolCallWithContext
 
-    from langgraph_effects.engine import history_of
+    from langgraph_effects._runtime.engine import history_of
 
     # (``__type`` is name-mangled in the TypedDict's annotations)
     assert {"tool_call", "state"} <= set(ToolCallWithContext.__annotations__)

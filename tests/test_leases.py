@@ -33,11 +33,11 @@ from langgraph_effects import (
     EffectSqliteSaver,
     LedgerUnavailableError,
     OperationQuery,
-    lease,
 )
-from langgraph_effects.context import current_operation
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import lease
+from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import State
 from tests.helpers.lease_agent import LeaseSpec, spec_json
 
@@ -310,7 +310,7 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
 
 _HOLDER = """
 import json, sys, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 owner = lease.new_owner()
 if sys.argv[1] == "release":
     lease.release(owner)
@@ -320,7 +320,7 @@ time.sleep(600)
 
 
 def _holder(mode: str) -> tuple[subprocess.Popen[str], Any]:
-    from langgraph_effects.operation import Owner
+    from langgraph_effects.core.operation import Owner
 
     proc = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
@@ -358,7 +358,7 @@ def test_liveness_follows_the_dispatch_not_the_clock() -> None:
 
 _REUSER = """
 import json, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 first = lease.new_owner()
 lease.release(first)
 second = lease.new_owner()
@@ -371,7 +371,7 @@ def test_a_reused_lock_file_stands_only_for_the_dispatch_stamped_on_it() -> None
     """A process stamps the lock file of a finished dispatch for its next one: the
     finished one reads as over, the next as running, both while the process lives;
     SIGKILL frees the file and the prober removes it."""
-    from langgraph_effects.operation import Owner
+    from langgraph_effects.core.operation import Owner
 
     proc = subprocess.Popen([sys.executable, "-c", _REUSER], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -467,7 +467,7 @@ def test_a_child_forked_while_the_lease_guard_is_held_can_still_dispatch(
 
 
 def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
-    from langgraph_effects.operation import Owner
+    from langgraph_effects.core.operation import Owner
 
     proc, owner = _holder("hold")
     try:

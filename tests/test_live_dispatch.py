@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects import lease, processes
-from langgraph_effects.operation import Operation, Owner, State
+from langgraph_effects._runtime import lease, processes
+from langgraph_effects.core.operation import Operation, Owner, State
 from tests.test_leases import (
     ROOT,
     Worker,
@@ -123,7 +123,7 @@ def test_a_child_still_sending_when_its_worker_is_killed_is_waited_for(
 
 _SPAWNER = """
 import json, subprocess, sys, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 before = subprocess.Popen(["sleep", "600"])  # a helper started before the dispatch
 time.sleep(0.1)  # start times have a 10 ms grain: one that close counts as the dispatch's
 owner = lease.new_owner()
@@ -163,7 +163,7 @@ def test_a_dispatch_lives_in_its_grandchildren_not_in_older_helpers(strays: list
 
 _FORKER = """
 import json, os, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 
 def fork() -> int:
     pid = os.fork()
@@ -265,7 +265,7 @@ def test_a_lock_directory_removed_under_a_live_dispatch_is_not_a_release(
 
 _HOLDER = """
 import json, sys, time
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 owner = lease.new_owner()
 if sys.argv[1] == "release":
     lease.release(owner)

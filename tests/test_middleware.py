@@ -14,8 +14,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_effects import Effect, EffectSqliteSaver, current_operation, resume_command
+from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.middleware import EffectMiddleware
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from tests.helpers.agent import Spec, build
 from tests.test_node_crash import effects, requests, run_worker, spec, tool_messages

@@ -18,10 +18,10 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import Effect, EffectSqliteSaver, attach_ledger, current_operation
-from langgraph_effects.dangling import unanswered
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._runtime.dangling import unanswered
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.middleware import EffectMiddleware
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -307,7 +307,8 @@ def test_the_async_hooks_hand_no_work_to_threads(tmp_path: Path, monkeypatch: py
         hops.clear()
         asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG))
         # (A lease owner made on the lease thread when no spare is ready is ours, by design.)
-        return sum(1 for func in hops if getattr(func, "__module__", None) != "langgraph_effects.lease")
+        lease_module = "langgraph_effects._runtime.lease"
+        return sum(1 for func in hops if getattr(func, "__module__", None) != lease_module)
 
     plain = turn_hops([])
     ours = turn_hops([EffectMiddleware({"send": Effect(dedup_window=60)})])

@@ -27,10 +27,10 @@ from langgraph_effects import (
     current_operation,
     resume_command,
 )
+from langgraph_effects.core.identity import args_hash, canonical_json
+from langgraph_effects.core.operation import State
 from langgraph_effects.errors import MalformedToolCallError
-from langgraph_effects.identity import args_hash, canonical_json
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.operation import State
 from langgraph_effects.testing import ScriptedChatModel
 
 from .test_hardening import call, one_call_graph

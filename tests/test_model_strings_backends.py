@@ -31,11 +31,11 @@ from langgraph_effects import (
     current_operation,
     resume_command,
 )
+from langgraph_effects.core.operation import State
 from langgraph_effects.errors import MalformedToolCallError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.operation import State
 from langgraph_effects.testing import ScriptedChatModel
 
 from .ledger.conftest import created_schema

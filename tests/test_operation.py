@@ -1,4 +1,4 @@
-"""The pure operation state machine (``langgraph_effects.operation``).
+"""The pure operation state machine (``langgraph_effects.core.operation``).
 
 Property tests drive :func:`advance` with random sequences of changes and check
 them against a small independent model: which error a refused change raises,
@@ -20,13 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note_event
 from hypothesis import strategies as st
 
-from langgraph_effects.errors import (
-    DecisionConflictError,
-    IllegalTransitionError,
-    StaleVersionError,
-    TransitionError,
-)
-from langgraph_effects.operation import (
+from langgraph_effects.core.operation import (
     REOPENING,
     SENDING,
     TERMINAL,
@@ -42,6 +36,12 @@ from langgraph_effects.operation import (
     advance,
     create,
     mermaid,
+)
+from langgraph_effects.errors import (
+    DecisionConflictError,
+    IllegalTransitionError,
+    StaleVersionError,
+    TransitionError,
 )
 
 OWNER = Owner(host="host-a", pid=4242, started=12345.0, token="tok-a")

@@ -1,4 +1,4 @@
-"""The operator API (``langgraph_effects.operator``) against real SQLite ledger files.
+"""The operator API (``langgraph_effects._runtime.operator``) against real SQLite ledger files.
 
 Covers listing with filters, ``show`` with the audit trail, every verdict from
 ``review`` and ``unknown``, a ``dispatched`` operation whose owner died or whose
@@ -22,23 +22,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.cli.failures import console_message
-from langgraph_effects.errors import (
-    DecisionConflictError,
-    IllegalTransitionError,
-    LedgerCorruptError,
-    LedgerUnavailableError,
-    OperationNotFoundError,
-    ReviewError,
-    StaleVersionError,
-    TransitionError,
-)
-from langgraph_effects.identity import args_hash, default_provider_key
-from langgraph_effects.lease import new_owner, release
-from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger
-from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Change, Event, Operation, Owner, State
-from langgraph_effects.operator import (
+from langgraph_effects._runtime.lease import new_owner, release
+from langgraph_effects._runtime.operator import (
     LeaseLiveError,
     LedgerNotFoundError,
     NotResolvableError,
@@ -53,7 +38,22 @@ from langgraph_effects.operator import (
     resolve_report,
     show,
 )
-from langgraph_effects.review import LandedDecision
+from langgraph_effects._runtime.review import LandedDecision
+from langgraph_effects.cli.failures import console_message
+from langgraph_effects.core.identity import args_hash, default_provider_key
+from langgraph_effects.core.operation import Change, Event, Operation, Owner, State
+from langgraph_effects.errors import (
+    DecisionConflictError,
+    IllegalTransitionError,
+    LedgerCorruptError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+    ReviewError,
+    StaleVersionError,
+    TransitionError,
+)
+from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger
+from langgraph_effects.ledger.sqlite import SqliteLedger
 
 SECRET_RESULT = b"TOP-SECRET-TOOL-OUTPUT"
 

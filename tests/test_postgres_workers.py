@@ -27,10 +27,10 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import AuditEntry, OperationQuery
 from langgraph_effects.ledger.postgres import PostgresLedger
-from langgraph_effects.operation import Operation, State
 from tests import test_fencing as fencing
 from tests.helpers import pg_agent
 from tests.helpers.pg_agent import PgSpec, spec_json

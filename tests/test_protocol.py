@@ -1,4 +1,4 @@
-"""The per-call protocol (``langgraph_effects.protocol``) as pure code, without a ledger.
+"""The per-call protocol (``langgraph_effects.core.protocol``) as pure code, without a ledger.
 
 Single-step properties check :func:`next_step` against the rules it encodes; an
 interleaving test then runs an owner A and a resumer B against one operation (the
@@ -15,9 +15,8 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from langgraph_effects import protocol
-from langgraph_effects.errors import StaleVersionError
-from langgraph_effects.operation import (
+from langgraph_effects.core import protocol
+from langgraph_effects.core.operation import (
     TERMINAL,
     Change,
     Event,
@@ -26,6 +25,7 @@ from langgraph_effects.operation import (
     State,
     advance,
 )
+from langgraph_effects.errors import StaleVersionError
 
 LEASE = 10.0
 
@@ -150,7 +150,7 @@ def test_a_definite_failure_says_whether_it_was_raised(raised: bool) -> None:
 def test_a_retried_failure_never_replays_the_old_error() -> None:
     """429 raised, retried, the retry's sender dies after the effect landed, a lookup
     confirms it: the model reads that it landed, not the first attempt's 429."""
-    from langgraph_effects import messages
+    from langgraph_effects._runtime import messages
 
     op = make_op(state=State.DISPATCHED, owner=owner("tok-a"), lease_expires_at=LEASE, attempts=1)
     error = messages.dump(messages.ToolMessage("Error: 429", tool_call_id="call-1", status="error"))

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from langgraph_effects import EffectSqliteSaver
+from langgraph_effects._runtime.operator import resolve
+from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Operation, State
-from langgraph_effects.operator import resolve
 from langgraph_effects.recovery import RecoveryReport, recover
 from tests.helpers.agent import describe
 from tests.helpers.recovery_agent import SPEC_ENV, RecoverySpec, build, config_for, spec_json

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.operation import Event, EvidenceKind, Operation, State
+from langgraph_effects.core.operation import Event, EvidenceKind, Operation, State
 from langgraph_effects.recovery import Observation, Policy, Step, classify
 from langgraph_effects.recovery.narrative import forecast, settled
 

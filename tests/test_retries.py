@@ -20,9 +20,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy
 
-from langgraph_effects import InMemoryLedger, OperationQuery, _portal, attach_ledger
+from langgraph_effects import InMemoryLedger, OperationQuery, attach_ledger
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import portal as _portal
 from langgraph_effects.lab.providers import Provider, RateLimited
-from langgraph_effects.node import EffectToolNode
 from tests.helpers import run_python
 from tests.helpers.retry_agent import (
     CHARGE,

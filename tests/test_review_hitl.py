@@ -14,8 +14,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from langgraph_effects import EffectSqliteSaver, State
+from langgraph_effects._runtime.review import HITL_REVIEW_DECISIONS, EffectAnswer
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.review import HITL_REVIEW_DECISIONS, EffectAnswer
 from tests.helpers.agent import Spec, build
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}

@@ -43,9 +43,9 @@ from langgraph_effects import (
     attach_ledger,
     resume_command,
 )
-from langgraph_effects.identity import REDACTED, args_hash
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects.core.identity import REDACTED, args_hash
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import State as AgentState
 
 SECRET = "sk_live_PLANTED_9f3a"

@@ -30,16 +30,16 @@ from langgraph_effects import (
     EffectSqliteSaver,
     InMemoryLedger,
     OperationQuery,
-    _portal,
     attach_ledger,
-    lease,
 )
-from langgraph_effects.context import current_operation
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import lease
+from langgraph_effects._runtime import portal as _portal
+from langgraph_effects._runtime.context import current_operation
+from langgraph_effects.core.operation import Operation
+from langgraph_effects.core.operation import State as OpState
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.middleware import EffectMiddleware
-from langgraph_effects.node import EffectToolNode
-from langgraph_effects.operation import Operation
-from langgraph_effects.operation import State as OpState
 from langgraph_effects.testing import ScriptedChatModel
 from tests.helpers.agent import State
 from tests.helpers.lease_leaks import released_leases

@@ -27,11 +27,11 @@ from langgraph_effects import (
     current_operation,
     resume_command,
 )
+from langgraph_effects._runtime.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, PREVIEW_CHARS
+from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.errors import ReviewError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, PREVIEW_CHARS
-from langgraph_effects.operator import resolve
 
 from .test_cli import REVIEW, run
 from .test_hardening import call, one_call_graph

@@ -25,6 +25,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
+from langgraph_effects.core.operation import Change, Event, Operation, Owner, State
 from langgraph_effects.errors import (
     IllegalTransitionError,
     LedgerCorruptError,
@@ -34,7 +35,6 @@ from langgraph_effects.errors import (
 )
 from langgraph_effects.ledger import OperationQuery, SqliteLedger
 from langgraph_effects.ledger.sqlite import SCHEMA_VERSION, run_in_connection_thread
-from langgraph_effects.operation import Change, Event, Operation, Owner, State
 
 WORKER = Path(__file__).parent / "helpers" / "ledger_worker.py"
 OWNER = Owner(host="test-host", pid=1, started=0.0, token="tok-test")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from langgraph_effects._runtime.operator import resolve
+from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Operation, State
-from langgraph_effects.operator import resolve
 from langgraph_effects.recovery import DEFAULT_VERDICTS_WITHIN, _candidate_threads
 
 from .test_operator import make_op, new_ledger_file, seed

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from langgraph_effects.exitcodes import TABLE
-from langgraph_effects.operation import mermaid
+from langgraph_effects.core.exitcodes import TABLE
+from langgraph_effects.core.operation import mermaid
 
 
 def states() -> str:

@@ -13,8 +13,8 @@ import typer
 from rich.text import Text
 
 from .. import errors
-from ..exitcodes import ExitCode
-from ..operator import has_password, operation_to_json
+from .._runtime.operator import has_password, operation_to_json
+from ..core.exitcodes import ExitCode
 from .render import print_json, stderr
 
 if TYPE_CHECKING:

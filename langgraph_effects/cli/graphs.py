@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .._targets import load_target
+from .._runtime.targets import load_target
 from ..errors import TargetNotFoundError
 from .failures import BadInput
 

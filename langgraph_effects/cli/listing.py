@@ -15,9 +15,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .._runtime.operator import (
+    OperationView,
+    has_password,
+    lease_status,
+    list_operations,
+    operation_to_json,
+    show,
+)
+from ..core.operation import Operation, State
 from ..ledger.base import AuditEntry
-from ..operation import Operation, State
-from ..operator import OperationView, has_password, lease_status, list_operations, operation_to_json, show
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, compact, field, print_json, relative, state_text, stdout, when

@@ -9,7 +9,7 @@ import typer
 from rich.padding import Padding
 from rich.text import Text
 
-from ..exitcodes import HELP as EXIT_CODES_HELP
+from ..core.exitcodes import HELP as EXIT_CODES_HELP
 from .failures import EXIT_NEEDS_OPERATOR, EXIT_RESUME_FAILED, BadInput, fail, run
 from .graphs import build_graph, load_graph_factory, parse_configurable
 from .render import STATE_STYLES, print_json, stdout

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..operator import Resolution, lease_status, new_decision_id, operation_to_json, resolve_report
+from .._runtime.operator import Resolution, lease_status, new_decision_id, operation_to_json, resolve_report
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout

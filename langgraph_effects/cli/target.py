@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.text import Text
 
-from ..exitcodes import HELP as EXIT_CODES_HELP
+from ..core.exitcodes import HELP as EXIT_CODES_HELP
 from ..ledger import opener
 from .app import ENV_DB, DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import BadInput, fail

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from ..cli.passthrough import parse_args, usage_error
 from ..cli.render import stderr, stdout
-from ..exitcodes import ExitCode
+from ..core.exitcodes import ExitCode
 from .core import (
     POINTS,
     RANDOM,

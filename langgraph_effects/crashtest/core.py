@@ -24,11 +24,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from .._targets import load_target
+from .._runtime.review import REVIEW_TYPE, resume_command
+from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
 from ..lab.strategies import BUILTIN_MODULES
 from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive
-from ..review import REVIEW_TYPE, resume_command
 from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .._fields import pick
+from ..core._fields import pick
 from .worker import ToolCall
 
 

@@ -14,7 +14,7 @@ node), so the handler can break a call at three moments no graph can opt out of:
   the caller sees a timeout for a call that did its work (no kill).
 
 Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the engine's
-own fault points (:mod:`langgraph_effects._faults`), where the worker can die too.
+own fault points (:mod:`langgraph_effects._runtime.faults`), where the worker can die too.
 
 The protocol is the lab's (:mod:`langgraph_effects.lab.worker`), so the lab's
 parent-side driver runs these workers unchanged: ``("done", RunReport)``,
@@ -46,9 +46,9 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Command
 
-from .. import _faults
+from .._runtime import faults as _faults
+from ..core.operation import Operation
 from ..lab.faults import AttemptFaults, Faults
-from ..operation import Operation
 
 #: Fault points every graph passes through (LangChain's tool callbacks).
 CALLBACK_POINTS = ("before-tool", "after-tool", "timeout")
@@ -249,7 +249,7 @@ class FaultHandler(BaseCallbackHandler):
             raise TimeoutError("crashtest: the tool ran, but its caller saw a timeout")
 
     def engine_hook(self, name: str, op: Operation) -> None:
-        """Installed at the engine's fault points (:func:`langgraph_effects._faults.install`)."""
+        """Installed at the engine's fault points (:func:`langgraph_effects._runtime.faults.install`)."""
         point = engine_point(name)
         index = self._engine_counts.get(point, 0) + 1
         self._engine_counts[point] = index
@@ -293,7 +293,7 @@ def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
 @contextlib.asynccontextmanager
 async def open_checkpointer(db: str) -> AsyncIterator[Any]:
     """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``."""
-    from ..operator import is_postgres_dsn
+    from .._runtime.operator import is_postgres_dsn
 
     if is_postgres_dsn(db):
         from ..checkpoint.postgres import EffectPostgresSaver

@@ -28,9 +28,9 @@ from typing import Any, cast
 from langchain_core.messages import AIMessage
 from langgraph.func import entrypoint, task
 
-from ..context import current_operation
-from ..contract import Effect
-from ..functional import effectful
+from .._integrations.functional import effectful
+from .._runtime.context import current_operation
+from ..core.contract import Effect
 from .ours import answer_from_provider, audit_ledger, check_cell
 from .providers import KEYED_MODES
 from .strategies import BuildContext, Strategy, WholeGraph, register

@@ -50,16 +50,16 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from .. import _faults
+from .._integrations.node import EffectToolNode
+from .._runtime import faults as _faults
+from .._runtime.context import current_operation
+from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from .._runtime.review import REVIEW_TYPE, resume_command
 from ..checkpoint import attach_ledger, ledger_of
-from ..context import current_operation
-from ..contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from ..lease import DEFAULT_LEASE_SECONDS
+from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from ..core.operation import Operation
 from ..ledger.base import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
-from ..node import EffectToolNode
-from ..operation import Operation
-from ..review import REVIEW_TYPE, resume_command
 from .faults import CRASH_POINTS
 from .providers import (
     KEYED_MODES,

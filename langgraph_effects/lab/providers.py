@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from ..identity import args_hash, canonical_json
+from ..core.identity import args_hash, canonical_json
 
 ProviderMode = Literal["dedup", "lookup", "lagging", "withdrawn", "blind"]
 MODES: tuple[ProviderMode, ...] = ("dedup", "lookup", "lagging", "withdrawn", "blind")

@@ -4,7 +4,7 @@ Backends only store. Every write is a *plan* (a generator, in the style of a
 sans-IO protocol) that yields :data:`Step` requests: lock a row, load rows,
 insert-if-absent, compare-and-set, append audit rows. A backend runs a plan inside
 one transaction of its own (:meth:`Ledger._transact`) by answering each step with
-its SQL; the rules (the pure :func:`~langgraph_effects.operation.advance`, who may
+its SQL; the rules (the pure :func:`~langgraph_effects.core.operation.advance`, who may
 renew a lease, how migrations are ordered) live here, once. Unresolved operations
 are never expired or deleted by time: no step deletes. Writes that arrive while
 another is in flight share the next transaction (group commit, :mod:`.group`).
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from ..core.operation import UNRESOLVED, Change, Operation, State, advance, create
 from ..errors import (
     LedgerCorruptError,
     LedgerError,
@@ -25,7 +26,6 @@ from ..errors import (
     SchemaTooNewError,
     StaleVersionError,
 )
-from ..operation import UNRESOLVED, Change, Operation, State, advance, create
 from .codec import COLUMNS as COLUMNS
 from .codec import MUTABLE_COLUMNS as MUTABLE_COLUMNS
 from .codec import AuditEntry as AuditEntry
@@ -565,7 +565,7 @@ class Ledger(abc.ABC):
         applies). A verdict whose decision id was already applied with the same
         content changes nothing: ``applied`` is then ``False`` and ``op`` the stored row.
         ``decidable_only`` (an operator's verdict) refuses states outside
-        :data:`~langgraph_effects.operation.DECIDABLE` (see ``advance``).
+        :data:`~langgraph_effects.core.operation.DECIDABLE` (see ``advance``).
         ``before``: the row as the caller last read it. At ``expected_version`` it
         saves the locking read (same results and errors; see :func:`optimistic_plan`).
         """

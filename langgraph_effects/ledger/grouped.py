@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..operation import Operation
+from ..core.operation import Operation
 from .base import CasEach, CasWithAudit, Find, FindOrInsert, InsertWithAudit, Plan, Step, _Run
 from .codec import encoded_extra, origin_text
 from .group import Outcome, Regroup

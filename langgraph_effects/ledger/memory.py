@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from ..operation import Operation
+from ..core.operation import Operation
 from .base import (
     MUTABLE_COLUMNS,
     AuditEntry,

@@ -1,6 +1,6 @@
 """From a database name to an open ledger: SQLite path or Postgres DSN, and whether it holds one.
 
-What the console and :mod:`langgraph_effects.operator` open ledgers with:
+What the console and :mod:`langgraph_effects._runtime.operator` open ledgers with:
 :func:`open_ledger` never creates or migrates anything (a database without a ledger
 is refused with :class:`~langgraph_effects.errors.LedgerNotFoundError`), and
 :func:`setup_database` is the one place that creates the tables.

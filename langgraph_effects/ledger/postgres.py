@@ -44,8 +44,8 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ..core.operation import Operation
 from ..errors import LedgerError, LedgerUnavailableError
-from ..operation import Operation
 from . import base
 from .base import (
     MUTABLE_COLUMNS,

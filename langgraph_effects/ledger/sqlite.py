@@ -21,8 +21,8 @@ from urllib.parse import quote
 import aiosqlite
 
 from .._private import run_in_connection_thread
+from ..core.operation import Operation
 from ..errors import LedgerCorruptError, LedgerUnavailableError
-from ..operation import Operation
 from . import base
 from .base import (
     AuditEntry,

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..operation import EvidenceKind, Operation, State
+from ..core.operation import EvidenceKind, Operation, State
 from .narrative import forecast
 from .report import (
     OperationReport,

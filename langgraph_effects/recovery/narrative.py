@@ -1,8 +1,8 @@
 """How each operation was settled, told from the audit entries its resume recorded.
 
 Pure: the steps come from the ledger's audit trail, keyed here by
-:class:`~langgraph_effects.operation.Event` (what moved the operation) and
-:class:`~langgraph_effects.operation.EvidenceKind` (on what evidence).
+:class:`~langgraph_effects.core.operation.Event` (what moved the operation) and
+:class:`~langgraph_effects.core.operation.EvidenceKind` (on what evidence).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..operation import Event, EvidenceKind, Operation, State
-from ..protocol import raised
+from ..core.operation import Event, EvidenceKind, Operation, State
+from ..core.protocol import raised
 from .report import Settlement, Step, _awaiting_approval, _untouched
 
 #: What a contract lets reconciliation do with an operation whose sender is gone.

@@ -9,13 +9,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from ..lease import lease_expired, owner_alive
+from .._runtime.lease import lease_expired, owner_alive
+from .._runtime.review import APPROVAL_TYPE, REVIEW_TYPE
+from ..core.operation import UNRESOLVED, Operation, State
 from ..ledger.base import Ledger, OperationQuery
-from ..operation import UNRESOLVED, Operation, State
-from ..review import APPROVAL_TYPE, REVIEW_TYPE
 from .classify import Observation, decided_out_of_band
 
-#: The ``type`` of our interrupts (see :mod:`langgraph_effects.review`).
+#: The ``type`` of our interrupts (see :mod:`langgraph_effects._runtime.review`).
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 _SCAN_LIMIT = 1_000_000
 

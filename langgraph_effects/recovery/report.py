@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .._fields import pick
+from ..core._fields import pick
+from ..core.operation import Operation, State, needs_approval
 from ..ledger.base import AuditEntry
-from ..operation import Operation, State, needs_approval
 
 ThreadAction = Literal[
     "resumed",

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._runtime.lease import DEFAULT_LEASE_SECONDS, lease_expired
 from ..checkpoint import ledger_of
+from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError
-from ..lease import DEFAULT_LEASE_SECONDS, lease_expired
 from ..ledger.base import Ledger
-from ..operation import Operation, State
 from .classify import Decision, Policy, classify
 from .narrative import settled
 from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads

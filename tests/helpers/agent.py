@@ -24,13 +24,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, RetryPolicy
 
-from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, NotLanded, _faults
-from langgraph_effects.context import current_operation
-from langgraph_effects.contract import LookupRequest
+from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, NotLanded
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import faults as _faults
+from langgraph_effects._runtime.context import current_operation
+from langgraph_effects._runtime.review import resume_command
+from langgraph_effects.core.contract import LookupRequest
 from langgraph_effects.lab.providers import EffectRecord, Provider, Withdrawn
-from langgraph_effects.middleware import EffectMiddleware
-from langgraph_effects.node import EffectToolNode
-from langgraph_effects.review import resume_command
 from langgraph_effects.testing import ScriptedChatModel
 
 

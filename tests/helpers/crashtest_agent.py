@@ -23,7 +23,7 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_effects import Effect, EffectMiddleware, EffectToolNode
-from langgraph_effects.context import maybe_current_operation
+from langgraph_effects._runtime.context import maybe_current_operation
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
 CALLS = [("send_notification", {"to": "ada@example.com", "text": "Your invoice is paid."})]

@@ -12,8 +12,9 @@ from typing import Any
 
 from langgraph.func import entrypoint, task
 
-from langgraph_effects import Effect, EffectSqliteSaver, _faults, current_operation, resume_command
-from langgraph_effects.functional import effectful
+from langgraph_effects import Effect, EffectSqliteSaver, current_operation, resume_command
+from langgraph_effects._integrations.functional import effectful
+from langgraph_effects._runtime import faults as _faults
 from langgraph_effects.lab.providers import Provider
 
 

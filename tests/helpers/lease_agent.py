@@ -42,10 +42,10 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import EffectSqliteSaver
-from langgraph_effects.context import current_operation
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import Spec as AgentSpec
 from tests.helpers.agent import State, describe, effect_for, model_for
 

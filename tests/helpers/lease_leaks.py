@@ -12,7 +12,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from langgraph_effects import lease
+from langgraph_effects._runtime import lease
 
 
 def _drop(tokens: set[str]) -> None:

@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from langgraph_effects.core.operation import Change, Event, Operation, Owner
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Change, Event, Operation, Owner
 
 
 def make_op(op_id: str) -> Operation:

@@ -44,7 +44,8 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from langgraph_effects import _faults, engine
+from langgraph_effects._runtime import engine
+from langgraph_effects._runtime import faults as _faults
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider, Receipt

@@ -34,10 +34,11 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_effects import EffectSqliteSaver, _faults
-from langgraph_effects.context import current_operation
+from langgraph_effects import EffectSqliteSaver
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import faults as _faults
+from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.node import EffectToolNode
 from tests.helpers.agent import Spec, State, describe, effect_for, model_for, provider_for
 
 SPEC_ENV = "RECOVERY_AGENT_SPEC"

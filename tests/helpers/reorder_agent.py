@@ -25,8 +25,8 @@ from typing import Any
 from langgraph.func import entrypoint, task
 
 from langgraph_effects import EffectsError, EffectSqliteSaver, current_operation
-from langgraph_effects.contract import Effect
-from langgraph_effects.functional import effectful
+from langgraph_effects._integrations.functional import effectful
+from langgraph_effects.core.contract import Effect
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.recovery import recover
 

@@ -33,7 +33,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import RetryPolicy
 
 from langgraph_effects import Effect, EffectSqliteSaver
-from langgraph_effects.context import maybe_current_operation
+from langgraph_effects._runtime.context import maybe_current_operation
 from langgraph_effects.lab.providers import Provider, RateLimited
 
 OPERATION = "t1:0"
@@ -108,7 +108,7 @@ def _kill_after_error(request: Any, execute: Any) -> Any:
 def build_node(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
     from langgraph.prebuilt import ToolNode
 
-    from langgraph_effects.node import EffectToolNode
+    from langgraph_effects._integrations.node import EffectToolNode
 
     options: dict[str, Any] = {"handle_tool_errors": spec.handle_errors}
     if spec.kill_after_answer:
@@ -134,7 +134,7 @@ def build_agent(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
     from langchain.agents import create_agent
     from langchain.agents.middleware import ToolRetryMiddleware
 
-    from langgraph_effects.middleware import EffectMiddleware
+    from langgraph_effects._integrations.middleware import EffectMiddleware
     from langgraph_effects.testing import ScriptedChatModel
 
     middleware: list[Any] = []
@@ -149,7 +149,7 @@ def build_agent(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
 def build_task(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
     from langgraph.func import entrypoint, task
 
-    from langgraph_effects.functional import effectful
+    from langgraph_effects._integrations.functional import effectful
 
     async def charge(operation: str) -> str:
         info = maybe_current_operation()

@@ -30,11 +30,12 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from langgraph_effects import Effect, EffectSqliteSaver, _faults
-from langgraph_effects.context import current_operation
+from langgraph_effects import Effect, EffectSqliteSaver
+from langgraph_effects._integrations.middleware import EffectMiddleware
+from langgraph_effects._integrations.node import EffectToolNode
+from langgraph_effects._runtime import faults as _faults
+from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.middleware import EffectMiddleware
-from langgraph_effects.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from langgraph_effects._runtime.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
 from langgraph_effects.lab.child import await_stragglers, send_via_child
 from langgraph_effects.lab.entrypoint import Recipient
 from langgraph_effects.lab.faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
@@ -38,7 +39,6 @@ from langgraph_effects.lab.providers import Provider, ProviderError, RateLimited
 from langgraph_effects.lab.runner import main, plan_cells
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
 from langgraph_effects.lab.worker import ProviderSettings
-from langgraph_effects.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
 
 pytestmark = pytest.mark.crash
 

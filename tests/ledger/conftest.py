@@ -20,11 +20,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from langgraph_effects.core.operation import Operation
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Operation
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -13,8 +13,17 @@ import sqlite3
 
 import pytest
 
+from langgraph_effects.core.operation import (
+    Change,
+    Event,
+    EvidenceKind,
+    Operation,
+    Owner,
+    State,
+    advance,
+    create,
+)
 from langgraph_effects.ledger.codec import COLUMNS, MUTABLE_COLUMNS, from_row, mutable_row, to_row
-from langgraph_effects.operation import Change, Event, EvidenceKind, Operation, Owner, State, advance, create
 
 OWNER = Owner(host="h", pid=7, started=1.5, token="tok", lock="/tmp/lock")
 

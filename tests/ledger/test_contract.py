@@ -15,15 +15,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.errors import (
-    DecisionConflictError,
-    IllegalTransitionError,
-    OperationNotFoundError,
-    StaleVersionError,
-)
-from langgraph_effects.ledger import InMemoryLedger
-from langgraph_effects.ledger.base import DEFAULT_ACTOR, Find, Ledger, OperationQuery
-from langgraph_effects.operation import (
+from langgraph_effects.core.operation import (
     TERMINAL,
     UNRESOLVED,
     Change,
@@ -33,6 +25,14 @@ from langgraph_effects.operation import (
     State,
     decision_digest,
 )
+from langgraph_effects.errors import (
+    DecisionConflictError,
+    IllegalTransitionError,
+    OperationNotFoundError,
+    StaleVersionError,
+)
+from langgraph_effects.ledger import InMemoryLedger
+from langgraph_effects.ledger.base import DEFAULT_ACTOR, Find, Ledger, OperationQuery
 
 from .conftest import OpFactory
 

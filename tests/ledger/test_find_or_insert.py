@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from langgraph_effects.core.operation import Change, Event, Operation, Owner, State
 from langgraph_effects.ledger.base import (
     DEFAULT_ACTOR,
     FindOrInsert,
@@ -16,7 +17,6 @@ from langgraph_effects.ledger.base import (
     insert_step,
     recorded_plan,
 )
-from langgraph_effects.operation import Change, Event, Operation, Owner, State
 
 from .conftest import OpFactory
 

@@ -16,12 +16,12 @@ import pytest
 from psycopg.pq import Trace
 
 from langgraph_effects._private import run_in_connection_thread
+from langgraph_effects.core.operation import Change, Event, Operation, State
 from langgraph_effects.errors import IllegalTransitionError, LedgerError, StaleVersionError
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operation import Change, Event, Operation, State
 
 from .conftest import OpFactory, require_postgres, terminate
 from .test_contract import LOSE, dispatch, succeed

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.errors import StaleVersionError
 from langgraph_effects.ledger.base import (
     DEFAULT_ACTOR,
@@ -32,7 +33,6 @@ from langgraph_effects.ledger.base import (
 from langgraph_effects.ledger.codec import audit_row
 from langgraph_effects.ledger.grouped import group_plan
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.operation import Operation, State
 
 from .conftest import OpFactory
 from .test_contract import dispatch, succeed

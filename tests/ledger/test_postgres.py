@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.core.operation import Change, Event, Owner, State
 from langgraph_effects.errors import (
     LedgerCorruptError,
     LedgerUnavailableError,
@@ -25,7 +26,6 @@ from langgraph_effects.errors import (
 )
 from langgraph_effects.ledger.pgsql import OP_TYPES
 from langgraph_effects.ledger.postgres import SCHEMA_VERSION, PostgresLedger, _lock_key
-from langgraph_effects.operation import Change, Event, Owner, State
 
 from .conftest import OpFactory, require_postgres, terminate
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from langgraph_effects.core.operation import Change, Event, Operation, Owner, State, decision_digest
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.codec import ESCAPED, read_text, stored_text
-from langgraph_effects.operation import Change, Event, Operation, Owner, State, decision_digest
 
 #: What a backend refuses (NUL, lone and split surrogates), and what looks like the
 #: codec's own escaped form (it must not be mistaken for one).

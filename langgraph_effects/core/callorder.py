@@ -102,5 +102,5 @@ def occurrence(index: int, tool: str, args_hash: str, placed: Iterable[Placed]) 
 
 def call_key(parent: str, tool: str, nth: int) -> str:
     """The key that tells a Functional API call apart within its turn (see
-    :func:`langgraph_effects.identity.operation_id`, which adds the argument hash)."""
+    :func:`langgraph_effects.core.identity.operation_id`, which adds the argument hash)."""
     return f"{parent}:{tool}#{nth}"

@@ -16,15 +16,15 @@ One :class:`Session` serves one node execution (one LangGraph task). It
 The caller (node or middleware) runs the tool itself, so sync and async tools,
 ``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as without
 us; the session only decides whether a call may leave, and remembers what happened.
-The per-call decisions themselves are pure code in :mod:`langgraph_effects.protocol`;
+The per-call decisions themselves are pure code in :mod:`langgraph_effects.core.protocol`;
 the session does the I/O they name (ledger reads and writes, liveness probes,
 heartbeats, reconciliation).
 
 The session is split by reason to change: this module opens it (binding and the
-intent commit); :mod:`~langgraph_effects.binding` derives coordinates and ids;
-:mod:`~langgraph_effects.dispatch` drives each call; :mod:`~langgraph_effects.asking`
-asks a human; :mod:`~langgraph_effects.loops` holds the loops callers share;
-:mod:`~langgraph_effects.actions` the types they exchange. The names callers use are
+intent commit); :mod:`~langgraph_effects._runtime.binding` derives coordinates and ids;
+:mod:`~langgraph_effects._runtime.dispatch` drives each call; :mod:`~langgraph_effects._runtime.asking`
+asks a human; :mod:`~langgraph_effects._runtime.loops` holds the loops callers share;
+:mod:`~langgraph_effects._runtime.actions` the types they exchange. The names callers use are
 re-exported here. See ``docs/architecture.md``.
 """
 from __future__ import annotations
@@ -35,7 +35,24 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _private, identity, lease
+from .. import _private
+from ..core import identity
+from ..core.contract import Effect
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
+from ..errors import DurabilityError
+from ..ledger.base import (
+    DEFAULT_ACTOR,
+    FindOrInsert,
+    InsertWithAudit,
+    Ledger,
+    Load,
+    Plan,
+    find_step,
+    insert_step,
+    recorded_plan,
+    split_found,
+)
+from . import lease
 from .actions import (
     Action,
     Answer,
@@ -57,20 +74,6 @@ from .binding import (
     scope_from,
     turn_of_saved,
 )
-from .contract import Effect
-from .errors import DurabilityError
-from .ledger.base import (
-    DEFAULT_ACTOR,
-    FindOrInsert,
-    InsertWithAudit,
-    Ledger,
-    Load,
-    Plan,
-    find_step,
-    insert_step,
-    recorded_plan,
-    split_found,
-)
 from .loops import (
     AsyncExecutor,
     PortalRun,
@@ -86,7 +89,6 @@ from .loops import (
     with_reviews,
     with_reviews_sync,
 )
-from .operation import Change, Event, EvidenceKind, Operation, Owner, State
 
 # Callers import these from here; they live in the modules named in the docstring.
 __all__ = [

@@ -14,9 +14,9 @@ from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
-from .errors import OversizedError
-from .identity import canonical_json
-from .operation import EvidenceKind, Operation, State
+from ..core.identity import canonical_json
+from ..core.operation import EvidenceKind, Operation, State
+from ..errors import OversizedError
 
 _SERDE = JsonPlusSerializer()
 

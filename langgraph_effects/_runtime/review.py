@@ -6,7 +6,7 @@ their ``{"decisions": [...]}`` answers (:data:`HITL_REVIEW_DECISIONS`).
 
 One module serves both ways a verdict arrives, so they behave the same:
 through ``interrupt()`` / ``Command(resume=...)`` inside the graph, and out of band
-through :mod:`langgraph_effects.operator` (the console). Either way the decision is
+through :mod:`langgraph_effects._runtime.operator` (the console). Either way the decision is
 written to the ledger as a compare-and-set transition with a decision id, and the
 graph, on its next run, answers the model from the ledger.
 """
@@ -28,9 +28,9 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import OversizedError, ReviewError
+from ..core.operation import Change, Event, EvidenceKind, Operation
+from ..errors import OversizedError, ReviewError
 from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text, encodable
-from .operation import Change, Event, EvidenceKind, Operation
 
 REVIEW_TYPE = "effect_review"
 

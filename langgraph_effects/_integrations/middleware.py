@@ -2,7 +2,7 @@
 
 ``create_agent`` does not take a ToolNode; it takes middleware, and it runs one
 task per tool call. ``EffectMiddleware`` wraps each call with the same
-:class:`~langgraph_effects.engine.Session` as ``EffectToolNode``: bind the call to
+:class:`~langgraph_effects._runtime.engine.Session` as ``EffectToolNode``: bind the call to
 its durable operation, replay, execute under a lease, reconcile, and, when
 evidence cannot settle it, raise one ``interrupt()`` for that task.
 
@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from .errors import MissingExtraError
+from ..errors import MissingExtraError
 
 try:
     from langchain.agents.middleware import AgentMiddleware
@@ -41,15 +41,17 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from . import _portal, _private, loops
-from .actions import Settings
-from .checkpoint import ledger_of
-from .contract import Effect
-from .dangling import Answer, find_answers, insert_answers, unanswered
-from .engine import Session
-from .errors import NoLedgerError
-from .lease import DEFAULT_LEASE_SECONDS
-from .ledger.base import Ledger
+from .. import _private
+from .._runtime import loops
+from .._runtime import portal as _portal
+from .._runtime.actions import Settings
+from .._runtime.dangling import Answer, find_answers, insert_answers, unanswered
+from .._runtime.engine import Session
+from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from ..checkpoint import ledger_of
+from ..core.contract import Effect
+from ..errors import NoLedgerError
+from ..ledger.base import Ledger
 from .node import _args_problem, _args_valid, _as_approved
 
 ToolResult = ToolMessage | Command[Any]

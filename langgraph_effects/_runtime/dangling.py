@@ -18,11 +18,13 @@ from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from . import _private, identity, messages
+from .. import _private
+from ..core import identity
+from ..core.operation import Operation
+from ..ledger.base import Ledger
+from . import messages
 from .actions import Settings
 from .binding import Coordinates, history_of, identify, read_checkpoint, scope_from, turn_of_saved
-from .ledger.base import Ledger
-from .operation import Operation
 from .reconcile import Scope
 
 

@@ -11,11 +11,11 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from .actions import Action, Answer, Execute, Settings
-from .context import running
-from .errors import (
+from ..errors import (
     MalformedToolCallError,
 )
+from .actions import Action, Answer, Execute, Settings
+from .context import running
 from .messages import encodable
 from .review import (
     EffectAnswer,

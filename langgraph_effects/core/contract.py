@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from .errors import DefiniteFailure
+from ..errors import DefiniteFailure
 
 
 @dataclass(frozen=True)

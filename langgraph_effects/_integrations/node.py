@@ -2,7 +2,7 @@
 
 A drop-in subclass of :class:`langgraph.prebuilt.ToolNode` (same constructor, plus
 keyword-only ``effects=`` and ``ledger=``). Around ToolNode's own machinery it adds
-the dispatch protocol of :mod:`langgraph_effects.engine`:
+the dispatch protocol of :mod:`langgraph_effects._runtime.engine`:
 
 * at the node level (``_func``/``_afunc``): open a session that binds every call to
   its durable operation and records the intents in one commit; run ToolNode as
@@ -33,14 +33,16 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ValidationError
 
-from . import _portal, _private, loops
-from .actions import Settings
-from .checkpoint import ledger_of
-from .contract import Effect
-from .engine import Session
-from .errors import NoLedgerError
-from .lease import DEFAULT_LEASE_SECONDS
-from .ledger.base import Ledger
+from .. import _private
+from .._runtime import loops
+from .._runtime import portal as _portal
+from .._runtime.actions import Settings
+from .._runtime.engine import Session
+from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from ..checkpoint import ledger_of
+from ..core.contract import Effect
+from ..errors import NoLedgerError
+from ..ledger.base import Ledger
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None

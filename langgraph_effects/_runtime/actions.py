@@ -8,11 +8,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import identity, lease
+from ..core import identity
+from ..core.contract import BLIND, Effect
+from ..core.operation import Operation, Owner
+from . import lease
 from .context import OperationInfo
-from .contract import BLIND, Effect
 from .heartbeat import Heartbeat
-from .operation import Operation, Owner
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Postgres, in-memory) and async::
 
 A verdict is bound to the version the operator saw (``expected_version``): if the
 operation moved since, it is refused and nothing changes. It is idempotent by its
-decision id. It is written with :func:`langgraph_effects.review.decision_change`, the
+decision id. It is written with :func:`langgraph_effects._runtime.review.decision_change`, the
 same change an answer to the graph's ``interrupt()`` produces, so the graph honours
 it on its next resume exactly as if it had been given through ``Command(resume=...)``.
 """
@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from .errors import (
+from ..core.operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
+from ..errors import (
     LeaseLiveError,
     LedgerNotFoundError,
     NotResolvableError,
@@ -38,9 +39,8 @@ from .errors import (
     StaleVersionError,
     VerdictNotRecordedError,
 )
-from .lease import lease_expired, owner_alive
-from .ledger.base import AuditEntry, Ledger, OperationQuery
-from .ledger.opener import (  # opening a ledger lives there; importable from here too
+from ..ledger.base import AuditEntry, Ledger, OperationQuery
+from ..ledger.opener import (  # opening a ledger lives there; importable from here too
     DEFAULT_CONNECT_TIMEOUT,
     describe_target,
     has_password,
@@ -49,7 +49,7 @@ from .ledger.opener import (  # opening a ledger lives there; importable from he
     redact_dsn,
     setup_database,
 )
-from .operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
+from .lease import lease_expired, owner_alive
 from .review import (
     AbandonDecision,
     LandedDecision,
@@ -103,7 +103,7 @@ AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
 def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | None:
     """The lease of a ``dispatched`` operation (``None`` in any other state).
 
-    Consistent with :func:`langgraph_effects.lease.lease_expired`: ``live`` exactly
+    Consistent with :func:`langgraph_effects._runtime.lease.lease_expired`: ``live`` exactly
     when it is not expired.
     """
     if op.state is not State.DISPATCHED:
@@ -292,7 +292,7 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
 
     ``decision`` is a review decision model or a mapping such as
     ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
-    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects.review`).
+    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects._runtime.review`).
 
     Refusals change nothing:
 

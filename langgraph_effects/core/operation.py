@@ -4,7 +4,7 @@ Every allowed transition is one row of :data:`TRANSITIONS` ("Rule 1": if it is n
 in the table, it cannot happen). Backends never decide anything: they load an
 :class:`Operation`, call :func:`advance`, and store what it returns under a
 compare-and-set on :attr:`Operation.version`. The README's state diagram is
-generated from the same table (``python -m langgraph_effects.operation``).
+generated from the same table (``python -m langgraph_effects.core.operation``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import (
+from ..errors import (
     ApprovalError,
     DecisionConflictError,
     IllegalTransitionError,

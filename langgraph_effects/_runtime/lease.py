@@ -19,7 +19,7 @@ waits for a dispatch that was cancelled long ago.
 **A live dispatch includes the processes its tool started.** Once the owner's
 process is gone, a process it started since the dispatch began (a ``gh`` or
 ``kubectl`` the tool shelled out to, still sending) keeps the dispatch running;
-:mod:`~langgraph_effects.processes` finds them by the lineage every process of this
+:mod:`~langgraph_effects._runtime.processes` finds them by the lineage every process of this
 package leaves in its children's environment. A lock file removed from its
 directory is not a release: it is looked for among the live owner's open files.
 An owner that names this host but another kernel or pid namespace (a container
@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ..core.operation import Operation, Owner, State
 from . import processes
-from .operation import Operation, Owner, State
 from .processes import process_start_time
 
 DEFAULT_LEASE_SECONDS = 30.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .operation import Operation
+from ..core.operation import Operation
 
 Hook = Callable[[str, Operation], None]
 POINTS = ("after_intent", "before_outcome")

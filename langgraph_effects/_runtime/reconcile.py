@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from .errors import OversizedError
+from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
+from ..core.operation import Event, EvidenceKind, Operation
+from ..errors import OversizedError
 from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
-from .operation import Event, EvidenceKind, Operation
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The per-call dispatch protocol as pure code: no I/O, no clock, no ledger.
 
-:class:`~langgraph_effects.engine.Session` asks two questions and does the I/O the
+:class:`~langgraph_effects._runtime.engine.Session` asks two questions and does the I/O the
 answers name:
 
 * :func:`next_step`: given the operation as last read, whose lease this call holds
@@ -12,7 +12,7 @@ answers name:
 
 The rules that make "exactly one effect" hold are all here, so they are tested on
 their own with hypothesis (``tests/test_protocol.py``), like the state machine in
-:mod:`langgraph_effects.operation`.
+:mod:`langgraph_effects.core.operation`.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def next_step(
     """What a call whose operation is ``op`` does now.
 
     ``token`` is the lease this call holds (``None`` if none); ``alive`` is
-    :func:`langgraph_effects.lease.owner_alive` of ``op``'s owner when
+    :func:`langgraph_effects._runtime.lease.owner_alive` of ``op``'s owner when
     :func:`needs_liveness` says it matters (ignored otherwise); ``now`` is the
     wall clock, used only for leases of another host. ``scope_changed``: the tenant
     or policy version differs from the one recorded at intent.

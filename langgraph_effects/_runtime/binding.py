@@ -12,12 +12,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from . import _private, identity
-from .actions import Settings, _Call
-from .errors import (
+from .. import _private
+from ..core import identity
+from ..core.operation import Operation
+from ..errors import (
     DurabilityError,
 )
-from .operation import Operation
+from .actions import Settings, _Call
 from .reconcile import Scope
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from .errors import TargetNotFoundError
+from ..errors import TargetNotFoundError
 
 
 def load_target(target: str) -> Any:

@@ -9,7 +9,7 @@ anchored on the **turn**: the checkpoint the tool task was prepared from, the on
 in which the AIMessage was written, named by its newest channel version (see
 :func:`turn_of`). Within that checkpoint the call is told apart by its
 ``tool_call_id`` (refused when shared within one message) or, for a Functional API
-task, by what it is (:func:`langgraph_effects.callorder.call_key`). The args hash is
+task, by what it is (:func:`langgraph_effects.core.callorder.call_key`). The args hash is
 part of the id too, so an edit of the arguments is a new operation.
 """
 
@@ -174,7 +174,7 @@ def operation_id(
 
     ``turn`` comes from :func:`turn_of`; ``call_key`` tells the calls of one turn
     apart (the ``tool_call_id``, or a Functional API task's
-    :func:`~langgraph_effects.callorder.call_key`). The ``op_`` prefix keeps a bare
+    :func:`~langgraph_effects.core.callorder.call_key`). The ``op_`` prefix keeps a bare
     hex digest from being mistaken for an interrupt id in
     ``Command(resume=...)``, which maps interrupt ids to answers.
     """

@@ -1,6 +1,6 @@
 """The per-call driver: what one call does next (``begin``), recording its outcome
 (``finish``), standing down (``withdraw``/``abort``/``close``), and the ledger I/O the pure
-decisions of :mod:`langgraph_effects.protocol` name (moves, leases, heartbeats)."""
+decisions of :mod:`langgraph_effects.core.protocol` name (moves, leases, heartbeats)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,20 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 
-from . import _faults, identity, lease, messages, protocol
-from .actions import Action, Answer, Execute, Settings, _Call
-from .binding import Source
-from .context import OperationInfo
-from .errors import (
+from ..core import identity, protocol
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner
+from ..errors import (
     IllegalTransitionError,
     StaleVersionError,
     TransitionError,
 )
+from ..ledger.base import Ledger
+from . import faults as _faults
+from . import lease, messages
+from .actions import Action, Answer, Execute, Settings, _Call
+from .binding import Source
+from .context import OperationInfo
 from .heartbeat import Heartbeat
-from .ledger.base import Ledger
-from .operation import Change, Event, EvidenceKind, Operation, Owner
 from .reconcile import Scope, reconcile, scope_changes
 
 log = logging.getLogger("langgraph_effects")
@@ -35,7 +37,7 @@ _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not r
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class CallDriver:
-    """The per-call half of a :class:`~langgraph_effects.engine.Session`."""
+    """The per-call half of a :class:`~langgraph_effects._runtime.engine.Session`."""
 
     ledger: Ledger
     settings: Settings

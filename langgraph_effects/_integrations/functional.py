@@ -8,7 +8,7 @@ travel find it wherever it sits), replayed once recorded, reconciled after a cra
 and sent to review through ``interrupt()`` when evidence cannot settle it. A resumed
 entrypoint that LangGraph answers with another call's saved result (its call order
 changed) is stopped with :class:`~langgraph_effects.errors.NondeterminismError`
-before anything else is sent (see :mod:`langgraph_effects.callorder`)::
+before anything else is sent (see :mod:`langgraph_effects.core.callorder`)::
 
     @task
     @effectful(Effect(dedup_window=timedelta(hours=24)))
@@ -33,16 +33,18 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from langgraph.config import get_config
 
-from . import _portal, _private, callorder, identity
-from .actions import Settings
-from .callorder import Crossing, Placed
-from .checkpoint import ledger_of
-from .contract import Effect
-from .engine import Session
-from .errors import ConfigurationError, NoLedgerError, NondeterminismError
-from .lease import DEFAULT_LEASE_SECONDS
-from .ledger.base import Ledger
-from .loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
+from .. import _private
+from .._runtime import portal as _portal
+from .._runtime.actions import Settings
+from .._runtime.engine import Session
+from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from .._runtime.loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
+from ..checkpoint import ledger_of
+from ..core import callorder, identity
+from ..core.callorder import Crossing, Placed
+from ..core.contract import Effect
+from ..errors import ConfigurationError, NoLedgerError, NondeterminismError
+from ..ledger.base import Ledger
 
 P = ParamSpec("P")
 R = TypeVar("R")

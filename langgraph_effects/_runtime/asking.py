@@ -1,6 +1,6 @@
 """Asking a human: the approval and review questions a session's calls raise, and
 applying the answers (verdicts, approvals, edits) to the ledger. The payload shapes
-are built in :mod:`langgraph_effects.review`."""
+are built in :mod:`langgraph_effects._runtime.review`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import identity
+from ..core import identity
+from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, Operation, State
+from ..errors import ReviewError, TransitionError
 from .actions import _Call, by_id
 from .dispatch import CallDriver
-from .errors import ReviewError, TransitionError
 from .messages import MAX_EVIDENCE_CHARS, bounded
-from .operation import DECIDABLE, Change, Event, EvidenceKind, Operation, State
 from .review import (
     APPROVAL_TYPE,
     ApprovalDecision,
@@ -60,7 +60,7 @@ _Approved = tuple[_Call, ApprovalDecision, _EditPlan | None]
 
 
 class HumanQuestions(CallDriver):
-    """The questions-to-a-human half of a :class:`~langgraph_effects.engine.Session`."""
+    """The questions-to-a-human half of a :class:`~langgraph_effects._runtime.engine.Session`."""
 
     check_args: ArgsCheck | None = None
     """How an approver's edit is checked against the tool's schema (``None``: not checked)."""
@@ -84,7 +84,7 @@ class HumanQuestions(CallDriver):
 
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
         :meth:`pending_interrupt` asked: the approval while calls await one, else the
-        review (mapped onto verdicts by :func:`~langgraph_effects.review.review_decisions`).
+        review (mapped onto verdicts by :func:`~langgraph_effects._runtime.review.review_decisions`).
         A mapping answers by operation id.
 
         It never raises for what the answer says: LangGraph has already stored it and

@@ -1,0 +1,7 @@
+"""The pure core: the operation's state machine, the per-call protocol, identity,
+contracts, call order and exit codes, as plain code with no I/O.
+
+Nothing here imports LangGraph, LangChain or a database driver, so it can be
+imported, tested and reasoned about alone. The runtime
+(``langgraph_effects._runtime``) performs what these functions decide.
+"""
