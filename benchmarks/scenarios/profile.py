@@ -1,6 +1,7 @@
 """Where the time a missed target adds goes: a profile of one path's turn on SQLite.
 
-``benchmarks/run.py`` runs this for each path and fan-out whose SQLite row missed its
+Part of scenario ``turn`` (not a scenario of its own): ``benchmarks/run.py`` runs this,
+unless ``--no-profile``, for each path and fan-out whose SQLite row missed its
 target (zero-latency tool). Three views: wall time awaiting each ledger method (those
 the ledger has; a method renamed away is skipped); cProfile of the event-loop thread
 (candidate minus baseline self time per turn, by function and by package); cProfile of
@@ -17,16 +18,16 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
-from bench_common import median
-from bench_e2e import build_pair, run_batch, run_once
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_effects._private import run_in_connection_thread
 from langgraph_effects.ledger.base import Ledger
+from scenarios.turn import LEDGER_PATHS, OURS, Scenario, build_pair, run_batch, run_once
 
-_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
+_ROOT = str(Path(__file__).resolve().parents[2]) + "/"
 
 
 async def what_if_setup_once(
@@ -319,3 +320,24 @@ async def profile_sqlite(
             {"function": _label(key), "self_ms_per_run": ms} for ms, key in thread_top
         ],
     }
+
+
+async def profile_missed(
+    rows: dict[str, dict[str, Any]], savers: tuple[Any, Any], ctx: Any
+) -> dict[str, Any]:
+    """A profile for each ledger path and fan-out whose SQLite row missed its target."""
+    import bench_report
+
+    out: dict[str, Any] = {}
+    for path in LEDGER_PATHS:
+        missed = sorted(
+            {r["fanout"] for r in rows.values() if r["path"] == path and bench_report.time_met(r) is False}
+        )
+        for fanout in missed:
+            ctx.log(f"  profiling {OURS[path]} on SQLite, fan-out {fanout} (a target was missed)")
+            key = Scenario(path, "sqlite", 0.0, fanout).key
+            out[f"{path}/sqlite/fanout={fanout}"] = await profile_sqlite(
+                path, savers, fanout, 3 if ctx.quick else 60, rows.get(key),
+                what_if_runs=2, what_if_repeats=3 if ctx.quick else 36,
+            )
+    return out
