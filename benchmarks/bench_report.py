@@ -205,8 +205,8 @@ def _bare(report: dict[str, Any], add: Any) -> None:
         lo, hi = pair.get("wall_iqr_ms", [pair["wall_ms"]] * 2)
         add(
             f"  bare pair, {backend}: {pair['wall_ms']:.3f} ms wall (IQR {lo:.3f}-{hi:.3f}), "
-            f"{pair['cpu_ms']:.3f} ms CPU: {pair['what']}, median of {pair['repeats']} batches of "
-            f"{pair['pairs_per_batch']}"
+            f"{pair['cpu_ms']:.3f} ms CPU: {pair['what']}; median of {pair['repeats']} batches of "
+            f"{pair['pairs_per_batch']}, one after each repeat of the rows"
         )
 
 

@@ -36,7 +36,7 @@ import itertools
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +196,7 @@ async def compare(
     repeats: int,
     warmup: int = 1,
     progress: Callable[[int], None] | None = None,
+    between: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any], list[pyperf.Benchmark]]:
     """Interleaved batches (AB BA ...): ratio of medians with its interval, CPU beside,
     and the four pyperf benchmarks (wall and CPU of each side)."""
@@ -210,6 +211,8 @@ async def compare(
             wall, cpu = await run_batch(graph, side, runs)
             samples[f"{side}_ms"].append(wall)
             samples[f"cpu_{side}_ms"].append(cpu)
+        if between is not None:  # the bare pair's batch, between the rows' batches
+            await between()
         if progress is not None:
             progress(rep + 1)
     bench = {key: stats.benchmark(f"{name}/{key}", values, runs_per_batch=runs)
@@ -302,48 +305,63 @@ async def _pg_pairs(conn: Any, prefix: str, pairs: int) -> tuple[float, float]:
 _TABLE = "CREATE TABLE IF NOT EXISTS bare_pair (id TEXT PRIMARY KEY, version INTEGER, body TEXT)"
 
 
-async def bare_pair(
-    backend: str, where: Any, *, pairs: int, repeats: int
-) -> tuple[dict[str, Any], list[Any]]:
-    """Wall and CPU ms of one bare pair (insert, then compare-and-set update, each its
-    own durable commit): median over ``repeats`` batches of ``pairs``. ``where``: the
-    SQLite file (WAL, ``synchronous=FULL``, as the ledger) or the Postgres DSN."""
-    walls: list[float] = []
-    cpus: list[float] = []
-    run_id = uuid.uuid4().hex[:8]
-    if backend == "sqlite":
-        db = sqlite3.connect(str(where), isolation_level=None)
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")
-        db.isolation_level = "DEFERRED"
-        db.execute(_TABLE)
-        db.commit()
-        try:
-            for rep in range(repeats + 1):  # the first batch warms up
-                wall, cpu = _sqlite_pairs(db, f"{run_id}-{rep}", pairs)
-                if rep:
-                    walls.append(wall)
-                    cpus.append(cpu)
-        finally:
-            db.close()
-    else:
-        import psycopg
+class BarePair:
+    """The bare pair of ``backend`` (insert, then compare-and-set update, each its own
+    durable commit), measured in batches of ``pairs`` between the rows' batches, so it
+    sees the same machine as they do. ``where``: the SQLite file (WAL,
+    ``synchronous=FULL``, as the ledger) or the Postgres DSN."""
 
-        async with await psycopg.AsyncConnection.connect(where, autocommit=True) as conn:
-            await conn.execute(_TABLE)
-            for rep in range(repeats + 1):
-                wall, cpu = await _pg_pairs(conn, f"{run_id}-{rep}", pairs)
-                if rep:
-                    walls.append(wall)
-                    cpus.append(cpu)
-    wall_b = stats.benchmark(f"bare_pair/{backend}/wall", walls, pairs_per_batch=pairs)
-    cpu_b = stats.benchmark(f"bare_pair/{backend}/cpu", cpus, pairs_per_batch=pairs)
-    what = ("two commits through psycopg (autocommit insert, then compare-and-set update)"
-            if backend == "postgres" else "two sqlite3 commits in WAL, synchronous=FULL (each fdatasyncs)")
-    row = {"backend": backend, "what": what, "pairs_per_batch": pairs, "repeats": repeats,
-           "wall_ms": stats.median_ms(wall_b), "cpu_ms": stats.median_ms(cpu_b),
-           "wall_iqr_ms": list(stats.quartiles_ms(wall_b))}
-    return row, [wall_b, cpu_b]
+    def __init__(self, backend: str, where: Any, *, pairs: int) -> None:
+        self.backend, self.where, self.pairs = backend, where, pairs
+        self.walls: list[float] = []
+        self.cpus: list[float] = []
+        self._db: Any = None
+        self._run = uuid.uuid4().hex[:8]
+
+    async def __aenter__(self) -> BarePair:
+        if self.backend == "sqlite":
+            self._db = sqlite3.connect(str(self.where), isolation_level=None)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute(_TABLE)
+            self._db.isolation_level = "DEFERRED"
+        else:
+            import psycopg
+
+            self._db = await psycopg.AsyncConnection.connect(self.where, autocommit=True)
+            await self._db.execute(_TABLE)
+        await self.batch(keep=False)  # warm-up
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.backend == "sqlite":
+            self._db.close()
+        else:
+            await self._db.close()
+
+    async def batch(self, *, keep: bool = True) -> None:
+        prefix = f"{self._run}-{len(self.walls)}-{keep}"
+        if self.backend == "sqlite":
+            wall, cpu = _sqlite_pairs(self._db, prefix, self.pairs)
+        else:
+            wall, cpu = await _pg_pairs(self._db, prefix, self.pairs)
+        if keep:
+            self.walls.append(wall)
+            self.cpus.append(cpu)
+
+    def summary(self) -> tuple[dict[str, Any], list[Any]]:
+        wall_b = stats.benchmark(f"bare_pair/{self.backend}/wall", self.walls, pairs_per_batch=self.pairs)
+        cpu_b = stats.benchmark(f"bare_pair/{self.backend}/cpu", self.cpus, pairs_per_batch=self.pairs)
+        what = (
+            "two commits through psycopg (autocommit insert, then compare-and-set update)"
+            if self.backend == "postgres"
+            else "two sqlite3 commits in WAL, synchronous=FULL (each fdatasyncs)"
+        )
+        row = {"backend": self.backend, "what": what, "pairs_per_batch": self.pairs,
+               "repeats": len(self.walls), "wall_ms": stats.median_ms(wall_b),
+               "cpu_ms": stats.median_ms(cpu_b),
+               "wall_iqr_ms": list(stats.quartiles_ms(wall_b))}
+        return row, [wall_b, cpu_b]
 
 
 # -- the scenario -----------------------------------------------------------------------------
@@ -356,7 +374,8 @@ CONFIGURATIONS = (
 
 
 async def time_scenarios(
-    scenarios: list[Scenario], savers: tuple[Any, Any], *, runs: int, repeats: int, ctx: Any
+    scenarios: list[Scenario], savers: tuple[Any, Any], *, runs: int, repeats: int, ctx: Any,
+    bare: BarePair | None = None,
 ) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for i, sc in enumerate(scenarios, 1):
@@ -372,7 +391,8 @@ async def time_scenarios(
                 ctx.log(f"      {sc.key}: {done}/{repeats} repeats ({now - started:.0f}s)")
 
         row, benches = await compare(
-            plain, effect, name=sc.key, fanout=sc.fanout, runs=runs, repeats=repeats, progress=progress
+            plain, effect, name=sc.key, fanout=sc.fanout, runs=runs, repeats=repeats, progress=progress,
+            between=None if bare is None else bare.batch,
         )
         ctx.benchmarks.extend(benches)
         row.update(path=sc.path, backend=sc.backend, tool_ms=sc.latency_ms, fanout=sc.fanout)
@@ -389,12 +409,17 @@ async def time_scenarios(
 
 async def _backend(backend: str, savers: tuple[Any, Any], where: Any, args: Any, ctx: Any) -> dict[str, Any]:
     scenarios = ctx.only.scenarios(backend)
-    pairs = 5 if ctx.quick else 50
-    ctx.log(f"  bare pair on {backend}: {args.repeats} batches of {pairs}")
-    bare, benches = await bare_pair(backend, where, pairs=pairs, repeats=args.repeats)
+    async with BarePair(backend, where, pairs=5 if ctx.quick else 10) as pair:
+        rows = await time_scenarios(
+            scenarios, savers, runs=args.runs, repeats=args.repeats, ctx=ctx, bare=pair
+        )
+        if not pair.walls:  # no row ran: the pair alone
+            for _ in range(args.repeats):
+                await pair.batch()
+    bare, benches = pair.summary()
     ctx.benchmarks.extend(benches)
-    ctx.log(f"      {bare['wall_ms']:.3f} ms wall, {bare['cpu_ms']:.3f} ms CPU per pair")
-    rows = await time_scenarios(scenarios, savers, runs=args.runs, repeats=args.repeats, ctx=ctx)
+    ctx.log(f"  bare pair on {backend}: {bare['wall_ms']:.3f} ms wall, {bare['cpu_ms']:.3f} ms CPU "
+            f"(median of {bare['repeats']} batches of {bare['pairs_per_batch']}, between the rows' batches)")
     out: dict[str, Any] = {"e2e": rows, "bare": {backend: bare}, "profile": {}}
     if backend == "sqlite" and not args.no_profile:
         from scenarios import profile
