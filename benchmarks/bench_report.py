@@ -320,8 +320,8 @@ def _short(what: str) -> str:
 
 
 def _rest(report: dict[str, Any], add: Any) -> None:
-    """Scan, memory, Postgres skip, profile."""
-    if report["scan"]:
+    """Scan, memory, Postgres skip."""
+    if report.get("scan"):
         add(
             "Finding unresolved operations: 1,000 unresolved among all rows, ms (median). unresolved() "
             "returns all 1,000"
@@ -358,7 +358,7 @@ def _rest(report: dict[str, Any], add: Any) -> None:
                 )
                 break
         add("")
-    if report["memory"]:
+    if report.get("memory"):
         mem, disk = report["memory"]["inmemory"], report["memory"]["sqlite_file"]
         add(
             f"Memory per 10,000 operations: InMemoryLedger {mem['mb_per_10000']:.1f} MB "
@@ -369,54 +369,6 @@ def _rest(report: dict[str, Any], add: Any) -> None:
         add("")
     if report["postgres"]["skipped"]:
         add(f"Postgres: skipped ({report['postgres']['skipped']})")
-        add("")
-    if report["profile"]:
-        add("Profile of the missed targets (our turn against the baseline's, zero-latency tool, SQLite)")
-        for name, prof in report["profile"].items():
-            loop = prof["event_loop_thread"]
-            add(
-                f"  {name}: adds {prof['added_ms_per_run_unprofiled']:.2f} ms per run (median of "
-                f"{prof['runs']} alternating runs each); a ledger call is pending "
-                f"{prof['awaiting_ledger_ms_per_run']:.2f} ms per run (mean, may overlap other work)"
-            )
-            add(
-                "    ledger calls per run (count, summed wait): "
-                + ", ".join(
-                    f"{m} {v['calls_per_run']:.0f}x {v['ms_per_run']:.2f} ms"
-                    for m, v in prof["ledger_methods"].items()
-                )
-            )
-            groups = ", ".join(
-                f"{g} {ms:+.2f}" for g, ms in list(loop["added_by_package"].items())[:5] if abs(ms) >= 0.05
-            )
-            add(
-                f"    event-loop thread, profiled self time: {loop['self_ms_per_run_toolnode']:.2f} -> "
-                f"{loop['self_ms_per_run_effect']:.2f} ms per run; added by package (ms): {groups}"
-            )
-            add("    most added self time per run (calls per run baseline -> ours):")
-            for item in loop["top_added_self"][:6]:
-                before, after = item["calls_per_run"]
-                add(
-                    f"      {item['added_self_ms_per_run']:+.3f} ms  {item['function']} "
-                    f"({before:g} -> {after:g})"
-                )
-            add("    langgraph_effects on the event loop, cumulative CPU per run:")
-            for item in loop["langgraph_effects_cumulative"][:4]:
-                add(f"      {item['cumulative_ms_per_run']:.3f} ms  {item['function']}")
-            add("    ledger's own thread, self time per run (idle wait excluded):")
-            for item in prof["ledger_thread_top_self"][:4]:
-                add(f"      {item['self_ms_per_run']:.3f} ms  {item['function']}")
-            what_if = prof.get("what_if_ledger_setup_once")
-            if what_if:
-                add(
-                    "    what-if, interleaved in one window: ours as shipped "
-                    f"{what_if['overhead']:.3f}x; with the ledger's schema checked once instead of "
-                )
-                add(
-                    f"    on every checkpointer call {what_if['overhead_setup_once']:.3f}x "
-                    f"({what_if['toolnode_ms']:.2f} / {what_if['effect_ms']:.2f} / "
-                    f"{what_if['effect_setup_once_ms']:.2f} ms per run)"
-                )
         add("")
 
 

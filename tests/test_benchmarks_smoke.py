@@ -205,7 +205,7 @@ def run_scenario(tmp_path: Path, name: str, *extra: str) -> list[str]:
 
 def test_every_scenario_module_is_run_by_the_runner() -> None:
     scenarios = scenario()
-    modules = {p.stem for p in (ROOT / "benchmarks" / "scenarios").glob("*.py")} - {"__init__", "profile"}
+    modules = {p.stem for p in (ROOT / "benchmarks" / "scenarios").glob("*.py")} - {"__init__"}
     assert modules == set(scenarios.NAMES) == {*scenarios.DEFAULT, *OTHERS}
 
 

@@ -420,17 +420,12 @@ async def _backend(backend: str, savers: tuple[Any, Any], where: Any, args: Any,
     ctx.benchmarks.extend(benches)
     ctx.log(f"  bare pair on {backend}: {bare['wall_ms']:.3f} ms wall, {bare['cpu_ms']:.3f} ms CPU "
             f"(median of {bare['repeats']} batches of {bare['pairs_per_batch']}, between the rows' batches)")
-    out: dict[str, Any] = {"e2e": rows, "bare": {backend: bare}, "profile": {}}
-    if backend == "sqlite" and not args.no_profile:
-        from scenarios import profile
-
-        out["profile"] = await profile.profile_missed(rows, savers, ctx)
-    return out
+    return {"e2e": rows, "bare": {backend: bare}}
 
 
 async def run(args: Any, ctx: Any) -> dict[str, Any]:
     """Every selected row on SQLite, then on Postgres (skipped, with why, without a server)."""
-    report: dict[str, Any] = {"e2e": {}, "bare": {}, "profile": {}}
+    report: dict[str, Any] = {"e2e": {}, "bare": {}}
 
     def merge(part: dict[str, Any]) -> None:
         for key, value in part.items():
