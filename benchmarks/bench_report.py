@@ -45,6 +45,29 @@ COMPARED = {
 }
 
 
+_PATHS = ("node", "middleware", "floor")
+_BACKENDS = ("sqlite", "postgres")
+
+
+def _order(backend: str) -> int:
+    return _BACKENDS.index(backend) if backend in _BACKENDS else len(_BACKENDS)
+
+
+def timed_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The timing rows in one order (backend, path, tool, fan-out), whatever order the
+    JSON keeps its keys in: the table a run prints and the one rendered again from its
+    JSON are the same text."""
+    return sorted(
+        report["e2e"].values(),
+        key=lambda r: (_order(r["backend"]), _PATHS.index(r["path"]), r["tool_ms"], r["fanout"]),
+    )
+
+
+def scans(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scan rows, SQLite first, the largest ledger first."""
+    return sorted(report["scan"].values(), key=lambda s: (_order(s["backend"]), -s["rows"]))
+
+
 def pair_target(row: dict[str, Any]) -> float | None:
     """The bare pairs per call a Postgres row may add (issue 32), or None."""
     if row["path"] == "floor" or row["backend"] != "postgres" or row["tool_ms"] != 0:
@@ -117,7 +140,7 @@ def count_checks(row: dict[str, Any]) -> list[tuple[str, str, float | None, bool
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for row in report["e2e"].values():
+    for row in timed_rows(report):
         where = f"{row['path']}, {row['backend']}, {row['tool_ms']:g} ms tool, fan-out {row['fanout']}"
         limit = time_target(row)
         if limit is not None:
@@ -152,7 +175,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "met": met,
                 }
             )
-    for scan in report["scan"].values():
+    for scan in scans(report):
         if scan["backend"] != "sqlite":
             continue
         full = scan["rows"] >= TARGET_SCAN_ROWS
@@ -201,7 +224,7 @@ def _header(report: dict[str, Any], add: Any) -> None:
 
 def _bare(report: dict[str, Any], add: Any) -> None:
     bare = report.get("bare") or {}
-    for backend, pair in bare.items():
+    for backend, pair in sorted(bare.items(), key=lambda item: _order(item[0])):
         lo, hi = pair.get("wall_iqr_ms", [pair["wall_ms"]] * 2)
         add(
             f"  bare pair, {backend}: {pair['wall_ms']:.3f} ms wall (IQR {lo:.3f}-{hi:.3f}), "
@@ -222,12 +245,12 @@ def _verdict(row: dict[str, Any], report: dict[str, Any]) -> str:
 
 def _timing(report: dict[str, Any], add: Any) -> None:
     cfg = report["settings"]
-    rows = list(report["e2e"].values())
+    rows = timed_rows(report)
     add(
         f"One agent turn (scripted model, one AIMessage of tool calls, then the answer), ms per turn: "
         f"median of {cfg['repeats']} interleaved batches of {cfg['runs_per_batch']} turns"
     )
-    for path in dict.fromkeys(row["path"] for row in rows):
+    for path in [p for p in _PATHS if any(row["path"] == p for row in rows)]:
         add(f"  {path}: {COMPARED[path]}")
     _bare(report, add)
     header = (
@@ -336,7 +359,7 @@ def _rest(report: dict[str, Any], add: Any) -> None:
         )
         add(header)
         add("-" * len(header))
-        for scan in report["scan"].values():
+        for scan in scans(report):
             full = scan["rows"] >= TARGET_SCAN_ROWS
             met = scan["unresolved_all_ms"] < TARGET_SCAN_MS if full else None
             parts = "".join(
@@ -348,7 +371,7 @@ def _rest(report: dict[str, Any], add: Any) -> None:
                 f"{scan['unresolved_limit100_ms']:>11.2f}{scan['unresolved_thread_ms']:>12.2f}{parts}"
                 f"  {'< 10 ms ' + _mark(met) if scan['backend'] == 'sqlite' and full else '-'}"
             )
-        for scan in report["scan"].values():
+        for scan in scans(report):
             if scan.get("decode_profile") and scan["rows"] >= max(s["rows"] for s in report["scan"].values()):
                 add(
                     f"  decode profile ({scan['rows']:,} rows, self time): "
@@ -388,7 +411,7 @@ def render(report: dict[str, Any]) -> str:
     if report.get("counts"):
         _counts(report, add)
     _rest(report, add)
-    for name, part in (report.get("scenarios") or {}).items():
+    for name, part in sorted((report.get("scenarios") or {}).items()):
         add(f"Scenario {name}")
         for line in part.get("lines", []):
             add(f"  {line}" if line else "")

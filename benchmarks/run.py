@@ -68,6 +68,7 @@ import langgraph_effects
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
