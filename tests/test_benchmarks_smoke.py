@@ -41,6 +41,15 @@ def scenario(name: str | None = None) -> Any:
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
+def scenario_module(name: str) -> Any:
+    """A module of ``benchmarks/`` (not a scenario), imported as the runner does."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
 def run_bench(
     tmp_path: Path, *args: str, timeout: int = 280
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -82,6 +91,8 @@ def test_quick_default_run_reports_the_main_table(tmp_path: Path) -> None:
                     "Finding unresolved operations", "Memory per 10,000 operations", "Targets"):
         assert heading in proc.stdout, heading
     assert report["table"] in proc.stdout
+    # The docs' hook renders the committed JSON with the same renderer: the same text.
+    assert scenario_module("bench_report").render(report) == report["table"]
     keys = ("meta", "settings", "postgres", "e2e", "bare", "counts", "scan", "memory", "targets", "table")
     for key in keys:
         assert key in report, key
