@@ -12,7 +12,8 @@ Scenarios are modules under ``benchmarks/scenarios/`` (see its ``__init__``); na
 or several (comma-separated) first. Options of a scenario's own are accepted when it is
 the only one named. The run prints one table and writes one JSON (every scenario's
 figures, the machine's pyperf metadata, the targets met or MISSED); ``--pyperf`` also
-writes every configuration's samples as a pyperf suite (``python -m pyperf stats``).
+writes the timed turns' samples (scenarios ``turn`` and ``sync``: each side's wall and
+CPU per batch, and the bare pair's) as a pyperf suite (``python -m pyperf stats``).
 Progress goes to stderr.
 
 The main table (scenario ``turn``): one agent turn, ``EffectToolNode`` vs ``ToolNode``,
@@ -278,7 +279,7 @@ def _parser(module: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--quick", action="store_true", help="a small, fast run (smoke test)")
     parser.add_argument("--json", type=Path, help="write the results here (default: a temp file)")
-    parser.add_argument("--pyperf", type=Path, help="also write every sample as a pyperf suite here")
+    parser.add_argument("--pyperf", type=Path, help="also write the turns' samples as a pyperf suite")
     parser.add_argument("--repeats", type=int, help="interleaved batches per row (51; quick 3)")
     parser.add_argument("--runs", type=int, help="agent turns per batch (2)")
     parser.add_argument("--rows", type=int, help="ledger rows for the unresolved scan (1,000,000)")
