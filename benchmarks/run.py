@@ -272,8 +272,8 @@ async def run_all(args: argparse.Namespace, only: Only, names: list[str]) -> tup
 # -- entry point -----------------------------------------------------------------------------
 
 
-def _parser(module: Any = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def _parser(module: Any = None, *, add_help: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], add_help=add_help)
     parser.add_argument("scenarios", nargs="?", help="comma-separated scenarios (default: "
                         f"{','.join(scenarios.DEFAULT)}; --list names them all)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -300,7 +300,7 @@ def _parser(module: Any = None) -> argparse.ArgumentParser:
 
 
 def _scenarios(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str], Only]:
-    first, _ = _parser().parse_known_args(argv)
+    first, _ = _parser(add_help=False).parse_known_args(argv)  # --help: after the scenario's options
     names = [n.strip() for n in (first.scenarios or "").split(",") if n.strip()]
     for name in names:
         if name not in scenarios.NAMES:
