@@ -1,22 +1,18 @@
-"""Shared pieces of the benchmarks: statistics, commit and round-trip counters, realistic
-rows, Postgres.
+"""Shared pieces of the benchmarks: commit and round-trip counters, realistic rows, Postgres.
 
-Imported by ``benchmarks/run.py`` and its scenario modules (``bench_*.py``); nothing here
-changes the package, it only observes it.
+Imported by ``benchmarks/run.py``'s scenario modules (``benchmarks/scenarios/``; the
+statistics are in ``stats.py``); nothing here changes the package, it only observes it.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import random
 import re
-import statistics
 import tempfile
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,74 +24,6 @@ from langgraph_effects.core.operation import Change, Event, Operation, Owner, ad
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 OWNER = Owner(host="bench-host", pid=os.getpid(), started=0.0, token="bench-token")
-
-
-# -- statistics ------------------------------------------------------------------------
-
-
-def parse_batched(parser: argparse.ArgumentParser, *, fanout: int, batches: int) -> argparse.Namespace:
-    """Add ``--fanout`` and ``--batches`` to ``parser`` and parse; refuse values no
-    interval can come from (a paired interval needs two batches)."""
-    parser.add_argument("--fanout", type=int, default=fanout)
-    parser.add_argument("--batches", type=int, default=batches)
-    args = parser.parse_args()
-    if args.batches < 2 or args.fanout < 1:
-        parser.error(
-            "--batches must be at least 2 (a confidence interval needs pairs) and --fanout at least 1"
-        )
-    return args
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def spread(values: Sequence[float]) -> tuple[float, float]:
-    """The lower and upper quartile (a robust "how noisy was it")."""
-    if len(values) < 2:
-        v = values[0] if values else float("nan")
-        return v, v
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return q[0], q[2]
-
-
-def ratio_of_medians(top: Sequence[float], bottom: Sequence[float]) -> float:
-    b = median(bottom)
-    return median(top) / b if b > 0 else float("nan")
-
-
-def bootstrap_ratio_ci(
-    top: Sequence[float],
-    bottom: Sequence[float],
-    *,
-    resamples: int = 2000,
-    level: float = 0.95,
-    seed: int = 15,
-) -> tuple[float, float]:
-    """A percentile bootstrap confidence interval for ``median(top) / median(bottom)``.
-
-    The samples are paired (batch ``i`` of each ran next to the other, interleaved):
-    pairs are resampled together, so drift common to a pair stays common. Seeded,
-    so the same samples always give the same interval.
-    """
-    n = len(top)
-    if n != len(bottom) or n == 0:
-        raise ValueError("bootstrap needs two paired, non-empty samples")
-    if n == 1:
-        r = ratio_of_medians(top, bottom)
-        return r, r
-    rng = random.Random(seed)
-    stats: list[float] = []
-    for _ in range(resamples):
-        idx = [rng.randrange(n) for _ in range(n)]
-        b = statistics.median(bottom[i] for i in idx)
-        if b > 0:
-            stats.append(statistics.median(top[i] for i in idx) / b)
-    stats.sort()
-    tail = (1.0 - level) / 2
-    lo = stats[round(tail * (len(stats) - 1))]
-    hi = stats[round((1.0 - tail) * (len(stats) - 1))]
-    return lo, hi
 
 
 # -- counting round trips --------------------------------------------------------------------

@@ -1,13 +1,17 @@
-"""The benchmark suite runs from a clean checkout: ``benchmarks/run.py --quick`` as a smoke
-test. No timing is asserted (CI machines are noisy); only that it completes, prints its
-tables for both paths (``EffectToolNode`` and ``EffectMiddleware``), writes JSON with every
-section, and that what it *counts* is wired to the right place: durable ledger commits per
-effectful call within the floor of two, at least one ledger round trip per call (the
-intent is durable before the send), a round trip for every commit, and the baselines'
-graph steps as LangGraph runs them. ``--only`` narrows a run to one row group."""
+"""The benchmark runner and every scenario run from a clean checkout, with tiny counts.
+
+No timing is asserted (machines are noisy); only that ``benchmarks/run.py`` completes,
+prints its tables, writes one JSON with every part, and that what it *counts* is wired
+to the right place: durable ledger commits per effectful call within the floor of two,
+at least one ledger round trip per call (the intent is durable before the send), a
+round trip for every commit, the baselines' graph steps as LangGraph runs them; the
+bare two-commit pair measured in the same run and the issue-32 columns beside each row.
+Each scenario module runs through the runner with its own ``QUICK`` options.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -20,24 +24,46 @@ import pytest
 
 from .ledger.conftest import require_postgres
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
+RUN = str(ROOT / "benchmarks" / "run.py")
 PATHS = {"node", "middleware"}
-TIMED_PATHS = PATHS | {"floor"}  # floor: a no-op middleware, LangChain's own charge (no target)
+TIMED_PATHS = PATHS | {"floor"}  # floor: a no-op middleware, LangChain's own charge
 
 
-def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def scenario(name: str | None = None) -> Any:
+    """The scenario module ``name`` (None: the registry), imported as the runner does."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("scenarios" if name is None else f"scenarios.{name}")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def scenario_module(name: str) -> Any:
+    """A module of ``benchmarks/`` (not a scenario), imported as the runner does."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def run_bench(
+    tmp_path: Path, *args: str, timeout: int = 280
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp_path / "bench.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    (tmp_path / "work").mkdir(exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json", str(out),
-         "--dir", str(tmp_path / "work"), *args],
+        [sys.executable, RUN, *args, "--quick", "--json", str(out), "--dir", str(tmp_path / "work")],
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=timeout,
     )
-    assert proc.returncode == 0, f"benchmarks/run.py --quick failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"benchmarks/run.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc, json.loads(out.read_text())
 
 
@@ -58,130 +84,196 @@ def check_counts(row: dict[str, Any]) -> None:
         assert row[f"checkpoint_commits_per_run_{side}"] >= 4
 
 
-def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
-    proc, report = run_bench(tmp_path)
+def test_quick_default_run_reports_the_main_table(tmp_path: Path) -> None:
+    proc, report = run_bench(tmp_path, "--no-postgres", "--pyperf", str(tmp_path / "suite.json"))
 
-    # The tables are printed, and the JSON carries the same text and every section.
     for heading in ("What safety costs", "One agent turn", "Ledger work and graph cost",
                     "Finding unresolved operations", "Memory per 10,000 operations", "Targets"):
         assert heading in proc.stdout, heading
     assert report["table"] in proc.stdout
-    for key in ("meta", "settings", "postgres", "e2e", "counts", "scan", "memory", "targets", "table"):
+    # The docs' hook renders the committed JSON with the same renderer: the same text.
+    assert scenario_module("bench_report").render(report) == report["table"]
+    keys = ("meta", "settings", "postgres", "e2e", "bare", "counts", "scan", "memory", "targets", "table")
+    for key in keys:
         assert key in report, key
-    assert report["settings"]["quick"] is True
+    assert report["settings"]["scenarios"] == ["turn", "counts", "scan", "memory"]
     assert Path(report["meta"]["package_path"]) == ROOT / "langgraph_effects"
+    assert report["meta"]["pyperf"]["cpu_count"] == os.cpu_count()  # pyperf's machine metadata
     assert "[1/12] node/sqlite/tool=0ms/fanout=1" in proc.stderr  # progress goes to stderr
 
-    # One turn on SQLite, both paths, both fan-outs and tool latencies, each with its ratio
-    # of medians, a CI around it, the CPU ratio and (where the issue sets one) a target.
+    # The bare pair: two fdatasync'd commits, measured in this run, wall and CPU.
+    bare = report["bare"]["sqlite"]
+    # one batch after each repeat of each of the 12 rows: interleaved with them
+    assert bare["wall_ms"] > 0 and bare["cpu_ms"] > 0
+    assert bare["repeats"] == 12 * report["settings"]["repeats"]
+    assert "bare pair, sqlite" in proc.stdout
+
     sqlite_rows = [row for row in report["e2e"].values() if row["backend"] == "sqlite"]
     assert {(row["path"], row["tool_ms"], row["fanout"]) for row in sqlite_rows} == {
         (path, tool, fanout) for path in TIMED_PATHS for tool in (0, 5) for fanout in (1, 8)
     }
-    assert all(
-        "floor" not in t["name"] for t in report["targets"]
-    )  # the floor row informs, it is not judged
     for row in sqlite_rows:
         assert row["baseline_ms"] > 0 and row["effect_ms"] > 0 and row["cpu_ratio"] > 0
         lo, hi = row["ratio_ci95"]
         assert 0 < lo <= hi
         assert len(row["samples"]["baseline_ms"]) == report["settings"]["repeats"]
+        added = (row["effect_ms"] - row["baseline_ms"]) / row["fanout"]
+        assert row["added_ms_per_call"] == pytest.approx(added)
+    # The middleware's pairs column is stated over the floor row of the same cell.
+    mw, floor = (report["e2e"][f"{p}/sqlite/tool=0ms/fanout=1"] for p in ("middleware", "floor"))
+    over = (mw["added_ms_per_call"] - floor["added_ms_per_call"]) / bare["wall_ms"]
+    shown = next(ln for ln in proc.stdout.splitlines() if ln.startswith("middleware sqlite     0ms       1"))
+    assert f"{over:.2f}" in shown
+    assert all("floor" not in t["name"] for t in report["targets"])  # the floor informs, it is not judged
     timed = {t["name"] for t in report["targets"] if "ratio of medians" in t["name"]}
     assert "turn, middleware, sqlite, 0 ms tool, fan-out 1: ratio of medians" in timed
-    assert "turn, node, sqlite, 0 ms tool, fan-out 8: ratio of medians" in timed
-    assert not any("sqlite, 5 ms tool, fan-out 8" in name for name in timed)  # the issue sets none
+    assert not any("sqlite, 5 ms tool, fan-out 8" in name for name in timed)
 
-    # Counted, not inferred, per path and backend.
     counted = {(row["path"], row["backend"], row["fanout"]): row for row in report["counts"]}
-    backends = {"sqlite", "postgres"} if report["postgres"]["available"] else {"sqlite"}
-    assert set(counted) == {(p, b, f) for p in PATHS for b in backends for f in (1, 8)}
+    assert set(counted) == {(p, "sqlite", f) for p in PATHS for f in (1, 8)}
     for row in counted.values():
         check_counts(row)
-    # Intents of parallel calls in one node share one commit: fewer commits per call at fan-out 8.
     assert (counted[("node", "sqlite", 8)]["ledger_commits_per_call"]
             < counted[("node", "sqlite", 1)]["ledger_commits_per_call"])
-    if not report["postgres"]["available"]:
-        assert "Postgres: skipped" in proc.stdout
+    assert "Postgres: skipped (--no-postgres)" in proc.stdout
 
     scan = report["scan"]["sqlite/20000"]
     assert scan["rows"] == 20_000 and scan["unresolved_all_found"] == 1_000
-    memory = report["memory"]
-    assert memory["inmemory"]["bytes_per_operation"] > 0
-    assert memory["sqlite_file"]["bytes_per_operation"] > 0
-    assert all({"name", "target", "measured", "met"} <= set(t) for t in report["targets"])
+    assert report["memory"]["inmemory"]["bytes_per_operation"] > 0
+    assert report["memory"]["sqlite_file"]["bytes_per_operation"] > 0
+
+    # Every configuration's samples, as a pyperf suite pyperf itself reads back.
+    import pyperf
+
+    suite = pyperf.BenchmarkSuite.load(str(tmp_path / "suite.json"))
+    names = set(suite.get_benchmark_names())
+    assert "bare_pair/sqlite/wall" in names and "node/sqlite/tool=0ms/fanout=1/effect_ms" in names
 
 
-def test_only_narrows_the_run_to_one_row_group(tmp_path: Path) -> None:
+def test_postgres_rows_are_judged_in_bare_pairs(tmp_path: Path) -> None:
+    dsn = require_postgres()
+    proc, report = run_bench(tmp_path, "--only", "timing,postgres,0ms,fanout1", "--postgres-dsn", dsn)
+    bare = report["bare"]["postgres"]
+    assert bare["wall_ms"] > 0 and bare["cpu_ms"] > 0 and "psycopg" in bare["what"]
+    assert set(report["e2e"]) == {f"{p}/postgres/tool=0ms/fanout=1" for p in TIMED_PATHS}
+    targets = {t["name"]: t for t in report["targets"]}
+    node = targets["turn, node, postgres, 0 ms tool, fan-out 1: ms added per call, in bare two-commit pairs"]
+    row = report["e2e"]["node/postgres/tool=0ms/fanout=1"]
+    assert node["target"] == "<= 1.5 pairs"
+    assert node["measured"] == pytest.approx(row["added_ms_per_call"] / bare["wall_ms"], abs=0.01)
+    assert node["met"] == (node["measured"] <= 1.5)
+    middleware = targets[
+        "turn, middleware, postgres, 0 ms tool, fan-out 1: ms added per call over the floor, "
+        "in bare two-commit pairs"
+    ]
+    assert middleware["target"] == "<= 1.5 pairs"
+    assert re.search(r"^node +postgres .* <= 1\.5 pair (met|MISSED)$", proc.stdout, flags=re.M)
+
+
+def test_only_narrows_the_run_and_bad_words_are_refused(tmp_path: Path) -> None:
     proc, report = run_bench(tmp_path, "--only", "middleware,sqlite,0ms,fanout1", "--no-profile")
     assert list(report["e2e"]) == ["middleware/sqlite/tool=0ms/fanout=1"]
     assert [(r["path"], r["backend"], r["fanout"]) for r in report["counts"]] == [("middleware", "sqlite", 1)]
     assert not report["scan"] and not report["memory"]
     assert report["postgres"]["available"] is False
-    assert "middleware sqlite" in proc.stdout and "Finding unresolved operations" not in proc.stdout
+    assert "Finding unresolved operations" not in proc.stdout
 
-    bad = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--only", "middlewares"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )
-    assert bad.returncode == 2 and "unknown middlewares" in bad.stderr
+    for args, message in ((["--only", "middlewares"], "unknown middlewares"),
+                          (["turnz"], "unknown scenario 'turnz'"),
+                          (["turn_split", "--batches", "1"], "--batches must be at least 2")):
+        bad = subprocess.run(
+            [sys.executable, RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
 
 
-def test_gc_churn_counts_what_each_turn_leaves_the_collector() -> None:
+def test_list_names_every_scenario_and_what_it_compares() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gc_churn.py"), "--turns", "20", "--fanout", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, RUN, "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
-    assert set(lines) == {"baseline", "ours"}
-    for line in lines.values():
-        assert "full collections in 20 turns" in line and "objects/turn promoted" in line
+    for name in scenario().NAMES:
+        assert re.search(rf"^{name} +\S", proc.stdout, flags=re.M), name
+    assert "bare_pair/postgres" in proc.stdout
+
+
+# -- each other scenario, tiny ------------------------------------------------------------------
+
+OTHERS = [
+    "sync", "turn_split", "floor_split", "gc_churn", "fencing", "fencing_race", "ledger_pairs",
+    "ledger_throughput", "lease_files", "lease_children", "lease_window", "turn_read", "unfinished_scan",
+]
+
+
+def run_scenario(tmp_path: Path, name: str, *extra: str) -> list[str]:
+    quick = list(getattr(scenario(name), "QUICK", []))
+    proc, report = run_bench(tmp_path, name, *quick, *extra, timeout=280)
+    part = report["scenarios"][name]
+    assert part["lines"] and f"Scenario {name}" in proc.stdout
+    assert report["settings"]["scenarios"] == [name] and not report["e2e"]
+    return list(part["lines"])
+
+
+def test_every_scenario_module_is_run_by_the_runner() -> None:
+    scenarios = scenario()
+    modules = {p.stem for p in (ROOT / "benchmarks" / "scenarios").glob("*.py")} - {"__init__"}
+    assert modules == set(scenarios.NAMES) == {*scenarios.DEFAULT, *OTHERS}
+
+
+@pytest.mark.parametrize("name", ["sync", "gc_churn", "ledger_pairs", "lease_children", "lease_window",
+                                  "turn_read", "fencing_race"])
+def test_scenario_runs_with_tiny_counts(tmp_path: Path, name: str) -> None:
+    lines = run_scenario(tmp_path, name, "--no-postgres")
+    text = "\n".join(lines)
+    expected = {
+        "sync": "ours not timed (no synchronous EffectSqliteSaver on this branch)",
+        "gc_churn": "full collections in 20 turns",
+        "ledger_pairs": "durable commits counted",
+        "lease_children": "owner_alive on a dead owner",
+        "lease_window": "a pause is taken over after",
+        "turn_read": "500 messages:",
+        "fencing_race": "Effect saver (fenced)",
+    }[name]
+    assert expected in text, text
+
+
+@pytest.mark.parametrize("name", ["unfinished_scan", "ledger_throughput", "fencing"])
+def test_scenario_with_postgres_runs_with_tiny_counts(tmp_path: Path, name: str) -> None:
+    lines = run_scenario(tmp_path, name, "--postgres-dsn", require_postgres())
+    text = "\n".join(lines)
+    if name == "unfinished_scan":
+        assert text.startswith("sqlite: 200 threads") and "\npostgres: 200 threads" in text
+    elif name == "ledger_throughput":
+        assert re.search(r"1 workers: [0-9.]+x \[[0-9.]+, [0-9.]+\] of \d+ pairs/s; worker CPU per", text)
+        assert "target <= 2x" in text
+    else:
+        assert lines[0].startswith("sqlite") and "what-if, ours with the triggers off" in text
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_turn_split_prints_each_row_against_the_one_above(backend: str) -> None:
-    args = ["--backend", backend, "--path", "middleware", "--fanout", "2", "--batches", "2"]
-    if backend == "postgres":
-        args += ["--postgres-dsn", require_postgres()]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "turn_split.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.splitlines()
+def test_turn_split_prints_each_row_against_the_one_above(tmp_path: Path, backend: str) -> None:
+    extra = ["--backend", backend] + (["--postgres-dsn", require_postgres()] if backend == "postgres" else [])
+    out = run_scenario(tmp_path, "turn_split", *extra)
     names = ["baseline", "baseline, our saver", "ours, ledger in memory", "ours"]
     if backend == "postgres":  # the what-if that splits the saver's cost
         names.insert(1, "our saver, triggers off")
     title = f"middleware on {backend}, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
-    assert out[-len(names) - 2] == title
+    assert out[0] == title
     rows = out[-len(names):]
     for name, line in zip(names, rows, strict=True):
         assert line.startswith(name + " ")
         wall, cpu = (float(x) for x in line[len(name):].split()[:2])
         assert wall > 0 and cpu > 0
-    assert all(" CPU x" in line and "(" in line for line in rows[1:])  # a ratio with its interval
+    assert all(" CPU x" in line and "(" in line for line in rows[1:])
     assert "CPU x" not in rows[0]
 
-    bad = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "turn_split.py"), "--batches", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )
-    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
 
-
-def test_floor_split_prints_each_hook_and_ours_against_the_floor() -> None:
-    script = str(ROOT / "benchmarks" / "floor_split.py")
-    proc = subprocess.run(
-        [sys.executable, script, "--fanout", "2", "--batches", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.splitlines()
+def test_floor_split_prints_each_hook_and_ours_against_the_floor(tmp_path: Path) -> None:
+    out = run_scenario(tmp_path, "floor_split")
     names = ["create_agent", "tool hook", "model hook", "both hooks", "EffectMiddleware"]
-    title = "create_agent on SQLite, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
-    assert out[-len(names) - 3] == title
+    assert out[0] == "create_agent on SQLite, fan-out 2, 0 ms tool: per turn, median of 2 batches of 4 turns"
     calls = {}
-    for name, line in zip(names, out[-len(names) - 1:-1], strict=True):
+    for name, line in zip(names, out[2:-1], strict=True):
         assert line.startswith(name + " ")
         wall, cpu, calls[name] = (float(x) for x in line[len(name):].split()[:3])
         assert wall > 0 and cpu > 0
@@ -198,22 +290,10 @@ def test_floor_split_prints_each_hook_and_ours_against_the_floor() -> None:
     assert float(last[2]) <= float(last[1]) <= float(last[3])
     assert int(last[4]) == calls["EffectMiddleware"] - calls["both hooks"]
 
-    bad = subprocess.run(
-        [sys.executable, script, "--batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
 
-
-def test_lease_files_prints_both_variants_and_the_owner_cost() -> None:
-    script = str(ROOT / "benchmarks" / "lease_files.py")
-    proc = subprocess.run(
-        [sys.executable, script, "--path", "middleware", "--fanout", "2", "--batches", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.splitlines()
-    title = "middleware, fan-out 2, 0 ms tool, SQLite: per turn, median of 2 batches of 4 turns"
-    assert out[-5] == title
+def test_lease_files_prints_both_variants_and_the_owner_cost(tmp_path: Path) -> None:
+    out = run_scenario(tmp_path, "lease_files")
+    assert out[0] == "middleware, fan-out 2, 0 ms tool, SQLite: per turn, median of 2 batches of 4 turns"
     per_dispatch, reused, cost = out[-3:]
     for name, line in (("a file per dispatch", per_dispatch), ("reused", reused)):
         assert line.startswith(name + " ")
@@ -224,32 +304,3 @@ def test_lease_files_prints_both_variants_and_the_owner_cost() -> None:
         r"one owner made and released: a file per dispatch ([0-9.]+) µs CPU, reused ([0-9.]+) µs CPU", cost
     )
     assert made is not None and float(made[1]) > 0 and float(made[2]) > 0
-
-    bad = subprocess.run(
-        [sys.executable, script, "--batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert bad.returncode == 2 and "--batches must be at least 2" in bad.stderr
-
-
-def test_fencing_times_both_savers_and_on_postgres_the_triggers_off(tmp_path: Path) -> None:
-    out = tmp_path / "fencing.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fencing.py"), "--rounds", "3", "--steps", "2",
-         "--pg-dsn", require_postgres(), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
-    assert set(report) == {"sqlite", "postgres"}
-    for backend, row in report.items():
-        assert row["plain_ms_per_step"] > 0 and row["fenced_ms_per_step"] > 0
-        lo, hi = row["ratio_ci95"]
-        assert lo <= row["ratio"] <= hi
-        # The what-if needs the fence in the database: Postgres only.
-        assert ("triggers_off_ratio" in row) == (backend == "postgres")
-    pg = report["postgres"]
-    lo, hi = pg["triggers_off_ratio_ci95"]
-    assert pg["triggers_off_ms_per_step"] > 0 and lo <= pg["triggers_off_ratio"] <= hi
-    assert "what-if, ours with the triggers off" in proc.stdout
-    cpu_lo, cpu_hi = pg["triggers_off_cpu_ratio_ci95"]
-    assert f"CPU ratio {pg['triggers_off_cpu_ratio']:.3f} [{cpu_lo:.3f}-{cpu_hi:.3f}]" in proc.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -73,6 +74,10 @@ def test_generated_blocks_come_from_the_code() -> None:
     # The performance page's table is the benchmark's own rendering of its committed JSON.
     bench = hooks.expand("<!-- generated: benchmark -->")  # type: ignore[attr-defined]
     assert bench.startswith("```text\nWhat safety costs:") and "+ms/call" in bench
+    # ... with the issue-32 columns, and the same text the run printed (the JSON is current).
+    assert "bare pair, " in bench and "pairs  target" in bench
+    report = json.loads((DOCS / "_data" / "benchmark.json").read_text())
+    assert bench == f"```text\n{report['table']}\n```"
     assert "<!-- generated: benchmark -->" in (DOCS / "performance.md").read_text()
 
 

@@ -1,5 +1,5 @@
-"""Ledger at scale: finding unresolved operations among 1,000,000, and the memory and disk
-an operation takes.
+"""Ledger at scale: finding unresolved operations among 1,000,000 (scenario ``scan``), and
+the memory and disk an operation takes (scenario ``memory``, ``scenarios/memory.py``).
 
 Scan: the ledger file is created with ``SqliteLedger.setup()`` (the real schema and
 its partial indexes), then bulk-loaded in one transaction with ``executemany``: rows
@@ -24,14 +24,15 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from bench_common import (
     confirmed,
     dispatch_change,
     dispatched,
+    fresh_pg_database,
     make_op,
-    median,
     succeed_change,
 )
 
@@ -358,4 +359,29 @@ async def disk_sqlite(path: Path, n: int) -> dict[str, Any]:
     }
 
 
-__all__ = ["disk_sqlite", "ledger_rows", "memory_inmemory", "scan_postgres", "scan_sqlite"]
+CONFIGURATIONS = ("unresolved/sqlite/1000000", "unresolved/sqlite/20000", "unresolved/postgres/1000000")
+TARGET_ROWS = 1_000_000
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    """1,000 unresolved among ``--rows`` (1,000,000; quick 20,000), and on SQLite the same
+    1,000 among 20,000 for reference (the scan is O(result), not O(history))."""
+    rows = args.rows or (20_000 if ctx.quick else TARGET_ROWS)
+    repeats = 5 if ctx.quick else 25
+    out: dict[str, Any] = {}
+    if "sqlite" in ctx.only.backends:
+        for total in [rows, *([] if ctx.quick else [20_000])]:
+            ctx.log(f"unresolved scan, {total:,} rows (SQLite)")
+            out[f"sqlite/{total}"] = await scan_sqlite(
+                ctx.workdir / "scan.sqlite", total=total, unresolved=1_000, repeats=repeats
+            )
+    if ctx.pg_skip is None and "postgres" in ctx.only.backends:
+        ctx.log(f"unresolved scan, {rows:,} rows (Postgres)")
+        async with fresh_pg_database(ctx.dsn) as fresh:
+            out[f"postgres/{rows}"] = await scan_postgres(
+                fresh, total=rows, unresolved=1_000, repeats=repeats
+            )
+    return {"scan": out}
+
+
+__all__ = ["disk_sqlite", "ledger_rows", "memory_inmemory", "run", "scan_postgres", "scan_sqlite"]

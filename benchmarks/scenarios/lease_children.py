@@ -1,6 +1,7 @@
-"""Whether a killed worker's dispatch is still seen running while its child lives.
+"""Whether a killed worker's dispatch is still seen running while its child lives
+(scenario ``lease_children``).
 
-    python benchmarks/lease_children.py
+    python benchmarks/run.py lease_children [--ways N]
 
 For each way a tool can start a child, a worker process makes a dispatch owner,
 starts a child that sleeps 3 s that way, and SIGKILLs itself. This process then asks
@@ -13,6 +14,7 @@ of every process on the host.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -20,9 +22,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from langgraph_effects._runtime import lease
 from langgraph_effects.core.operation import Owner
+from scenarios import opt, section
 
 WORKER = r"""
 import asyncio, json, multiprocessing, os, signal, subprocess, sys, time
@@ -71,12 +75,13 @@ WAYS = [
 ]
 
 
-def main() -> None:
+def measure(ways: list[str]) -> list[str]:
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         script, out = Path(tmp) / "worker.py", Path(tmp) / "owner.json"
         script.write_text(WORKER)
         dead: Owner | None = None
-        for way in WAYS:
+        for way in ways:
             subprocess.run(
                 [sys.executable, str(script), way, str(out)],
                 stdout=subprocess.DEVNULL,
@@ -89,7 +94,7 @@ def main() -> None:
             while lease.owner_alive(owner) and time.monotonic() - killed < 15:
                 time.sleep(0.05)
             over = time.monotonic() - killed
-            print(f"{way:25} running after the kill: {during!s:5}  over {over:4.1f} s after it")
+            lines.append(f"{way:25} running after the kill: {during!s:5}  over {over:4.1f} s after it")
         assert dead is not None
         rounds = 50
         cpu = time.process_time()
@@ -97,8 +102,19 @@ def main() -> None:
             lease.owner_alive(dead)
         spent = (time.process_time() - cpu) / rounds * 1e3
         hosts = sum(1 for name in os.listdir("/proc") if name.isdigit())
-        print(f"owner_alive on a dead owner: {spent:.2f} ms CPU, {hosts} processes on this host")
+        lines.append(f"owner_alive on a dead owner: {spent:.2f} ms CPU, {hosts} processes on this host")
+
+    return lines
 
 
-if __name__ == "__main__":
-    main()
+CONFIGURATIONS = tuple(WAYS)
+QUICK = ["--ways", "1"]
+
+
+def options(group: Any) -> None:
+    group.add_argument("--ways", type=int, default=len(WAYS), help=f"the first N of the {len(WAYS)} ways")
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    ways = WAYS[: max(1, opt(args, "ways", len(WAYS)))]
+    return section("lease_children", await asyncio.to_thread(measure, ways))

@@ -1,6 +1,7 @@
-"""What one effectful call costs the SQLite ledger: an intent+outcome pair.
+"""What one effectful call costs the SQLite ledger: an intent+outcome pair (scenario
+``ledger_pairs``).
 
-    python benchmarks/ledger_pairs.py [--pairs 2000] [--repeats 5] [--json out.json]
+    python benchmarks/run.py ledger_pairs [--pairs 2000] [--repeats 5] [--json out.json]
 
 For each pair the ledger runs ``record_intents([op], change=dispatch)`` (intent and
 dispatch marker in one commit) and ``transition(op, succeed)`` (the outcome), on a
@@ -29,7 +30,6 @@ import os
 import platform
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -39,8 +39,9 @@ from typing import Any
 
 import aiosqlite
 
-from langgraph_effects.core.operation import Change, Event, Operation, Owner
 from langgraph_effects.ledger.sqlite import SqliteLedger, run_in_connection_thread
+from langgraph_effects.core.operation import Change, Event, Operation, Owner
+from scenarios import opt, section
 
 BATCH = 8
 OWNER = Owner(host=platform.node(), pid=os.getpid(), started=0.0, token="bench")
@@ -319,12 +320,14 @@ def _scratch() -> dict[str, Series]:
     return {name: Series() for name in ("intent", "outcome", "pair", "batch", "parallel")}
 
 
-def print_report(report: dict[str, Any]) -> None:
+def report_lines(report: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    print = lines.append
     setup = report["setup"]
     print(
         f"SQLite ledger, {setup['pairs']} pairs x {setup['repeats']} repeats on {setup['file']}\n"
         f"SQLite {setup['sqlite']}, journal_mode={setup['journal_mode']}, "
-        f"synchronous={setup['synchronous']}, Python {setup['python']}, {setup['platform']}\n"
+        f"synchronous={setup['synchronous']}, Python {setup['python']}, {setup['platform']}"
     )
     rows = [
         ("intent+dispatch (1 op)", "intent"),
@@ -348,7 +351,7 @@ def print_report(report: dict[str, Any]) -> None:
         )
     batch = report["batch"]
     print(
-        f"\ndurable commits counted (trace callback, COMMIT statements): "
+        f"durable commits counted (trace callback, COMMIT statements): "
         f"{report['intent']['commits_each']:.2f} per intent, "
         f"{report['outcome']['commits_each']:.2f} per outcome, "
         f"{batch['commits_each']:.2f} per batch of {BATCH} intents "
@@ -365,25 +368,23 @@ def print_report(report: dict[str, Any]) -> None:
         f"({report['pair']['median_ms']:.3f} ms vs {report['floor']['median_ms']:.3f} ms); "
         f"vs the floor with the same thread hops: {report['ratio_pair_to_floor_hop']:.2f}x"
     )
+    return "\n".join(lines).splitlines()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=2000, help="pairs per repeat (2000)")
-    parser.add_argument("--repeats", type=int, default=5, help="repeats (5)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--dir", help="directory for the database (default: a fresh temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the database file")
-    args = parser.parse_args(argv)
-    if args.pairs < 1 or args.repeats < 1:
-        parser.error("--pairs and --repeats must be at least 1")
-    report = asyncio.run(main_async(args))
-    print_report(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        print(f"\nwrote {args.json}")
-    return 0
+CONFIGURATIONS = ("intent", "outcome", "pair", "batch", "parallel", "floor", "floor_hop")
+QUICK = ["--pairs", "20", "--repeats", "1"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def options(group: Any) -> None:
+    group.add_argument("--pairs", type=int, default=2000, help="pairs per repeat (2000)")
+    group.add_argument("--keep", action="store_true", help="keep the database file")
+    # --repeats (5 here) and --dir are the runner's own options
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    shim = argparse.Namespace(
+        pairs=opt(args, "pairs", 2000), repeats=getattr(args, "repeats_given", None) or 5,
+        dir=getattr(args, "dir", None), keep=opt(args, "keep", False),
+    )
+    report = await main_async(shim)
+    return section("ledger_pairs", report_lines(report), **report)

@@ -1,4 +1,5 @@
-"""Two runners on the same threads, before and after the one-runner rule.
+"""Two runners on the same threads, before and after the one-runner rule (scenario
+``fencing_race``).
 
 Each thread is started in its own process and SIGKILLed right after its first
 effect landed (outcome not recorded). Then a worker resuming every thread and a
@@ -8,13 +9,12 @@ saver with the ledger attached (``attach_ledger``: no fencing) and once on
 follow-up differently on every call, as an LLM does. Counted at the provider's own
 records and with ``alist`` (a checkpoint with two children is a fork)::
 
-    .venv/bin/python benchmarks/fencing_race.py --threads 10            # SQLite
-    .venv/bin/python benchmarks/fencing_race.py --threads 10 --postgres
+    python benchmarks/run.py fencing_race --threads 10            # SQLite
+    python benchmarks/run.py fencing_race --threads 10 --postgres
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
@@ -23,14 +23,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from langgraph_effects.lab.providers import Provider  # noqa: E402
+from scenarios import opt, section  # noqa: E402
 from tests.helpers.fencing_agent import FenceSpec, open_saver  # noqa: E402
 from tests.test_fencing import crash, forks, race, unresolved  # noqa: E402
 
-DSN = "postgresql://postgres@127.0.0.1:5432/test"
+CONFIGURATIONS = ("plain saver + attach_ledger", "Effect saver (fenced)")
+QUICK = ["--threads", "2"]
 
 
 def _once(db: str, folder: Path, threads: list[str], *, plain: bool) -> dict[str, Any]:
@@ -54,14 +56,14 @@ def _once(db: str, folder: Path, threads: list[str], *, plain: bool) -> dict[str
     }
 
 
-def _postgres_db() -> tuple[str, Any]:
+def _postgres_db(dsn: str) -> tuple[str, Any]:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
     schema = f"lge_race_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    db = make_conninfo(DSN, options=f"-c search_path={schema}")
+    db = make_conninfo(dsn, options=f"-c search_path={schema}")
 
     async def setup() -> None:
         async with open_saver(db) as saver:  # both savers' tables and the ledger
@@ -70,23 +72,25 @@ def _postgres_db() -> tuple[str, Any]:
     asyncio.run(setup())
 
     def drop() -> None:
-        with psycopg.connect(DSN, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
     return db, drop
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=10)
-    parser.add_argument("--postgres", action="store_true")
-    args = parser.parse_args()
-    threads = [f"t{i}" for i in range(args.threads)]
+def options(group: Any) -> None:
+    group.add_argument("--threads", type=int, default=10)
+    group.add_argument("--postgres", action="store_true", help="on Postgres instead of SQLite")
+
+
+def _both(count: int, dsn: str | None) -> list[str]:
+    threads = [f"t{i}" for i in range(count)]
+    lines = []
     for plain in (True, False):
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            if args.postgres:
-                db, drop = _postgres_db()
+            if dsn is not None:
+                db, drop = _postgres_db(dsn)
             else:
                 db, drop = str(folder / "agent.sqlite"), (lambda: None)
             try:
@@ -94,8 +98,14 @@ def main() -> None:
             finally:
                 drop()
         name = "plain saver + attach_ledger" if plain else "Effect saver (fenced)     "
-        print(f"{name}: {result}", flush=True)
+        lines.append(f"{name}: {result}")
+    return lines
 
 
-if __name__ == "__main__":
-    main()
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    postgres = opt(args, "postgres", False)
+    if postgres and ctx.pg_skip is not None:
+        return section("fencing_race", [f"skipped: {ctx.pg_skip}"])
+    # Its helpers run their own event loops: off this one's thread.
+    lines = await asyncio.to_thread(_both, opt(args, "threads", 10), ctx.dsn if postgres else None)
+    return section("fencing_race", lines)

@@ -1,13 +1,14 @@
-"""What reusing dispatch lock files saves: a lock file per dispatch against one reused.
+"""What reusing dispatch lock files saves: a lock file per dispatch against one reused
+(scenario ``lease_files``).
 
-    python benchmarks/lease_files.py [--path node|middleware] [--fanout 8] [--batches 60]
+    python benchmarks/run.py lease_files [--path node|middleware] [--fanout 8] [--batches 60]
 
 Every dispatch owner holds a ``flock`` on a file its resumers probe
 (``langgraph_effects._runtime.lease``). A process now keeps the file of a finished dispatch,
 stamped idle, and stamps it again for the next one; before, each dispatch created,
 locked and renamed a file of its own, and unlinked it when it ended. This measures
 both in one process, on one agent (ours as shipped, on ``EffectSqliteSaver``, 0 ms
-tool), alternating in shuffled batches of 4 turns (``bench_e2e.run_batch``: a full
+tool), alternating in shuffled batches of 4 turns (``scenarios.turn.run_batch``: a full
 garbage collection, not timed, before each):
 
 * ``a file per dispatch``: a released file is unlinked and closed instead of kept
@@ -22,21 +23,20 @@ takes one owner per call, ``EffectToolNode`` one per batch of calls.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench_e2e
-from bench_common import bootstrap_ratio_ci, parse_batched, ratio_of_medians
+import stats
 
 from langgraph_effects import EffectSqliteSaver
+
 from langgraph_effects._runtime import lease
+from scenarios import batched_options, check_batched, opt, section
+from scenarios import turn as bench_e2e
 
 VARIANTS = ("a file per dispatch", "reused")
 TURNS_PER_BATCH = 4
@@ -93,33 +93,45 @@ async def measure(agent: Any, batches: int, progress: Callable[[int], None]) -> 
     return times
 
 
-def report(title: str, times: Times, costs: dict[str, float]) -> list[str]:
+def report(title: str, times: Times, costs: dict[str, float]) -> tuple[list[str], dict[str, Any]]:
     """The table, then the cost of one owner each way."""
     lines = [title, f"{'':20s} {'wall ms':>8s} {'CPU ms':>7s}   vs a file per dispatch: wall (95% CI), CPU"]
-    first_wall, first_cpu = times[VARIANTS[0]]
+    rows: dict[str, Any] = {}
     for name in VARIANTS:
         wall, cpu = times[name]
-        line = f"{name:20s} {statistics.median(wall):8.2f} {statistics.median(cpu):7.2f}"
+        rows[name] = {"wall_ms": stats.median_of(wall), "cpu_ms": stats.median_of(cpu),
+                      "owner_cpu_us": costs[name]}
+        line = f"{name:20s} {rows[name]['wall_ms']:8.2f} {rows[name]['cpu_ms']:7.2f}"
         if name != VARIANTS[0]:
-            lo, hi = bootstrap_ratio_ci(wall, first_wall)
-            ratio, cpu_ratio = ratio_of_medians(wall, first_wall), ratio_of_medians(cpu, first_cpu)
-            line += f"   x{ratio:.3f} ({lo:.3f}-{hi:.3f}), CPU x{cpu_ratio:.3f}"
+            rows[name]["vs_first"] = stats.versus(name, wall, cpu, *times[VARIANTS[0]])
+            line += f"   {stats.versus_text(rows[name]['vs_first'])}"
         lines.append(line)
     lines.append(
         "one owner made and released: "
         + ", ".join(f"{name} {costs[name]:.1f} µs CPU" for name in VARIANTS)
     )
-    return lines
+    return lines, rows
 
 
-async def main(path: str, fanout: int, batches: int) -> None:
-    """Measure on a fresh SQLite file, then print the table."""
+CONFIGURATIONS = VARIANTS
+QUICK = ["--path", "middleware", "--fanout", "2", "--batches", "2"]
+check = check_batched
+
+
+def options(group: Any) -> None:
+    group.add_argument("--path", choices=["node", "middleware"], default="middleware")
+    batched_options(group, fanout=8, batches=60)
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    """Measure on a fresh SQLite file, then the table."""
+    path, fanout, batches = opt(args, "path", "middleware"), opt(args, "fanout", 8), opt(args, "batches", 60)
 
     def progress(done: int) -> None:
         if done % 10 == 0 or done == batches:
-            print(f"  {done}/{batches} batches", flush=True)
+            ctx.log(f"  {done}/{batches} batches")
 
-    with tempfile.TemporaryDirectory(prefix="lease-files-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lease-files-", dir=ctx.workdir) as tmp:
         async with EffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as saver:
             await saver.setup()
             agent = bench_e2e.build_graph(path=path, effect=True, fanout=fanout, latency_ms=0, saver=saver)
@@ -129,11 +141,5 @@ async def main(path: str, fanout: int, batches: int) -> None:
         f"{path}, fan-out {fanout}, 0 ms tool, SQLite: per turn, median of {batches} batches "
         f"of {TURNS_PER_BATCH} turns"
     )
-    print("\n".join(report(title, times, costs)))
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--path", choices=["node", "middleware"], default="middleware")
-    args = parse_batched(parser, fanout=8, batches=60)
-    asyncio.run(main(args.path, args.fanout, args.batches))
+    lines, rows = report(title, times, costs)
+    return section("lease_files", lines, rows=rows)

@@ -1,4 +1,4 @@
-"""Ledger work and graph cost of a turn, counted (not timed, not inferred).
+"""Ledger work and graph cost of a turn, counted, not timed (scenario ``counts``).
 
 For each path (``EffectToolNode`` / ``EffectMiddleware``) and backend, the same turns as
 the timing table (a scripted model asking for ``fanout`` calls of a zero-latency tool),
@@ -20,6 +20,7 @@ observed at the ledger's connection or pool, whatever the ledger's code looks li
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench_common import (
@@ -28,12 +29,13 @@ from bench_common import (
     SqlCounter,
     can_count_hops,
     counting_hops,
+    fresh_pg_database,
     trace_pg_connection,
     untrace_pg_connection,
 )
-from bench_e2e import build_graph, build_pair, run_once
 
 from langgraph_effects._private import run_in_connection_thread
+from scenarios.turn import LEDGER_PATHS, build_graph, build_pair, postgres_savers, run_once, sqlite_savers
 
 #: Turns run (untraced) after the pool is primed, before Postgres counts.
 _PG_WARM_TURNS = 30
@@ -192,3 +194,43 @@ async def count_postgres(path: str, savers: tuple[Any, Any], fanout: int, runs: 
     finally:
         for t in (ledger_trace, ckpt_trace, plain_trace, mixed_trace):
             t.cleanup()
+
+
+CONFIGURATIONS = tuple(
+    f"{p}/{b}/fanout={f}" for p in LEDGER_PATHS for b in ("sqlite", "postgres") for f in (1, 8)
+)
+
+
+async def _count_all(backend: str, savers: tuple[Any, Any], ctx: Any) -> list[dict[str, Any]]:
+    count = count_sqlite if backend == "sqlite" else count_postgres
+    rows = []
+    for path in [p for p in ctx.only.paths if p in LEDGER_PATHS]:
+        for fanout in ctx.only.fanouts:
+            row = await count(path, savers, fanout, 2 if ctx.quick else 20)
+            rows.append(row)
+            trips = row["ledger_round_trips_per_call"]
+            ctx.log(
+                f"  counts {path}/{backend}/fanout={fanout}: ledger "
+                f"{row['ledger_commits_per_call']:.3f} commits "
+                f"and {'?' if trips is None else f'{trips:.2f}'} round trips per call; steps "
+                f"{row['graph_steps_per_run_baseline']:g} -> {row['graph_steps_per_run_effect']:g}"
+            )
+    return rows
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    if "sqlite" in ctx.only.backends:
+        db = ctx.workdir / "counts.sqlite"
+        async with sqlite_savers(db) as savers:
+            rows += await _count_all("sqlite", savers, ctx)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    if "postgres" in ctx.only.backends and ctx.pg_skip is None:
+        async with (
+            fresh_pg_database(ctx.dsn) as plain_db,
+            fresh_pg_database(ctx.dsn) as ours_db,
+            postgres_savers(plain_db, ours_db) as savers,
+        ):
+            rows += await _count_all("postgres", savers, ctx)
+    return {"counts": rows}

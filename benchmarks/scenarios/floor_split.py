@@ -1,10 +1,11 @@
-"""What any middleware costs a ``create_agent`` turn, hook by hook, and what ours adds on top.
+"""What any middleware costs a ``create_agent`` turn, hook by hook, and what ours adds on top
+(scenario ``floor_split``).
 
-    python benchmarks/floor_split.py [--fanout 1] [--batches 40]
+    python benchmarks/run.py floor_split [--fanout 1] [--batches 40]
 
 Five agents on one ``EffectSqliteSaver`` file, a 0 ms tool, run in shuffled batches of
 4 turns (each turn on a fresh thread, a full garbage collection before each batch, as
-in ``bench_e2e.run_batch``):
+in ``scenarios.turn.run_batch``):
 
 * ``create_agent``: no middleware;
 * ``tool hook``: a middleware whose only hook is ``wrap_tool_call``, passing through;
@@ -23,21 +24,19 @@ not move with the machine's load.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import cProfile
 import pstats
 import random
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import bench_e2e
-from bench_common import bootstrap_ratio_ci, parse_batched, ratio_of_medians
+import stats
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
+from scenarios import batched_options, check_batched, opt, section
+from scenarios import turn as bench_e2e
 
 TURNS_PER_BATCH = 4
 BASE, FLOOR, OURS = "create_agent", "both hooks", "EffectMiddleware"
@@ -73,17 +72,22 @@ async def calls_per_turn(graph: Any) -> float:
     return pstats.Stats(profile).total_calls / TURNS_PER_BATCH  # type: ignore[attr-defined,no-any-return]
 
 
-def _ratio(rows: dict[str, tuple[list[float], list[float]]], top: str, bottom: str) -> str:
-    (wall, cpu), (base_wall, base_cpu) = rows[top], rows[bottom]
-    lo, hi = bootstrap_ratio_ci(wall, base_wall)
-    return (
-        f"x{ratio_of_medians(wall, base_wall):.3f} ({lo:.3f}-{hi:.3f}), "
-        f"CPU x{ratio_of_medians(cpu, base_cpu):.3f}"
-    )
+def _ratio(rows: dict[str, tuple[list[float], list[float]]], top: str, bottom: str) -> dict[str, Any]:
+    return stats.versus(f"{top} vs {bottom}", *rows[top], *rows[bottom])
 
 
-async def main(fanout: int, batches: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="floor-split-") as tmp:
+CONFIGURATIONS = (BASE, "tool hook", "model hook", FLOOR, OURS)
+QUICK = ["--fanout", "2", "--batches", "2"]
+check = check_batched
+
+
+def options(group: Any) -> None:
+    batched_options(group, fanout=1, batches=40)
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    fanout, batches = opt(args, "fanout", 1), opt(args, "batches", 40)
+    with tempfile.TemporaryDirectory(prefix="floor-split-", dir=ctx.workdir) as tmp:
         async with EffectSqliteSaver.from_conn_string(Path(tmp) / "agents.db") as saver:
             await saver.setup()
             graphs = agents(fanout, saver)
@@ -98,19 +102,22 @@ async def main(fanout: int, batches: int) -> None:
                     rows[name][0].append(wall)
                     rows[name][1].append(cpu)
                 if (done + 1) % 10 == 0 or done + 1 == batches:
-                    print(f"  {done + 1}/{batches} batches", flush=True)
-    print(
+                    ctx.log(f"  {done + 1}/{batches} batches")
+    lines = [
         f"create_agent on SQLite, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
-        f"batches of {TURNS_PER_BATCH} turns"
-    )
-    print(f"{'':18s} {'wall ms':>8s} {'CPU ms':>7s} {'calls':>7s}   vs create_agent: wall (95% CI), CPU")
+        f"batches of {TURNS_PER_BATCH} turns",
+        f"{'':18s} {'wall ms':>8s} {'CPU ms':>7s} {'calls':>7s}   vs create_agent: wall (95% CI), CPU",
+    ]
+    figures: dict[str, Any] = {}
     for name, (walls, cpus) in rows.items():
-        line = f"{name:18s} {statistics.median(walls):8.2f} {statistics.median(cpus):7.2f} {calls[name]:7.0f}"
-        print(line + ("" if name == BASE else f"   {_ratio(rows, name, BASE)}"))
-    print(f"{OURS} vs {FLOOR}: {_ratio(rows, OURS, FLOOR)}, calls {calls[OURS] - calls[FLOOR]:+.0f} per turn")
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    args = parse_batched(parser, fanout=1, batches=40)
-    asyncio.run(main(args.fanout, args.batches))
+        figures[name] = {"wall_ms": stats.median_of(walls), "cpu_ms": stats.median_of(cpus),
+                         "calls_per_turn": calls[name]}
+        line = f"{name:18s} {figures[name]['wall_ms']:8.2f} {figures[name]['cpu_ms']:7.2f} {calls[name]:7.0f}"
+        if name != BASE:
+            figures[name]["vs_base"] = _ratio(rows, name, BASE)
+            line += f"   {stats.versus_text(figures[name]['vs_base'])}"
+        lines.append(line)
+    ours = _ratio(rows, OURS, FLOOR)
+    added = calls[OURS] - calls[FLOOR]
+    lines.append(f"{OURS} vs {FLOOR}: {stats.versus_text(ours)}, calls {added:+.0f} per turn")
+    return section("floor_split", lines, rows=figures, ours_vs_floor=ours)

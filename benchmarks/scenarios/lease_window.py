@@ -1,4 +1,5 @@
-"""How long a paused owner on *another host* is safe: the residual lease window.
+"""How long a paused owner on *another host* is safe: the residual lease window (scenario
+``lease_window``).
 
 Worker A (host "host-a") dispatches under ``--lease`` seconds and stalls mid-dispatch
 (after its last lease check, before the request leaves) with its heartbeat thread
@@ -14,12 +15,12 @@ the clock tells: B takes over once A's lease expires. The script measures, per r
 Then A is woken and sends too; the provider's records show the duplicate a lookup
 contract cannot prevent (``effects``). Run::
 
-    .venv/bin/python benchmarks/lease_window.py --lease 2 --runs 3
+    python benchmarks/run.py lease_window --lease 2 --runs 3
 """
 
 from __future__ import annotations
 
-import argparse
+import asyncio
 import os
 import signal
 import sqlite3
@@ -30,12 +31,17 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from langgraph_effects.lab.providers import Provider  # noqa: E402
+from scenarios import opt, section  # noqa: E402
 from tests.helpers.lease_agent import LeaseSpec, spec_json  # noqa: E402
+
+CONFIGURATIONS = ("paused owner on another host",)
+QUICK = ["--lease", "1", "--runs", "1"]
 
 
 def start(spec: LeaseSpec, host: str, err: Path) -> subprocess.Popen[str]:
@@ -97,25 +103,26 @@ def one_run(lease: float) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--lease", type=float, default=2.0)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    runs = [one_run(args.lease) for _ in range(args.runs)]
-    for i, r in enumerate(runs):
-        print(
-            f"run {i}: paused owner taken over after {r['pause_tolerated']:.2f}s "
-            f"(lease {args.lease:g}s; {r['lag']:.2f}s after expiry); effects {int(r['effects'])}"
-        )
+def measure(lease: float, count: int) -> list[str]:
+    runs = [one_run(lease) for _ in range(count)]
+    lines = [
+        f"run {i}: paused owner taken over after {r['pause_tolerated']:.2f}s "
+        f"(lease {lease:g}s; {r['lag']:.2f}s after expiry); effects {int(r['effects'])}"
+        for i, r in enumerate(runs)
+    ]
     tolerated = [r["pause_tolerated"] for r in runs]
-    print(
-        f"lease_seconds={args.lease:g}: a pause is taken over after "
+    lines.append(
+        f"lease_seconds={lease:g}: a pause is taken over after "
         f"{min(tolerated):.2f}..{max(tolerated):.2f}s (median {statistics.median(tolerated):.2f}s)"
     )
+    return lines
 
 
-if __name__ == "__main__":
-    main()
+def options(group: Any) -> None:
+    group.add_argument("--lease", type=float, default=2.0)
+    # --runs (how many runs, 3 here) is the runner's own option
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    count = getattr(args, "runs_given", None) or 3
+    return section("lease_window", await asyncio.to_thread(measure, opt(args, "lease", 2.0), count))

@@ -1,4 +1,4 @@
-"""What one runner per thread costs per checkpoint write.
+"""What one runner per thread costs per checkpoint write (scenario ``fencing``).
 
 ``EffectSqliteSaver`` / ``EffectPostgresSaver`` check, in the same transaction as the
 insert, that the parent checkpoint has no other child (and that a task's writes do
@@ -9,26 +9,20 @@ step is one ``aput`` of a checkpoint holding a growing message history plus one
 ``aput_writes`` of a task's result, as a graph step does.
 
 Prints, per backend, the median wall-clock time per step of each saver, the ratio
-fenced / plain with a bootstrap 95% confidence interval over rounds, and the same
-ratio for this process's CPU time (the client's side; for Postgres the server's
+fenced / plain (ratio of medians) with a paired bootstrap 95% interval over rounds, and
+the same ratio for this process's CPU time (the client's side; for Postgres the server's
 work is not in it). On Postgres a third saver is timed in the same rounds: ours with
 the fence's triggers disabled for its round (a what-if, never a way to run), which
 splits what the fence costs into the triggers' work in the server and the rest
 (the saver's own Python and statements, the index it adds)::
 
-    .venv/bin/python benchmarks/fencing.py              # SQLite, and Postgres if reachable
-    .venv/bin/python benchmarks/fencing.py --rounds 30 --steps 40 --json out.json
+    python benchmarks/run.py fencing              # SQLite, and Postgres if reachable
+    python benchmarks/run.py fencing --rounds 30 --steps 40 --json out.json
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
-import json
-import random
-import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -37,14 +31,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import stats
+from bench_common import fence_triggers_off, fresh_pg_database
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_effects import _private
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_common import DEFAULT_PG_DSN, fence_triggers_off, fresh_pg_database, pg_problem
+from scenarios import opt, section
 
 Opener = Callable[[], Any]
 
@@ -78,24 +71,16 @@ async def _chain(saver: Any, steps: int) -> None:
         await saver.aput_writes(written, [("messages", [AIMessage(f"step {step}")])], f"task-{step}")
 
 
-def _bootstrap_ci(values: list[float], *, n: int = 2000, seed: int = 7) -> tuple[float, float]:
-    """95% confidence interval of the median (percentile bootstrap)."""
-    rng = random.Random(seed)
-    medians = sorted(
-        statistics.median(rng.choices(values, k=len(values))) for _ in range(n)
-    )
-    return medians[int(0.025 * n)], medians[int(0.975 * n) - 1]
-
-
 #: Runs around one round of a variant (e.g. disables the triggers, then enables them).
 Around = Callable[[], Any]
 
 
 def _ratio(top: list[float], bottom: list[float]) -> tuple[float, list[float]]:
-    ratios = [t / b for t, b in zip(top, bottom, strict=True) if b > 0]
-    if not ratios:
-        return float("nan"), [float("nan"), float("nan")]
-    return statistics.median(ratios), list(_bootstrap_ci(ratios))
+    """Ratio of medians and its paired interval (seconds per step, as pyperf keeps them)."""
+    t = stats.benchmark("top", [v * 1e3 for v in top])
+    b = stats.benchmark("bottom", [v * 1e3 for v in bottom])
+    found = stats.compare(t, b)
+    return found["ratio"], found["ratio_ci95"]
 
 
 async def _compare(
@@ -122,7 +107,7 @@ async def _compare(
                     cpu[name].append((time.process_time() - c0) / steps)
     result: dict[str, Any] = {"rounds": rounds, "steps_per_round": steps}
     for name in names:
-        result[f"{name}_ms_per_step"] = statistics.median(wall[name]) * 1000
+        result[f"{name}_ms_per_step"] = stats.median_of(wall[name]) * 1000
     for name in names[1:]:
         prefix = "" if name == "fenced" else f"{name}_"
         result[f"{prefix}ratio"], result[f"{prefix}ratio_ci95"] = _ratio(wall[name], wall["plain"])
@@ -188,36 +173,32 @@ def _line(name: str, r: dict[str, Any]) -> str:
     return line
 
 
-async def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=30, help="checkpoint writes per round and saver")
-    parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+CONFIGURATIONS = (
+    "sqlite/plain", "sqlite/fenced", "postgres/plain", "postgres/fenced", "postgres/triggers_off"
+)
+QUICK = ["--rounds", "3", "--steps", "2"]
+
+
+def options(group: Any) -> None:
+    group.add_argument("--rounds", type=int, default=20)
+    group.add_argument("--steps", type=int, default=30, help="checkpoint writes per round and saver")
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    rounds, steps = opt(args, "rounds", 20), opt(args, "steps", 30)
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(dir=ctx.workdir) as tmp:
         plain, fenced = _sqlite_openers(Path(tmp))
-        results["sqlite"] = await _compare(plain, fenced, rounds=args.rounds, steps=args.steps)
-        print(_line("sqlite", results["sqlite"]), flush=True)
-    problem = pg_problem(args.pg_dsn)
-    if problem is None:
-        async with fresh_pg_database(args.pg_dsn) as plain_dsn, fresh_pg_database(args.pg_dsn) as fenced_dsn:
+        results["sqlite"] = await _compare(plain, fenced, rounds=rounds, steps=steps)
+        lines += _line("sqlite", results["sqlite"]).splitlines()
+    if ctx.pg_skip is None:
+        async with fresh_pg_database(ctx.dsn) as plain_dsn, fresh_pg_database(ctx.dsn) as fenced_dsn:
             plain, fenced = _pg_openers(plain_dsn, fenced_dsn)
             results["postgres"] = await _compare(
-                plain,
-                fenced,
-                rounds=args.rounds,
-                steps=args.steps,
-                unfenced=lambda: fence_triggers_off(fenced_dsn),
+                plain, fenced, rounds=rounds, steps=steps, unfenced=lambda: fence_triggers_off(fenced_dsn)
             )
-            print(_line("postgres", results["postgres"]), flush=True)
+            lines += _line("postgres", results["postgres"]).splitlines()
     else:
-        print(f"postgres  skipped: {problem}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return results
-
-
-if __name__ == "__main__":
-    asyncio.run(main())
+        lines.append(f"postgres  skipped: {ctx.pg_skip}")
+    return section("fencing", lines, **results)

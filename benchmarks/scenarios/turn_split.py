@@ -1,11 +1,12 @@
-"""Where a turn's added time goes: the saver, the protocol's Python, or the ledger's commits.
+"""Where a turn's added time goes: the saver, the protocol's Python, or the ledger's commits
+(scenario ``turn_split``).
 
-    python benchmarks/turn_split.py [--backend sqlite|postgres] [--path node|middleware]
-                                    [--fanout 1] [--batches 40]
+    python benchmarks/run.py turn_split [--backend sqlite|postgres] [--path node|middleware]
+                                        [--fanout 1] [--batches 40]
 
 Four agents (five on Postgres), run in shuffled batches of 4 turns (each turn on a
 fresh thread; a full garbage collection, not timed, before each batch, as in
-``bench_e2e.run_batch``), a 0 ms tool:
+``scenarios.turn.run_batch``), a 0 ms tool:
 
 * ``baseline``: ``ToolNode`` or plain ``create_agent`` on LangGraph's own saver
   (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``, on a file or database of its own);
@@ -30,31 +31,22 @@ for the database server), which wall time includes.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
 import random
-import statistics
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import bench_e2e
-from bench_common import (
-    DEFAULT_PG_DSN,
-    bootstrap_ratio_ci,
-    fence_triggers_off,
-    fresh_pg_database,
-    parse_batched,
-    pg_problem,
-    ratio_of_medians,
-)
+import stats
+from bench_common import fence_triggers_off, fresh_pg_database
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.ledger.memory import InMemoryLedger
+from scenarios import batched_options, check_batched, opt, section
+from scenarios import turn as bench_e2e
 
 ROWS = ("baseline", "baseline, our saver", "ours, ledger in memory", "ours")
 #: Postgres only: our saver with the fence's triggers disabled around its batches.
@@ -112,7 +104,7 @@ Times = dict[str, tuple[list[float], list[float]]]
 
 
 async def measure(
-    path: str, fanout: int, batches: int, plain: Any, ours: Any, ours_dsn: str | None
+    path: str, fanout: int, batches: int, plain: Any, ours: Any, ours_dsn: str | None, log: Any = print
 ) -> Times:
     """Wall and CPU milliseconds per turn, a value per batch, for each row."""
     names = rows_for("sqlite" if ours_dsn is None else "postgres")
@@ -132,44 +124,50 @@ async def measure(
             times[name][0].append(wall)
             times[name][1].append(cpu)
         if (done + 1) % 10 == 0 or done + 1 == batches:
-            print(f"  {done + 1}/{batches} batches", flush=True)
+            log(f"  {done + 1}/{batches} batches")
     return times
 
 
-def report(title: str, times: Times) -> list[str]:
+def report(title: str, times: Times) -> tuple[list[str], dict[str, Any]]:
     """The table: each row's medians, and its ratio to the row above with its interval."""
     lines = [title, f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s}   vs the row above: wall (95% CI), CPU"]
+    rows: dict[str, Any] = {}
     above: str | None = None
-    for name in times:
-        wall, cpu = times[name]
-        line = f"{name:24s} {statistics.median(wall):8.2f} {statistics.median(cpu):7.2f}"
+    for name, (wall, cpu) in times.items():
+        rows[name] = {"wall_ms": stats.median_of(wall), "cpu_ms": stats.median_of(cpu)}
+        line = f"{name:24s} {rows[name]['wall_ms']:8.2f} {rows[name]['cpu_ms']:7.2f}"
         if above is not None:
-            up_wall, up_cpu = times[above]
-            lo, hi = bootstrap_ratio_ci(wall, up_wall)
-            ratio, cpu_ratio = ratio_of_medians(wall, up_wall), ratio_of_medians(cpu, up_cpu)
-            line += f"   x{ratio:.3f} ({lo:.3f}-{hi:.3f}), CPU x{cpu_ratio:.3f}"
+            rows[name] = stats.versus(name, wall, cpu, *times[above])
+            line += f"   {stats.versus_text(rows[name])}"
         lines.append(line)
         above = name
-    return lines
+    return lines, rows
 
 
-async def main(backend: str, path: str, fanout: int, batches: int, dsn: str) -> None:
-    """Measure on fresh storage, then print the table."""
-    async with savers(backend, dsn) as (plain, ours, ours_dsn):
-        times = await measure(path, fanout, batches, plain, ours, ours_dsn)
+CONFIGURATIONS = (*ROWS[:1], TRIGGERS_OFF, *ROWS[1:])
+QUICK = ["--path", "middleware", "--fanout", "2", "--batches", "2"]
+
+
+def options(group: Any) -> None:
+    group.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    group.add_argument("--path", choices=["node", "middleware"], default="node")
+    batched_options(group, fanout=1, batches=40)
+
+
+check = check_batched
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    """Measure on fresh storage, then the table."""
+    backend, path = opt(args, "backend", "sqlite"), opt(args, "path", "node")
+    fanout, batches = opt(args, "fanout", 1), opt(args, "batches", 40)
+    if backend == "postgres" and ctx.pg_skip is not None:
+        return section("turn_split", [f"skipped: {ctx.pg_skip}"])
+    async with savers(backend, ctx.dsn) as (plain, ours, ours_dsn):
+        times = await measure(path, fanout, batches, plain, ours, ours_dsn, ctx.log)
     title = (
         f"{path} on {backend}, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
         f"batches of {TURNS_PER_BATCH} turns"
     )
-    print("\n".join(report(title, times)))
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--path", choices=["node", "middleware"], default="node")
-    parser.add_argument("--postgres-dsn", default=DEFAULT_PG_DSN)
-    args = parse_batched(parser, fanout=1, batches=40)
-    if args.backend == "postgres" and (problem := pg_problem(args.postgres_dsn)) is not None:
-        raise SystemExit(f"skipped: {problem}")
-    asyncio.run(main(args.backend, args.path, args.fanout, args.batches, args.postgres_dsn))
+    lines, rows = report(title, times)
+    return section("turn_split", lines, rows=rows)

@@ -1,18 +1,17 @@
-"""What recovery's checkpoint scan costs: ``unfinished_threads()`` over many threads.
+"""What recovery's checkpoint scan costs: ``unfinished_threads()`` over many threads
+(scenario ``unfinished_scan``).
 
-    python benchmarks/unfinished_scan.py [--threads 20000] [--checkpoints 5] [--repeat 3]
+    python benchmarks/run.py unfinished_scan [--threads 20000] [--checkpoints 5] [--repeat 3]
 
 Fills LangGraph's ``checkpoints`` table of a fresh ``EffectSqliteSaver`` file and of
-a fresh Postgres schema (``LANGGRAPH_EFFECTS_TEST_PG_DSN``, default the local test
-database) with ``threads`` x ``checkpoints`` rows (1 % of the threads end on an
+a fresh Postgres schema (the runner's ``--postgres-dsn``; skipped without a server)
+with ``threads`` x ``checkpoints`` rows (1 % of the threads end on an
 ``input`` checkpoint, as a worker that died before its first step leaves them), then
 prints the median time of the scan that ``recover()`` runs once per call.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import sqlite3
@@ -21,13 +20,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from scenarios import opt, section
 
-PG_DSN = os.environ.get("LANGGRAPH_EFFECTS_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+CONFIGURATIONS = ("sqlite", "postgres")
+QUICK = ["--threads", "200", "--repeat", "1"]
 
 
 def rows(threads: int, checkpoints: int) -> Iterator[tuple[str, str, str]]:
@@ -61,11 +63,11 @@ async def sqlite_case(threads: int, checkpoints: int, repeat: int) -> tuple[int,
         return await timed(saver, repeat)
 
 
-async def postgres_case(threads: int, checkpoints: int, repeat: int) -> tuple[int, float]:
+async def postgres_case(threads: int, checkpoints: int, repeat: int, pg_dsn: str) -> tuple[int, float]:
     schema = f"lge_scan_bench_{os.getpid()}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    dsn = PG_DSN + ("&" if "?" in PG_DSN else "?") + f"options=-csearch_path%3D{schema}"
+    dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + f"options=-csearch_path%3D{schema}"
     try:
         async with EffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
@@ -78,23 +80,30 @@ async def postgres_case(threads: int, checkpoints: int, repeat: int) -> tuple[in
         async with EffectPostgresSaver.from_conn_string(dsn) as saver:
             return await timed(saver, repeat)
     finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=20_000)
-    parser.add_argument("--checkpoints", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    for name, case in (("sqlite", sqlite_case), ("postgres", postgres_case)):
-        listed, seconds = asyncio.run(case(args.threads, args.checkpoints, args.repeat))
-        print(
-            f"{name}: {args.threads} threads x {args.checkpoints} checkpoints: "
-            f"{listed} listed, median {seconds * 1000:.0f} ms"
-        )
+def options(group: Any) -> None:
+    group.add_argument("--threads", type=int, default=20_000)
+    group.add_argument("--checkpoints", type=int, default=5)
+    group.add_argument("--repeat", type=int, default=3)
 
 
-if __name__ == "__main__":
-    main()
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    threads, checkpoints = opt(args, "threads", 20_000), opt(args, "checkpoints", 5)
+    repeat = opt(args, "repeat", 3)
+    lines: list[str] = []
+    rows: dict[str, Any] = {}
+    for name in ("sqlite", "postgres"):
+        if name == "postgres" and ctx.pg_skip is not None:
+            lines.append(f"postgres: skipped ({ctx.pg_skip})")
+            continue
+        if name == "sqlite":
+            listed, seconds = await sqlite_case(threads, checkpoints, repeat)
+        else:
+            listed, seconds = await postgres_case(threads, checkpoints, repeat, ctx.dsn)
+        rows[name] = {"listed": listed, "median_ms": seconds * 1000}
+        lines.append(f"{name}: {threads} threads x {checkpoints} checkpoints: {listed} listed, "
+                     f"median {seconds * 1000:.0f} ms")
+    return section("unfinished_scan", lines, rows=rows)

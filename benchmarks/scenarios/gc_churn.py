@@ -1,6 +1,7 @@
-"""What a turn leaves for Python's garbage collector: baseline against ours.
+"""What a turn leaves for Python's garbage collector: baseline against ours (scenario
+``gc_churn``).
 
-    python benchmarks/gc_churn.py [--path node|middleware] [--fanout 8] [--turns 1000]
+    python benchmarks/run.py gc_churn [--path node|middleware] [--fanout 8] [--turns 1000]
 
 CPython runs a full collection of the whole process (every tracked object: ~60 ms in
 an agent process here) when enough objects have survived into its oldest
@@ -14,20 +15,24 @@ process holds afterwards.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import collections
 import gc
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scenarios import opt, section
+from scenarios import turn as bench_e2e
 
-import bench_e2e
+CONFIGURATIONS = ("baseline", "ours")
+QUICK = ["--turns", "20", "--fanout", "2"]
+
+
+def options(group: Any) -> None:
+    group.add_argument("--path", choices=["node", "middleware"], default="node")
+    group.add_argument("--fanout", type=int, default=8)
+    group.add_argument("--turns", type=int, default=1000)
 
 
 class FullCollections:
@@ -60,9 +65,12 @@ async def promoted_per_turn(graph: Any, turns: int = 60) -> collections.Counter[
         gc.unfreeze()
 
 
-async def main(path: str, fanout: int, turns: int) -> None:
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    path, fanout, turns = opt(args, "path", "node"), opt(args, "fanout", 8), opt(args, "turns", 1000)
     full = FullCollections()
-    with tempfile.TemporaryDirectory() as tmp:
+    lines = [f"{path}, fan-out {fanout}, 0 ms tool, SQLite"]
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=ctx.workdir) as tmp:
         async with bench_e2e.sqlite_savers(Path(tmp) / "gc.sqlite") as savers:
             plain, ours = bench_e2e.build_pair(path, fanout, 0, savers)
             for name, graph in (("baseline", plain), ("ours", ours)):
@@ -74,25 +82,19 @@ async def main(path: str, fanout: int, turns: int) -> None:
                     for done in range(turns):
                         await bench_e2e.run_once(graph, name)
                         if (done + 1) % 250 == 0:
-                            print(f"  {name}: {done + 1}/{turns} turns", file=sys.stderr, flush=True)
+                            ctx.log(f"  {name}: {done + 1}/{turns} turns")
                 finally:
                     gc.callbacks.remove(full)
                 times, tracked = list(full.times), len(gc.get_objects())
                 promoted = await promoted_per_turn(graph)
                 top = ", ".join(f"{kind} {n / 60:.1f}" for kind, n in promoted.most_common(4))
-                print(
+                rows[name] = {"full_collections": len(times), "turns": turns,
+                              "ms_per_turn": sum(times) * 1000 / turns,
+                              "promoted_per_turn": sum(promoted.values()) / 60, "tracked_after": tracked}
+                lines.append(
                     f"{name:9s} {len(times)} full collections in {turns} turns "
                     f"({sum(times) * 1000 / turns:.3f} ms/turn, {max(times, default=0) * 1000:.0f} ms the "
                     f"longest); {sum(promoted.values()) / 60:.1f} objects/turn promoted ({top}); "
                     f"{tracked:,} tracked objects after"
                 )
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--path", choices=["node", "middleware"], default="node")
-    parser.add_argument("--fanout", type=int, default=8)
-    parser.add_argument("--turns", type=int, default=1000)
-    args = parser.parse_args()
-    print(f"{args.path}, fan-out {args.fanout}, 0 ms tool, SQLite")
-    asyncio.run(main(args.path, args.fanout, args.turns))
+    return section("gc_churn", lines, rows=rows)

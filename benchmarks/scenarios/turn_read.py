@@ -1,6 +1,7 @@
-"""What the turn read costs: one ``aget_tuple`` of the checkpoint holding the calls.
+"""What the turn read costs: one ``aget_tuple`` of the checkpoint holding the calls
+(scenario ``turn_read``).
 
-    python benchmarks/turn_read.py [--reads 50]
+    python benchmarks/run.py turn_read [--reads 50]
 
 Every tool task reads the checkpoint it was prepared from once (the durability
 barrier and the turn of its operation ids, README "Operation identity"). This
@@ -10,8 +11,6 @@ times that read on a real ``EffectSqliteSaver`` file for histories of 10, 100 an
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import tempfile
 import time
@@ -21,10 +20,20 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_effects import EffectSqliteSaver
+from scenarios import opt, section
+
+CONFIGURATIONS = ("10 messages", "100 messages", "500 messages")
+QUICK = ["--reads", "3"]
 
 
-async def main(reads: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+def options(group: Any) -> None:
+    group.add_argument("--reads", type=int, default=50)
+
+
+async def run(args: Any, ctx: Any) -> dict[str, Any]:
+    reads = opt(args, "reads", 50)
+    lines, rows = [], {}
+    with tempfile.TemporaryDirectory(dir=ctx.workdir) as tmp:
         async with EffectSqliteSaver.from_conn_string(os.path.join(tmp, "turn.sqlite")) as saver:
             await saver.setup()
             builder = StateGraph(MessagesState)
@@ -43,10 +52,6 @@ async def main(reads: int) -> None:
                 for _ in range(reads):
                     await saver.aget_tuple(target)
                 per_read = (time.perf_counter() - started) / reads * 1000
-                print(f"{n:4d} messages: {per_read:.2f} ms per read")
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reads", type=int, default=50)
-    asyncio.run(main(parser.parse_args().reads))
+                rows[f"{n} messages"] = per_read
+                lines.append(f"{n:4d} messages: {per_read:.2f} ms per read")
+    return section("turn_read", lines, ms_per_read=rows)
