@@ -52,7 +52,6 @@ from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
 from .worker import ProviderSettings, context, forkserver_pid
 
-
 #: The default run: 10 faulted operations per cell, as the seed experiment's 100 actions
 #: with 10 crashes had, and 4 unfaulted ones after each, run by the worker that replaced
 #: the killed one. The faults are what a cell tests; the unfaulted operations between them all
