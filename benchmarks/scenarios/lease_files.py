@@ -33,7 +33,6 @@ from typing import Any
 import stats
 
 from langgraph_effects import EffectSqliteSaver
-
 from langgraph_effects._runtime import lease
 from scenarios import batched_options, check_batched, opt, section
 from scenarios import turn as bench_e2e

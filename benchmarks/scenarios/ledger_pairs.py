@@ -39,8 +39,8 @@ from typing import Any
 
 import aiosqlite
 
-from langgraph_effects.ledger.sqlite import SqliteLedger, run_in_connection_thread
 from langgraph_effects.core.operation import Change, Event, Operation, Owner
+from langgraph_effects.ledger.sqlite import SqliteLedger, run_in_connection_thread
 from scenarios import opt, section
 
 BATCH = 8

@@ -61,10 +61,10 @@ import psycopg
 import stats
 from psycopg.conninfo import make_conninfo
 
+from langgraph_effects.core.operation import Change, Event, Owner, State
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.core.operation import Change, Event, Owner, State
 from scenarios import opt, section
 from scenarios.ledger_pairs import make_op
 

@@ -292,6 +292,12 @@ class AttemptFaults:
                 raise ValueError(f"{name} must be one of {KILL_POINTS}, not {point!r}")
 
 
+def process_cpu() -> float:
+    """CPU seconds this process used so far, all its threads (reported to the lab)."""
+    times = os.times()
+    return times.user + times.system
+
+
 class Faults:
     """The worker's side of fault injection; tool code calls :meth:`reach`.
 
@@ -401,7 +407,7 @@ class Faults:
         self._reached[point] = self._reached.get(point, 0) + 1
         if point == plan.kill_at and self._reached[point] >= plan.kill_on and self._once(point):
             if self._conn is not None:
-                self._conn.send(("crash", point))
+                self._conn.send(("crash", point, process_cpu()))
             os.kill(os.getpid(), signal.SIGKILL)
 
     def start(self) -> None:

@@ -171,6 +171,7 @@ class CellResult:
     resumes: int = 0  # extra resumes to finish threads a refused runner left pending
     random_kills: int = 0  # soak: workers SIGKILLed by the lab at a random moment
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the cell's CPU: its workers' (as they reported) and the lab thread's
     faulted_operations: list[int] = field(default_factory=list)
     audit: dict[str, int] = field(default_factory=dict)  # the strategy's audit details
     check_failures: list[str] = field(default_factory=list)  # the strategy's own invariants
@@ -212,10 +213,17 @@ class _Workers:
         self.ctx, self.spec = ctx, spec
         self.current = WorkerHandle(ctx, spec)
         self.extra: list[WorkerHandle] = []
+        self.started = [self.current]
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds the cell's workers reported (a worker reports with every attempt)."""
+        return sum(handle.cpu for handle in self.started)
 
     def spawn(self) -> WorkerHandle:
         handle = WorkerHandle(self.ctx, self.spec)
         self.extra.append(handle)
+        self.started.append(handle)
         return handle
 
     def run(self, attempt: Attempt) -> Done | Killed:
@@ -229,6 +237,7 @@ class _Workers:
             self.current.close()
             self.spec = replace(self.spec, generation=self.spec.generation + 1)
             self.current = WorkerHandle(self.ctx, self.spec)
+            self.started.append(self.current)
 
     def drop_extra(self) -> None:
         for handle in self.extra:
@@ -249,7 +258,7 @@ def run_cell(
     on_operation: Callable[[], None] = lambda: None,
 ) -> CellResult:
     """Run one cell in ``workdir`` (created; must be empty) and count its effects."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     point, strategy = cell.crash_point, cell.strategy
     result = CellResult(strategy.name, cell.provider, point.name, strategy.ours)
     result.operations, result.first_operation = cell.ops, cell.first_index
@@ -316,6 +325,7 @@ def run_cell(
             result.check_failures = list(strategy.check(report))
     provider.close()
     result.seconds = round(time.perf_counter() - started, 3)
+    result.cpu_seconds = round(workers.cpu + time.thread_time() - cpu_started, 3)
     return result
 
 

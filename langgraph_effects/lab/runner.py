@@ -34,7 +34,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,16 @@ from rich.text import Text
 from .faults import CRASH_POINTS, CrashPoint
 from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
 from .providers import MODES
+from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
-from .worker import ProviderSettings, context
+from .worker import ProviderSettings, context, forkserver_pid
+
+#: The default run: 10 faulted operations per cell, as the seed experiment's 100 actions
+#: with 10 crashes had, and 4 unfaulted ones after each, run by the worker that replaced
+#: the killed one. The faults are what a cell tests; the unfaulted operations between them all
+#: take the same path (the ``none`` column runs it alone), so more of them cost time
+#: without testing more. ``--ops 100 --kill-every 10`` runs the experiment's own shape.
+OPS, KILL_EVERY = 50, 5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,9 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
             "effects from the provider's own records."
         ),
     )
-    parser.add_argument("--ops", type=int, default=100, help="operations per cell (100)")
+    parser.add_argument("--ops", type=int, default=OPS, help=f"operations per cell ({OPS})")
     parser.add_argument(
-        "--kill-every", type=int, default=10, metavar="K", help="fault every K-th operation (10)"
+        "--kill-every",
+        type=int,
+        default=KILL_EVERY,
+        metavar="K",
+        help=f"fault every K-th operation ({KILL_EVERY}: {OPS // KILL_EVERY} faulted per cell)",
     )
     parser.add_argument(
         "--seed",
@@ -84,7 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=(os.cpu_count() or 2) + 1,
-        help="cells run at once (CPU count + 1: cells also wait, on settle times and hanging lookups)",
+        help="busy cells at once (CPU count + 1); a cell that mostly waits (a paused owner, "
+        "held sends, a child sender) counts as the share of its time it computes",
+    )
+    parser.add_argument(
+        "--timings",
+        action="store_true",
+        help="also print cell-seconds per column and row, and the CPU seconds the run used",
     )
     parser.add_argument("--lag", type=float, default=0.2, help="seconds the lagging provider's listing lags")
     parser.add_argument("--list", action="store_true", help="list strategies and crash points, then exit")
@@ -196,6 +214,7 @@ def _main(args: argparse.Namespace) -> int:
         raise _Usage("nothing to run: no chosen strategy supports the chosen crash points")
 
     results, elapsed, rundir = _run_in_workdir(args, cells)
+    cpu = cpu_seconds(forkserver_pid())
 
     out.print(
         f"[bold]Crash lab[/bold]: {args.ops} operations per cell; the first attempt of every "
@@ -214,8 +233,11 @@ def _main(args: argparse.Namespace) -> int:
         out.print(line, style="dim", highlight=False)
     for line in _verdict(results, elapsed, args.jobs):
         out.print(line)
+    if args.timings:
+        for line in timings(results, elapsed, cpu):
+            out.print(line, style="dim", highlight=False)
     if args.json is not None:
-        _write_json(args, results, elapsed, phase, rundir if args.workdir else None)
+        _write_json(args, results, elapsed, phase, rundir if args.workdir else None, cpu)
     if any(r.error for r in results):
         return EXIT_BROKEN_CELL
     return EXIT_VIOLATED if any(r.ours and r.violations() for r in results) else EXIT_OK
@@ -279,8 +301,12 @@ def _soak(args: argparse.Namespace, out: Console, available: dict[str, Strategy]
     seed = 0 if args.seed is None else args.seed
     cells = plan_soak(ours[0], args.soak, args.soak_chunk, seed, ProviderSettings(lag=args.lag))
     results, elapsed, rundir = _run_in_workdir(args, cells)
+    cpu = cpu_seconds(forkserver_pid())
     totals = soak_totals(results)
     out.print(render_soak(results))
+    if args.timings:
+        for line in timings(results, elapsed, cpu):
+            out.print(line, style="dim", highlight=False)
     failed = [r for r in results if r.violations() or r.error]
     for r in failed[:20]:
         why = r.error.strip().splitlines()[-1] if r.error else "; ".join(r.violations())
@@ -415,23 +441,28 @@ def _run(cells: Sequence[Cell], rundir: Path, jobs: int) -> list[CellResult]:
                 failed.error = traceback.format_exc()
                 return failed
 
-        # Rows of ours first: their cells wait longer (settle times, hanging lookups),
-        # so the short seed cells fill the gaps at the end instead of leaving a tail.
-        order = sorted(range(len(cells)), key=lambda i: not cells[i].strategy.ours)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(one, i, cells[i]): i for i in order}
-            for future in as_completed(futures):
-                result = future.result()
-                results[futures[future]] = result
-                progress.update(task, cells=f"{len(results)}/{len(cells)} cells")
-                # One plain line per cell, above the bar on a terminal and on its own in a
-                # CI log (where the bar is not drawn): a long run is never silent.
-                progress.console.print(
-                    progress_line(result, len(results), len(cells), time.perf_counter() - started),
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
+        # The longest cells first, and cells that mostly wait (pauses, held sends) count
+        # as the share of their time they compute (schedule.Admission).
+        admission = Admission(cells, jobs)
+        with ThreadPoolExecutor(max_workers=jobs * MAX_CELLS_PER_JOB) as pool:
+            running: dict[Future[CellResult], int] = {}
+            while admission.pending or running:
+                for i in admission.ready():
+                    running[pool.submit(one, i, cells[i])] = i
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    position = running.pop(future)
+                    admission.finished(position)
+                    result = results[position] = future.result()
+                    progress.update(task, cells=f"{len(results)}/{len(cells)} cells")
+                    # One plain line per cell, above the bar on a terminal and on its own in
+                    # a CI log (where the bar is not drawn): a long run is never silent.
+                    progress.console.print(
+                        progress_line(result, len(results), len(cells), time.perf_counter() - started),
+                        highlight=False,
+                        markup=False,
+                        soft_wrap=True,
+                    )
     return [results[i] for i in range(len(cells))]
 
 
@@ -607,6 +638,7 @@ def _write_json(
     elapsed: float,
     phase: int,
     kept: Path | None,
+    cpu: tuple[float, float],
 ) -> None:
     document: dict[str, Any] = {
         "experiment": {
@@ -617,6 +649,7 @@ def _write_json(
             "lag": args.lag,
             "jobs": args.jobs,
             "seconds": round(elapsed, 3),
+            "cpu_seconds": {"lab": round(cpu[0], 2), "workers": round(cpu[1], 2)},
             "workdir": str(kept) if kept else None,
         },
         "environment": {

@@ -7,11 +7,12 @@ imported LangGraph and langchain-core: a new worker is a fork of a warm process
 after which the lab forks a replacement to resume the thread.
 
 Protocol (parent -> worker): an :class:`Attempt`, ``"go"`` after a rendezvous,
-``None`` to exit. Worker -> parent: ``("done", AttemptReport)``,
+``None`` to exit. Worker -> parent: ``("done", AttemptReport, cpu)``,
 ``("failed", traceback)``, ``("arrived", point)`` at a rendezvous,
-``("crash", point)`` right before the worker SIGKILLs itself, ``("paused",
+``("crash", point, cpu)`` right before the worker SIGKILLs itself, ``("paused",
 point)`` right before it SIGSTOPs itself and ``("at", point)`` when an attempt
-armed to announce it reaches the call.
+armed to announce it reaches the call. ``cpu``: the CPU seconds the worker used so
+far (the lab's ``--timings``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from langgraph.types import Command
 from ..checkpoint.sqlite import EffectSqliteSaver
 from ..errors import EffectsError
 from ..recovery import recover
-from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient
+from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient, process_cpu
 from .providers import Provider, ProviderMode
 from .strategies import (
     BUILTIN_MODULES,
@@ -217,7 +218,7 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
             except Exception:
                 conn.send(("failed", traceback.format_exc()))
             else:
-                conn.send(("done", report))
+                conn.send(("done", report, process_cpu()))
     provider.close()
 
 
@@ -349,6 +350,14 @@ def context() -> ForkServerContext:
     return ctx
 
 
+def forkserver_pid() -> int | None:
+    """The fork server's process id once it runs (its CPU includes the workers it reaped)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    return pid if isinstance(pid, int) else None
+
+
 class WorkerHandle:
     """The lab's end of one worker process."""
 
@@ -361,18 +370,22 @@ class WorkerHandle:
         child.close()
         self.crash_point: str | None = None
         self.killed_by_lab = False
+        self.cpu = 0.0
+        """CPU seconds the worker reported last (it reports with every attempt and kill)."""
 
     def send(self, message: Any) -> None:
         self.conn.send(message)
 
-    def receive(self) -> tuple[str, Any] | None:
+    def receive(self) -> tuple[Any, ...] | None:
         """The next message, or ``None`` once the worker is gone."""
         try:
-            message: tuple[str, Any] = self.conn.recv()
+            message: tuple[Any, ...] = self.conn.recv()
         except (EOFError, ConnectionResetError):
             return None
         if message[0] == "crash":
             self.crash_point = str(message[1])
+        if len(message) > 2 and isinstance(message[2], float):
+            self.cpu = message[2]  # the worker's CPU seconds so far
         return message
 
     def kill_now(self) -> None:
