@@ -3,7 +3,7 @@
 The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
 the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
 ``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
-tool that also runs unprotected), the ledgers and checkpointer extensions,
+tool that also runs unprotected), the ledgers and checkpointer extensions (``Sync...`` ones for ``invoke``/``stream``),
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
 ``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
 """
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint import attach_ledger, ledger_of
 from .checkpoint.sqlite import EffectSqliteSaver
+from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
 from .context import OperationInfo, current_operation, maybe_current_operation
 from .contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .errors import (
@@ -35,6 +36,7 @@ from .errors import (
     ReviewError,
     SchemaTooNewError,
     StaleVersionError,
+    SyncMismatchError,
     ThreadConflictError,
     TransitionError,
     VerdictNotRecordedError,
@@ -94,6 +96,9 @@ __all__ = [
     "SqliteLedger",
     "StaleVersionError",
     "State",
+    "SyncEffectPostgresSaver",
+    "SyncEffectSqliteSaver",
+    "SyncMismatchError",
     "TransitionError",
     "LeaseLiveError",
     "LedgerNotFoundError",

@@ -8,7 +8,8 @@ caller can catch the package as a whole or one precise failure::
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
-    │   └── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   ├── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   └── SyncMismatchError       an async-only saver in a sync run, or a sync-only one in an async run
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
@@ -109,6 +110,30 @@ class TargetNotFoundError(ConfigurationError):
     def __init__(self, target: str, module: str, attribute: str, path: str | None, reason: str) -> None:
         self._record(
             f"{target}: {reason}", target=target, module=module, attribute=attribute, path=path, reason=reason
+        )
+
+
+class SyncMismatchError(ConfigurationError):
+    """An async-only saver driven by a sync graph run (``invoke``/``stream``), or a
+    sync-only saver driven by an async one (``ainvoke``/``astream``). Raised by the
+    run's first checkpointer call, before anything is read, saved or sent.
+
+    Attributes: ``saver`` (the class used), ``method`` (the call refused) and
+    ``use`` (the class to use instead).
+    """
+
+    saver: str
+    method: str
+    use: str
+
+    def __init__(self, saver: str, method: str, use: str, *, sync_side: bool) -> None:
+        run, other = ("an async", "invoke/stream") if sync_side else ("a sync", "ainvoke/astream")
+        calls = "ainvoke/astream" if sync_side else "invoke/stream"
+        self._record(
+            f"{saver}.{method}: {saver} is for {other} only, and this is {run} run "
+            f"({calls}); nothing was read, saved or sent. Open {use} instead (same database, "
+            f"same ledger, same from_conn_string and setup()), or call {other}.",
+            saver=saver, method=method, use=use,
         )
 
 
