@@ -46,6 +46,7 @@ from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLe
 from .node import EffectToolNode
 from .operation import Operation, State
 from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
+from .recovery.sync import recover_sync
 from .review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ __all__ = [
     "ledger_of",
     "maybe_current_operation",
     "recover",
+    "recover_sync",
     "resume_command",
 ]
 

@@ -7,6 +7,9 @@ lets one proceed and refuses the other."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,14 +17,17 @@ from typing import Any
 
 import pytest
 
+from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver, recover_sync
 from langgraph_effects.lab.providers import Provider
 from tests import test_fencing as fencing
 from tests.helpers import run_python
-from tests.helpers.agent import Spec, spec_json
-from tests.helpers.fencing_agent import FenceSpec
+from tests.helpers.agent import Spec, build, provider_for, spec_json
+from tests.helpers.fencing_agent import FenceSpec, is_postgres
 from tests.ledger import conftest as ledger_fixtures
+from tests.test_recovery import clean_env
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -112,3 +118,49 @@ def test_two_sync_runners_on_one_thread_one_is_refused(db: str, tmp_path: Path) 
     fencing.assert_exactly_intended(provider, threads, calls=2)
     assert asyncio.run(fencing.forks(db, threads)) == []  # no checkpoint with two children
     assert asyncio.run(fencing.unresolved(db)) == []
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The console in a fresh interpreter, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_effects.cli", *args],
+        cwd=ROOT, capture_output=True, text=True, env=clean_env(), timeout=180,
+    )
+
+
+def test_the_console_resolves_what_a_sync_app_left_and_the_app_takes_the_verdict(tmp_path: Path) -> None:
+    s = Spec(db=str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"),
+             contract="blind", provider_mode="blind")
+    worker(replace(s, crash="before_outcome"), expect_kill=True)
+    listed = cli("list", "--db", s.db, "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)["operations"]
+    assert row["state"] == "dispatched" and row["lease"] == "owner_dead"
+    version = json.loads(cli("show", row["op_id"], "--db", s.db, "--json").stdout)["operation"]["version"]
+    resolved = cli("resolve", row["op_id"], "--landed", "--receipt", '{"id": "r9"}',
+                   "--expected-version", str(version), "--db", s.db, "--json")
+    assert resolved.returncode == 0, resolved.stderr
+
+    out = worker(replace(s, resume=True))  # the sync app's next run reads the verdict
+    assert out["interrupts"] == []
+    [message] = tool_messages(out)
+    assert message["artifact"]["evidence"] == "verdict" and message["artifact"]["receipt"] == {"id": "r9"}
+    assert effects(s) == 1 and requests(s) == 1
+
+
+def test_recover_sync_resumes_a_crashed_sync_thread(db: str, tmp_path: Path) -> None:
+    s = Spec(db=db, provider=str(tmp_path / "provider.sqlite"), calls=2)
+    worker(replace(s, crash="before_outcome"), expect_kill=True)
+    assert effects(s) == 1
+
+    kind = SyncEffectPostgresSaver if is_postgres(db) else SyncEffectSqliteSaver
+    with kind.from_conn_string(db) as saver:
+        saver.setup()
+        graph = build(s, saver, provider_for(s))
+        report = recover_sync(graph, min_idle=0)
+        [thread] = report.threads
+        assert thread.thread_id == "t1" and thread.action == "resumed"
+        messages = graph.get_state({"configurable": {"thread_id": "t1"}}).values["messages"]
+        assert [m.artifact["state"] for m in messages if m.type == "tool"] == ["confirmed", "confirmed"]
+        assert recover_sync(graph, min_idle=0).threads == ()  # nothing left to do
+    assert effects(s) == 2 and requests(s) == 3  # the landed one re-sent once under its key, replayed
