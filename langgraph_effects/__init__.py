@@ -3,7 +3,8 @@
 The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
 the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
 ``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
-tool that also runs unprotected), the ledgers and checkpointer extensions (``Sync...`` ones for ``invoke``/``stream``),
+tool that also runs unprotected), the ledgers and checkpointer extensions
+(``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver`` for ``invoke``/``stream``),
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
 ``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
 """

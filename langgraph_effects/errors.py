@@ -114,27 +114,19 @@ class TargetNotFoundError(ConfigurationError):
 
 
 class SyncMismatchError(ConfigurationError):
-    """An async-only saver driven by a sync graph run (``invoke``/``stream``), or a
-    sync-only saver driven by an async one (``ainvoke``/``astream``). Raised by the
-    run's first checkpointer call, before anything is read, saved or sent.
+    """An async-only object in a sync run (``invoke``/``stream``), or a sync-only one in
+    an async run (``ainvoke``/``astream``): an async saver, a sync saver, a tool with only
+    an async implementation. Raised before anything is read, saved or sent.
 
-    Attributes: ``saver`` (the class used), ``method`` (the call refused) and
-    ``use`` (the class to use instead).
+    Attributes: ``used`` (what was used: a class or a tool's name) and ``use`` (what to
+    use instead).
     """
 
-    saver: str
-    method: str
+    used: str
     use: str
 
-    def __init__(self, saver: str, method: str, use: str, *, sync_side: bool) -> None:
-        run, other = ("an async", "invoke/stream") if sync_side else ("a sync", "ainvoke/astream")
-        calls = "ainvoke/astream" if sync_side else "invoke/stream"
-        self._record(
-            f"{saver}.{method}: {saver} is for {other} only, and this is {run} run "
-            f"({calls}); nothing was read, saved or sent. Open {use} instead (same database, "
-            f"same ledger, same from_conn_string and setup()), or call {other}.",
-            saver=saver, method=method, use=use,
-        )
+    def __init__(self, message: str, *, used: str, use: str) -> None:
+        self._record(message, used=used, use=use)
 
 
 class LedgerError(EffectsError):

@@ -44,6 +44,7 @@ from langgraph.types import Command
 from . import _portal, _private, loops
 from .actions import Settings
 from .checkpoint import ledger_of
+from .checkpoint._sides import refuse_async_only_tool
 from .contract import Effect
 from .dangling import Answer, find_answers, insert_answers, unanswered
 from .engine import Session
@@ -272,6 +273,7 @@ class EffectMiddleware(AgentMiddleware):
             return loops.refusal(request.tool_call)
         if not tracked:
             return handler(request)
+        refuse_async_only_tool(request.tool, "EffectMiddleware")
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, asking, sync=True))
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from . import _portal, _private, loops
 from .actions import Settings
 from .checkpoint import ledger_of
+from .checkpoint._sides import refuse_async_only_tool
 from .contract import Effect
 from .engine import Session
 from .errors import NoLedgerError
@@ -212,6 +213,8 @@ class EffectToolNode(ToolNode):
         try:
             if not calls:
                 return super()._func(input, config, runtime)
+            for call in calls:
+                refuse_async_only_tool(self.tools_by_name.get(call["name"]), "EffectToolNode")
             session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
             token = _SESSION.set(session)
             try:

@@ -41,7 +41,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def worker(spec: Spec, *, expect_kill: bool = False) -> dict[str, Any]:
-    return run_python("-m", "tests.helpers.agent", spec_json(replace(spec, sync=True)), expect_kill=expect_kill)
+    args = spec_json(replace(spec, sync=True))
+    return run_python("-m", "tests.helpers.agent", args, expect_kill=expect_kill)
 
 
 def effects(s: Spec) -> int:
@@ -96,7 +97,8 @@ def test_blind_kill_waits_for_the_operator_and_takes_the_verdict(db: str, tmp_pa
     out = worker(replace(s, answer=answer))
     assert out["interrupts"] == []
     [message] = tool_messages(out)
-    assert message["artifact"]["evidence"] == "verdict" and message["artifact"]["receipt"] == {"ticket": "T-7"}
+    assert message["artifact"]["evidence"] == "verdict"
+    assert message["artifact"]["receipt"] == {"ticket": "T-7"}
     assert effects(s) == 1 and requests(s) == 1
     assert out["messages"][-1]["content"] == "done"
 

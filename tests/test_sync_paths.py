@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 from langgraph.func import entrypoint, task
 from langgraph.types import Command
 
 from langgraph_effects import (
     Effect,
-    EffectSqliteSaver,
     EffectsError,
+    EffectSqliteSaver,
     SyncEffectPostgresSaver,
     SyncEffectSqliteSaver,
     SyncMismatchError,
@@ -238,8 +238,9 @@ def test_an_async_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Path) -> No
                     call()
                 error = raised.value
                 assert isinstance(error, EffectsError)
-                assert error.saver == "EffectSqliteSaver" and error.use == "SyncEffectSqliteSaver"
-                assert "SyncEffectSqliteSaver" in str(error) and "nothing was read, saved or sent" in str(error)
+                assert error.used == "EffectSqliteSaver" and error.use == "SyncEffectSqliteSaver"
+                assert "Open SyncEffectSqliteSaver instead" in str(error)
+                assert "nothing was read, saved or sent" in str(error)
 
     asyncio.run(main())
     assert provider.count_requests("apply") == 0
@@ -275,3 +276,47 @@ def threading_result(fn: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def test_an_async_only_tool_is_refused_before_its_call_is_recorded(saver: Any, tmp_path: Path) -> None:
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+
+    @tool
+    async def send(operation: str) -> str:
+        """Send (async only)."""
+        return provider.apply({"operation": operation}).effect_id
+
+    graph = _with_tools(build(spec(tmp_path), saver, provider), EffectToolNode([send]), saver)
+    with pytest.raises(SyncMismatchError) as raised:
+        graph.invoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
+    assert raised.value.used == "send" and "ainvoke" in str(raised.value)
+    assert ledger_states(saver) == [] and provider.count_requests("apply") == 0
+
+    agent = create_agent(
+        ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "t2:0"})])),
+        tools=[send], middleware=[EffectMiddleware({"send": Effect(dedup_window=60)})], checkpointer=saver,
+    )
+    with pytest.raises(SyncMismatchError):
+        agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t2"}})
+    assert ledger_states(saver) == [] and provider.count_requests("apply") == 0
+
+
+def test_sync_and_dual_tools_run_in_one_sync_graph(saver: Any, tmp_path: Path) -> None:
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+
+    def apply(operation: str) -> str:
+        return provider.apply({"operation": operation}, key=current_operation().provider_key).effect_id
+
+    async def apply_async(operation: str) -> str:
+        raise AssertionError("a sync run calls the sync implementation")
+
+    dual = StructuredTool.from_function(func=apply, coroutine=apply_async, name="dual", description="Send.")
+    plain = StructuredTool.from_function(func=apply, name="plain", description="Send.")
+    calls = [("dual", {"operation": "a"}), ("plain", {"operation": "b"})]
+    middleware = EffectMiddleware({"dual": Effect(), "plain": Effect()})
+    model = ScriptedChatModel(script=call_each_then_finish(calls))
+    agent = create_agent(model, tools=[dual, plain], middleware=[middleware], checkpointer=saver)
+    out = agent.invoke({"messages": [HumanMessage("go")]}, CONFIG)
+    assert out["messages"][-1].content == "done"
+    assert provider.count_effects() == {"a": 1, "b": 1}
+    assert ledger_states(saver) == ["confirmed", "confirmed"]

@@ -17,6 +17,7 @@ naming the async saver, and a sync graph run on an async saver raises it naming 
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
@@ -32,8 +33,8 @@ from langgraph.checkpoint.base import (
 )
 
 from .. import _portal
-from ..errors import SyncMismatchError
 from . import _fence
+from ._sides import saver_mismatch
 from .sqlite import EffectSqliteSaver
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
     ) -> Iterator[CheckpointTuple]:
         """LangGraph's ``list`` (read to the end on the portal, then yielded)."""
 
-        async def collect() -> list[CheckpointTuple]:
+        async def collect() -> builtins.list[CheckpointTuple]:
             listed = self.saver.alist(config, filter=filter, before=before, limit=limit)
             return [item async for item in listed]
 
@@ -127,9 +128,9 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
         """Delete the checkpoints the given runs saved (the async saver's ``adelete_for_runs``)."""
         self._run(self.saver.adelete_for_runs(run_ids))
 
-    def unfinished_threads(self) -> list[str]:
+    def unfinished_threads(self) -> builtins.list[str]:
         """Threads whose newest checkpoint has input or an unfinished step, oldest first."""
-        found: list[str] = self._run(self.saver.unfinished_threads())
+        found: builtins.list[str] = self._run(self.saver.unfinished_threads())
         return found
 
     def get_next_version(self, current: Any, channel: None) -> Any:
@@ -143,7 +144,7 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
     # -- the async interface: refused ---------------------------------------------------
 
     def _refuse(self, method: str) -> NoReturn:
-        raise SyncMismatchError(type(self).__name__, method, self.async_name, sync_side=True)
+        raise saver_mismatch(type(self).__name__, method, self.async_name, sync_run=False)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self._refuse("aget_tuple")
