@@ -320,3 +320,20 @@ def test_sync_and_dual_tools_run_in_one_sync_graph(saver: Any, tmp_path: Path) -
     assert out["messages"][-1].content == "done"
     assert provider.count_effects() == {"a": 1, "b": 1}
     assert ledger_states(saver) == ["confirmed", "confirmed"]
+
+
+def test_update_state_branches_on_purpose_and_delete_thread_forgets_the_thread(
+    saver: Any, tmp_path: Path
+) -> None:
+    s = spec(tmp_path)
+    graph = build(s, saver, Provider(s.provider, "dedup"))
+    graph.invoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
+    before = next(h for h in graph.get_state_history(CONFIG) if h.next == ("tools",))
+    # A second child of a checkpoint that has one: an edit, not a second runner.
+    graph.update_state(before.config, {"messages": [AIMessage("edited")]}, as_node="model")
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(CONFIG) if t.parent_config]
+    assert parents.count(before.config["configurable"]["checkpoint_id"]) == 2
+    assert graph.get_state(CONFIG).values["messages"][-1].content == "edited"
+
+    saver.delete_thread("t1")
+    assert list(saver.list(CONFIG)) == [] and saver.get_tuple(CONFIG) is None

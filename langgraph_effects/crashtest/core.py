@@ -292,8 +292,7 @@ async def crashtest(
         workdir: keep the runs' SQLite files here (default: a temporary directory).
         on_run: called as ``on_run(run, done, total)`` after every finished run.
         deadline_seconds: the longest one attempt may take.
-        sync: run every attempt as a sync app does (``graph.invoke`` on
-            ``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver``), not ``ainvoke``.
+        sync: run every attempt as a sync app does: ``graph.invoke`` on ``SyncEffect*Saver``.
 
     Returns:
         A :class:`CrashReport` (``duplicates``, ``missing``, ``matrix()``, ``verdict()``).
