@@ -331,7 +331,8 @@ def test_update_state_branches_on_purpose_and_delete_thread_forgets_the_thread(
     before = next(h for h in graph.get_state_history(CONFIG) if h.next == ("tools",))
     # A second child of a checkpoint that has one: an edit, not a second runner.
     graph.update_state(before.config, {"messages": [AIMessage("edited")]}, as_node="model")
-    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(CONFIG) if t.parent_config]
+    listed = list(saver.list(CONFIG))
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in listed if t.parent_config]
     assert parents.count(before.config["configurable"]["checkpoint_id"]) == 2
     assert graph.get_state(CONFIG).values["messages"][-1].content == "edited"
 
