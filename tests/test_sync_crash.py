@@ -103,14 +103,16 @@ def test_blind_kill_waits_for_the_operator_and_takes_the_verdict(db: str, tmp_pa
     assert out["messages"][-1]["content"] == "done"
 
 
-def test_two_sync_runners_on_one_thread_one_is_refused(db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_two_sync_runners_on_one_thread_one_is_refused(db: str, tmp_path: Path, durability: str) -> None:
     provider = str(tmp_path / "provider.sqlite")
     threads = ["t1"]
     common: dict[str, Any] = {"db": db, "provider": provider, "threads": threads, "sync": True}
     fencing.crash(FenceSpec(mode="crash", **common))
     # Both load the same checkpoint before either saves (overlap): they collide.
     runners = [
-        FenceSpec(mode="resume", go=str(tmp_path / "go"), overlap=str(tmp_path / "overlap"), **common)
+        FenceSpec(mode="resume", go=str(tmp_path / "go"), overlap=str(tmp_path / "overlap"),
+                  durability=durability, durable_wait_seconds=fencing.DURABLE_WAIT, **common)
         for _ in range(2)
     ]
     results = fencing.race(runners, tmp_path / "go")
