@@ -338,3 +338,21 @@ def test_update_state_branches_on_purpose_and_delete_thread_forgets_the_thread(
 
     saver.delete_thread("t1")
     assert list(saver.list(CONFIG)) == [] and saver.get_tuple(CONFIG) is None
+
+
+def test_a_forked_child_gets_its_own_portal() -> None:
+    import multiprocessing
+
+    from langgraph_effects import _portal
+
+    assert _portal.run(asyncio.sleep(0, result="parent")) == "parent"  # the parent's portal runs
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # a prefork worker (Celery, gunicorn): the portal thread is not copied
+        assert pool.apply_async(_run_on_portal).get(timeout=60) == "child"
+
+
+def _run_on_portal() -> str:
+    from langgraph_effects import _portal
+
+    result: str = _portal.run(asyncio.sleep(0, result="child"))
+    return result
