@@ -356,3 +356,23 @@ def _run_on_portal() -> str:
 
     result: str = _portal.run(asyncio.sleep(0, result="child"))
     return result
+
+
+@pytest.mark.postgres
+def test_an_async_postgres_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Path) -> None:
+    from langgraph_effects import EffectPostgresSaver
+
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+
+    async def main(dsn: str) -> list[Any]:
+        async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as async_saver:
+            await async_saver.setup()
+            graph = build(spec(tmp_path), async_saver, provider)
+            with pytest.raises(SyncMismatchError) as raised:
+                await asyncio.to_thread(graph.invoke, {"messages": [HumanMessage("go")]}, CONFIG)
+            assert raised.value.use == "SyncEffectPostgresSaver"
+            return [t async for t in async_saver.alist(CONFIG)]
+
+    with ledger_fixtures.created_schema("lge_syncside") as (_, dsn):
+        assert asyncio.run(main(dsn)) == []  # no checkpoint saved
+    assert provider.count_requests("apply") == 0
