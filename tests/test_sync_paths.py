@@ -376,3 +376,15 @@ def test_an_async_postgres_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Pa
     with ledger_fixtures.created_schema("lge_syncside") as (_, dsn):
         assert asyncio.run(main(dsn)) == []  # no checkpoint saved
     assert provider.count_requests("apply") == 0
+
+
+def test_the_msgpack_allowlist_reaches_the_async_saver_that_serializes(tmp_path: Path) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    strict = JsonPlusSerializer(allowed_msgpack_modules=[("tests.helpers.agent", "Spec")])
+    with SyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite", serde=strict) as saver:
+        clone = saver.with_allowlist({("tests.helpers.agent", "State")})  # what compile() asks
+        assert type(clone) is SyncEffectSqliteSaver and clone.saver is not saver.saver
+        assert clone.serde is clone.saver.serde is not strict  # what serializes has the merged list
+        assert clone.ledger is saver.ledger
+        assert saver.with_allowlist({("tests.helpers.agent", "Spec")}) is saver  # nothing new

@@ -18,7 +18,7 @@ naming the async saver, and a sync graph run on an async saver raises it naming 
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
@@ -135,6 +135,12 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
 
     def get_next_version(self, current: Any, channel: None) -> Any:
         return self.saver.get_next_version(current, channel)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[Any]:
+        """LangGraph's strict-msgpack allowlist (``LANGGRAPH_STRICT_MSGPACK``), applied to
+        the async saver, which is the one that serializes."""
+        saver = self.saver.with_allowlist(extra_allowlist)
+        return self if saver is self.saver else type(self)(saver)
 
     def saved_header(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
         """The header of a checkpoint this saver committed (see ``FencedSaver.saved_header``)."""
