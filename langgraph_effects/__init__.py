@@ -3,7 +3,8 @@
 The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
 the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
 ``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
-tool that also runs unprotected), the ledgers and checkpointer extensions,
+tool that also runs unprotected), the ledgers and checkpointer extensions
+(``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver`` for ``invoke``/``stream``),
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
 ``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
 """
@@ -16,6 +17,7 @@ from ._runtime.context import OperationInfo, current_operation, maybe_current_op
 from ._runtime.review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
 from .checkpoint import attach_ledger, ledger_of
 from .checkpoint.sqlite import EffectSqliteSaver
+from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
 from .core.contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from .core.operation import Operation, State
 from .errors import (
@@ -39,12 +41,14 @@ from .errors import (
     ReviewError,
     SchemaTooNewError,
     StaleVersionError,
+    SyncMismatchError,
     ThreadConflictError,
     TransitionError,
     VerdictNotRecordedError,
 )
 from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
 from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
+from .recovery.sync import recover_sync
 
 if TYPE_CHECKING:
     from ._integrations.middleware import EffectMiddleware
@@ -94,6 +98,9 @@ __all__ = [
     "SqliteLedger",
     "StaleVersionError",
     "State",
+    "SyncEffectPostgresSaver",
+    "SyncEffectSqliteSaver",
+    "SyncMismatchError",
     "TransitionError",
     "LeaseLiveError",
     "LedgerNotFoundError",
@@ -108,6 +115,7 @@ __all__ = [
     "ledger_of",
     "maybe_current_operation",
     "recover",
+    "recover_sync",
     "resume_command",
 ]
 

@@ -8,7 +8,8 @@ caller can catch the package as a whole or one precise failure::
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
-    │   └── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   ├── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   └── SyncMismatchError       an async-only saver in a sync run, or a sync-only one in an async run
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
@@ -110,6 +111,22 @@ class TargetNotFoundError(ConfigurationError):
         self._record(
             f"{target}: {reason}", target=target, module=module, attribute=attribute, path=path, reason=reason
         )
+
+
+class SyncMismatchError(ConfigurationError):
+    """An async-only object in a sync run (``invoke``/``stream``), or a sync-only one in
+    an async run (``ainvoke``/``astream``): an async saver, a sync saver, a tool with only
+    an async implementation. Raised before anything is read, saved or sent.
+
+    Attributes: ``used`` (what was used: a class or a tool's name) and ``use`` (what to
+    use instead).
+    """
+
+    used: str
+    use: str
+
+    def __init__(self, message: str, *, used: str, use: str) -> None:
+        self._record(message, used=used, use=use)
 
 
 class LedgerError(EffectsError):

@@ -223,8 +223,11 @@ def test_provider_admin_faults_refuse_unknown_switches(provider: Any) -> None:
 @pytest.mark.crash
 @pytest.mark.parametrize(
     "command",
-    [["dedup_agent.py"], ["lookup_agent.py"], ["lookup_agent.py", "--listing"], ["blind_agent.py"]],
-    ids=["dedup", "lookup", "lookup-listing", "blind"],
+    [
+        ["dedup_agent.py"], ["lookup_agent.py"], ["lookup_agent.py", "--listing"], ["blind_agent.py"],
+        ["sync_quickstart.py"],
+    ],
+    ids=["dedup", "lookup", "lookup-listing", "blind", "sync-quickstart"],
 )
 def test_example_script_runs_green(command: list[str]) -> None:
     proc = subprocess.run(

@@ -49,6 +49,7 @@ from .._runtime.dangling import Answer, find_answers, insert_answers, unanswered
 from .._runtime.engine import Session
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from ..checkpoint import ledger_of
+from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
@@ -274,6 +275,7 @@ class EffectMiddleware(AgentMiddleware):
             return loops.refusal(request.tool_call)
         if not tracked:
             return handler(request)
+        refuse_async_only_tool(request.tool, "EffectMiddleware")
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, asking, sync=True))
 

@@ -40,6 +40,7 @@ from .._runtime.actions import Settings
 from .._runtime.engine import Session
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from ..checkpoint import ledger_of
+from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
@@ -214,6 +215,8 @@ class EffectToolNode(ToolNode):
         try:
             if not calls:
                 return super()._func(input, config, runtime)
+            for call in calls:
+                refuse_async_only_tool(self.tools_by_name.get(call["name"]), "EffectToolNode")
             session: Session = _portal.run(self._open(calls, input, config, runtime, sync=True))
             token = _SESSION.set(session)
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,6 +20,17 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+
+
+def _forget_in_child() -> None:
+    """A forked child has no portal thread (only the forking thread survives a fork):
+    it starts its own on first use instead of waiting on the parent's forever."""
+    global _loop, _lock
+    _loop, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _portal_loop() -> asyncio.AbstractEventLoop:

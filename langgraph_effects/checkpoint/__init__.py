@@ -1,7 +1,9 @@
 """Checkpointer extensions: the operation ledger lives beside LangGraph's checkpoints.
 
 ``EffectSqliteSaver`` (and ``EffectPostgresSaver`` with the ``postgres`` extra) is
-LangGraph's saver plus a ``.ledger`` in the same database on its own connection.
+LangGraph's saver plus a ``.ledger`` in the same database on its own connection;
+``SyncEffectSqliteSaver`` / ``SyncEffectPostgresSaver`` (:mod:`.sync`) are their sync
+twins for ``invoke``/``stream``.
 Any other checkpointer can carry a ledger with :func:`attach_ledger`.
 """
 

@@ -18,11 +18,11 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ConfigurationError, ThreadConflictError
 from ..ledger.postgres import PostgresLedger
-from . import _fence, _unfinished
+from . import _fence, _sides, _unfinished
 from ._fence import Put
 
 
-class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
+class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSaver):
     """An ``AsyncPostgresSaver`` whose database also holds the operation ledger.
 
     The ledger runs on its own connection pool to the same database: sharing the
@@ -36,6 +36,7 @@ class EffectPostgresSaver(_fence.FencedSaver, AsyncPostgresSaver):
     """
 
     ledger: PostgresLedger
+    sync_name = "SyncEffectPostgresSaver"
 
     def __init__(
         self,

@@ -27,11 +27,11 @@ from .._private import (
 )
 from ..errors import ThreadConflictError
 from ..ledger.sqlite import SqliteLedger, connect
-from . import _fence, _unfinished
+from . import _fence, _sides, _unfinished
 from ._fence import Put
 
 
-class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
+class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     """An ``AsyncSqliteSaver`` whose database also holds the operation ledger.
 
     The ledger uses its own connection to the same file: sharing the saver's
@@ -50,6 +50,7 @@ class EffectSqliteSaver(_fence.FencedSaver, AsyncSqliteSaver):
     """
 
     ledger: SqliteLedger
+    sync_name = "SyncEffectSqliteSaver"
 
     def __init__(self, conn: aiosqlite.Connection, ledger: SqliteLedger, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)

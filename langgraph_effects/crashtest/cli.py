@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", metavar="DSN", help="run on EffectPostgresSaver in this database (default: SQLite files)"
     )
     parser.add_argument("--workdir", type=Path, help="keep the runs' SQLite files here (default: a temp dir)")
+    parser.add_argument(
+        "--sync", action="store_true", help="run the graph as a sync app does: invoke on SyncEffect*Saver"
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the whole report as JSON")
     return parser
 
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 db=args.db,
                 workdir=args.workdir,
+                sync=args.sync,
                 on_run=lambda run, done, total: _progress(run, done, total),
             )
         )

@@ -270,6 +270,7 @@ async def crashtest(
     workdir: str | os.PathLike[str] | None = None,
     on_run: Callable[[RunResult, int, int], None] | None = None,
     deadline_seconds: float = 300.0,
+    sync: bool = False,
 ) -> CrashReport:
     """Crash-test the graph ``factory`` builds, counting effects with ``probe``.
 
@@ -291,6 +292,7 @@ async def crashtest(
         workdir: keep the runs' SQLite files here (default: a temporary directory).
         on_run: called as ``on_run(run, done, total)`` after every finished run.
         deadline_seconds: the longest one attempt may take.
+        sync: run every attempt as a sync app does: ``graph.invoke`` on ``SyncEffect*Saver``.
 
     Returns:
         A :class:`CrashReport` (``duplicates``, ``missing``, ``matrix()``, ``verdict()``).
@@ -316,7 +318,7 @@ async def crashtest(
     pool: _Pool | None = None
     try:
         await _check_factory(factory_fn, factory_name, db_for(f"{name}-check"))
-        spec = Spec(factory=factory_name, probe=probe_name, cwd=os.getcwd(), env=dict(os.environ))
+        spec = Spec(factory=factory_name, probe=probe_name, cwd=os.getcwd(), env=dict(os.environ), sync=sync)
         pool = _Pool(_context(), spec, deadline_seconds)
         graph_input = DEFAULT_INPUT if input is None else input
         session = _Session(pool, probe_fn, probe_name, graph_input, user_config, db_for)

@@ -73,6 +73,8 @@ class Spec:
     cwd: str
     env: dict[str, str]
     """The crash test's environment: a fork server child inherits the server's, not ours."""
+    sync: bool = False
+    """Run each attempt as a sync app does: ``graph.invoke`` on ``SyncEffect*Saver``."""
 
 
 class Fault(NamedTuple):
@@ -291,10 +293,18 @@ def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
 
 
 @contextlib.asynccontextmanager
-async def open_checkpointer(db: str) -> AsyncIterator[Any]:
-    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``."""
+async def open_checkpointer(db: str, *, sync: bool = False) -> AsyncIterator[Any]:
+    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``;
+    with ``sync``, their sync twins (opened and closed on the package's portal loop)."""
     from .._runtime.operator import is_postgres_dsn
 
+    if sync:
+        from ..checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+
+        kind = SyncEffectPostgresSaver if is_postgres_dsn(db) else SyncEffectSqliteSaver
+        with kind.from_conn_string(db) as twin:
+            yield twin
+        return
     if is_postgres_dsn(db):
         from ..checkpoint.postgres import EffectPostgresSaver
 
@@ -344,7 +354,7 @@ async def _serve(conn: Connection, spec: Spec) -> None:
         if job is None:
             break
         try:
-            report = await _attempt(conn, job, factory, probe if job.record else None, killer)
+            report = await _attempt(conn, job, factory, probe if job.record else None, killer, spec.sync)
         except Exception:
             conn.send(("failed", traceback.format_exc()))
         else:
@@ -357,6 +367,7 @@ async def _attempt(
     factory: Callable[..., Any],
     probe: Callable[[str], Any] | None,
     killer: _Killer,
+    sync: bool = False,
 ) -> RunReport:
     handler = FaultHandler(job, killer, probe)
     for name in _faults.POINTS:
@@ -373,7 +384,7 @@ async def _attempt(
         payload = Command(resume=job.resume)
     error: str | None = None
     try:
-        async with open_checkpointer(job.db) as checkpointer:
+        async with open_checkpointer(job.db, sync=sync) as checkpointer:
             graph = await build_graph(factory, checkpointer)
             if job.rendezvous:
                 # Two runners resuming the same thread: both are ready, released together.
@@ -389,7 +400,10 @@ async def _attempt(
             if timer is not None:
                 timer.start()
             try:
-                await graph.ainvoke(payload, config, durability="sync")
+                if sync:  # as a sync app runs it, off this event loop
+                    await asyncio.to_thread(graph.invoke, payload, config, durability="sync")
+                else:
+                    await graph.ainvoke(payload, config, durability="sync")
             except Exception as exc:  # the graph's own failure is an outcome, not a harness error
                 error = f"{type(exc).__name__}: {exc}"
             finally:
@@ -397,7 +411,8 @@ async def _attempt(
                 if timer is not None:
                     timer.cancel()
             seconds = time.perf_counter() - started
-            snapshot = await graph.aget_state({"configurable": config["configurable"]})
+            at = {"configurable": config["configurable"]}
+            snapshot = await (asyncio.to_thread(graph.get_state, at) if sync else graph.aget_state(at))
     finally:
         _faults.clear()
     interrupts = [(i.id, i.value) for i in snapshot.interrupts]

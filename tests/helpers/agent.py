@@ -51,7 +51,7 @@ class Spec:
     timeout_after_effect: list[int] = field(default_factory=list)  # call indexes that time out
     durability: str = "sync"
     retry: bool = False
-    sync: bool = False
+    sync: bool = False  # run with graph.invoke on a SyncEffect*Saver (db: a path or a postgresql:// DSN)
     kind: str = "graph"  # graph | subgraph | create_agent | react
 
 
@@ -212,10 +212,37 @@ async def run(spec: Spec) -> dict[str, Any]:
         return describe(result, await graph.aget_state(config))
 
 
+def payload_for(spec: Spec, graph: Any, config: Any) -> Any:
+    """What a sync run sends: the operator's answer, Agent Inbox's decisions, a bare
+    resume or the first message (as :func:`run` does)."""
+    if spec.answer is not None:
+        return resume_command(graph.get_state(config).interrupts, spec.answer)
+    if spec.hitl is not None:
+        return Command(resume={"decisions": spec.hitl})
+    return None if spec.resume else {"messages": [HumanMessage("go")]}
+
+
+def run_sync(spec: Spec) -> dict[str, Any]:
+    """:func:`run` through ``graph.invoke`` on the sync saver of ``spec.db``'s backend."""
+    from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+
+    provider = provider_for(spec)
+    if spec.crash:
+        _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
+    config: Any = {"configurable": {"thread_id": spec.thread}}
+    postgres = "://" in spec.db or "dbname=" in spec.db
+    opened = (SyncEffectPostgresSaver if postgres else SyncEffectSqliteSaver).from_conn_string(spec.db)
+    with opened as saver:
+        saver.setup()
+        graph = build(spec, saver, provider)
+        result = graph.invoke(payload_for(spec, graph, config), config, durability=spec.durability)
+        return describe(result, graph.get_state(config))
+
+
 def main() -> None:
     spec = Spec(**json.loads(sys.argv[1]))
     started = time.time()
-    out = asyncio.run(run(spec))
+    out = run_sync(spec) if spec.sync else asyncio.run(run(spec))
     out["seconds"] = time.time() - started
     print(json.dumps(out, default=str))
 

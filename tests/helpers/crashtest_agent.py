@@ -93,6 +93,35 @@ def blind_graph(checkpointer: Any) -> Any:
     return _loop(EffectToolNode([send_notification]), checkpointer)
 
 
+@tool("send_notification")
+def send_notification_sync(to: str, text: str, config: RunnableConfig) -> str:
+    """Send a notification email to ``to`` (a sync app's tool: a plain ``def``)."""
+    op = maybe_current_operation()
+    headers = {"Idempotency-Key": op.provider_key} if op is not None else {}
+    reference = config["configurable"]["thread_id"]
+    body = {"to": to, "text": text, "reference": reference}
+    response = httpx.post(f"{_url()}/notifications", json=body, headers=headers, timeout=10.0)
+    response.raise_for_status()
+    return f"notification {response.json()['id']} sent to {to}"
+
+
+def sync_effect_graph(checkpointer: Any) -> Any:
+    """:func:`effect_graph` as a sync app writes it (sync model node, sync tool), for
+    ``crashtest(..., sync=True)``: every attempt runs ``graph.invoke``."""
+    model = _model()
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode([send_notification_sync], effects=DEDUP))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer)
+
+
 def not_a_graph(checkpointer: Any) -> Any:
     """A common slip: the builder, not the compiled graph."""
     builder = StateGraph(State)

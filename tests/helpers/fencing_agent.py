@@ -86,6 +86,7 @@ class FenceSpec:
     subgraph: bool = False  # the agent runs as a subgraph node of a parent graph
     plain: bool = False  # LangGraph's saver + attach_ledger: no fencing (the "before")
     named: bool = False  # resume naming the thread's head by checkpoint_id (as a chat UI may)
+    sync: bool = False  # graph.invoke on SyncEffect*Saver (modes crash | start | resume)
 
 
 _counter = itertools.count()
@@ -277,13 +278,49 @@ async def run(spec: FenceSpec) -> dict[str, Any]:
     return out
 
 
+def _invoke_each(spec: FenceSpec, graph: Any, out: dict[str, Any]) -> None:
+    """``graph.invoke`` each thread of ``spec`` (a sync graph), recording its outcome."""
+    for thread in spec.threads:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+        payload = None if spec.mode == "resume" else {"messages": [first_message(thread, spec.calls)]}
+        try:
+            graph.invoke(payload, config, durability=spec.durability)
+            out["threads"][thread] = {"outcome": "ok"}
+        except ThreadConflictError as error:
+            out["threads"][thread] = {"outcome": "refused", "error": str(error)}
+        except Exception as error:
+            out["threads"][thread] = {"outcome": "error", "error": f"{type(error).__name__}: {error}",
+                                      "trace": traceback.format_exc()[-2000:]}
+
+
+def run_sync(spec: FenceSpec) -> dict[str, Any]:
+    """:func:`run` for a sync app: ``SyncEffect*Saver`` and ``graph.invoke``."""
+    from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+
+    provider = Provider(spec.provider, "dedup")
+    if spec.mode == "crash":
+        _faults.install("before_outcome", lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
+    out: dict[str, Any] = {"pid": os.getpid(), "threads": {}}
+    kind = SyncEffectPostgresSaver if is_postgres(spec.db) else SyncEffectSqliteSaver
+    with kind.from_conn_string(spec.db) as saver:
+        saver.setup()
+        graph = build(spec, saver, provider)
+        _with_overlap(saver.saver, spec)  # the async saver every sync call runs
+        if spec.go is not None:
+            Path(f"{spec.go}.ready.{os.getpid()}").touch()
+            _wait_for(spec.go)
+        _invoke_each(spec, graph, out)
+    return out
+
+
 def spec_json(spec: FenceSpec) -> str:
     return json.dumps(asdict(spec))
 
 
 def main() -> None:
     spec = FenceSpec(**json.loads(sys.argv[1]))
-    print(json.dumps(asyncio.run(run(spec)), default=str), flush=True)
+    out = run_sync(spec) if spec.sync else asyncio.run(run(spec))
+    print(json.dumps(out, default=str), flush=True)
 
 
 if __name__ == "__main__":

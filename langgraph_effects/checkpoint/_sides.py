@@ -1,0 +1,84 @@
+"""Sync and async sides: an object of one side used from the other fails at once.
+
+An async saver driven by a sync graph run fails, naming the sync saver
+(:class:`AsyncOnly`); a sync saver in an async run names the async one
+(:mod:`~langgraph_effects.checkpoint.sync`); a tool with only an async
+implementation in a sync run is refused before its call is recorded
+(:func:`refuse_async_only_tool`).
+
+LangGraph's async savers accept sync calls from a thread other than their event
+loop's; a sync graph run (``graph.invoke``/``graph.stream``) on ours would then drive
+the ledger on another event loop than the saver's (a Postgres pool cannot follow).
+Its first call, the loop's ``get_tuple``, is refused instead, before anything is read,
+saved or sent. Sync calls that are not a graph run's (``graph.get_state`` from another
+thread, a sync task's read of its checkpoint) behave as LangGraph's saver does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+
+from .. import _private
+from ..errors import SyncMismatchError
+
+
+class AsyncOnly:
+    """Listed first among an async Effect saver's bases (see the module)."""
+
+    sync_name: ClassVar[str] = "SyncEffectSqliteSaver"
+    """The sync twin's class name: what ``invoke``/``stream`` should use instead."""
+
+    def _refuse_sync_run(self, method: str, config: RunnableConfig) -> None:
+        if _private.from_graph_loop(config):
+            raise saver_mismatch(type(self).__name__, method, self.sync_name, sync_run=True)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``get_tuple``; refused for a sync graph run."""
+        self._refuse_sync_run("get_tuple", config)
+        found: CheckpointTuple | None = super().get_tuple(config)  # type: ignore[misc]
+        return found
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """LangGraph's ``put``; refused for a sync graph run."""
+        self._refuse_sync_run("put", config)
+        saved: RunnableConfig = super().put(config, checkpoint, metadata, new_versions)  # type: ignore[misc]
+        return saved
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """LangGraph's ``put_writes``; refused for a sync graph run."""
+        self._refuse_sync_run("put_writes", config)
+        super().put_writes(config, writes, task_id, task_path)  # type: ignore[misc]
+
+
+def saver_mismatch(saver: str, method: str, use: str, *, sync_run: bool) -> SyncMismatchError:
+    """The error for ``saver.method`` called by a run of the other side."""
+    run, calls, other = ("a sync", "invoke/stream", "ainvoke/astream") if sync_run else (
+        "an async", "ainvoke/astream", "invoke/stream")
+    return SyncMismatchError(
+        f"{saver}.{method}: {saver} is for {other} only, and this is {run} run ({calls}); "
+        f"nothing was read, saved or sent. Open {use} instead (same database, same ledger, "
+        f"same from_conn_string and setup()), or call {other}.",
+        used=saver, use=use,
+    )
+
+
+def refuse_async_only_tool(tool: BaseTool | None, integration: str) -> None:
+    """Refuse, before its call is recorded, a tool a sync run cannot call: one made from
+    an ``async def`` only (LangChain's sync ``invoke`` of it raises ``NotImplementedError``
+    after the call would have been dispatched, and the ledger could not know it was
+    never sent)."""
+    if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
+        raise SyncMismatchError(
+            f"tool {tool.name!r} has only an async implementation (async def), and this "
+            f"{integration} runs in a sync run (invoke/stream); nothing was recorded or sent. "
+            "Give the tool a sync implementation (a def, or StructuredTool.from_function("
+            "func=..., coroutine=...)), or run the graph with ainvoke/astream.",
+            used=tool.name, use="a tool with a sync implementation",
+        )
