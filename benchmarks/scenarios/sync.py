@@ -1,12 +1,9 @@
 """One agent turn through synchronous code (``graph.invoke``): ``EffectToolNode`` on a
 synchronous saver against ``ToolNode`` on LangGraph's ``SqliteSaver`` (scenario ``sync``).
 
-The place where synchronous configurations plug in. The baseline runs today; ours needs
-a saver that works from synchronous code, which this branch does not have
-(``EffectSqliteSaver`` is an ``AsyncSqliteSaver`` and its synchronous methods refuse).
-:func:`effect_saver` is the one function to fill when it lands: return a context
-manager yielding it, and the scenario times both sides interleaved like ``turn`` and
-reports the same columns. Until then the scenario says why it did not time ours.
+Ours runs on ``SyncEffectSqliteSaver`` (the synchronous twin of ``EffectSqliteSaver``),
+the baseline on LangGraph's ``SqliteSaver``; both sides are timed interleaved like
+``turn`` and reported in the same columns.
 """
 
 from __future__ import annotations
@@ -33,10 +30,14 @@ from scenarios.turn import EFFECTS, AgentState
 CONFIGURATIONS = ("node/sqlite/sync/fanout=1", "node/sqlite/sync/fanout=8")
 
 
-def effect_saver(path: Path) -> contextlib.AbstractContextManager[Any] | None:
-    """A synchronous ``EffectSqliteSaver`` on ``path`` as a context manager, or None
-    where this branch has none (the hook point for synchronous savers)."""
-    return None
+@contextlib.contextmanager
+def effect_saver(path: Path) -> Iterator[Any]:
+    """``SyncEffectSqliteSaver`` on ``path``, set up."""
+    from langgraph_effects import SyncEffectSqliteSaver
+
+    with SyncEffectSqliteSaver.from_conn_string(str(path)) as saver:
+        saver.setup()
+        yield saver
 
 
 @contextlib.contextmanager
@@ -100,26 +101,22 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for fanout in ctx.only.fanouts:
         name = f"node/sqlite/sync/fanout={fanout}"
-        ours_cm = effect_saver(ctx.workdir / "sync-ours.sqlite") or contextlib.nullcontext()
-        with plain_saver(ctx.workdir / "sync-plain.sqlite") as plain, ours_cm as ours:
-            graphs = {"baseline": build(effect=False, fanout=fanout, saver=plain)}
-            if ours is not None:
-                graphs["effect"] = build(effect=True, fanout=fanout, saver=ours)
+        with plain_saver(ctx.workdir / "sync-plain.sqlite") as plain, \
+                effect_saver(ctx.workdir / "sync-ours.sqlite") as ours:
+            graphs = {"baseline": build(effect=False, fanout=fanout, saver=plain),
+                      "effect": build(effect=True, fanout=fanout, saver=ours)}
             walls = _interleaved(graphs, args.runs, args.repeats)
         benches = {side: stats.benchmark(f"{name}/{side}_ms", values) for side, values in walls.items()}
         ctx.benchmarks.extend(benches.values())
         base = stats.median_ms(benches["baseline"])
         row: dict[str, Any] = {"baseline_ms": base, "effect_ms": None}
         line = f"{name}: ToolNode on SqliteSaver {base:.2f} ms per turn"
-        if "effect" in benches:
-            ours_ms = stats.median_ms(benches["effect"])
-            row.update(effect_ms=ours_ms, **stats.compare(benches["effect"], benches["baseline"]),
-                       added_ms_per_call=(ours_ms - base) / fanout)
-            lo, hi = row["ratio_ci95"]
-            line += (f", EffectToolNode {ours_ms:.2f} ms: x{row['ratio']:.3f} ({lo:.3f}-{hi:.3f}), "
-                     f"{row['added_ms_per_call']:+.2f} ms per call")
-        else:
-            line += ": ours not timed (no synchronous EffectSqliteSaver on this branch)"
+        ours_ms = stats.median_ms(benches["effect"])
+        row.update(effect_ms=ours_ms, **stats.compare(benches["effect"], benches["baseline"]),
+                   added_ms_per_call=(ours_ms - base) / fanout)
+        lo, hi = row["ratio_ci95"]
+        line += (f", EffectToolNode {ours_ms:.2f} ms: x{row['ratio']:.3f} ({lo:.3f}-{hi:.3f}), "
+                 f"{row['added_ms_per_call']:+.2f} ms per call")
         rows[name] = row
         lines.append(line)
     for suffix in ("", "-wal", "-shm"):
