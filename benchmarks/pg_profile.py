@@ -111,52 +111,51 @@ async def pairs_main(args: argparse.Namespace) -> None:
 
 
 async def _pairs_in(dsn: str, args: argparse.Namespace) -> None:
-    if True:
-        async with (
-            PostgresLedger.from_conn_string(dsn, schema="lge", min_size=1, max_size=1) as ledger,
-            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as raw,
-        ):
-            await ledger.setup()
-            await raw.execute(
-                'CREATE TABLE "lge".bare (id text PRIMARY KEY, state text NOT NULL, '
-                "version integer NOT NULL, body text, result bytea)"
-            )
-            p = Pairs(ledger, raw, "lge")
-            await p.ours(50)
-            await p.bare(50)
-            rows: dict[str, list[tuple[float, float, float]]] = {"bare": [], "ours": []}
-            for _ in range(args.batches):
-                rows["bare"].append(await _timed(p.bare, args.pairs))
-                rows["ours"].append(await _timed(p.ours, args.pairs))
-            counts = {}
-            for name, run, conns in (("bare", p.bare, [raw]), ("ours", p.ours, None)):
-                counter = LibpqTraceCounter()
-                if conns is None:
-                    async with PoolTracer(ledger.pool) as tracer:
-                        await tracer.prime(1)
-                        tracer.start(counter)
-                        await run(20)
-                        tracer.stop()
-                else:
-                    trace_pg_connection(raw, counter)
+    async with (
+        PostgresLedger.from_conn_string(dsn, schema="lge", min_size=1, max_size=1) as ledger,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as raw,
+    ):
+        await ledger.setup()
+        await raw.execute(
+            'CREATE TABLE "lge".bare (id text PRIMARY KEY, state text NOT NULL, '
+            "version integer NOT NULL, body text, result bytea)"
+        )
+        p = Pairs(ledger, raw, "lge")
+        await p.ours(50)
+        await p.bare(50)
+        rows: dict[str, list[tuple[float, float, float]]] = {"bare": [], "ours": []}
+        for _ in range(args.batches):
+            rows["bare"].append(await _timed(p.bare, args.pairs))
+            rows["ours"].append(await _timed(p.ours, args.pairs))
+        counts = {}
+        for name, run, conns in (("bare", p.bare, [raw]), ("ours", p.ours, None)):
+            counter = LibpqTraceCounter()
+            if conns is None:
+                async with PoolTracer(ledger.pool) as tracer:
+                    await tracer.prime(1)
+                    tracer.start(counter)
                     await run(20)
-                    untrace_pg_connection(raw)
-                c = counter.count()
-                counts[name] = (_statements(counter) / 20, c["round_trips"] / 20, c["durable"] / 20)
-                counter.cleanup()
-            print(f"load average {os.getloadavg()}; {args.batches} batches of {args.pairs} pairs, medians")
-            print(f"{'':6}{'wall ms':>9}{'cpu ms':>8}{'server cpu ms':>15}{'stmts':>7}{'trips':>7}"
-                  f"{'commits':>8}")
-            for name, got in rows.items():
-                wall, cpu, server = (statistics.median(x[i] for x in got) for i in range(3))
-                s, t, d = counts[name]
-                print(f"{name:<6}{wall:>9.3f}{cpu:>8.3f}{server:>15.3f}{s:>7.1f}{t:>7.1f}{d:>8.1f}")
-            if args.profile:
-                prof = cProfile.Profile(time.process_time)
-                prof.enable()
-                await p.ours(args.pairs)
-                prof.disable()
-                _print_profile(prof, args.pairs, "pair")
+                    tracer.stop()
+            else:
+                trace_pg_connection(raw, counter)
+                await run(20)
+                untrace_pg_connection(raw)
+            c = counter.count()
+            counts[name] = (_statements(counter) / 20, c["round_trips"] / 20, c["durable"] / 20)
+            counter.cleanup()
+        print(f"load average {os.getloadavg()}; {args.batches} batches of {args.pairs} pairs, medians")
+        print(f"{'':6}{'wall ms':>9}{'cpu ms':>8}{'server cpu ms':>15}{'stmts':>7}{'trips':>7}"
+              f"{'commits':>8}")
+        for name, got in rows.items():
+            wall, cpu, server = (statistics.median(x[i] for x in got) for i in range(3))
+            s, t, d = counts[name]
+            print(f"{name:<6}{wall:>9.3f}{cpu:>8.3f}{server:>15.3f}{s:>7.1f}{t:>7.1f}{d:>8.1f}")
+        if args.profile:
+            prof = cProfile.Profile(time.process_time)
+            prof.enable()
+            await p.ours(args.pairs)
+            prof.disable()
+            _print_profile(prof, args.pairs, "pair")
 
 
 def _print_profile(prof: cProfile.Profile, per: int, unit: str) -> None:
@@ -164,6 +163,7 @@ def _print_profile(prof: cProfile.Profile, per: int, unit: str) -> None:
     stats = pstats.Stats(prof, stream=out)
     stats.sort_stats("tottime").print_stats(35)
     stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("cumulative").print_stats("langgraph_effects", 45)
     print(f"cProfile over {per} {unit}s (divide by {per}):")
     print(out.getvalue())
 
@@ -172,68 +172,67 @@ async def turns_main(args: argparse.Namespace) -> None:
     import bench_e2e
 
     async with fresh_pg_database(args.dsn) as dsn, bench_e2e.postgres_savers(dsn) as (_, saver):
-        if True:
-            # node: ToolNode; middleware: the floor, a no-op middleware with the same hooks
-            floor = args.path == "middleware"
-            plain = bench_e2e.build_graph(
-                path="floor" if floor else "node", effect=floor, fanout=args.fanout, latency_ms=0.0,
-                saver=saver,
+        # node: ToolNode; middleware: the floor, a no-op middleware with the same hooks
+        floor = args.path == "middleware"
+        plain = bench_e2e.build_graph(
+            path="floor" if floor else "node", effect=floor, fanout=args.fanout, latency_ms=0.0,
+            saver=saver,
+        )
+        ours = bench_e2e.build_graph(
+            path=args.path, effect=True, fanout=args.fanout, latency_ms=0.0, saver=saver
+        )
+        for _ in range(10):
+            await bench_e2e.run_once(plain, "warm")
+            await bench_e2e.run_once(ours, "warm")
+        rows: dict[str, list[tuple[float, float]]] = {"floor": [], "ours": []}
+        for _ in range(args.batches):
+            rows["floor"].append(await bench_e2e.run_batch(plain, "t", args.turns))
+            rows["ours"].append(await bench_e2e.run_batch(ours, "t", args.turns))
+        counts = {}
+        for name, graph in (("floor", plain), ("ours", ours)):
+            ledger_c, ckpt_c = LibpqTraceCounter(), LibpqTraceCounter()
+            async with PoolTracer(saver.ledger.pool) as tracer:
+                await tracer.prime(args.fanout + 2)
+                tracer.start(ledger_c)
+                trace_pg_connection(saver.conn, ckpt_c)
+                for _ in range(10):
+                    await bench_e2e.run_once(graph, "count")
+                untrace_pg_connection(saver.conn)
+                tracer.stop()
+            lc, cc = ledger_c.count(), ckpt_c.count()
+            counts[name] = (
+                _statements(ledger_c) / 10, lc["round_trips"] / 10, _statements(ckpt_c) / 10,
+                cc["round_trips"] / 10,
             )
-            ours = bench_e2e.build_graph(
-                path=args.path, effect=True, fanout=args.fanout, latency_ms=0.0, saver=saver
-            )
-            for _ in range(10):
-                await bench_e2e.run_once(plain, "warm")
-                await bench_e2e.run_once(ours, "warm")
-            rows: dict[str, list[tuple[float, float]]] = {"floor": [], "ours": []}
-            for _ in range(args.batches):
-                rows["floor"].append(await bench_e2e.run_batch(plain, "t", args.turns))
-                rows["ours"].append(await bench_e2e.run_batch(ours, "t", args.turns))
-            counts = {}
-            for name, graph in (("floor", plain), ("ours", ours)):
-                ledger_c, ckpt_c = LibpqTraceCounter(), LibpqTraceCounter()
-                async with PoolTracer(saver.ledger.pool) as tracer:
-                    await tracer.prime(args.fanout + 2)
-                    tracer.start(ledger_c)
-                    trace_pg_connection(saver.conn, ckpt_c)
-                    for _ in range(10):
-                        await bench_e2e.run_once(graph, "count")
-                    untrace_pg_connection(saver.conn)
-                    tracer.stop()
-                lc, cc = ledger_c.count(), ckpt_c.count()
-                counts[name] = (
-                    _statements(ledger_c) / 10, lc["round_trips"] / 10, _statements(ckpt_c) / 10,
-                    cc["round_trips"] / 10,
-                )
-                ledger_c.cleanup()
-                ckpt_c.cleanup()
-            print(
-                f"load average {os.getloadavg()}; {args.path}, fan-out {args.fanout}, "
-                f"{args.batches} batches of {args.turns} turns, medians per turn"
-            )
-            print(f"{'':6}{'wall ms':>9}{'cpu ms':>8}{'ledger stmts':>14}{'trips':>7}{'ckpt stmts':>12}"
-                  f"{'trips':>7}")
-            med = {}
-            for name, got in rows.items():
-                wall, cpu = (statistics.median(x[i] for x in got) for i in range(2))
-                med[name] = (wall, cpu)
-                s, t, cs, ct = counts[name]
-                print(f"{name:<6}{wall:>9.2f}{cpu:>8.2f}{s:>14.1f}{t:>7.1f}{cs:>12.1f}{ct:>7.1f}")
-            added = [
-                statistics.median(o[i] - f[i] for o, f in zip(rows["ours"], rows["floor"], strict=True))
-                for i in range(2)
-            ]
-            print(
-                f"added per call: wall {added[0] / args.fanout:.2f} ms, CPU {added[1] / args.fanout:.2f} ms "
-                "(median of per-batch differences)"
-            )
-            if args.profile:
-                prof = cProfile.Profile(time.process_time)
-                prof.enable()
-                for _ in range(args.turns):
-                    await bench_e2e.run_once(ours, "prof")
-                prof.disable()
-                _print_profile(prof, args.turns, "turn")
+            ledger_c.cleanup()
+            ckpt_c.cleanup()
+        print(
+            f"load average {os.getloadavg()}; {args.path}, fan-out {args.fanout}, "
+            f"{args.batches} batches of {args.turns} turns, medians per turn"
+        )
+        print(f"{'':6}{'wall ms':>9}{'cpu ms':>8}{'ledger stmts':>14}{'trips':>7}{'ckpt stmts':>12}"
+              f"{'trips':>7}")
+        med = {}
+        for name, got in rows.items():
+            wall, cpu = (statistics.median(x[i] for x in got) for i in range(2))
+            med[name] = (wall, cpu)
+            s, t, cs, ct = counts[name]
+            print(f"{name:<6}{wall:>9.2f}{cpu:>8.2f}{s:>14.1f}{t:>7.1f}{cs:>12.1f}{ct:>7.1f}")
+        added = [
+            statistics.median(o[i] - f[i] for o, f in zip(rows["ours"], rows["floor"], strict=True))
+            for i in range(2)
+        ]
+        print(
+            f"added per call: wall {added[0] / args.fanout:.2f} ms, CPU {added[1] / args.fanout:.2f} ms "
+            "(median of per-batch differences)"
+        )
+        if args.profile:
+            prof = cProfile.Profile(time.process_time)
+            prof.enable()
+            for _ in range(args.turns):
+                await bench_e2e.run_once(ours, "prof")
+            prof.disable()
+            _print_profile(prof, args.turns, "turn")
 
 
 def main() -> None:
