@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import re
@@ -41,6 +42,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -138,6 +140,9 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: A pooled connection used less than this many seconds ago, whose socket has
 #: nothing to say, is handed out without the pool's check round trip.
 _TRUSTED_IDLE = 5.0
+
+#: A connection in one of these states is inside a transaction (to roll back on return).
+_OPEN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
@@ -360,6 +365,11 @@ class PostgresLedger(Ledger):
                         await conn.set_autocommit(False)
                     self._used[conn] = time.monotonic()
             finally:
+                if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
+                    # As pool.connection() did (its connection's context): rolled back
+                    # here, quietly, not by the pool with a warning.
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
                 await self.pool.putconn(conn)
         except psycopg.Error as error:
             raise classify(error, self.where) from error
