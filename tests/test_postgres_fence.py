@@ -244,12 +244,31 @@ async def test_setup_leaves_the_fence_alone_once_it_is_current(dsn: str, pg_sche
         assert await count_rows(saver, find, pg_schema) == before  # not replaced: no owner needed
         assert await count_rows(saver, triggers, pg_schema) == 2  # checkpoints, checkpoint_writes
 
+        # The trigger of an earlier version called the check function; on a database
+        # that lost it, the saver says to run setup(), which brings the current trigger.
         async with saver.ledger.pool.connection() as conn:
+            await conn.execute(_EARLIER_TRIGGER_FUNCTION)
             await conn.execute("DROP FUNCTION effect_checkpoint_fence")
         with pytest.raises(ConfigurationError, match=r"setup\(\)"):
             await put(saver, root(uuid.uuid4().hex), "a", 1)
         await saver.setup_fencing()
         await put(saver, root(uuid.uuid4().hex), "a", 1)
+        async with saver.ledger.pool.connection() as conn:
+            await conn.execute("DROP FUNCTION effect_checkpoint_fence")
+        await put(saver, root(uuid.uuid4().hex), "b", 1)  # today's trigger checks by itself
+
+
+#: The shape of an earlier version's trigger function: the check in a function of its own.
+_EARLIER_TRIGGER_FUNCTION = """
+CREATE OR REPLACE FUNCTION effect_checkpoint_fence_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('langgraph_effects.fence', true) = 'on' THEN
+        PERFORM effect_checkpoint_fence('k'::text, 'lock'::text, NEW.thread_id, NEW.checkpoint_ns,
+                                        NULL::text, ''::text);
+    END IF;
+    RETURN NEW;
+END $$
+"""
 
 
 async def test_a_saver_will_not_save_unfenced(dsn: str) -> None:

@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import re
@@ -41,6 +42,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -138,6 +140,9 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: A pooled connection used less than this many seconds ago, whose socket has
 #: nothing to say, is handed out without the pool's check round trip.
 _TRUSTED_IDLE = 5.0
+
+#: A connection in one of these states is inside a transaction (to roll back on return).
+_OPEN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
@@ -246,6 +251,8 @@ class PostgresLedger(Ledger):
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
+        self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -343,7 +350,11 @@ class PostgresLedger(Ledger):
         errors become ours (after the rollback)."""
         await self._open()
         try:
-            async with self.pool.connection() as conn:
+            # getconn/putconn, not pool.connection(): the same checkout and return (the
+            # pool rolls back a connection returned inside a transaction and replaces a
+            # broken one) without its context managers, a measurable share of a write.
+            conn = await self.pool.getconn()
+            try:
                 restore = not conn.autocommit  # a pool passed in: give it back as it came
                 if restore:
                     await conn.set_autocommit(True)
@@ -353,8 +364,27 @@ class PostgresLedger(Ledger):
                     if restore and not conn.broken and not conn.closed:
                         await conn.set_autocommit(False)
                     self._used[conn] = time.monotonic()
+            finally:
+                if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
+                    # As pool.connection() did (its connection's context): rolled back
+                    # here, quietly, not by the pool with a warning.
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+                await self.pool.putconn(conn)
         except psycopg.Error as error:
             raise classify(error, self.where) from error
+
+    def _cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[dict[str, Any]]:
+        """A ``dict_row`` cursor on ``conn``: the one made for it last time when ``conn``
+        is the connection used last (a cursor keeps the dumpers and loaders it looked
+        up, so a statement run again costs less). Never shared: a checked-out
+        connection has one user."""
+        hot = self._hot
+        if hot is not None and hot[0] is conn and not conn.closed:
+            return hot[1]
+        cur = conn.cursor(row_factory=dict_row)
+        self._hot = (conn, cur)
+        return cur
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         async with self._connection() as conn:
@@ -408,7 +438,7 @@ class PostgresLedger(Ledger):
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
         """
-        cur = conn.cursor(row_factory=dict_row)
+        cur = self._cursor(conn)
         tx = Transaction(conn, cur, self.where)
         autocommitted = False
 
@@ -434,7 +464,7 @@ class PostgresLedger(Ledger):
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
+            cur = self._cursor(conn)
             result, _ = await adrive(plan, lambda step: self._answer(cur, step))
         return result
 
