@@ -8,7 +8,9 @@ caller can catch the package as a whole or one precise failure::
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
-    │   └── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   ├── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
+    │   ├── UnknownBackendError     a ledger URL whose scheme no backend is registered for
+    │   └── UnsupportedByBackendError  asked a backend for what it does not offer (a checkpointer)
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
@@ -109,6 +111,50 @@ class TargetNotFoundError(ConfigurationError):
     def __init__(self, target: str, module: str, attribute: str, path: str | None, reason: str) -> None:
         self._record(
             f"{target}: {reason}", target=target, module=module, attribute=attribute, path=path, reason=reason
+        )
+
+
+class UnknownBackendError(ConfigurationError, ValueError):
+    """A ledger URL (``--db``, :func:`~langgraph_effects.ledger.kit.open_ledger`) whose
+    scheme no backend is registered for.
+
+    Attributes: ``scheme``, ``url`` (password starred out) and ``known`` (the schemes
+    registered). Also a :class:`ValueError`: the console answers it as bad input.
+    """
+
+    kind = "unknown_backend"
+
+    scheme: str
+    url: str
+    known: list[str]
+
+    def __init__(self, scheme: str, url: str, known: list[str]) -> None:
+        self._record(
+            f"no ledger backend is registered for the scheme {scheme!r} (in {url!r}); known schemes: "
+            f"{', '.join(known)}. Give a SQLite path, a postgresql:// DSN or memory://, or register "
+            f"the backend first: langgraph_effects.ledger.kit.register_backend({scheme!r}, factory) "
+            "(or in the 'langgraph_effects.backends' entry-point group of its package).",
+            scheme=scheme, url=url, known=known,
+        )
+
+
+class UnsupportedByBackendError(ConfigurationError, ValueError):
+    """A ledger backend was asked for something it does not offer (e.g. a checkpointer).
+
+    Attributes: ``scheme`` and ``feature``.
+    """
+
+    kind = "unsupported_by_backend"
+
+    scheme: str
+    feature: str
+
+    def __init__(self, scheme: str, feature: str) -> None:
+        self._record(
+            f"the {scheme} ledger backend offers no {feature}. Use a SQLite path or a "
+            f"postgresql:// DSN for this, or register {feature} with the {scheme!r} backend "
+            "(see langgraph_effects.ledger.kit.Backend).",
+            scheme=scheme, feature=feature,
         )
 
 

@@ -292,18 +292,11 @@ def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
 
 @contextlib.asynccontextmanager
 async def open_checkpointer(db: str) -> AsyncIterator[Any]:
-    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``."""
-    from ..operator import is_postgres_dsn
+    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``:
+    the checkpointer of the backend the registry names for it."""
+    from ..ledger.registry import open_checkpointer as backend_checkpointer
 
-    if is_postgres_dsn(db):
-        from ..checkpoint.postgres import EffectPostgresSaver
-
-        async with EffectPostgresSaver.from_conn_string(db) as pg:
-            yield pg
-        return
-    from ..checkpoint.sqlite import EffectSqliteSaver
-
-    async with EffectSqliteSaver.from_conn_string(db) as saver:
+    async with backend_checkpointer(db) as saver:
         yield saver
 
 
