@@ -152,7 +152,7 @@ class UnsupportedByBackendError(ConfigurationError, ValueError):
     def __init__(self, scheme: str, feature: str) -> None:
         self._record(
             f"the {scheme} ledger backend offers no {feature}. Use a SQLite path or a "
-            f"postgresql:// DSN for this, or register {feature} with the {scheme!r} backend "
+            f"postgresql:// DSN for this, or register a {feature} with the {scheme!r} backend "
             "(see langgraph_effects.ledger.kit.Backend).",
             scheme=scheme, feature=feature,
         )
@@ -500,17 +500,30 @@ class LedgerNotFoundError(LedgerError):
     """The database exists but holds no ledger (always true for Postgres)."""
     postgres: bool
     schema: str | None
+    backend: str
+    """The scheme of the backend that found no ledger (``sqlite``, ``postgresql``, ...)."""
     what: str
     """The fact alone, without the advice (which the console words its own way)."""
 
     def __init__(
-        self, path: str, *, empty: bool = False, postgres: bool = False, schema: str | None = None
+        self,
+        path: str,
+        *,
+        empty: bool = False,
+        postgres: bool = False,
+        schema: str | None = None,
+        backend: str = "sqlite",
     ) -> None:
         check = (
             "Check the path the ledger was opened with; it must be the SQLite file the graph's "
             "ledger uses."
         )
-        if postgres:
+        if backend not in ("sqlite", "postgresql") and not postgres:
+            what = f"{path!r} holds no langgraph-effects ledger (the {backend} backend found none set up)"
+            advice = ": is it the right store?"
+            check = "Check the URL the ledger was opened with."
+            empty = True
+        elif postgres:
             place = f"schema {schema!r}" if schema else "the search_path's schema"
             what = (
                 f"the Postgres database {path} holds no langgraph-effects ledger in {place} (no "
@@ -531,6 +544,7 @@ class LedgerNotFoundError(LedgerError):
         self._record(
             f"{what}{advice} {check} Nothing was created or changed.",
             path=path, empty=empty or postgres, postgres=postgres, schema=schema, what=what,
+            backend="postgresql" if postgres else backend,
         )
 
 

@@ -187,14 +187,15 @@ async def _enter(stack: AsyncExitStack, made: AbstractAsyncContextManager[Ledger
 
 
 async def check_schema(
-    ledger: Ledger, name: str, *, schema: str | None = None, postgres: bool = False
+    ledger: Ledger, name: str, *, schema: str | None = None, backend: str = "sqlite"
 ) -> None:
     """Refuse a store without a ledger, or with one at another schema version than the
     ledger's :attr:`~.base.Ledger.SCHEMA_VERSION` (reads only)."""
     found = await ledger.schema_version()
     expected = ledger.SCHEMA_VERSION
     if found is None:
-        raise LedgerNotFoundError(name, empty=True, postgres=postgres, schema=schema)
+        postgres = backend == "postgresql"
+        raise LedgerNotFoundError(name, empty=True, postgres=postgres, schema=schema, backend=backend)
     if found > expected:
         raise SchemaTooNewError(found, expected, ledger.where)
     if found < expected:
@@ -231,7 +232,7 @@ async def open_ledger(
     options = _options(backend, LedgerOptions(read_only, schema, connect_timeout))
     async with AsyncExitStack() as stack:
         ledger = await _enter(stack, backend.open(db, options))
-        await check_schema(ledger, redact(db), schema=schema, postgres=backend.schemas)
+        await check_schema(ledger, redact(db), schema=schema, backend=backend.scheme)
         yield ledger
 
 
@@ -257,7 +258,7 @@ async def open_checkpointer(
     ``EffectPostgresSaver``), not set up; its ``.ledger`` is the ledger."""
     backend = backend_for(db)
     if backend.checkpointer is None:
-        raise UnsupportedByBackendError(backend.scheme, "a checkpointer")
+        raise UnsupportedByBackendError(backend.scheme, "checkpointer")
     options = _options(backend, LedgerOptions(schema=schema, connect_timeout=connect_timeout))
     async with backend.checkpointer(db, options) as saver:
         yield saver
