@@ -69,7 +69,8 @@ async def test_memory_scheme_opens_a_fresh_set_up_ledger_each_time() -> None:
         [op] = await first.record_intents([make_op()])
         async with open_ledger("memory://") as second:
             assert await second.get(op.op_id) is None
-    with pytest.raises(UnsupportedByBackendError, match="memory ledger backend offers no checkpointer") as caught:
+    no_saver = "memory ledger backend offers no checkpointer"
+    with pytest.raises(UnsupportedByBackendError, match=no_saver) as caught:
         async with open_checkpointer("memory://"):
             pass
     assert (caught.value.scheme, caught.value.feature) == ("memory", "checkpointer")
