@@ -9,7 +9,9 @@ caller can catch the package as a whole or one precise failure::
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
     │   ├── TargetNotFoundError     a MODULE:ATTR name (a graph factory, a probe) that does not import
-    │   └── SyncMismatchError       an async-only saver in a sync run, or a sync-only one in an async run
+    │   ├── SyncMismatchError       an async-only saver in a sync run, or a sync-only one in an async run
+    │   ├── UnknownBackendError     a ledger URL whose scheme no backend is registered for
+    │   └── UnsupportedByBackendError  asked a backend for what it does not offer (a checkpointer)
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
@@ -127,6 +129,50 @@ class SyncMismatchError(ConfigurationError):
 
     def __init__(self, message: str, *, used: str, use: str) -> None:
         self._record(message, used=used, use=use)
+
+
+class UnknownBackendError(ConfigurationError, ValueError):
+    """A ledger URL (``--db``, :func:`~langgraph_effects.ledger.kit.open_ledger`) whose
+    scheme no backend is registered for.
+
+    Attributes: ``scheme``, ``url`` (password starred out) and ``known`` (the schemes
+    registered). Also a :class:`ValueError`: the console answers it as bad input.
+    """
+
+    kind = "unknown_backend"
+
+    scheme: str
+    url: str
+    known: list[str]
+
+    def __init__(self, scheme: str, url: str, known: list[str]) -> None:
+        self._record(
+            f"no ledger backend is registered for the scheme {scheme!r} (in {url!r}); known schemes: "
+            f"{', '.join(known)}. Give a SQLite path, a postgresql:// DSN or memory://, or register "
+            f"the backend first: langgraph_effects.ledger.kit.register_backend({scheme!r}, factory) "
+            "(or in the 'langgraph_effects.backends' entry-point group of its package).",
+            scheme=scheme, url=url, known=known,
+        )
+
+
+class UnsupportedByBackendError(ConfigurationError, ValueError):
+    """A ledger backend was asked for something it does not offer (e.g. a checkpointer).
+
+    Attributes: ``scheme`` and ``feature``.
+    """
+
+    kind = "unsupported_by_backend"
+
+    scheme: str
+    feature: str
+
+    def __init__(self, scheme: str, feature: str) -> None:
+        self._record(
+            f"the {scheme} ledger backend offers no {feature}. Use a SQLite path or a "
+            f"postgresql:// DSN for this, or register a {feature} with the {scheme!r} backend "
+            "(see langgraph_effects.ledger.kit.Backend).",
+            scheme=scheme, feature=feature,
+        )
 
 
 class LedgerError(EffectsError):
@@ -471,17 +517,30 @@ class LedgerNotFoundError(LedgerError):
     """The database exists but holds no ledger (always true for Postgres)."""
     postgres: bool
     schema: str | None
+    backend: str
+    """The scheme of the backend that found no ledger (``sqlite``, ``postgresql``, ...)."""
     what: str
     """The fact alone, without the advice (which the console words its own way)."""
 
     def __init__(
-        self, path: str, *, empty: bool = False, postgres: bool = False, schema: str | None = None
+        self,
+        path: str,
+        *,
+        empty: bool = False,
+        postgres: bool = False,
+        schema: str | None = None,
+        backend: str = "sqlite",
     ) -> None:
         check = (
             "Check the path the ledger was opened with; it must be the SQLite file the graph's "
             "ledger uses."
         )
-        if postgres:
+        if backend not in ("sqlite", "postgresql") and not postgres:
+            what = f"{path!r} holds no langgraph-effects ledger (the {backend} backend found none set up)"
+            advice = ": is it the right store?"
+            check = "Check the URL the ledger was opened with."
+            empty = True
+        elif postgres:
             place = f"schema {schema!r}" if schema else "the search_path's schema"
             what = (
                 f"the Postgres database {path} holds no langgraph-effects ledger in {place} (no "
@@ -502,6 +561,7 @@ class LedgerNotFoundError(LedgerError):
         self._record(
             f"{what}{advice} {check} Nothing was created or changed.",
             path=path, empty=empty or postgres, postgres=postgres, schema=schema, what=what,
+            backend="postgresql" if postgres else backend,
         )
 
 

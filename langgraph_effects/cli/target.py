@@ -16,7 +16,8 @@ import typer
 from rich.text import Text
 
 from ..core.exitcodes import HELP as EXIT_CODES_HELP
-from ..ledger import opener
+from ..errors import UnknownBackendError
+from ..ledger import opener, registry
 from .app import ENV_DB, DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import BadInput, fail
 from .render import stderr
@@ -66,11 +67,16 @@ def settings(
             use_json,
         )
     chosen_schema = schema or root.get("schema") or None
-    if chosen_schema is not None and not opener.is_postgres_dsn(str(value)):
+    try:
+        backend = registry.backend_for(str(value))
+    except UnknownBackendError as error:
+        fail(error, use_json)
+    if chosen_schema is not None and not backend.schemas:
+        kind = "a SQLite path" if backend.scheme == "sqlite" else f"a {backend.scheme} ledger"
         fail(
             BadInput(
                 f"--schema {chosen_schema} applies to a Postgres ledger only, and --db "
-                f"{str(value)!r} is a SQLite path (a DSN starts with postgresql:// or reads "
+                f"{str(value)!r} is {kind} (a DSN starts with postgresql:// or reads "
                 "host=... dbname=...)."
             ),
             use_json,
@@ -135,7 +141,7 @@ def ledger_command(
 def connecting(target: Target, *, read_only: bool) -> None:
     """One line on stderr: where the console connects, so a hang or a typo is visible."""
     where = opener.describe_target(target.db, schema=target.schema)
-    if opener.is_postgres_dsn(target.db):
+    if registry.backend_for(target.db).remote:
         wait = f"connect timeout {target.timeout:g}s"
     elif read_only:
         wait = "read-only"
@@ -158,29 +164,19 @@ async def open_target(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
 
 @asynccontextmanager
 async def open_checkpointer(target: Target) -> AsyncIterator[Any]:
-    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``.
+    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``
+    (the registry's :func:`~langgraph_effects.ledger.registry.open_checkpointer`).
 
     The ledger must be there already (a database without one is refused, nothing
     created); the checkpoint tables are then set up as the saver needs them.
     """
     async with open_target(target, read_only=False):
         pass  # refuses a missing file, a non-ledger, an unreachable server, an old schema
-    db = target.db
-    if opener.is_postgres_dsn(db):
-        from ..checkpoint.postgres import EffectPostgresSaver
-
-        async with EffectPostgresSaver.from_conn_string(
-            db, ledger_schema=target.schema, connect_timeout=target.timeout
-        ) as saver:
-            await saver.setup()
-            yield saver
-        return
-    from ..checkpoint.sqlite import EffectSqliteSaver
-
-    path = db[len("sqlite:") :] if db.startswith("sqlite:") else db
-    async with EffectSqliteSaver.from_conn_string(path) as sqlite_saver:
-        await sqlite_saver.setup()
-        yield sqlite_saver
+    async with registry.open_checkpointer(
+        target.db, schema=target.schema, connect_timeout=target.timeout
+    ) as saver:
+        await saver.setup()
+        yield saver
 
 
 def parse_duration(value: str) -> float:

@@ -294,26 +294,20 @@ def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
 
 @contextlib.asynccontextmanager
 async def open_checkpointer(db: str, *, sync: bool = False) -> AsyncIterator[Any]:
-    """A fresh ``EffectSqliteSaver`` (a path) or ``EffectPostgresSaver`` (a DSN) on ``db``;
-    with ``sync``, their sync twins (opened and closed on the package's portal loop)."""
-    from .._runtime.operator import is_postgres_dsn
+    """A fresh checkpointer on ``db``: the one of the backend the registry names for it
+    (``EffectSqliteSaver`` for a path, ``EffectPostgresSaver`` for a DSN); with ``sync``,
+    their sync twins (opened and closed on the package's portal loop)."""
+    from ..ledger.registry import open_checkpointer as backend_checkpointer
 
     if sync:
         from ..checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+        from ..ledger.opener import is_postgres_dsn
 
         kind = SyncEffectPostgresSaver if is_postgres_dsn(db) else SyncEffectSqliteSaver
         with kind.from_conn_string(db) as twin:
             yield twin
         return
-    if is_postgres_dsn(db):
-        from ..checkpoint.postgres import EffectPostgresSaver
-
-        async with EffectPostgresSaver.from_conn_string(db) as pg:
-            yield pg
-        return
-    from ..checkpoint.sqlite import EffectSqliteSaver
-
-    async with EffectSqliteSaver.from_conn_string(db) as saver:
+    async with backend_checkpointer(db) as saver:
         yield saver
 
 

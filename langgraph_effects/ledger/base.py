@@ -1,11 +1,13 @@
 """The ledger protocol, written once over a few storage primitives (codec: :mod:`.codec`).
 
 Backends only store. Every write is a *plan* (a generator, in the style of a
-sans-IO protocol) that yields :data:`Step` requests: lock a row, load rows,
-insert-if-absent, compare-and-set, append audit rows. A backend runs a plan inside
-one transaction of its own (:meth:`Ledger._transact`) by answering each step with
-its SQL; the rules (the pure :func:`~langgraph_effects.core.operation.advance`, who may
-renew a lease, how migrations are ordered) live here, once. Unresolved operations
+sans-IO protocol) that yields :data:`Step` requests (:mod:`.steps`): lock a row,
+load rows, insert-if-absent, compare-and-set, append audit rows. A backend runs a
+plan inside one transaction of its own (:meth:`Ledger._transact`) by answering each
+step with its method of the same name (one table dispatches, :func:`.steps.answer`;
+the public kit for new backends is :mod:`.kit`); the rules (the pure
+:func:`~langgraph_effects.core.operation.advance`, who may renew a lease, how migrations
+are ordered) live here, once. Unresolved operations
 are never expired or deleted by time: no step deletes. Writes that arrive while
 another is in flight share the next transaction (group commit, :mod:`.group`).
 """
@@ -35,6 +37,20 @@ from .codec import from_row as from_row
 from .codec import stored_text
 from .codec import to_row as to_row
 from .group import GroupCommit, Outcome
+from .steps import ALONE as ALONE
+from .steps import LEDGER_TABLES as LEDGER_TABLES
+from .steps import ApplyMigration as ApplyMigration
+from .steps import CasEach as CasEach
+from .steps import CasWithAudit as CasWithAudit
+from .steps import CountMigrations as CountMigrations
+from .steps import CreateLedger as CreateLedger
+from .steps import Find as Find
+from .steps import FindOrInsert as FindOrInsert
+from .steps import InsertWithAudit as InsertWithAudit
+from .steps import Load as Load
+from .steps import Lock as Lock
+from .steps import OurTables as OurTables
+from .steps import Step as Step
 
 T = TypeVar("T")
 
@@ -62,128 +78,9 @@ class OperationQuery:
         return cls(states=UNRESOLVED, thread_id=thread_id, tenant=tenant, limit=limit)
 
 
-# -- the storage primitives a backend answers ----------------------------------------
-
-
-@dataclass(frozen=True)
-class Lock:
-    """Load one row and hold it until the transaction ends; answered with the
-    :class:`Operation` or ``None``."""
-
-    op_id: str
-    writes: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class Load:
-    """Load rows without locking them; answered with ``{op_id: Operation}``."""
-
-    op_ids: tuple[str, ...]
-    writes: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class Find:
-    """The rows with any of ``op_ids``, and the rows of ``thread_id`` with any of the
-    (tool, args hash) ``pairs`` (with ``origin``: only those whose ``extra`` records
-    that origin): one query for both (no lock); answered with a list of
-    :class:`Operation` (each row once, in any order)."""
-
-    op_ids: tuple[str, ...]
-    thread_id: str
-    pairs: tuple[tuple[str, str], ...]
-    origin: str | None = None
-    writes: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class InsertWithAudit:
-    """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken,
-    and the audit row (``audit[i]`` for ``ops[i]``) of each row actually inserted;
-    answered with the ids inserted. Atomic on its own."""
-
-    ops: tuple[Operation, ...]
-    audit: tuple[dict[str, Any], ...]
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class FindOrInsert:
-    """:class:`Find`, and :class:`InsertWithAudit` only if it found nothing, atomic on
-    its own: calls never stored before are opened in one round trip. Answered with
-    (rows found, ids inserted); nothing is inserted when any row is found."""
-
-    find: Find
-    insert: InsertWithAudit
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class CasWithAudit:
-    """Write ``after``'s mutable columns if the row is still at ``expected_version``,
-    and append ``audit`` only if it was; answered with whether it was. Atomic on its own."""
-
-    after: Operation
-    expected_version: int
-    audit: dict[str, Any]
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class CasEach:
-    """Several :class:`CasWithAudit` on distinct operations, as one step (what group
-    commit asks for the outcomes that arrive together); answered with whether each was
-    written, in order. Each is atomic on its own, as alone."""
-
-    items: tuple[CasWithAudit, ...]
-    writes: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class OurTables:
-    """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names."""
-
-    writes: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """Run a query; answered with the first column of its first row (or ``None``)."""
-
-    sql: str
-    writes: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class Execute:
-    """Run a statement (DDL, or an insert into the migrations table)."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
-    writes: ClassVar[bool] = True
-
-
-Step = (
-    Lock
-    | Load
-    | Find
-    | InsertWithAudit
-    | FindOrInsert
-    | CasWithAudit
-    | CasEach
-    | OurTables
-    | Fetch
-    | Execute
-)
 Plan = Generator[Step, Any, T]
 """A unit of work that a backend runs as one transaction: it yields steps and
 receives their answers."""
-
-LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
-
-#: Steps that are a whole transaction by themselves: a backend may run one in
-#: autocommit when it is the only write of a plan running alone.
-ALONE: tuple[type, ...] = (InsertWithAudit, FindOrInsert, CasWithAudit)
 
 
 def step_wrote(step: Step, answer: Any) -> bool:
@@ -196,15 +93,6 @@ def step_wrote(step: Step, answer: Any) -> bool:
     if isinstance(step, CasEach):
         return any(answer)
     return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
-
-
-def find_then_insert(
-    step: FindOrInsert, answer: Callable[[Step], Any]
-) -> tuple[list[Operation], list[str]]:
-    """:class:`FindOrInsert` as its two steps, for a backend that answers it inside
-    the one transaction it runs the plan in (SQLite, memory)."""
-    found = answer(step.find)
-    return found, ([] if found else answer(step.insert))
 
 
 class _Run:
@@ -403,20 +291,17 @@ def split_found(find: Find, found: Sequence[Operation]) -> tuple[dict[str, Opera
     return by_id, listing_order(matching)
 
 
-def version_plan(migrations_table: str) -> Plan[int | None]:
+def version_plan() -> Plan[int | None]:
     """The schema version recorded (migrations applied), ``None`` without a ledger."""
     if "effect_migrations" not in (yield OurTables()):
         return None
-    latest = yield Fetch(f"SELECT MAX(v) FROM {migrations_table}")
-    return int(latest) + 1 if latest is not None else 0
+    return int((yield CountMigrations()))
 
 
-def migrate_plan(
-    migrations: Sequence[str], migrations_table: str, ddl: str, mark: str, where: str, elsewhere: str
-) -> Plan[None]:
-    """The migration runner: apply the ordered ``migrations`` not yet recorded.
+def migrate_plan(migrations: int, where: str, elsewhere: str) -> Plan[None]:
+    """The migration runner: apply the backend's ``migrations`` (how many it has, in
+    order) not yet recorded, each with :class:`ApplyMigration`.
 
-    ``ddl`` creates the version table; ``mark`` is the driver's placeholder;
     ``elsewhere`` says where to put the ledger instead when foreign tables are found.
     """
     tables = yield OurTables()
@@ -427,17 +312,17 @@ def migrate_plan(
                 f"{where} has {'/'.join(foreign)} tables that langgraph-effects did not create "
                 f"(no effect_migrations table). Use {elsewhere}; nothing was changed."
             )
-        yield Execute(ddl)
-    done = (yield from version_plan(migrations_table)) or 0
-    if done > len(migrations):
-        raise SchemaTooNewError(done, len(migrations), where)
-    for v in range(done, len(migrations)):
-        for statement in migrations[v].split(";"):
-            if statement.strip():
-                yield Execute(statement)
-        yield Execute(
-            f"INSERT INTO {migrations_table} (v, applied_at) VALUES ({mark}, {mark})", (v, now())
-        )
+        yield CreateLedger()
+    done = (yield from version_plan()) or 0
+    if done > migrations:
+        raise SchemaTooNewError(done, migrations, where)
+    for index in range(done, migrations):
+        yield ApplyMigration(index)
+
+
+def sql_statements(migration: str) -> list[str]:
+    """A SQL backend's migration text as its statements (split on ``;``)."""
+    return [statement for statement in migration.split(";") if statement.strip()]
 
 
 def may_renew(op: Operation | None, token: str) -> bool:
@@ -475,6 +360,10 @@ class Ledger(abc.ABC):
     #: A name for messages ("sqlite:/path", "postgres:host/db", "memory").
     where: str = "ledger"
 
+    #: How many schema migrations this code knows (what :meth:`setup` brings a ledger
+    #: to, and what opening an existing one checks :meth:`schema_version` against).
+    SCHEMA_VERSION: ClassVar[int] = 1
+
     @abc.abstractmethod
     async def setup(self) -> None:
         """Create or migrate the schema. Idempotent; call once at start-up."""
@@ -486,6 +375,14 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     async def _transact(self, plan: Plan[T]) -> T:
         """Run ``plan`` as one transaction: committed if it wrote, else rolled back."""
+
+    async def schema_version(self) -> int | None:
+        """The schema version recorded in this ledger, without writing anything.
+
+        ``None``: the store holds no langgraph-effects ledger. Compare with
+        :attr:`SCHEMA_VERSION`.
+        """
+        return await self._read(version_plan())
 
     async def _read(self, plan: Plan[T]) -> T:
         """Run a plan that only reads (backends may skip the write transaction)."""

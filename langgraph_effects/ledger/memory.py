@@ -10,33 +10,43 @@ from ..core.operation import Operation
 from .base import (
     MUTABLE_COLUMNS,
     AuditEntry,
-    CasEach,
-    CasWithAudit,
-    Find,
-    FindOrInsert,
-    InsertWithAudit,
     Ledger,
-    Load,
-    Lock,
     OperationQuery,
     Plan,
-    Step,
     T,
     audit_from_row,
     drive,
-    find_then_insert,
     from_row,
     listing_order,
     may_renew,
+    migrate_plan,
     to_row,
+)
+from .steps import (
+    LEDGER_TABLES,
+    ApplyMigration,
+    CasWithAudit,
+    CountMigrations,
+    CreateLedger,
+    Find,
+    InsertWithAudit,
+    Load,
+    Lock,
+    OurTables,
+    StepDefaults,
+    answer,
 )
 
 #: The Operation fields behind :data:`MUTABLE_COLUMNS` (one field a column).
 MUTABLE_FIELDS: tuple[str, ...] = tuple(c for c in MUTABLE_COLUMNS if c != "op_id")
 
 
-class InMemoryLedger(Ledger):
-    """The ledger protocol on dictionaries, with the same semantics as the durable ones."""
+class InMemoryLedger(StepDefaults, Ledger):
+    """The ledger protocol on dictionaries, with the same semantics as the durable ones.
+
+    It answers every storage step (:mod:`.steps`) itself, schema steps included, and
+    works without :meth:`setup` (which only records its one migration).
+    """
 
     where = "memory"
 
@@ -50,12 +60,15 @@ class InMemoryLedger(Ledger):
         self._lock = asyncio.Lock()
         #: Transactions that would be durable commits in a real backend.
         self.commits = 0
-
-    async def setup(self) -> None:
-        return None
+        #: Migrations recorded (``None``: never set up; the dictionaries work anyway).
+        self._migrations: int | None = None
 
     async def aclose(self) -> None:
         return None
+
+    async def setup(self) -> None:
+        async with self._lock:  # not counted in :attr:`commits`: no call's write
+            drive(migrate_plan(self.SCHEMA_VERSION, self.where, "another ledger"), self._answer)
 
     async def _transact(self, plan: Plan[T]) -> T:
         async with self._lock:
@@ -63,51 +76,68 @@ class InMemoryLedger(Ledger):
             self.commits += wrote
             return result
 
-    def _answer(self, step: Step) -> Any:
-        if isinstance(step, Lock):
-            return self._ops.get(step.op_id)
-        if isinstance(step, Load):
-            return {i: self._ops[i] for i in step.op_ids if i in self._ops}
-        if isinstance(step, Find):
-            ids, wanted = set(step.op_ids), set(step.pairs)
-            thread = self._by_thread.get(step.thread_id, {})
-            mine = [
-                op
-                for op in map(self._ops.__getitem__, thread)
-                if op.op_id in ids
-                or ((op.tool, op.args_hash) in wanted and step.origin in (None, op.extra.get("origin")))
-            ]
-            # Rows asked for by id are found whatever thread they were stored under.
-            others = [self._ops[i] for i in dict.fromkeys(step.op_ids) if i in self._ops and i not in thread]
-            return mine + others
-        if isinstance(step, FindOrInsert):
-            return find_then_insert(step, self._answer)
-        if isinstance(step, InsertWithAudit):
-            inserted = []
-            for i, op in enumerate(step.ops):
-                key = (op.tenant, op.provider_key)
-                if op.op_id in self._ops or key in self._keys:
-                    continue  # UNIQUE (tenant, provider_key), as in the SQL backends
-                # Stored as a SQL backend would hand it back (lists, not tuples).
-                self._ops[op.op_id] = from_row(to_row(op))
-                self._keys.add(key)
-                self._by_thread.setdefault(op.thread_id, {})[op.op_id] = None
-                inserted.append(op.op_id)
-                self._append_audit(step.audit[i])
-            return inserted
-        if isinstance(step, CasEach):
-            return [self._answer(item) for item in step.items]
-        if isinstance(step, CasWithAudit):
-            stored = self._ops.get(step.after.op_id)
-            if stored is None or stored.version != step.expected_version:
-                return False
-            # Only the mutable columns, as the SQL backends' UPDATE writes: the
-            # identity and payload stored at intent stay as they were.
-            fresh = {c: getattr(step.after, c) for c in MUTABLE_FIELDS}
-            self._ops[step.after.op_id] = dataclasses.replace(stored, **fresh)
-            self._append_audit(step.audit)
-            return True
-        raise TypeError(f"the memory ledger has no schema to answer {step!r}")
+    def _answer(self, step: Any) -> Any:
+        """``step`` answered by this ledger's method for it (see :mod:`.steps`)."""
+        return answer(self, step)
+
+    # -- the steps (see :class:`~.steps.StepRunner`) ------------------------------------
+
+    def lock(self, step: Lock) -> Operation | None:
+        return self._ops.get(step.op_id)  # the ledger's lock is held for the whole plan
+
+    def load(self, step: Load) -> dict[str, Operation]:
+        return {i: self._ops[i] for i in step.op_ids if i in self._ops}
+
+    def find(self, step: Find) -> list[Operation]:
+        ids, wanted = set(step.op_ids), set(step.pairs)
+        thread = self._by_thread.get(step.thread_id, {})
+        mine = [
+            op
+            for op in map(self._ops.__getitem__, thread)
+            if op.op_id in ids
+            or ((op.tool, op.args_hash) in wanted and step.origin in (None, op.extra.get("origin")))
+        ]
+        # Rows asked for by id are found whatever thread they were stored under.
+        others = [self._ops[i] for i in dict.fromkeys(step.op_ids) if i in self._ops and i not in thread]
+        return mine + others
+
+    def insert_with_audit(self, step: InsertWithAudit) -> list[str]:
+        inserted = []
+        for i, op in enumerate(step.ops):
+            key = (op.tenant, op.provider_key)
+            if op.op_id in self._ops or key in self._keys:
+                continue  # UNIQUE (tenant, provider_key), as in the SQL backends
+            # Stored as a SQL backend would hand it back (lists, not tuples).
+            self._ops[op.op_id] = from_row(to_row(op))
+            self._keys.add(key)
+            self._by_thread.setdefault(op.thread_id, {})[op.op_id] = None
+            inserted.append(op.op_id)
+            self._append_audit(step.audit[i])
+        return inserted
+
+    def cas_with_audit(self, step: CasWithAudit) -> bool:
+        stored = self._ops.get(step.after.op_id)
+        if stored is None or stored.version != step.expected_version:
+            return False
+        # Only the mutable columns, as the SQL backends' UPDATE writes: the
+        # identity and payload stored at intent stay as they were.
+        fresh = {c: getattr(step.after, c) for c in MUTABLE_FIELDS}
+        self._ops[step.after.op_id] = dataclasses.replace(stored, **fresh)
+        self._append_audit(step.audit)
+        return True
+
+    def our_tables(self, step: OurTables) -> set[str]:
+        return set(LEDGER_TABLES) if self._migrations is not None else set()
+
+    def count_migrations(self, step: CountMigrations) -> int:
+        return self._migrations or 0
+
+    def create_ledger(self, step: CreateLedger) -> None:
+        self._migrations = 0
+
+    def apply_migration(self, step: ApplyMigration) -> None:
+        # The dictionaries need no schema: a migration is only recorded.
+        self._migrations = max(self._migrations or 0, step.index + 1)
 
     def _append_audit(self, row: dict[str, Any]) -> None:
         entry = audit_from_row(row)

@@ -74,6 +74,7 @@ from .pgsql import (
     insert_sql,
     one_row,
 )
+from .steps import AsyncStepDefaults, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
 _ROLLBACK_RETRIES = 5
@@ -181,7 +182,11 @@ class PostgresLedger(Ledger):
     :meth:`setup` refuses: reading a database never creates tables in it.
     ``connect_timeout`` (seconds) bounds each connection attempt (libpq's own
     ``connect_timeout``); ``timeout`` bounds waiting for a pooled connection.
+    :meth:`schema_version` reads the version recorded without writing anything
+    (``None``: no ``effect_migrations`` table in ``schema``, or on the ``search_path``).
     """
+
+    SCHEMA_VERSION = len(MIGRATIONS)
 
     def __init__(
         self,
@@ -469,43 +474,8 @@ class PostgresLedger(Ledger):
         return result
 
     async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.Step) -> Any:
-        """One storage primitive, in SQL (inside the caller's transaction)."""
-        if isinstance(step, base.Lock):
-            await cur.execute(self._lock_sql, [stored_text(step.op_id)])
-            row = await cur.fetchone()
-            return from_row(row) if row is not None else None
-        if isinstance(step, base.Load):
-            await cur.execute(self._select_sql, [[stored_text(i) for i in step.op_ids]])
-            return {op.op_id: op for op in map(from_row, await cur.fetchall())}
-        if isinstance(step, base.Find):
-            await cur.execute(self._find_sql, find_params(step))
-            return [from_row(row) for row in await cur.fetchall()]
-        if isinstance(step, base.FindOrInsert):
-            return await self._find_or_insert(cur, step)
-        if isinstance(step, base.InsertWithAudit):
-            return await self._insert(cur, step)
-        if isinstance(step, base.CasEach):
-            await cur.execute(self._cas_each_sql, cas_each_params(step))
-            written = {row["op_id"] for row in await cur.fetchall()}
-            return [stored_text(item.after.op_id) in written for item in step.items]
-        if isinstance(step, base.CasWithAudit):
-            values = mutable_row(step.after)
-            params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
-            await cur.execute(self._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
-            return await cur.fetchone() is not None
-        if isinstance(step, base.OurTables):
-            await cur.execute(
-                "SELECT tablename FROM pg_tables "
-                "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
-                [self.schema, list(base.LEDGER_TABLES)],
-            )
-            return {row["tablename"] for row in await cur.fetchall()}
-        if isinstance(step, base.Fetch):
-            await cur.execute(step.sql)
-            row = await cur.fetchone()
-            return next(iter(row.values())) if row is not None else None
-        await cur.execute(step.sql, step.params)
-        return None
+        """One storage step, in SQL (inside the caller's transaction): see :class:`_Steps`."""
+        return await answer(_Steps(self, cur), step)
 
     async def _find_or_insert(
         self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
@@ -557,14 +527,6 @@ class PostgresLedger(Ledger):
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", [key])
 
-    async def schema_version(self) -> int | None:
-        """The schema version recorded in this database, without writing anything.
-
-        ``None``: no langgraph-effects ledger here (no ``effect_migrations`` table in
-        ``schema``, or on the ``search_path``). Compare with :data:`SCHEMA_VERSION`.
-        """
-        return await self._read(base.version_plan(self._migrations_table))
-
     async def setup(self) -> None:
         schema = self.schema
         if self.read_only:
@@ -572,15 +534,7 @@ class PostgresLedger(Ledger):
                 f"the ledger at {self.where} was opened read-only: setup() cannot migrate it. "
                 "Open it without read_only (or run `langgraph-effects --db DSN setup`)."
             )
-        plan = base.migrate_plan(
-            [migration.format(s=self._prefix) for migration in MIGRATIONS],
-            self._migrations_table,
-            f"CREATE TABLE {self._migrations_table} "
-            "(v integer PRIMARY KEY, applied_at double precision NOT NULL)",
-            "%s",
-            self.where,
-            "another database or schema",
-        )
+        plan = base.migrate_plan(len(MIGRATIONS), self.where, "another database or schema")
         async with self._connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             # Held until commit: concurrent setups migrate one after the other.
@@ -634,6 +588,72 @@ class PostgresLedger(Ledger):
             f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [stored_text(op_id)]
         )
         return [audit_from_row(row) for row in rows]
+
+
+class _Steps(AsyncStepDefaults):
+    """The storage steps in SQL on ``cur`` (inside the caller's transaction), with the
+    statements :class:`PostgresLedger` prepared."""
+
+    def __init__(self, ledger: PostgresLedger, cur: psycopg.AsyncCursor[dict[str, Any]]) -> None:
+        self.ledger, self.cur = ledger, cur
+
+    async def lock(self, step: base.Lock) -> Operation | None:
+        await self.cur.execute(self.ledger._lock_sql, [stored_text(step.op_id)])
+        row = await self.cur.fetchone()
+        return from_row(row) if row is not None else None
+
+    async def load(self, step: base.Load) -> dict[str, Operation]:
+        await self.cur.execute(self.ledger._select_sql, [[stored_text(i) for i in step.op_ids]])
+        return {op.op_id: op for op in map(from_row, await self.cur.fetchall())}
+
+    async def find(self, step: base.Find) -> list[Operation]:
+        await self.cur.execute(self.ledger._find_sql, find_params(step))
+        return [from_row(row) for row in await self.cur.fetchall()]
+
+    async def find_or_insert(self, step: base.FindOrInsert) -> tuple[list[Operation], list[str]]:
+        return await self.ledger._find_or_insert(self.cur, step)
+
+    async def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
+        return await self.ledger._insert(self.cur, step)
+
+    async def cas_each(self, step: base.CasEach) -> list[bool]:
+        await self.cur.execute(self.ledger._cas_each_sql, cas_each_params(step))
+        written = {row["op_id"] for row in await self.cur.fetchall()}
+        return [stored_text(item.after.op_id) in written for item in step.items]
+
+    async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
+        values = mutable_row(step.after)
+        params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
+        await self.cur.execute(self.ledger._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
+        return await self.cur.fetchone() is not None
+
+    async def our_tables(self, step: base.OurTables) -> set[str]:
+        await self.cur.execute(
+            "SELECT tablename FROM pg_tables "
+            "WHERE schemaname = COALESCE(%s, current_schema()) AND tablename = ANY(%s)",
+            [self.ledger.schema, list(base.LEDGER_TABLES)],
+        )
+        return {row["tablename"] for row in await self.cur.fetchall()}
+
+    async def count_migrations(self, step: base.CountMigrations) -> int:
+        await self.cur.execute(f"SELECT MAX(v) FROM {self.ledger._migrations_table}")
+        row = await self.cur.fetchone()
+        latest = next(iter(row.values())) if row is not None else None
+        return int(latest) + 1 if latest is not None else 0
+
+    async def create_ledger(self, step: base.CreateLedger) -> None:
+        await self.cur.execute(
+            f"CREATE TABLE {self.ledger._migrations_table} "
+            "(v integer PRIMARY KEY, applied_at double precision NOT NULL)"
+        )
+
+    async def apply_migration(self, step: base.ApplyMigration) -> None:
+        for statement in base.sql_statements(MIGRATIONS[step.index].format(s=self.ledger._prefix)):
+            await self.cur.execute(statement)
+        await self.cur.execute(
+            f"INSERT INTO {self.ledger._migrations_table} (v, applied_at) VALUES (%s, %s)",
+            (step.index, base.now()),
+        )
 
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresLedger"]

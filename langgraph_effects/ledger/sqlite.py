@@ -32,14 +32,15 @@ from .base import (
     drive,
     from_row,
     migrate_plan,
+    now,
     renewal_sql,
     to_row,
-    version_plan,
     where_clause,
 )
 from .codec import mutable_row, origin_text, stored_text
 from .group import Outcome, Regroup
 from .grouped import group_plan
+from .steps import StepDefaults, answerer
 
 T = TypeVar("T")
 
@@ -150,6 +151,9 @@ def _classify(error: sqlite3.Error, where: str) -> Exception:
 class SqliteLedger(Ledger):
     """The ledger in a SQLite database file, on its own connection.
 
+    :meth:`schema_version` reads the version recorded without writing anything
+    (``None``: no langgraph-effects ledger in the file); compare with :data:`SCHEMA_VERSION`.
+
     Use :meth:`from_conn_string` (an async context manager), or pass an open
     ``aiosqlite.Connection`` you manage. Call :meth:`setup` once before use.
     Never share the checkpointer's connection: its commits would swallow ours.
@@ -158,6 +162,8 @@ class SqliteLedger(Ledger):
     ``mode=ro`` and ``query_only``: nothing can be written, the file is never created,
     and no write lock is ever waited for (WAL readers do not block on a writer).
     """
+
+    SCHEMA_VERSION = len(MIGRATIONS)
 
     def __init__(
         self,
@@ -263,17 +269,9 @@ class SqliteLedger(Ledger):
 
     async def _read(self, plan: base.Plan[T]) -> T:
         # Autocommit reads: no write lock, so read-only connections can run them too.
-        return await self._run(lambda db: drive(plan, lambda step: _answer(db, step))[0])
+        return await self._run(lambda db: drive(plan, answerer(_Steps(db)))[0])
 
     # -- the protocol ----------------------------------------------------------------
-
-    async def schema_version(self) -> int | None:
-        """The schema version recorded in this database, without writing anything.
-
-        ``None``: the database holds no langgraph-effects ledger (no
-        ``effect_migrations`` table). Compare with :data:`SCHEMA_VERSION`.
-        """
-        return await self._read(version_plan("effect_migrations"))
 
     async def setup(self) -> None:
         if self.read_only:
@@ -281,15 +279,7 @@ class SqliteLedger(Ledger):
                 f"{self.where} was opened read-only: setup() cannot migrate it. Open it without "
                 "read_only (or run `langgraph-effects --db PATH setup`)."
             )
-        plan = migrate_plan(
-            MIGRATIONS,
-            "effect_migrations",
-            _MIGRATIONS_DDL,
-            "?",
-            self.where,
-            "another database file",
-        )
-        await self._transact(plan)
+        await self._transact(migrate_plan(len(MIGRATIONS), self.where, "another database file"))
 
     async def aclose(self) -> None:
         await self.conn.close()
@@ -340,7 +330,7 @@ def _transaction(db: sqlite3.Connection, plan: base.Plan[T], *, begun: bool = Fa
     if not begun:
         db.execute("BEGIN IMMEDIATE")
     try:
-        result, wrote = drive(plan, lambda step: _answer(db, step))
+        result, wrote = drive(plan, answerer(_Steps(db)))
         db.execute("COMMIT" if wrote else "ROLLBACK")
     except BaseException:
         if db.in_transaction:
@@ -371,38 +361,51 @@ def _find(db: sqlite3.Connection, step: base.Find) -> list[Operation]:
     return list(found.values())
 
 
-def _answer(db: sqlite3.Connection, step: base.Step) -> Any:
-    """One storage primitive, in SQLite (inside the caller's transaction)."""
-    if isinstance(step, base.Lock):  # BEGIN IMMEDIATE already holds the write lock
-        return _select(db, [step.op_id]).get(step.op_id)
-    if isinstance(step, base.Load):
-        return _select(db, list(step.op_ids))
-    if isinstance(step, base.Find):
-        return _find(db, step)
-    if isinstance(step, base.FindOrInsert):
-        return base.find_then_insert(step, lambda inner: _answer(db, inner))
-    if isinstance(step, base.InsertWithAudit):
+class _Steps(StepDefaults):
+    """The storage steps in SQLite, on ``db`` (inside the caller's transaction)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def lock(self, step: base.Lock) -> Operation | None:  # BEGIN IMMEDIATE already holds the write lock
+        return _select(self.db, [step.op_id]).get(step.op_id)
+
+    def load(self, step: base.Load) -> dict[str, Operation]:
+        return _select(self.db, list(step.op_ids))
+
+    def find(self, step: base.Find) -> list[Operation]:
+        return _find(self.db, step)
+
+    def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
+        db = self.db
         rows = [i for i, op in enumerate(step.ops) if db.execute(_INSERT, to_row(op)).rowcount == 1]
         db.executemany(_INSERT_AUDIT, [step.audit[i] for i in rows])
         return [step.ops[i].op_id for i in rows]
-    if isinstance(step, base.CasEach):
-        return [_answer(db, item) for item in step.items]
-    if isinstance(step, base.CasWithAudit):
+
+    def cas_with_audit(self, step: base.CasWithAudit) -> bool:
         params = mutable_row(step.after)
         params["expected_version"] = step.expected_version
-        matched = db.execute(_UPDATE, params).rowcount == 1
+        matched = self.db.execute(_UPDATE, params).rowcount == 1
         if matched:
-            db.execute(_INSERT_AUDIT, step.audit)
+            self.db.execute(_INSERT_AUDIT, step.audit)
         return matched
-    if isinstance(step, base.OurTables):
+
+    def our_tables(self, step: base.OurTables) -> set[str]:
         marks = ", ".join("?" * len(base.LEDGER_TABLES))
         sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
-        return {r[0] for r in db.execute(sql, base.LEDGER_TABLES)}
-    if isinstance(step, base.Fetch):
-        row = db.execute(step.sql).fetchone()
-        return row[0] if row is not None else None
-    db.execute(step.sql, step.params)
-    return None
+        return {r[0] for r in self.db.execute(sql, base.LEDGER_TABLES)}
+
+    def count_migrations(self, step: base.CountMigrations) -> int:
+        row = self.db.execute("SELECT MAX(v) FROM effect_migrations").fetchone()
+        return int(row[0]) + 1 if row is not None and row[0] is not None else 0
+
+    def create_ledger(self, step: base.CreateLedger) -> None:
+        self.db.execute(_MIGRATIONS_DDL)
+
+    def apply_migration(self, step: base.ApplyMigration) -> None:
+        for statement in base.sql_statements(MIGRATIONS[step.index]):
+            self.db.execute(statement)
+        self.db.execute("INSERT INTO effect_migrations (v, applied_at) VALUES (?, ?)", (step.index, now()))
 
 
 def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 import psycopg
 import pytest
@@ -287,13 +287,28 @@ def test_unreachable_postgres_skips_locally_but_fails_in_ci(
         require_postgres()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Pause:
+    """A step of this test only: the server sleeps inside the plan's transaction."""
+
+    writes: ClassVar[bool] = False
+
+
 async def test_two_workers_locking_rows_in_opposite_orders_both_land(
-    pg_schema: str, make_op: OpFactory
+    pg_schema: str, make_op: OpFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two ledgers (two processes' pools) whose transactions lock the same rows in
     opposite orders deadlock; the server rolls one back, and the ledger runs it again
     (nothing of it had landed) instead of failing the caller."""
-    from langgraph_effects.ledger.base import CasWithAudit, Execute, Lock, Plan, audit_row
+    from langgraph_effects.ledger import postgres, steps
+    from langgraph_effects.ledger.base import CasWithAudit, Lock, Plan, audit_row
+
+    class Steps(postgres._Steps):
+        async def pause(self, step: _Pause) -> None:
+            await self.cur.execute("SELECT pg_sleep(0.3)")
+
+    monkeypatch.setattr(postgres, "_Steps", Steps)
+    monkeypatch.setitem(steps.STEP_METHODS, _Pause, "pause")
 
     dsn = require_postgres()
     deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
@@ -309,7 +324,7 @@ async def test_two_workers_locking_rows_in_opposite_orders_both_land(
 
         def bump(first: str, second: str) -> Plan[None]:
             one = yield Lock(first)
-            yield Execute("SELECT pg_sleep(0.3)")  # both hold their first row before either asks
+            yield _Pause()  # type: ignore[misc]  # both hold their first row before either asks
             two = yield Lock(second)
             for row in (one, two):
                 after = dataclasses.replace(row, version=row.version + 1)

@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
-from .lab.providers import Provider, ProviderMode, Receipt
+from ..lab.providers import Provider, ProviderMode, Receipt
 
 __all__ = [
     "Provider",
@@ -95,4 +95,4 @@ def call_each_then_finish(
     return script
 
 
-from .crashtest import CrashReport, crashtest  # noqa: E402,F401  (re-exported for users' test suites)
+from ..crashtest import CrashReport, crashtest  # noqa: E402,F401  (re-exported for users' test suites)

@@ -1,0 +1,225 @@
+"""The storage steps a ledger plan asks, and the one table that sends each to its method.
+
+A plan (:data:`~.base.Plan`) yields these requests; a backend answers each with one
+method of the same name in snake case (:class:`StepRunner`). :func:`answer` is the
+only dispatch: it looks the step's type up in :data:`STEP_METHODS`, so a backend
+never tests step types itself. No step carries SQL: the schema steps name what to
+do (count, create, apply migration *n*), and each backend says how.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar, Protocol
+
+from ..core.operation import Operation
+
+#: The tables of a SQL ledger (what :class:`OurTables` is answered with once set up).
+LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
+
+
+@dataclass(frozen=True)
+class Lock:
+    """Load one row and hold it until the transaction ends; answered with the
+    :class:`Operation` or ``None``."""
+
+    op_id: str
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Load:
+    """Load rows without locking them; answered with ``{op_id: Operation}``."""
+
+    op_ids: tuple[str, ...]
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Find:
+    """The rows with any of ``op_ids``, and the rows of ``thread_id`` with any of the
+    (tool, args hash) ``pairs`` (with ``origin``: only those whose ``extra`` records
+    that origin): one query for both (no lock); answered with a list of
+    :class:`Operation` (each row once, in any order)."""
+
+    op_ids: tuple[str, ...]
+    thread_id: str
+    pairs: tuple[tuple[str, str], ...]
+    origin: str | None = None
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class InsertWithAudit:
+    """Insert each row unless its ``op_id`` or its ``(tenant, provider_key)`` is taken,
+    and the audit row (``audit[i]`` for ``ops[i]``) of each row actually inserted;
+    answered with the ids inserted. Atomic on its own."""
+
+    ops: tuple[Operation, ...]
+    audit: tuple[dict[str, Any], ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class FindOrInsert:
+    """:class:`Find`, and :class:`InsertWithAudit` only if it found nothing, atomic on
+    its own: calls never stored before are opened in one round trip. Answered with
+    (rows found, ids inserted); nothing is inserted when any row is found."""
+
+    find: Find
+    insert: InsertWithAudit
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class CasWithAudit:
+    """Write ``after``'s mutable columns (:data:`~.codec.MUTABLE_COLUMNS`: never its
+    identity or payload) if the row is still at ``expected_version``, and append
+    ``audit`` only if it was; answered with whether it was. Atomic on its own."""
+
+    after: Operation
+    expected_version: int
+    audit: dict[str, Any]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class CasEach:
+    """Several :class:`CasWithAudit` on distinct operations, as one step (what group
+    commit asks for the outcomes that arrive together); answered with whether each was
+    written, in order. Each is atomic on its own, as alone."""
+
+    items: tuple[CasWithAudit, ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class OurTables:
+    """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names. A
+    backend without tables answers all three once :class:`CreateLedger` ran, none before."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class CountMigrations:
+    """How many of the backend's schema migrations are recorded as applied (an
+    ``int``, 0 for none); asked only once ``effect_migrations`` exists."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class CreateLedger:
+    """Create the (empty) record of applied migrations: ``effect_migrations``."""
+
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ApplyMigration:
+    """Apply the backend's own migration number ``index`` (0-based) and record it as
+    applied, in the plan's transaction."""
+
+    index: int
+    writes: ClassVar[bool] = True
+
+
+Step = (
+    Lock
+    | Load
+    | Find
+    | InsertWithAudit
+    | FindOrInsert
+    | CasWithAudit
+    | CasEach
+    | OurTables
+    | CountMigrations
+    | CreateLedger
+    | ApplyMigration
+)
+
+#: Steps that are a whole transaction by themselves: a backend may run one in
+#: autocommit when it is the only write of a plan running alone.
+ALONE: tuple[type, ...] = (InsertWithAudit, FindOrInsert, CasWithAudit)
+
+#: The one dispatch table: each step type, and the :class:`StepRunner` method answering it.
+STEP_METHODS: dict[type, str] = {
+    Lock: "lock",
+    Load: "load",
+    Find: "find",
+    InsertWithAudit: "insert_with_audit",
+    FindOrInsert: "find_or_insert",
+    CasWithAudit: "cas_with_audit",
+    CasEach: "cas_each",
+    OurTables: "our_tables",
+    CountMigrations: "count_migrations",
+    CreateLedger: "create_ledger",
+    ApplyMigration: "apply_migration",
+}
+
+
+class StepRunner(Protocol):
+    """What a backend implements: one method per step, answering it inside the
+    transaction the plan runs in. The methods may be coroutines (a backend whose
+    plans run with :func:`~.base.adrive`); the answers are those the steps document.
+
+    :class:`StepDefaults` gives :meth:`find_or_insert` and :meth:`cas_each` in terms
+    of the others, for a backend that has nothing faster.
+    """
+
+    def lock(self, step: Lock) -> Any: ...
+    def load(self, step: Load) -> Any: ...
+    def find(self, step: Find) -> Any: ...
+    def insert_with_audit(self, step: InsertWithAudit) -> Any: ...
+    def find_or_insert(self, step: FindOrInsert) -> Any: ...
+    def cas_with_audit(self, step: CasWithAudit) -> Any: ...
+    def cas_each(self, step: CasEach) -> Any: ...
+    def our_tables(self, step: OurTables) -> Any: ...
+    def count_migrations(self, step: CountMigrations) -> Any: ...
+    def create_ledger(self, step: CreateLedger) -> Any: ...
+    def apply_migration(self, step: ApplyMigration) -> Any: ...
+
+
+def answer(runner: Any, step: Any) -> Any:
+    """``step`` answered by ``runner``'s method for it (see :data:`STEP_METHODS`); a
+    coroutine when that method is one."""
+    try:
+        name = STEP_METHODS[type(step)]
+    except KeyError:
+        raise TypeError(
+            f"{step!r} is not a ledger step (known: {', '.join(t.__name__ for t in STEP_METHODS)}); "
+            "a plan may only yield the steps of langgraph_effects.ledger.steps."
+        ) from None
+    return getattr(runner, name)(step)
+
+
+def answerer(runner: Any) -> Callable[[Any], Any]:
+    """``answer`` bound to ``runner``: what :func:`~.base.drive` and
+    :func:`~.base.adrive` take."""
+    return partial(answer, runner)
+
+
+class StepDefaults:
+    """:meth:`find_or_insert` and :meth:`cas_each` from a synchronous backend's other
+    methods (inside the one transaction the plan runs in)."""
+
+    def find_or_insert(self, step: FindOrInsert) -> tuple[list[Operation], list[str]]:
+        found: list[Operation] = answer(self, step.find)
+        return found, ([] if found else answer(self, step.insert))
+
+    def cas_each(self, step: CasEach) -> list[bool]:
+        return [bool(answer(self, item)) for item in step.items]
+
+
+class AsyncStepDefaults:
+    """:class:`StepDefaults` for a backend whose step methods are coroutines."""
+
+    async def find_or_insert(self, step: FindOrInsert) -> tuple[list[Operation], list[str]]:
+        found: list[Operation] = await answer(self, step.find)
+        return found, ([] if found else await answer(self, step.insert))
+
+    async def cas_each(self, step: CasEach) -> list[bool]:
+        return [bool(await answer(self, item)) for item in step.items]

@@ -1,0 +1,61 @@
+"""The ledger conformance suite: prove that a backend keeps the ledger's contract.
+
+Every backend of this package passes it (memory, SQLite, Postgres: see
+``tests/ledger/test_contract.py``); a backend of your own runs the same cases by
+subclassing :class:`LedgerConformance` in a test module and providing a ``ledger``
+fixture that yields a fresh, set-up, empty ledger for each test::
+
+    import pytest
+    from langgraph_effects.testing.conformance import LedgerConformance
+
+    class TestMyLedger(LedgerConformance):
+        @pytest.fixture
+        async def ledger(self, tmp_path):
+            ledger = MyLedger(tmp_path / "ledger.json")
+            await ledger.setup()
+            yield ledger
+            await ledger.aclose()
+
+The cases are coroutines: run them with ``pytest-asyncio`` (``asyncio_mode =
+"auto"``; in strict mode declare the fixture with ``@pytest_asyncio.fixture``).
+Importing this module imports pytest; nothing else in the package does, and pytest
+is not a dependency of ``langgraph-effects``.
+
+What is checked: intents are recorded once (by id and by provider key per tenant)
+with every field and their audit row; finds by id and by payload; transitions
+under a version check, refused ones writing nothing; verdicts idempotent by
+decision id; the audit trail in order; leases renewed only by their owner (also
+from another thread, when the ledger offers a renewer); every listing's filters
+and order; racing writers (exactly one wins); the schema version; and the steps
+plans ask directly (``FindOrInsert``, ``CasEach``, compare-and-sets writing only
+the mutable columns).
+"""
+
+from __future__ import annotations
+
+from ._cases import ESCALATE, LOSE, dispatch, ids, make_op, owner, populate, succeed, trail_len
+from ._reads import ReadCases
+from ._writes import WriteCases
+
+__all__ = [
+    "ESCALATE",
+    "LOSE",
+    "LedgerConformance",
+    "dispatch",
+    "ids",
+    "make_op",
+    "owner",
+    "populate",
+    "succeed",
+    "trail_len",
+]
+
+
+class LedgerConformance(WriteCases, ReadCases):
+    """Every case of the ledger contract, as test methods.
+
+    Subclass it (the class name must start with ``Test`` for pytest to collect it)
+    and provide a ``ledger`` fixture (on the subclass or in a ``conftest.py``) that
+    yields a fresh, set-up ledger with nothing in it; nothing here knows which
+    backend it is talking to.
+    """
