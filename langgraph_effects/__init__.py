@@ -5,103 +5,137 @@ the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded``
 ``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
 tool that also runs unprotected), the ledgers and checkpointer extensions,
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
-``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
+``EffectsError``.
+
+Every name imports on first use (PEP 562), so ``import langgraph_effects`` loads
+no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
+import EffectToolNode`` loads what that name needs and nothing else. The pure
+core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
+import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
+need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain.
 """
 
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._integrations.functional import effectful
-from ._integrations.node import EffectToolNode
-from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
-from ._runtime.review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
-from .checkpoint import attach_ledger, ledger_of
-from .checkpoint.sqlite import EffectSqliteSaver
-from .core.contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from .core.operation import Operation, State
-from .errors import (
-    ApprovalError,
-    ConfigurationError,
-    DecisionConflictError,
-    DefiniteFailure,
-    DurabilityError,
-    EffectsError,
-    IllegalTransitionError,
-    LeaseLiveError,
-    LedgerCorruptError,
-    LedgerError,
-    LedgerNotFoundError,
-    LedgerUnavailableError,
-    MissingExtraError,
-    NoLedgerError,
-    NondeterminismError,
-    NotResolvableError,
-    OperationNotFoundError,
-    ReviewError,
-    SchemaTooNewError,
-    StaleVersionError,
-    ThreadConflictError,
-    TransitionError,
-    VerdictNotRecordedError,
-)
-from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
-from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
+from ._runtime import processes as _processes
 
 if TYPE_CHECKING:
+    from ._integrations.functional import effectful
     from ._integrations.middleware import EffectMiddleware
+    from ._integrations.node import EffectToolNode
+    from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
+    from ._runtime.review import (
+        AbandonDecision,
+        LandedDecision,
+        NotLandedDecision,
+        resume_command,
+    )
+    from .checkpoint import attach_ledger, ledger_of
     from .checkpoint.postgres import EffectPostgresSaver
+    from .checkpoint.sqlite import EffectSqliteSaver
+    from .core.contract import (
+        BLIND,
+        Effect,
+        Inconclusive,
+        Landed,
+        LookupRequest,
+        NotLanded,
+    )
+    from .core.operation import Operation, State
+    from .errors import (
+        ApprovalError,
+        ConfigurationError,
+        DecisionConflictError,
+        DefiniteFailure,
+        DurabilityError,
+        EffectsError,
+        IllegalTransitionError,
+        LeaseLiveError,
+        LedgerCorruptError,
+        LedgerError,
+        LedgerNotFoundError,
+        LedgerUnavailableError,
+        MissingExtraError,
+        NoLedgerError,
+        NondeterminismError,
+        NotResolvableError,
+        OperationNotFoundError,
+        ReviewError,
+        SchemaTooNewError,
+        StaleVersionError,
+        ThreadConflictError,
+        TransitionError,
+        VerdictNotRecordedError,
+    )
+    from .ledger import (
+        AuditEntry,
+        InMemoryLedger,
+        Ledger,
+        OperationQuery,
+        SqliteLedger,
+    )
     from .ledger.postgres import PostgresLedger
+    from .recovery import (
+        OperationReport,
+        RecoveryReport,
+        ThreadReport,
+        recover,
+    )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BLIND",
+    "AbandonDecision",
+    "ApprovalError",
     "AuditEntry",
+    "BLIND",
     "ConfigurationError",
     "DecisionConflictError",
     "DefiniteFailure",
     "DurabilityError",
     "Effect",
-    "AbandonDecision",
-    "ApprovalError",
     "EffectMiddleware",
     "EffectPostgresSaver",
     "EffectSqliteSaver",
     "EffectToolNode",
     "EffectsError",
     "IllegalTransitionError",
-    "Inconclusive",
     "InMemoryLedger",
+    "Inconclusive",
     "Landed",
+    "LandedDecision",
+    "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
     "LedgerError",
-    "LandedDecision",
+    "LedgerNotFoundError",
     "LedgerUnavailableError",
     "LookupRequest",
     "MissingExtraError",
     "NoLedgerError",
+    "NondeterminismError",
     "NotLanded",
     "NotLandedDecision",
+    "NotResolvableError",
     "Operation",
     "OperationInfo",
     "OperationNotFoundError",
     "OperationQuery",
+    "OperationReport",
     "PostgresLedger",
+    "RecoveryReport",
     "ReviewError",
-    "NondeterminismError",
-    "ThreadConflictError",
     "SchemaTooNewError",
     "SqliteLedger",
     "StaleVersionError",
     "State",
-    "TransitionError",
-    "LeaseLiveError",
-    "LedgerNotFoundError",
-    "NotResolvableError",
-    "VerdictNotRecordedError",
-    "OperationReport",
-    "RecoveryReport",
+    "ThreadConflictError",
     "ThreadReport",
+    "TransitionError",
+    "VerdictNotRecordedError",
     "attach_ledger",
     "current_operation",
     "effectful",
@@ -111,19 +145,80 @@ __all__ = [
     "resume_command",
 ]
 
+#: Where each public name lives (relative to this package); imported on first access.
+_EXPORTS: dict[str, str] = {
+    "AbandonDecision": "_runtime.review",
+    "ApprovalError": "errors",
+    "AuditEntry": "ledger",
+    "BLIND": "core.contract",
+    "ConfigurationError": "errors",
+    "DecisionConflictError": "errors",
+    "DefiniteFailure": "errors",
+    "DurabilityError": "errors",
+    "Effect": "core.contract",
+    "EffectMiddleware": "_integrations.middleware",
+    "EffectPostgresSaver": "checkpoint.postgres",
+    "EffectSqliteSaver": "checkpoint.sqlite",
+    "EffectToolNode": "_integrations.node",
+    "EffectsError": "errors",
+    "IllegalTransitionError": "errors",
+    "InMemoryLedger": "ledger",
+    "Inconclusive": "core.contract",
+    "Landed": "core.contract",
+    "LandedDecision": "_runtime.review",
+    "LeaseLiveError": "errors",
+    "Ledger": "ledger",
+    "LedgerCorruptError": "errors",
+    "LedgerError": "errors",
+    "LedgerNotFoundError": "errors",
+    "LedgerUnavailableError": "errors",
+    "LookupRequest": "core.contract",
+    "MissingExtraError": "errors",
+    "NoLedgerError": "errors",
+    "NondeterminismError": "errors",
+    "NotLanded": "core.contract",
+    "NotLandedDecision": "_runtime.review",
+    "NotResolvableError": "errors",
+    "Operation": "core.operation",
+    "OperationInfo": "_runtime.context",
+    "OperationNotFoundError": "errors",
+    "OperationQuery": "ledger",
+    "OperationReport": "recovery",
+    "PostgresLedger": "ledger.postgres",
+    "RecoveryReport": "recovery",
+    "ReviewError": "errors",
+    "SchemaTooNewError": "errors",
+    "SqliteLedger": "ledger",
+    "StaleVersionError": "errors",
+    "State": "core.operation",
+    "ThreadConflictError": "errors",
+    "ThreadReport": "recovery",
+    "TransitionError": "errors",
+    "VerdictNotRecordedError": "errors",
+    "attach_ledger": "checkpoint",
+    "current_operation": "_runtime.context",
+    "effectful": "_integrations.functional",
+    "ledger_of": "checkpoint",
+    "maybe_current_operation": "_runtime.context",
+    "recover": "recovery",
+    "resume_command": "_runtime.review",
+}
+
+# Every process that imports the package appends itself to the lineage its children
+# inherit (see ``_runtime/processes.py``); the lease module did this at import when the
+# root imported everything eagerly. Stdlib only, and idempotent.
+_processes.mark_lineage()
+
 
 def __getattr__(name: str) -> Any:
-    # Optional extras import on first use: psycopg (postgres), langchain (agents).
-    if name == "EffectMiddleware":
-        from ._integrations.middleware import EffectMiddleware  # without langchain: MissingExtraError
+    """Import a public name on first access and keep it (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return EffectMiddleware
-    if name == "PostgresLedger":
-        from .ledger.postgres import PostgresLedger
 
-        return PostgresLedger
-    if name == "EffectPostgresSaver":
-        from .checkpoint.postgres import EffectPostgresSaver
-
-        return EffectPostgresSaver
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
