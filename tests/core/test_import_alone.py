@@ -121,7 +121,11 @@ def test_the_core_runs_without_langgraph() -> None:
         """
     )
     assert result == {
-        "step": "Reconcile", "decision": "resend", "state": "dispatched", "attempts": 2, "refused": []
+        "step": "Reconcile",
+        "decision": "resend",
+        "state": "dispatched",
+        "attempts": 2,
+        "refused": [],
     }
 
 
