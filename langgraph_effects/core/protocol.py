@@ -11,7 +11,7 @@ answers name:
   result is kept as evidence without ever sending again.
 
 The rules that make "exactly one effect" hold are all here, so they are tested on
-their own with hypothesis (``tests/test_protocol.py``), like the state machine in
+their own with hypothesis (``tests/core/test_protocol.py``), like the state machine in
 :mod:`langgraph_effects.core.operation`.
 """
 
