@@ -15,14 +15,12 @@ import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSav
 need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from ._runtime import processes as _processes
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._integrations.functional import effectful
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
@@ -210,15 +208,16 @@ _EXPORTS: dict[str, str] = {
 _processes.mark_lineage()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name on first access and keep it (PEP 562)."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
+    """The public names (imported or not yet) beside what the module holds."""
     return sorted({*globals(), *__all__})
