@@ -3,97 +3,132 @@
 The public API, re-exported here: ``EffectToolNode`` (and ``EffectMiddleware``),
 the per-tool contract ``Effect`` with lookup outcomes ``Landed`` / ``NotLanded`` /
 ``Inconclusive``, ``current_operation()`` (and ``maybe_current_operation()`` for a
-tool that also runs unprotected), the ledgers and checkpointer extensions
-(``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver`` for ``invoke``/``stream``),
+tool that also runs unprotected), the ledgers and checkpointer extensions,
 ``resume_command`` for answering reviews, and one exception hierarchy rooted at
-``EffectsError``. Postgres names import psycopg lazily (the ``postgres`` extra).
+``EffectsError``.
+
+Every name imports on first use (PEP 562), so ``import langgraph_effects`` loads
+no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
+import EffectToolNode`` loads what that name needs and nothing else. The pure
+core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
+import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
+need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain.
 """
 
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
-from ._integrations.functional import effectful
-from ._integrations.node import EffectToolNode
-from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
-from ._runtime.review import AbandonDecision, LandedDecision, NotLandedDecision, resume_command
-from .checkpoint import attach_ledger, ledger_of
-from .checkpoint.sqlite import EffectSqliteSaver
-from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
-from .core.contract import BLIND, Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from .core.operation import Operation, State
-from .errors import (
-    ApprovalError,
-    ConfigurationError,
-    DecisionConflictError,
-    DefiniteFailure,
-    DurabilityError,
-    EffectsError,
-    IllegalTransitionError,
-    LeaseLiveError,
-    LedgerCorruptError,
-    LedgerError,
-    LedgerNotFoundError,
-    LedgerUnavailableError,
-    MissingExtraError,
-    NoLedgerError,
-    NondeterminismError,
-    NotResolvableError,
-    OperationNotFoundError,
-    ReviewError,
-    SchemaTooNewError,
-    StaleVersionError,
-    SyncMismatchError,
-    ThreadConflictError,
-    TransitionError,
-    VerdictNotRecordedError,
-)
-from .ledger import AuditEntry, InMemoryLedger, Ledger, OperationQuery, SqliteLedger
-from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
-from .recovery.sync import recover_sync
+from ._runtime import processes as _processes
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
+    from ._integrations.functional import effectful
     from ._integrations.middleware import EffectMiddleware
+    from ._integrations.node import EffectToolNode
+    from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
+    from ._runtime.review import (
+        AbandonDecision,
+        LandedDecision,
+        NotLandedDecision,
+        resume_command,
+    )
+    from .checkpoint import attach_ledger, ledger_of
     from .checkpoint.postgres import EffectPostgresSaver
+    from .checkpoint.sqlite import EffectSqliteSaver
+    from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+    from .core.contract import (
+        BLIND,
+        Effect,
+        Inconclusive,
+        Landed,
+        LookupRequest,
+        NotLanded,
+    )
+    from .core.operation import Operation, State
+    from .errors import (
+        ApprovalError,
+        ConfigurationError,
+        DecisionConflictError,
+        DefiniteFailure,
+        DurabilityError,
+        EffectsError,
+        IllegalTransitionError,
+        LeaseLiveError,
+        LedgerCorruptError,
+        LedgerError,
+        LedgerNotFoundError,
+        LedgerUnavailableError,
+        MissingExtraError,
+        NoLedgerError,
+        NondeterminismError,
+        NotResolvableError,
+        OperationNotFoundError,
+        ReviewError,
+        SchemaTooNewError,
+        StaleVersionError,
+        SyncMismatchError,
+        ThreadConflictError,
+        TransitionError,
+        VerdictNotRecordedError,
+    )
+    from .ledger import (
+        AuditEntry,
+        InMemoryLedger,
+        Ledger,
+        OperationQuery,
+        SqliteLedger,
+    )
     from .ledger.postgres import PostgresLedger
+    from .recovery import (
+        OperationReport,
+        RecoveryReport,
+        ThreadReport,
+        recover,
+    )
+    from .recovery.sync import recover_sync
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BLIND",
+    "AbandonDecision",
+    "ApprovalError",
     "AuditEntry",
+    "BLIND",
     "ConfigurationError",
     "DecisionConflictError",
     "DefiniteFailure",
     "DurabilityError",
     "Effect",
-    "AbandonDecision",
-    "ApprovalError",
     "EffectMiddleware",
     "EffectPostgresSaver",
     "EffectSqliteSaver",
     "EffectToolNode",
     "EffectsError",
     "IllegalTransitionError",
-    "Inconclusive",
     "InMemoryLedger",
+    "Inconclusive",
     "Landed",
+    "LandedDecision",
+    "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
     "LedgerError",
-    "LandedDecision",
+    "LedgerNotFoundError",
     "LedgerUnavailableError",
     "LookupRequest",
     "MissingExtraError",
     "NoLedgerError",
+    "NondeterminismError",
     "NotLanded",
     "NotLandedDecision",
+    "NotResolvableError",
     "Operation",
     "OperationInfo",
     "OperationNotFoundError",
     "OperationQuery",
+    "OperationReport",
     "PostgresLedger",
+    "RecoveryReport",
     "ReviewError",
-    "NondeterminismError",
-    "ThreadConflictError",
     "SchemaTooNewError",
     "SqliteLedger",
     "StaleVersionError",
@@ -101,14 +136,10 @@ __all__ = [
     "SyncEffectPostgresSaver",
     "SyncEffectSqliteSaver",
     "SyncMismatchError",
-    "TransitionError",
-    "LeaseLiveError",
-    "LedgerNotFoundError",
-    "NotResolvableError",
-    "VerdictNotRecordedError",
-    "OperationReport",
-    "RecoveryReport",
+    "ThreadConflictError",
     "ThreadReport",
+    "TransitionError",
+    "VerdictNotRecordedError",
     "attach_ledger",
     "current_operation",
     "effectful",
@@ -119,19 +150,85 @@ __all__ = [
     "resume_command",
 ]
 
+#: Where each public name lives (relative to this package); imported on first access.
+_EXPORTS: dict[str, str] = {
+    "AbandonDecision": "_runtime.review",
+    "ApprovalError": "errors",
+    "AuditEntry": "ledger",
+    "BLIND": "core.contract",
+    "ConfigurationError": "errors",
+    "DecisionConflictError": "errors",
+    "DefiniteFailure": "errors",
+    "DurabilityError": "errors",
+    "Effect": "core.contract",
+    "EffectMiddleware": "_integrations.middleware",
+    "EffectPostgresSaver": "checkpoint.postgres",
+    "EffectSqliteSaver": "checkpoint.sqlite",
+    "EffectToolNode": "_integrations.node",
+    "EffectsError": "errors",
+    "IllegalTransitionError": "errors",
+    "InMemoryLedger": "ledger",
+    "Inconclusive": "core.contract",
+    "Landed": "core.contract",
+    "LandedDecision": "_runtime.review",
+    "LeaseLiveError": "errors",
+    "Ledger": "ledger",
+    "LedgerCorruptError": "errors",
+    "LedgerError": "errors",
+    "LedgerNotFoundError": "errors",
+    "LedgerUnavailableError": "errors",
+    "LookupRequest": "core.contract",
+    "MissingExtraError": "errors",
+    "NoLedgerError": "errors",
+    "NondeterminismError": "errors",
+    "NotLanded": "core.contract",
+    "NotLandedDecision": "_runtime.review",
+    "NotResolvableError": "errors",
+    "Operation": "core.operation",
+    "OperationInfo": "_runtime.context",
+    "OperationNotFoundError": "errors",
+    "OperationQuery": "ledger",
+    "OperationReport": "recovery",
+    "PostgresLedger": "ledger.postgres",
+    "RecoveryReport": "recovery",
+    "ReviewError": "errors",
+    "SchemaTooNewError": "errors",
+    "SqliteLedger": "ledger",
+    "StaleVersionError": "errors",
+    "State": "core.operation",
+    "SyncEffectPostgresSaver": "checkpoint.sync",
+    "SyncEffectSqliteSaver": "checkpoint.sync",
+    "SyncMismatchError": "errors",
+    "ThreadConflictError": "errors",
+    "ThreadReport": "recovery",
+    "TransitionError": "errors",
+    "VerdictNotRecordedError": "errors",
+    "attach_ledger": "checkpoint",
+    "current_operation": "_runtime.context",
+    "effectful": "_integrations.functional",
+    "ledger_of": "checkpoint",
+    "maybe_current_operation": "_runtime.context",
+    "recover": "recovery",
+    "recover_sync": "recovery.sync",
+    "resume_command": "_runtime.review",
+}
 
-def __getattr__(name: str) -> Any:
-    # Optional extras import on first use: psycopg (postgres), langchain (agents).
-    if name == "EffectMiddleware":
-        from ._integrations.middleware import EffectMiddleware  # without langchain: MissingExtraError
+# Every process that imports the package appends itself to the lineage its children
+# inherit (see ``_runtime/processes.py``); the lease module did this at import when the
+# root imported everything eagerly. Stdlib only, and idempotent.
+_processes.mark_lineage()
 
-        return EffectMiddleware
-    if name == "PostgresLedger":
-        from .ledger.postgres import PostgresLedger
 
-        return PostgresLedger
-    if name == "EffectPostgresSaver":
-        from .checkpoint.postgres import EffectPostgresSaver
+def __getattr__(name: str) -> _typing.Any:
+    """Import a public name on first access and keep it (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return EffectPostgresSaver
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    """The public names (imported or not yet) beside what the module holds."""
+    return sorted({*globals(), *__all__})

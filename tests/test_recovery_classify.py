@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.core.operation import Event, EvidenceKind, Operation, State
-from langgraph_effects.recovery import Observation, Policy, Step, classify
+from langgraph_effects.recovery import Observation, Policy, TransitionReport, classify
 from langgraph_effects.recovery.narrative import forecast, settled
 
 NOW = 10_000.0
@@ -251,10 +251,12 @@ def test_dry_run_forecasts_by_contract() -> None:
     assert "answered from the ledger" in forecast(answered)
 
 
-def step(event: Event | str, to: State, kind: EvidenceKind | None = None, **evidence: Any) -> Step:
+def step(
+    event: Event | str, to: State, kind: EvidenceKind | None = None, **evidence: Any
+) -> TransitionReport:
     if kind is not None:
         evidence["kind"] = kind.value
-    return Step(str(event), None, to, 2, evidence or None, "test", NOW)
+    return TransitionReport(str(event), None, to, 2, evidence or None, "test", NOW)
 
 
 LOST = step(Event.LOSE, State.UNKNOWN, EvidenceKind.LEASE)
@@ -379,7 +381,7 @@ SETTLED = [
 @pytest.mark.parametrize(
     ("before", "to", "steps", "how", "phrase"), [c[1:] for c in SETTLED], ids=[c[0] for c in SETTLED]
 )
-def test_settled(before: Operation, to: State, steps: list[Step], how: str, phrase: str) -> None:
+def test_settled(before: Operation, to: State, steps: list[TransitionReport], how: str, phrase: str) -> None:
     after = replace(before, state=to, evidence=before.evidence or (steps[-1].evidence if steps else None))
     got, detail = settled(before, after, steps, sending=False)
     assert (got, phrase in detail) == (how, True), detail

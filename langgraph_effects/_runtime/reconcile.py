@@ -1,17 +1,9 @@
-"""Reconciliation: settle an ``unknown`` operation from evidence, never by guessing.
+"""Reconciliation's I/O: poll the tool's lookup and apply the rules to what it answers.
 
-Given what the tool's contract says the provider can prove, decide one of:
-
-* ``confirm``  - a lookup found the effect (a withdrawn item counts: it landed);
-* ``resend``   - a re-send is provably safe: the provider dedups on our key within
-  its window, or an authoritative lookup proved absence (an eventually consistent
-  one only once its settle time has passed);
-* ``escalate`` - nothing can settle it (blind provider, lookup inconclusive,
-  window expired, attempts exhausted, or the tenant/policy changed since intent):
-  ask an operator.
-
-An automatic re-send happens only under the tenant and policy version recorded at
-intent; otherwise the evidence says what changed and an operator decides.
+The rules (what a dedup window, a lookup's answer or a timeout means for an
+``unknown`` operation) are pure functions in :mod:`langgraph_effects.core.reconcile`;
+this module calls the contract's lookup under its timeout, with bounded backoff,
+bounds what it records (receipt size, reasons), and reads the clock.
 """
 
 from __future__ import annotations
@@ -19,63 +11,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from ..core.operation import Event, EvidenceKind, Operation
+from ..core.operation import Operation
+from ..core.reconcile import (
+    PollAgain,
+    Reconciliation,
+    Scope,
+    after_inconclusive,
+    after_landed,
+    after_not_landed,
+    scope_changes,
+    without_lookup,
+)
 from ..errors import OversizedError
 from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
 
-
-@dataclass(frozen=True)
-class Scope:
-    """The authority a call runs under: recorded at intent, re-checked before a re-send."""
-
-    tenant: str = ""
-    policy_version: str | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What reconciliation concluded, with the evidence to record."""
-
-    action: Literal["confirm", "resend", "escalate"]
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def event(self) -> Event:
-        return {
-            "confirm": Event.CONFIRM,
-            "resend": Event.RESEND,
-            "escalate": Event.ESCALATE,
-        }[self.action]
-
+__all__ = ["Reconciliation", "Scope", "Sleep", "reconcile", "scope_changes"]
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-def scope_changes(op: Operation, scope: Scope) -> dict[str, Any]:
-    """What differs between the authority at intent and now (empty if nothing)."""
-    changes: dict[str, Any] = {}
-    if op.tenant != scope.tenant:
-        changes["tenant"] = {"at_intent": op.tenant, "now": scope.tenant}
-    if op.policy_version != scope.policy_version:
-        changes["policy_version"] = {"at_intent": op.policy_version, "now": scope.policy_version}
-    return changes
-
-
-def _resend_or_escalate(
-    op: Operation, effect: Effect, scope: Scope, evidence: dict[str, Any]
-) -> Outcome:
-    changes = scope_changes(op, scope)
-    if changes:
-        return Outcome("escalate", {**evidence, "kind": EvidenceKind.POLICY, "changed": changes})
-    if op.attempts >= effect.max_attempts:
-        return Outcome(
-            "escalate", {**evidence, "kind": EvidenceKind.ATTEMPTS, "attempts": op.attempts}
-        )
-    return Outcome("resend", evidence)
 
 
 async def _lookup_once(effect: Effect, request: LookupRequest) -> Landed | NotLanded | Inconclusive:
@@ -96,20 +51,18 @@ async def reconcile(
     scope: Scope,
     sleep: Sleep = asyncio.sleep,
     clock: Callable[[], float] = time.time,
-) -> Outcome:
+) -> Reconciliation:
     """Decide what the evidence allows for an ``unknown`` operation.
 
     Every escalation says what changed in the authority since intent, if anything,
     so the operator sees it beside the evidence.
     """
-    outcome = await _reconcile(op, effect, args=args, scope=scope, sleep=sleep, clock=clock)
-    changes = scope_changes(op, scope)
-    if outcome.action == "escalate" and changes and "changed" not in outcome.evidence:
-        return Outcome("escalate", {**outcome.evidence, "changed": changes})
-    return outcome
+    if effect.lookup is None:
+        return without_lookup(op, effect, scope, now=clock())
+    return await _by_lookup(op, effect, args=args, scope=scope, sleep=sleep, clock=clock)
 
 
-async def _reconcile(
+async def _by_lookup(
     op: Operation,
     effect: Effect,
     *,
@@ -117,42 +70,9 @@ async def _reconcile(
     scope: Scope,
     sleep: Sleep,
     clock: Callable[[], float],
-) -> Outcome:
-    if effect.lookup is not None:
-        outcome = await _reconcile_by_lookup(op, effect, args=args, sleep=sleep, clock=clock)
-        if isinstance(outcome, Outcome):
-            if outcome.action == "resend":
-                return _resend_or_escalate(op, effect, scope, dict(outcome.evidence))
-            return outcome
-        inconclusive = {"kind": EvidenceKind.LOOKUP, "found": None, "reason": outcome}
-        if not _within_dedup_window(op, effect, clock()):
-            return Outcome("escalate", inconclusive)
-        return _resend_or_escalate(op, effect, scope, {**inconclusive, "kind": EvidenceKind.DEDUP})
-    if effect.dedup_seconds is not None:
-        if _within_dedup_window(op, effect, clock()):
-            return _resend_or_escalate(op, effect, scope, {"kind": EvidenceKind.DEDUP})
-        return Outcome(
-            "escalate",
-            {"kind": EvidenceKind.DEDUP, "expired": True, "window_seconds": effect.dedup_seconds},
-        )
-    return Outcome("escalate", {"kind": EvidenceKind.BLIND})
-
-
-def _within_dedup_window(op: Operation, effect: Effect, now: float) -> bool:
-    window = effect.dedup_seconds
-    # The provider keeps our key from the first send (≈ intent) for the window.
-    return window is not None and now - op.created_at <= window
-
-
-async def _reconcile_by_lookup(
-    op: Operation,
-    effect: Effect,
-    *,
-    args: Mapping[str, Any],
-    sleep: Sleep,
-    clock: Callable[[], float],
-) -> Outcome | str:
-    """Poll the lookup with bounded backoff; a string is why it stayed inconclusive."""
+) -> Reconciliation:
+    """Poll the lookup with bounded backoff until its answer settles it, or every one
+    of ``lookup_attempts`` polls was inconclusive."""
     delay = 0.05
     reasons: list[str] = []
     inconclusive = 0
@@ -171,24 +91,21 @@ async def _reconcile_by_lookup(
             try:
                 receipt = check_receipt(found.receipt, what="lookup's receipt")
             except OversizedError as error:
-                # Proof it landed, but too big to record: an operator decides on it.
-                return f"the lookup found it, but {error}"
-            evidence: dict[str, Any] = {"kind": EvidenceKind.LOOKUP, "found": True, "polls": polls}
-            evidence["receipt"] = receipt
-            if found.withdrawn:
-                evidence["withdrawn"] = True
-            return Outcome("confirm", evidence)
+                # Proof it landed, but too big to record: no lookup evidence to act on.
+                return after_inconclusive(
+                    op, effect, scope, now=clock(), reason=f"the lookup found it, but {error}"
+                )
+            return after_landed(receipt=receipt, withdrawn=found.withdrawn, polls=polls)
         if isinstance(found, NotLanded):
-            since_send = clock() - (op.dispatched_at or op.created_at)
-            remaining = effect.settle_seconds - since_send
-            if effect.lookup_consistency == "strong" or remaining <= 0:
-                return Outcome("resend", {"kind": EvidenceKind.LOOKUP, "found": False, "polls": polls})
-            # Absence is not proof yet: the listing may lag. Wait, bounded by the settle time.
-            await sleep(min(delay, remaining))
+            decided = after_not_landed(op, effect, scope, now=clock(), polls=polls, backoff=delay)
+            if not isinstance(decided, PollAgain):
+                return decided
+            await sleep(decided.wait)
         else:
             inconclusive += 1
             reasons.append(bounded(str(found.reason), MAX_EVIDENCE_CHARS // 4))
             if inconclusive < effect.lookup_attempts:
                 await sleep(delay)
         delay = min(delay * 2, 2.0)
-    return "; ".join(dict.fromkeys(reasons)) or "lookup inconclusive"
+    reason = "; ".join(dict.fromkeys(reasons)) or "lookup inconclusive"
+    return after_inconclusive(op, effect, scope, now=clock(), reason=reason)

@@ -42,6 +42,7 @@ class Inconclusive:
 
 
 LookupOutcome = Landed | NotLanded | Inconclusive
+"""What a lookup answers: the effect landed, it did not, or the provider could not say."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,11 @@ class LookupRequest:
 
 
 Lookup = Callable[[LookupRequest], Awaitable[LookupOutcome]]
+"""A tool's lookup: ``async (LookupRequest) -> Landed | NotLanded | Inconclusive``."""
 KeyFunction = Callable[[Mapping[str, Any], Mapping[str, Any]], str]
+"""``(args, config) -> str``: the logical provider key of a call (see :class:`Effect`)."""
 ApprovalMode = Literal["never", "always"]
+"""Whether a call waits for a human approval before its first send."""
 
 
 def _seconds(value: float | timedelta | None) -> float | None:
@@ -142,14 +146,17 @@ class Effect:
 
     @property
     def dedup_seconds(self) -> float | None:
+        """``dedup_window`` in seconds (``None``: the provider does not deduplicate)."""
         return _seconds(self.dedup_window)
 
     @property
     def settle_seconds(self) -> float:
+        """``settle_after`` in seconds."""
         return _seconds(self.settle_after) or 0.0
 
     @property
     def lookup_timeout_seconds(self) -> float:
+        """``lookup_timeout`` in seconds (``0``: no timeout)."""
         return _seconds(self.lookup_timeout) or 0.0
 
     @property

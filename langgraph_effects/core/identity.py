@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+#: What a secret field's value is replaced by wherever it is stored or shown.
 REDACTED = "[redacted]"
 _HASH_KEY_ENV = "LANGGRAPH_EFFECTS_HASH_KEY"
 

@@ -49,7 +49,10 @@ class State(str, enum.Enum):
         return self.value
 
 
+#: States with a recorded outcome, replayed to every later call (``failed`` reopens only
+#: for a caller's retry of a failure it was raised, see :data:`REOPENING`).
 TERMINAL: frozenset[State] = frozenset({State.CONFIRMED, State.FAILED, State.ABANDONED})
+#: States whose call is not over: what recovery and the console look for.
 UNRESOLVED: frozenset[State] = frozenset(set(State) - TERMINAL)
 
 
@@ -177,6 +180,7 @@ class Owner:
     something only there (containers may share a hostname)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The owner as stored in the ledger's ``owner`` column (JSON)."""
         # Field by field, not ``dataclasses.asdict`` (a recursive deep copy): every
         # dispatched row is encoded through here on the ledger's thread.
         data: dict[str, Any] = {
@@ -196,6 +200,7 @@ class Owner:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Owner:
+        """The owner :meth:`to_json` stored (rows without the newer fields included)."""
         return cls(
             host=str(data["host"]),
             pid=int(data["pid"]),
@@ -296,6 +301,7 @@ class Operation:
 
     @property
     def terminal(self) -> bool:
+        """Whether its state is in :data:`TERMINAL`."""
         return self.state in TERMINAL
 
     def lease_live(self, now: float) -> bool:

@@ -11,7 +11,7 @@ answers name:
   result is kept as evidence without ever sending again.
 
 The rules that make "exactly one effect" hold are all here, so they are tested on
-their own with hypothesis (``tests/test_protocol.py``), like the state machine in
+their own with hypothesis (``tests/core/test_protocol.py``), like the state machine in
 :mod:`langgraph_effects.core.operation`.
 """
 
@@ -77,6 +77,7 @@ class Reconcile:
 
 
 Step = Replay | Review | Approve | Dispatch | Retry | Run | Wait | TakeOver | Reconcile
+"""What a call does now, as :func:`next_step` decides it."""
 
 
 def ours(op: Operation, token: str | None) -> bool:
@@ -205,6 +206,7 @@ class Ambiguous:
 
 
 Outcome = Succeeded | Failed | Ambiguous
+"""What the tool did when it ran, as :func:`settle` records it."""
 
 
 def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Change:

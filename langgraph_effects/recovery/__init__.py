@@ -64,22 +64,22 @@ and why, :mod:`.resume` does it; :mod:`.narrative` tells, from the audit trail, 
 each operation was settled, and :mod:`.report` holds what is reported.
 """
 
-from .classify import Decision, Observation, Policy, classify
+from .classify import Observation, Policy, ThreadDecision, classify
 from .observe import _candidate_threads as _candidate_threads  # tests scan with it
-from .report import OperationReport, RecoveryReport, Settlement, Step, ThreadAction, ThreadReport
+from .report import OperationReport, RecoveryReport, Settlement, ThreadAction, ThreadReport, TransitionReport
 from .resume import DEFAULT_VERDICTS_WITHIN, recover
 
 __all__ = [
     "DEFAULT_VERDICTS_WITHIN",
-    "Decision",
     "Observation",
     "OperationReport",
     "Policy",
     "RecoveryReport",
     "Settlement",
-    "Step",
     "ThreadAction",
+    "ThreadDecision",
     "ThreadReport",
+    "TransitionReport",
     "classify",
     "recover",
 ]

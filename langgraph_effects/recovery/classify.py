@@ -23,7 +23,7 @@ from .report import (
     _untouched,
 )
 
-Action = ThreadAction | Literal["resume"]
+RecoveryAction = ThreadAction | Literal["resume"]
 """A :data:`ThreadAction`, or ``resume``: resume the thread now (not a dry run)."""
 
 
@@ -86,10 +86,10 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ThreadDecision:
     """What to do with one thread, and why."""
 
-    action: Action
+    action: RecoveryAction
     reason: str
     tenant: str
     involved: tuple[Operation, ...]
@@ -146,7 +146,7 @@ def involved(seen: Observation) -> tuple[list[Operation], list[Operation]]:
     return unresolved, unanswered
 
 
-def classify(seen: Observation, policy: Policy) -> Decision | None:
+def classify(seen: Observation, policy: Policy) -> ThreadDecision | None:
     """What to do with the thread; ``None``: nothing to report (not named, nothing to do)."""
     unresolved, unanswered = involved(seen)
     moved = tuple(unresolved + unanswered)
@@ -154,9 +154,9 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
     if not seen.ops and policy.tenant is None and policy.configured_tenant is not None:
         tenant = policy.configured_tenant  # nothing recorded says otherwise
 
-    def quiet(action: ThreadAction, reason: str, how: Settlement = "not_resumed") -> Decision:
+    def quiet(action: ThreadAction, reason: str, how: Settlement = "not_resumed") -> ThreadDecision:
         ops = tuple(_untouched(o, how) for o in moved)
-        return Decision(action, reason, tenant, moved, ops)
+        return ThreadDecision(action, reason, tenant, moved, ops)
 
     if not moved and not seen.unfinished_run:
         if not policy.explicit:
@@ -167,7 +167,7 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
     live = [o for o in unresolved if o.state is State.DISPATCHED and o.op_id not in seen.sender_gone]
     if live:
         ops = tuple(_untouched(o, "in_flight_elsewhere" if o in live else "not_resumed") for o in moved)
-        return Decision("in_flight_elsewhere", _live_reason(live, seen), tenant, moved, ops)
+        return ThreadDecision("in_flight_elsewhere", _live_reason(live, seen), tenant, moved, ops)
     blocked = _blocked(seen, policy, unresolved, moved, tenant)
     if blocked is not None:
         return quiet(*blocked)
@@ -184,8 +184,8 @@ def classify(seen: Observation, policy: Policy) -> Decision | None:
         why += "; a resume can move some of its operations"
     if policy.dry_run:
         ops = tuple(_report(o, o, "would_resume", forecast(o)) for o in moved)
-        return Decision("would_resume", why + "; a dry run, so nothing was resumed", tenant, moved, ops)
-    return Decision("resume", why, tenant, moved)
+        return ThreadDecision("would_resume", why + "; a dry run, so nothing was resumed", tenant, moved, ops)
+    return ThreadDecision("resume", why, tenant, moved)
 
 
 #: Why a Functional API thread whose run ended cannot settle its unresolved calls.

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.operation import Event, EvidenceKind, Operation, State
 from ..core.protocol import raised
-from .report import Settlement, Step, _awaiting_approval, _untouched
+from .report import Settlement, TransitionReport, _awaiting_approval, _untouched
 
 #: What a contract lets reconciliation do with an operation whose sender is gone.
 _BY_CONTRACT = {
@@ -36,10 +36,10 @@ def _receipt(evidence: Mapping[str, Any] | None) -> str:
     return f" (receipt {json.dumps(receipt, sort_keys=True, default=str)})"
 
 
-def _last_by_event(steps: Sequence[Step]) -> dict[Event, Step]:
+def _last_by_event(steps: Sequence[TransitionReport]) -> dict[Event, TransitionReport]:
     """The latest step of each event (the creation entry, ``intent``, is no event)."""
     known = {e.value: e for e in Event}
-    last: dict[Event, Step] = {}
+    last: dict[Event, TransitionReport] = {}
     for step in steps:
         event = known.get(step.event)
         if event is not None:
@@ -70,7 +70,7 @@ def forecast(op: Operation) -> str:
 
 
 def settled(
-    before: Operation | None, after: Operation, steps: Sequence[Step], *, sending: bool
+    before: Operation | None, after: Operation, steps: Sequence[TransitionReport], *, sending: bool
 ) -> tuple[Settlement, str]:
     """How the operation got from ``before`` to ``after``, from the steps recorded meanwhile.
 
@@ -134,7 +134,7 @@ def _untouched_by_resume(after: Operation, *, sending: bool) -> tuple[Settlement
 
 
 def _confirmed(
-    before: Operation, after: Operation, last: Mapping[Event, Step], cause: str
+    before: Operation, after: Operation, last: Mapping[Event, TransitionReport], cause: str
 ) -> tuple[Settlement, str]:
     """How a ``confirmed`` operation got there, by the last event that moved it."""
     key = after.provider_key

@@ -111,7 +111,7 @@ Settlement = Literal[
 
 
 @dataclass(frozen=True)
-class Step:
+class TransitionReport:
     """One transition recorded while recovery resumed the thread (an audit entry)."""
 
     event: str
@@ -123,7 +123,7 @@ class Step:
     at: float
 
     @classmethod
-    def of(cls, entry: AuditEntry) -> Step:
+    def of(cls, entry: AuditEntry) -> TransitionReport:
         """The step an audit entry records."""
         return cls(**{f.name: getattr(entry, f.name) for f in fields(cls)})
 
@@ -156,7 +156,7 @@ class OperationReport:
     how: Settlement
     detail: str
     """One sentence for a human: what happened and on what evidence."""
-    steps: tuple[Step, ...] = ()
+    steps: tuple[TransitionReport, ...] = ()
     """The transitions recorded during the resume, oldest first."""
 
     @property
@@ -356,7 +356,7 @@ def _report(
     after: Operation,
     how: Settlement,
     detail: str,
-    steps: Sequence[Step] = (),
+    steps: Sequence[TransitionReport] = (),
 ) -> OperationReport:
     """The report of one operation (``before`` is ``None`` for one the resume created)."""
     identity = {name: getattr(after, name) for name in _IDENTITY}

@@ -13,10 +13,10 @@ from ..checkpoint import ledger_of
 from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError
 from ..ledger.base import Ledger
-from .classify import Decision, Policy, classify
+from .classify import Policy, ThreadDecision, classify
 from .narrative import settled
 from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads
-from .report import OperationReport, RecoveryReport, Step, ThreadReport, _report
+from .report import OperationReport, RecoveryReport, ThreadReport, TransitionReport, _report
 
 log = logging.getLogger("langgraph_effects.recovery")
 
@@ -184,7 +184,7 @@ class _Run:
         return merged
 
     async def _resume(
-        self, thread_id: str, decision: Decision, ops: Iterable[Operation]
+        self, thread_id: str, decision: ThreadDecision, ops: Iterable[Operation]
     ) -> ThreadReport:
         kwargs: dict[str, Any] = {"durability": self.durability}
         if self.context is not None:
@@ -248,7 +248,7 @@ class _Run:
         reports: list[OperationReport] = []
         for before, after, since in pairs:
             audit = await self.ledger.audit(after.op_id)
-            steps = [Step.of(e) for e in audit if since is None or e.seq > since]
+            steps = [TransitionReport.of(e) for e in audit if since is None or e.seq > since]
             sending = after.state is State.DISPATCHED and not lease_expired(after, now=now)
             how, detail = settled(before, after, steps, sending=sending)
             reports.append(_report(before, after, how, detail, steps))

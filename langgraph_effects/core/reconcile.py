@@ -1,0 +1,158 @@
+"""Reconciliation rules: what the provider's evidence means for an ``unknown`` operation. Pure.
+
+An operation is ``unknown`` when a send may or may not have landed (a crash, a
+timeout, an ambiguous error). The contract (:class:`~.contract.Effect`) says what
+the provider can prove; each function here takes one piece of evidence and the
+operation's state and returns a :class:`Reconciliation`:
+
+* ``confirm``  - a lookup found the effect (a withdrawn item counts: it landed);
+* ``resend``   - a re-send is provably safe: the provider dedups on our key within
+  its window, or an authoritative lookup proved absence (an eventually consistent
+  one only once its settle time has passed);
+* ``escalate`` - nothing settles it (blind provider, lookup inconclusive, window
+  expired, attempts used up, or the tenant/policy changed since intent): an
+  operator decides.
+
+A re-send happens only under the tenant and policy version recorded at intent, and
+every escalation carries what changed in that authority (``changed``), if anything.
+
+No lookup is called and no clock is read here: the runtime
+(``langgraph_effects._runtime.reconcile``) polls the lookup with its timeout and
+backoff, and passes each answer and the time to these rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .contract import Effect
+from .operation import Event, EvidenceKind, Operation
+
+ReconcileAction = Literal["confirm", "resend", "escalate"]
+"""What reconciliation concluded: the effect landed, re-send it, or ask an operator."""
+
+_EVENTS: Mapping[str, Event] = {
+    "confirm": Event.CONFIRM,
+    "resend": Event.RESEND,
+    "escalate": Event.ESCALATE,
+}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The authority a call runs under: recorded at intent, re-checked before a re-send."""
+
+    tenant: str = ""
+    policy_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What reconciliation concluded about an ``unknown`` operation, with the evidence
+    to record beside the transition."""
+
+    action: ReconcileAction
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def event(self) -> Event:
+        """The ledger event that records it (``confirm``, ``resend`` or ``escalate``)."""
+        return _EVENTS[self.action]
+
+
+@dataclass(frozen=True)
+class PollAgain:
+    """The lookup's answer does not settle it yet (an eventually consistent "not
+    found" before the settle time): poll again after ``wait`` seconds."""
+
+    wait: float
+
+
+def scope_changes(op: Operation, scope: Scope) -> dict[str, Any]:
+    """What differs between the authority at intent and ``scope`` now (empty if nothing)."""
+    changes: dict[str, Any] = {}
+    if op.tenant != scope.tenant:
+        changes["tenant"] = {"at_intent": op.tenant, "now": scope.tenant}
+    if op.policy_version != scope.policy_version:
+        changes["policy_version"] = {"at_intent": op.policy_version, "now": scope.policy_version}
+    return changes
+
+
+def within_dedup_window(op: Operation, effect: Effect, now: float) -> bool:
+    """Whether the provider still deduplicates on the operation's key at ``now``: it
+    keeps the key from the first send (about the intent's time) for the window."""
+    window = effect.dedup_seconds
+    return window is not None and now - op.created_at <= window
+
+
+def escalate(op: Operation, scope: Scope, evidence: Mapping[str, Any]) -> Reconciliation:
+    """Ask an operator, with what changed in the authority since intent beside the evidence."""
+    changes = scope_changes(op, scope)
+    if changes and "changed" not in evidence:
+        return Reconciliation("escalate", {**evidence, "changed": changes})
+    return Reconciliation("escalate", dict(evidence))
+
+
+def resend_if_allowed(
+    op: Operation, effect: Effect, scope: Scope, evidence: Mapping[str, Any]
+) -> Reconciliation:
+    """A re-send the evidence proves safe, unless the tenant or policy changed since
+    intent (``policy``) or the call used up its ``max_attempts`` (``attempts``)."""
+    changes = scope_changes(op, scope)
+    if changes:
+        return Reconciliation("escalate", {**evidence, "kind": EvidenceKind.POLICY, "changed": changes})
+    if op.attempts >= effect.max_attempts:
+        return Reconciliation(
+            "escalate", {**evidence, "kind": EvidenceKind.ATTEMPTS, "attempts": op.attempts}
+        )
+    return Reconciliation("resend", dict(evidence))
+
+
+def without_lookup(op: Operation, effect: Effect, scope: Scope, *, now: float) -> Reconciliation:
+    """A contract with no lookup: the dedup window decides, or, blind, an operator."""
+    if effect.dedup_seconds is None:
+        return escalate(op, scope, {"kind": EvidenceKind.BLIND})
+    if within_dedup_window(op, effect, now):
+        return resend_if_allowed(op, effect, scope, {"kind": EvidenceKind.DEDUP})
+    return escalate(
+        op, scope, {"kind": EvidenceKind.DEDUP, "expired": True, "window_seconds": effect.dedup_seconds}
+    )
+
+
+def after_landed(*, receipt: Any, withdrawn: bool, polls: int) -> Reconciliation:
+    """The lookup found the effect: it landed (withdrawn or not), never re-send.
+    ``receipt`` is the lookup's receipt, already checked for size by the runtime."""
+    evidence: dict[str, Any] = {"kind": EvidenceKind.LOOKUP, "found": True, "polls": polls}
+    evidence["receipt"] = receipt
+    if withdrawn:
+        evidence["withdrawn"] = True
+    return Reconciliation("confirm", evidence)
+
+
+def after_not_landed(
+    op: Operation, effect: Effect, scope: Scope, *, now: float, polls: int, backoff: float
+) -> Reconciliation | PollAgain:
+    """The lookup found no trace. Proof of absence from a strong lookup, or from an
+    eventual one once ``settle_after`` has passed since the send; before that the
+    listing may lag: poll again, waiting at most ``backoff`` and never past the settle time."""
+    since_send = now - (op.dispatched_at or op.created_at)
+    remaining = effect.settle_seconds - since_send
+    if effect.lookup_consistency == "strong" or remaining <= 0:
+        return resend_if_allowed(
+            op, effect, scope, {"kind": EvidenceKind.LOOKUP, "found": False, "polls": polls}
+        )
+    return PollAgain(min(backoff, remaining))
+
+
+def after_inconclusive(
+    op: Operation, effect: Effect, scope: Scope, *, now: float, reason: str
+) -> Reconciliation:
+    """The lookup could not say (every poll inconclusive, timed out or raised, or it
+    found a receipt too big to record): the dedup window, if still open, makes a
+    re-send safe; otherwise an operator decides, told ``reason``."""
+    inconclusive: dict[str, Any] = {"kind": EvidenceKind.LOOKUP, "found": None, "reason": reason}
+    if not within_dedup_window(op, effect, now):
+        return escalate(op, scope, inconclusive)
+    return resend_if_allowed(op, effect, scope, {**inconclusive, "kind": EvidenceKind.DEDUP})

@@ -1,0 +1,171 @@
+"""The public surface is small, documented and pinned: the root's ``__all__`` is this
+list, every name resolves (lazily) to the object of the module that defines it, the
+pure core's public names have docstrings, and the package's top-level modules are
+exactly the documented ones (anything else is private: ``_name``)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import langgraph_effects
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "langgraph_effects"
+
+PUBLIC = [
+    "AbandonDecision",
+    "ApprovalError",
+    "AuditEntry",
+    "BLIND",
+    "ConfigurationError",
+    "DecisionConflictError",
+    "DefiniteFailure",
+    "DurabilityError",
+    "Effect",
+    "EffectMiddleware",
+    "EffectPostgresSaver",
+    "EffectSqliteSaver",
+    "EffectToolNode",
+    "EffectsError",
+    "IllegalTransitionError",
+    "InMemoryLedger",
+    "Inconclusive",
+    "Landed",
+    "LandedDecision",
+    "LeaseLiveError",
+    "Ledger",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerNotFoundError",
+    "LedgerUnavailableError",
+    "LookupRequest",
+    "MissingExtraError",
+    "NoLedgerError",
+    "NondeterminismError",
+    "NotLanded",
+    "NotLandedDecision",
+    "NotResolvableError",
+    "Operation",
+    "OperationInfo",
+    "OperationNotFoundError",
+    "OperationQuery",
+    "OperationReport",
+    "PostgresLedger",
+    "RecoveryReport",
+    "ReviewError",
+    "SchemaTooNewError",
+    "SqliteLedger",
+    "StaleVersionError",
+    "State",
+    "SyncEffectPostgresSaver",
+    "SyncEffectSqliteSaver",
+    "SyncMismatchError",
+    "ThreadConflictError",
+    "ThreadReport",
+    "TransitionError",
+    "VerdictNotRecordedError",
+    "attach_ledger",
+    "current_operation",
+    "effectful",
+    "ledger_of",
+    "maybe_current_operation",
+    "recover",
+    "recover_sync",
+    "resume_command",
+]
+
+#: The package's top-level modules and packages: public (each has a row in docs/core.md) ...
+PUBLIC_MODULES = {"core", "errors", "ledger", "checkpoint", "recovery", "cli", "crashtest", "lab", "testing"}
+#: ... and private (free to change between releases).
+PRIVATE_MODULES = {"_runtime", "_integrations", "_private"}
+
+
+def test_the_root_exports_exactly_the_pinned_list() -> None:
+    assert sorted(PUBLIC) == PUBLIC, "keep the pinned list sorted"
+    assert langgraph_effects.__all__ == PUBLIC, "a change of the public API: update this list and docs/api.md"
+    assert isinstance(langgraph_effects.__version__, str)
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_each_name_resolves_to_the_object_where_it_is_defined(name: str) -> None:
+    value = getattr(langgraph_effects, name)
+    home = langgraph_effects._EXPORTS[name]
+    assert getattr(importlib.import_module(f"langgraph_effects.{home}"), name) is value
+    assert name in dir(langgraph_effects)
+    documented = value.__doc__ if callable(value) else type(value).__doc__
+    assert (documented or "").strip(), f"{name} has no docstring"
+
+
+def test_star_import_and_unknown_names() -> None:
+    namespace: dict[str, object] = {}
+    exec("from langgraph_effects import *", namespace)
+    assert set(PUBLIC) <= set(namespace)
+    with pytest.raises(AttributeError, match="has no attribute 'Session'"):
+        langgraph_effects.Session  # noqa: B018  # the runtime's names are not exported
+    with pytest.raises(ImportError):
+        exec("from langgraph_effects import Outcome", {})
+
+
+def _undocumented(path: Path) -> list[str]:
+    """Public names of a module with no docstring: functions, classes and their public
+    methods (a docstring), constants and aliases (a ``#:`` comment above, or a string below)."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    missing = [] if ast.get_docstring(tree) else ["(module)"]
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name.startswith("_"):
+                continue
+            if not ast.get_docstring(node):
+                missing.append(node.name)
+            if isinstance(node, ast.ClassDef):
+                missing += [
+                    f"{node.name}.{member.name}"
+                    for member in node.body
+                    if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and not member.name.startswith("_")
+                    and not ast.get_docstring(member)
+                ]
+            continue
+        if isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        else:
+            continue
+        after = tree.body[index + 1] if index + 1 < len(tree.body) else None
+        string_below = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        comment_above = node.lineno > 1 and lines[node.lineno - 2].lstrip().startswith("#:")
+        missing += [n for n in names if not n.startswith("_") and not (string_below or comment_above)]
+    return missing
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "core").glob("*.py")), ids=lambda p: p.name)
+def test_the_core_public_names_are_documented(path: Path) -> None:
+    assert not _undocumented(path), f"add docstrings in core/{path.name}: {_undocumented(path)}"
+
+
+def test_the_docstring_check_finds_what_is_missing(tmp_path: Path) -> None:
+    # Guards the test above against passing vacuously.
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""A module."""\n\nX = 1\n#: documented\nY = 2\nZ = 3\n"""documented"""\n\n'
+        "def f() -> None:\n    pass\n\n\nclass C:\n    def m(self) -> None:\n        pass\n"
+    )
+    assert _undocumented(module) == ["X", "f", "C", "C.m"]
+
+
+def test_the_top_level_modules_are_the_documented_set() -> None:
+    found = {m.name for m in pkgutil.iter_modules([str(PACKAGE)])}
+    assert {n for n in found if not n.startswith("_")} == PUBLIC_MODULES
+    assert {n for n in found if n.startswith("_")} == PRIVATE_MODULES
+    page = (ROOT / "docs" / "core.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.M))
+    assert listed == PUBLIC_MODULES, "docs/core.md's layout table lists the public modules"
