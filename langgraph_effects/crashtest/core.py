@@ -1,7 +1,7 @@
 """Crash-test a user's own graph: a control run, then one faulted run per point and call.
 
 The parent process plans the runs, drives the worker processes with the crash
-lab's driver (:func:`langgraph_effects.lab.worker.drive`), answers effect reviews
+lab's driver (:func:`langgraph_effects.lab.worker.drive_workers`), answers effect reviews
 as an operator who asked the provider would, and counts every thread's effects
 with the user's probe, the only ground truth. Workers are in :mod:`.worker`.
 """
@@ -28,7 +28,7 @@ from .._runtime.review import REVIEW_TYPE, resume_command
 from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
 from ..lab.strategies import BUILTIN_MODULES
-from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive
+from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive_workers
 from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (
@@ -194,7 +194,7 @@ class _Handle(WorkerHandle):
 
 def _drive(runs: list[tuple[_Handle, Job]], deadline: float) -> list[Done | Killed]:
     # The lab's driver only pipes the attempt to the worker; what it is, is the worker's business.
-    return drive(cast(Any, runs), deadline_seconds=deadline)
+    return drive_workers(cast(Any, runs), deadline_seconds=deadline)
 
 
 def _report(outcome: Done) -> RunReport:

@@ -52,7 +52,7 @@ from .worker import (
     WorkerError,
     WorkerHandle,
     WorkerSpec,
-    drive,
+    drive_workers,
 )
 
 #: Review rounds per operation before the lab gives up and leaves it pending.
@@ -227,7 +227,7 @@ class _Workers:
         return handle
 
     def run(self, attempt: Attempt) -> Done | Killed:
-        outcome = drive([(self.current, attempt)])[0]
+        outcome = drive_workers([(self.current, attempt)])[0]
         self.replace_dead()
         return outcome
 
@@ -438,7 +438,7 @@ def _resume_after_kill(
         # product's own resume path), else a plain resume like the first.
         rival = _with(resume, kind="recover") if point.race and cell.strategy.ours else resume
         runs = [(workers.current, resume)] + [(workers.spawn(), rival) for _ in range(point.resumers - 1)]
-        outcomes = drive(runs)
+        outcomes = drive_workers(runs)
     else:
         outcomes = [workers.run(resume)]
     if point.child:

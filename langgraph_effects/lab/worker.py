@@ -148,7 +148,7 @@ class Killed:
     point: str
 
 
-Outcome = Done | Killed
+WorkerResult = Done | Killed
 
 
 class WorkerError(RuntimeError):
@@ -454,7 +454,7 @@ class Driver:
 
     def __init__(self, runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0):
         self.handles = [handle for handle, _ in runs]
-        self.outcomes: dict[int, Outcome] = {}
+        self.outcomes: dict[int, WorkerResult] = {}
         self.paused: set[int] = set()
         self.reached: set[int] = set()  # attempts that announced they reached the call
         self._waiting: dict[int, float] = {}
@@ -482,7 +482,7 @@ class Driver:
             self._step(limit)
         return True
 
-    def finish(self) -> list[Outcome]:
+    def finish(self) -> list[WorkerResult]:
         """Collect until every attempt has its outcome; the outcomes, in order."""
         self.until(lambda: len(self.outcomes) == len(self.handles))
         return [self.outcomes[i] for i in range(len(self.handles))]
@@ -536,7 +536,9 @@ class Driver:
                 self.reached.add(i)
 
 
-def drive(runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0) -> list[Outcome]:
+def drive_workers(
+    runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0
+) -> list[WorkerResult]:
     """Run attempts on several workers at once and collect each one's outcome
     (see :class:`Driver`)."""
     return Driver(runs, deadline_seconds=deadline_seconds).finish()

@@ -1,7 +1,7 @@
 """The ledger protocol, written once over a few storage primitives (codec: :mod:`.codec`).
 
 Backends only store. Every write is a *plan* (a generator, in the style of a
-sans-IO protocol) that yields :data:`Step` requests (:mod:`.steps`): lock a row,
+sans-IO protocol) that yields :data:`LedgerStep` requests (:mod:`.steps`): lock a row,
 load rows, insert-if-absent, compare-and-set, append audit rows. A backend runs a
 plan inside one transaction of its own (:meth:`Ledger._transact`) by answering each
 step with its method of the same name (one table dispatches, :func:`.steps.answer`;
@@ -36,7 +36,7 @@ from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import stored_text
 from .codec import to_row as to_row
-from .group import GroupCommit, Outcome
+from .group import GroupCommit, PlanResult
 from .steps import ALONE as ALONE
 from .steps import LEDGER_TABLES as LEDGER_TABLES
 from .steps import ApplyMigration as ApplyMigration
@@ -47,10 +47,10 @@ from .steps import CreateLedger as CreateLedger
 from .steps import Find as Find
 from .steps import FindOrInsert as FindOrInsert
 from .steps import InsertWithAudit as InsertWithAudit
+from .steps import LedgerStep as LedgerStep
 from .steps import Load as Load
 from .steps import Lock as Lock
 from .steps import OurTables as OurTables
-from .steps import Step as Step
 
 T = TypeVar("T")
 
@@ -78,12 +78,12 @@ class OperationQuery:
         return cls(states=UNRESOLVED, thread_id=thread_id, tenant=tenant, limit=limit)
 
 
-Plan = Generator[Step, Any, T]
+Plan = Generator[LedgerStep, Any, T]
 """A unit of work that a backend runs as one transaction: it yields steps and
 receives their answers."""
 
 
-def step_wrote(step: Step, answer: Any) -> bool:
+def step_wrote(step: LedgerStep, answer: Any) -> bool:
     """Whether ``step``, answered with ``answer``, changed a row: an insert that found
     every row taken, or a compare-and-set that missed, did not."""
     if not step.writes:
@@ -104,9 +104,9 @@ class _Run:
 
     def __init__(self, plan: Plan[Any]) -> None:
         self.plan, self.wrote, self.result = plan, False, None
-        self._step: Step | None = None
+        self._step: LedgerStep | None = None
 
-    def send(self, reply: Any) -> Step | None:
+    def send(self, reply: Any) -> LedgerStep | None:
         """The next step (``reply`` answers the previous one), or ``None`` once done."""
         last = self._step
         if last is not None and step_wrote(last, reply):
@@ -119,7 +119,7 @@ class _Run:
         return step
 
 
-def drive(plan: Plan[T], answer: Callable[[Step], Any]) -> tuple[T, bool]:
+def drive_plan(plan: Plan[T], answer: Callable[[LedgerStep], Any]) -> tuple[T, bool]:
     """Run ``plan``, answering each step with ``answer``; returns (result, wrote)."""
     run = _Run(plan)
     step = run.send(None)
@@ -128,8 +128,8 @@ def drive(plan: Plan[T], answer: Callable[[Step], Any]) -> tuple[T, bool]:
     return run.result, run.wrote  # type: ignore[return-value]
 
 
-async def adrive(plan: Plan[T], answer: Callable[[Step], Awaitable[Any]]) -> tuple[T, bool]:
-    """:func:`drive` for a backend whose answers are awaited."""
+async def adrive_plan(plan: Plan[T], answer: Callable[[LedgerStep], Awaitable[Any]]) -> tuple[T, bool]:
+    """:func:`drive_plan` for a backend whose answers are awaited."""
     run = _Run(plan)
     step = run.send(None)
     while step is not None:
@@ -396,17 +396,17 @@ class Ledger(abc.ABC):
             group = self.__dict__["_group"] = GroupCommit(self._transact_group)
         return await group.submit(make)  # type: ignore[no-any-return]
 
-    async def _transact_group(self, makers: Sequence[Callable[[], Plan[Any]]]) -> list[Outcome[Any]]:
+    async def _transact_group(self, makers: Sequence[Callable[[], Plan[Any]]]) -> list[PlanResult[Any]]:
         """Run several plans in one transaction, an outcome each, each as if alone.
 
         This default gives each its own transaction; the SQL backends override it.
         """
-        outcomes: list[Outcome[Any]] = []
+        outcomes: list[PlanResult[Any]] = []
         for make in makers:
             try:
-                outcomes.append(Outcome(value=await self._transact(make())))
+                outcomes.append(PlanResult(value=await self._transact(make())))
             except Exception as error:
-                outcomes.append(Outcome(error=error))
+                outcomes.append(PlanResult(error=error))
         return outcomes
 
     async def transact(self, make: Callable[[], Plan[T]]) -> T:

@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Outcome(Generic[T]):
+class PlanResult(Generic[T]):
     """What one plan of a group came to: its result, or the exception it raised."""
 
     value: T | None = None
@@ -44,7 +44,7 @@ class Regroup(Exception):
 
 
 #: Runs plan makers as one transaction, one outcome per maker, in order.
-RunGroup = Callable[[Sequence[Callable[[], Any]]], Awaitable[list[Outcome[Any]]]]
+RunGroup = Callable[[Sequence[Callable[[], Any]]], Awaitable[list[PlanResult[Any]]]]
 
 
 class GroupCommit:
@@ -52,7 +52,7 @@ class GroupCommit:
 
     def __init__(self, run: RunGroup) -> None:
         self._run = run
-        self._queue: list[tuple[Callable[[], Any], asyncio.Future[Outcome[Any]]]] = []
+        self._queue: list[tuple[Callable[[], Any], asyncio.Future[PlanResult[Any]]]] = []
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -61,7 +61,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a ledger reused under a new event loop
             self._loop, self._queue, self._task = loop, [], None
-        future: asyncio.Future[Outcome[Any]] = loop.create_future()
+        future: asyncio.Future[PlanResult[Any]] = loop.create_future()
         self._queue.append((make, future))
         if self._task is None:
             # Started on the next turn of the loop: callers arriving in this one
@@ -82,7 +82,7 @@ class GroupCommit:
                 except BaseException as error:  # e.g. the ledger is closed: all of them hear it
                     for _, fut in batch:
                         if not fut.done():
-                            fut.set_result(Outcome(error=error))
+                            fut.set_result(PlanResult(error=error))
                     if not isinstance(error, Exception):
                         raise
                     continue

@@ -23,18 +23,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.operation import Operation
-from .base import CasEach, CasWithAudit, Find, FindOrInsert, InsertWithAudit, Plan, Step, _Run
+from .base import CasEach, CasWithAudit, Find, FindOrInsert, InsertWithAudit, LedgerStep, Plan, _Run
 from .codec import encoded_extra, origin_text
-from .group import Outcome, Regroup
+from .group import PlanResult, Regroup
 
 
-def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[Any]]]:
+def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[PlanResult[Any]]]:
     """Several plans as one plan (one transaction): the outcome of each. Raises
     :class:`Regroup` if one raised after writing, so the backend rolls back and runs
     them one by one."""
     runs = [_Run(make()) for make in makers]
-    outcomes: list[Outcome[Any] | None] = [None] * len(runs)
-    steps: list[Step | None] = []
+    outcomes: list[PlanResult[Any] | None] = [None] * len(runs)
+    steps: list[LedgerStep | None] = []
     for i, run in enumerate(runs):
         steps.append(_advance(run, None, outcomes, i))
     for together in _mergeable(steps):
@@ -47,12 +47,15 @@ def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[Outcome[A
         while step is not None and outcomes[i] is None:
             step = _advance(run, (yield step), outcomes, i)
         if outcomes[i] is None:
-            outcomes[i] = Outcome(value=run.result)
+            outcomes[i] = PlanResult(value=run.result)
     return outcomes  # type: ignore[return-value]
 
 
 def _ask_opens_together(
-    together: list[int], runs: list[_Run], steps: list[Step | None], outcomes: list[Outcome[Any] | None]
+    together: list[int],
+    runs: list[_Run],
+    steps: list[LedgerStep | None],
+    outcomes: list[PlanResult[Any] | None],
 ) -> Plan[None]:
     """The opens ``together`` as one :class:`FindOrInsert`; each plan gets its share."""
     opens = {i: step for i in together if isinstance(step := steps[i], FindOrInsert)}
@@ -70,7 +73,10 @@ def _ask_opens_together(
 
 
 def _ask_cas_together(
-    together: list[int], runs: list[_Run], steps: list[Step | None], outcomes: list[Outcome[Any] | None]
+    together: list[int],
+    runs: list[_Run],
+    steps: list[LedgerStep | None],
+    outcomes: list[PlanResult[Any] | None],
 ) -> Plan[None]:
     """The compare-and-sets ``together`` (distinct rows) as one :class:`CasEach`, in
     op_id order (two workers' batches lock rows in the same order); each gets its own."""
@@ -81,7 +87,7 @@ def _ask_cas_together(
         steps[i] = _advance(runs[i], was, outcomes, i)
 
 
-def _advance(run: _Run, reply: Any, outcomes: list[Outcome[Any] | None], i: int) -> Step | None:
+def _advance(run: _Run, reply: Any, outcomes: list[PlanResult[Any] | None], i: int) -> LedgerStep | None:
     """``run``'s next step; a plan that raised gets its error as its outcome, unless it
     had written (then the whole group is rolled back and run plan by plan)."""
     try:
@@ -89,11 +95,11 @@ def _advance(run: _Run, reply: Any, outcomes: list[Outcome[Any] | None], i: int)
     except Exception as error:
         if run.wrote:
             raise Regroup() from error
-        outcomes[i] = Outcome(error=error)
+        outcomes[i] = PlanResult(error=error)
         return None
 
 
-def _mergeable(steps: Sequence[Step | None]) -> list[list[int]]:
+def _mergeable(steps: Sequence[LedgerStep | None]) -> list[list[int]]:
     """Groups (two or more, by plan index) of first steps that may be asked as one:
     opens of the same thread and origin, or compare-and-sets; each with nothing in
     common with any plan before it that one could find, take or change for another

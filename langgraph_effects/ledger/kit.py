@@ -27,8 +27,8 @@ from .base import (
     OperationQuery,
     Plan,
     T,
-    adrive,
-    drive,
+    adrive_plan,
+    drive_plan,
     listing_order,
     may_renew,
     migrate_plan,
@@ -59,10 +59,10 @@ from .steps import (
     Find,
     FindOrInsert,
     InsertWithAudit,
+    LedgerStep,
     Load,
     Lock,
     OurTables,
-    Step,
     StepDefaults,
     StepRunner,
     answer,
@@ -100,15 +100,15 @@ __all__ = [
     "OperationQuery",
     "OurTables",
     "Plan",
-    "Step",
+    "LedgerStep",
     "StepDefaults",
     "StepRunner",
-    "adrive",
+    "adrive_plan",
     "answer",
     "answerer",
     "audit_from_row",
     "backend_for",
-    "drive",
+    "drive_plan",
     "from_row",
     "listing_order",
     "may_renew",
@@ -163,7 +163,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
         async with self._transaction_lock:
             await self.begin()
             try:
-                result, wrote = await adrive(plan, answerer(self))
+                result, wrote = await adrive_plan(plan, answerer(self))
             except BaseException:
                 await self.rollback()
                 raise

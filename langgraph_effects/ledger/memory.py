@@ -15,7 +15,7 @@ from .base import (
     Plan,
     T,
     audit_from_row,
-    drive,
+    drive_plan,
     from_row,
     listing_order,
     may_renew,
@@ -68,11 +68,11 @@ class InMemoryLedger(StepDefaults, Ledger):
 
     async def setup(self) -> None:
         async with self._lock:  # not counted in :attr:`commits`: no call's write
-            drive(migrate_plan(self.SCHEMA_VERSION, self.where, "another ledger"), self._answer)
+            drive_plan(migrate_plan(self.SCHEMA_VERSION, self.where, "another ledger"), self._answer)
 
     async def _transact(self, plan: Plan[T]) -> T:
         async with self._lock:
-            result, wrote = drive(plan, self._answer)
+            result, wrote = drive_plan(plan, self._answer)
             self.commits += wrote
             return result
 

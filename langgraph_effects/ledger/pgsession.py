@@ -61,7 +61,7 @@ _ADVICE: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] =
 )
 
 
-def classify(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
+def ledger_error(error: psycopg.Error, where: str, cause: str | None = None) -> LedgerError:
     """Map psycopg errors to ours, with a message that says what to do."""
     if isinstance(error, PoolTimeout) and cause is not None:
         # Never connected at all: the pool's size has nothing to do with it.
@@ -121,7 +121,7 @@ class Transaction:
             await self.pipeline.aclose()  # the sync: waits for COMMIT
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             if commit and self.conn.broken:
-                raise CommitLost(str(classify(error, self.where))) from error
+                raise CommitLost(str(ledger_error(error, self.where))) from error
             raise
         finally:
             self.open, self.pipeline = False, None

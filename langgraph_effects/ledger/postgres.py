@@ -56,14 +56,14 @@ from .base import (
     Ledger,
     OperationQuery,
     T,
-    adrive,
+    adrive_plan,
     audit_from_row,
     from_row,
 )
 from .codec import mutable_row, read_text, stored_text
-from .group import Outcome, Regroup
+from .group import PlanResult, Regroup
 from .grouped import group_plan
-from .pgsession import CommitLost, Transaction, classify, describe, has_news
+from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
 from .pgsql import (
     AUDIT_COLUMNS,
     AUDIT_TYPES,
@@ -323,7 +323,7 @@ class PostgresLedger(Ledger):
                 # starts a fresh one, so a server that comes back is picked up.
                 await self.pool.close()
                 self.pool = self._new_pool()
-                raise classify(error, self.where, await self._why_unreachable()) from error
+                raise ledger_error(error, self.where, await self._why_unreachable()) from error
             self._opened = True
 
     async def _why_unreachable(self) -> str | None:
@@ -377,7 +377,7 @@ class PostgresLedger(Ledger):
                         await conn.rollback()
                 await self.pool.putconn(conn)
         except psycopg.Error as error:
-            raise classify(error, self.where) from error
+            raise ledger_error(error, self.where) from error
 
     def _cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[dict[str, Any]]:
         """A ``dict_row`` cursor on ``conn``: the one made for it last time when ``conn``
@@ -401,7 +401,7 @@ class PostgresLedger(Ledger):
         async with self._connection() as conn:
             return await self._run_plan(conn, plan)
 
-    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[Outcome[Any]]:
+    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
         async with self._connection() as conn:
             if len(makers) > 1:
                 try:
@@ -410,14 +410,14 @@ class PostgresLedger(Ledger):
                     raise  # it may have landed: everyone must read again, none may rerun
                 except (Regroup, psycopg.Error):
                     pass  # rolled back: run each on its own so one cannot fail the others
-            outcomes: list[Outcome[Any]] = []
+            outcomes: list[PlanResult[Any]] = []
             for make in makers:
                 try:
-                    outcomes.append(Outcome(value=await self._run_alone(conn, make)))
+                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
                 except psycopg.Error as error:
-                    outcomes.append(Outcome(error=classify(error, self.where)))
+                    outcomes.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
-                    outcomes.append(Outcome(error=error))
+                    outcomes.append(PlanResult(error=error))
             return outcomes
 
     async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
@@ -447,7 +447,7 @@ class PostgresLedger(Ledger):
         tx = Transaction(conn, cur, self.where)
         autocommitted = False
 
-        async def answer(step: base.Step) -> Any:
+        async def answer(step: base.LedgerStep) -> Any:
             nonlocal autocommitted
             if not tx.open and (step.writes or isinstance(step, base.Lock)):
                 if autocommitted:  # no plan of ours does this: it could not be atomic
@@ -460,7 +460,7 @@ class PostgresLedger(Ledger):
             return await self._answer(cur, step)
 
         try:
-            result, wrote = await adrive(plan, answer)
+            result, wrote = await adrive_plan(plan, answer)
             await tx.end(commit=wrote)
         except BaseException:
             await tx.abort()
@@ -470,10 +470,10 @@ class PostgresLedger(Ledger):
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
             cur = self._cursor(conn)
-            result, _ = await adrive(plan, lambda step: self._answer(cur, step))
+            result, _ = await adrive_plan(plan, lambda step: self._answer(cur, step))
         return result
 
-    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.Step) -> Any:
+    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.LedgerStep) -> Any:
         """One storage step, in SQL (inside the caller's transaction): see :class:`_Steps`."""
         return await answer(_Steps(self, cur), step)
 
@@ -543,7 +543,7 @@ class PostgresLedger(Ledger):
                 await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
                 if await cur.fetchone() is None:
                     await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
-            await adrive(plan, lambda step: self._answer(cur, step))
+            await adrive_plan(plan, lambda step: self._answer(cur, step))
 
     async def aclose(self) -> None:
         if self._owned:
@@ -571,7 +571,7 @@ class PostgresLedger(Ledger):
                     cur = conn.execute(sql, [lease_expires_at, stored_text(op_id), token])
                     return cur.rowcount == 1
             except psycopg.Error as error:
-                raise classify(error, where) from error
+                raise ledger_error(error, where) from error
 
         return renew
 

@@ -29,7 +29,7 @@ from .base import (
     Ledger,
     OperationQuery,
     audit_from_row,
-    drive,
+    drive_plan,
     from_row,
     migrate_plan,
     now,
@@ -38,7 +38,7 @@ from .base import (
     where_clause,
 )
 from .codec import mutable_row, origin_text, stored_text
-from .group import Outcome, Regroup
+from .group import PlanResult, Regroup
 from .grouped import group_plan
 from .steps import StepDefaults, answerer
 
@@ -244,19 +244,19 @@ class SqliteLedger(Ledger):
     async def _transact(self, plan: base.Plan[T]) -> T:
         return await self._run(lambda db: _transaction(db, plan))
 
-    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[Outcome[Any]]:
+    async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
         # The whole group in one hop to the connection's thread, one BEGIN..COMMIT.
         where = self.where
 
-        def alone(db: sqlite3.Connection, make: Callable[[], base.Plan[Any]]) -> Outcome[Any]:
+        def alone(db: sqlite3.Connection, make: Callable[[], base.Plan[Any]]) -> PlanResult[Any]:
             try:
-                return Outcome(value=_transaction(db, make()))
+                return PlanResult(value=_transaction(db, make()))
             except sqlite3.Error as error:
-                return Outcome(error=_classify(error, where))
+                return PlanResult(error=_classify(error, where))
             except Exception as error:
-                return Outcome(error=error)
+                return PlanResult(error=error)
 
-        def run(db: sqlite3.Connection) -> list[Outcome[Any]]:
+        def run(db: sqlite3.Connection) -> list[PlanResult[Any]]:
             if len(makers) > 1:
                 db.execute("BEGIN IMMEDIATE")  # busy past the timeout: everyone hears it
                 try:
@@ -269,7 +269,7 @@ class SqliteLedger(Ledger):
 
     async def _read(self, plan: base.Plan[T]) -> T:
         # Autocommit reads: no write lock, so read-only connections can run them too.
-        return await self._run(lambda db: drive(plan, answerer(_Steps(db)))[0])
+        return await self._run(lambda db: drive_plan(plan, answerer(_Steps(db)))[0])
 
     # -- the protocol ----------------------------------------------------------------
 
@@ -330,7 +330,7 @@ def _transaction(db: sqlite3.Connection, plan: base.Plan[T], *, begun: bool = Fa
     if not begun:
         db.execute("BEGIN IMMEDIATE")
     try:
-        result, wrote = drive(plan, answerer(_Steps(db)))
+        result, wrote = drive_plan(plan, answerer(_Steps(db)))
         db.execute("COMMIT" if wrote else "ROLLBACK")
     except BaseException:
         if db.in_transaction:

@@ -127,7 +127,7 @@ class ApplyMigration:
     writes: ClassVar[bool] = True
 
 
-Step = (
+LedgerStep = (
     Lock
     | Load
     | Find
@@ -164,7 +164,7 @@ STEP_METHODS: dict[type, str] = {
 class StepRunner(Protocol):
     """What a backend implements: one method per step, answering it inside the
     transaction the plan runs in. The methods may be coroutines (a backend whose
-    plans run with :func:`~.base.adrive`); the answers are those the steps document.
+    plans run with :func:`~.base.adrive_plan`); the answers are those the steps document.
 
     :class:`StepDefaults` gives :meth:`find_or_insert` and :meth:`cas_each` in terms
     of the others, for a backend that has nothing faster.
@@ -197,8 +197,8 @@ def answer(runner: Any, step: Any) -> Any:
 
 
 def answerer(runner: Any) -> Callable[[Any], Any]:
-    """``answer`` bound to ``runner``: what :func:`~.base.drive` and
-    :func:`~.base.adrive` take."""
+    """``answer`` bound to ``runner``: what :func:`~.base.drive_plan` and
+    :func:`~.base.adrive_plan` take."""
     return partial(answer, runner)
 
 

@@ -22,9 +22,9 @@ from langgraph_effects.ledger.base import (
     FindOrInsert,
     InsertWithAudit,
     Ledger,
+    LedgerStep,
     Plan,
-    Step,
-    drive,
+    drive_plan,
     find_step,
     insert_step,
     recorded_plan,
@@ -77,21 +77,21 @@ class Recorder:
     def __init__(self, ledger: InMemoryLedger) -> None:
         self.ledger, self.steps = ledger, []  # type: ignore[var-annotated]
 
-    def __call__(self, step: Step) -> Any:
+    def __call__(self, step: LedgerStep) -> Any:
         self.steps.append(step)
         return self.ledger._answer(step)
 
 
 def _grouped(
     ledger: InMemoryLedger, makers: Sequence[Callable[[], Plan[Any]]]
-) -> tuple[list[Any], list[Step]]:
+) -> tuple[list[Any], list[LedgerStep]]:
     recorder = Recorder(ledger)
-    outcomes, _ = drive(group_plan(makers), recorder)
+    outcomes, _ = drive_plan(group_plan(makers), recorder)
     return [o.unwrap() for o in outcomes], recorder.steps
 
 
 def _alone(ledger: InMemoryLedger, makers: Sequence[Callable[[], Plan[Any]]]) -> list[Any]:
-    return [drive(make(), ledger._answer)[0] for make in makers]
+    return [drive_plan(make(), ledger._answer)[0] for make in makers]
 
 
 def _state(ledger: InMemoryLedger) -> Any:
@@ -126,7 +126,7 @@ def test_opens_that_share_an_id_a_payload_or_a_key_are_not_merged() -> None:
 def test_a_stored_row_sends_the_others_to_their_own_step() -> None:
     ledger, reference = InMemoryLedger(), InMemoryLedger()
     for target in (ledger, reference):
-        drive(_open([_op("op-1", args_hash="h1")])(), target._answer)
+        drive_plan(_open([_op("op-1", args_hash="h1")])(), target._answer)
     makers = [_open([_op(f"op-{i}", args_hash=f"h{i}")]) for i in range(3)]
     results, steps = _grouped(ledger, makers)
     # The merged read finds op-1: nothing was inserted, so op-0 and op-2 ask again.
@@ -161,7 +161,7 @@ def test_grouped_opens_answer_as_plans_run_one_by_one(
     ledger, reference = InMemoryLedger(), InMemoryLedger()
     for target in (ledger, reference):
         if stored:
-            drive(_record(stored), target._answer)
+            drive_plan(_record(stored), target._answer)
     makers = [_plan(kind, batch) for batch, kind in plans]
     results, _ = _grouped(ledger, makers)
     assert results == _alone(reference, makers)
@@ -218,7 +218,7 @@ def test_outcomes_that_arrive_together_are_one_compare_and_set_step() -> None:
     ledger, reference = InMemoryLedger(), InMemoryLedger()
     ops = [_op(f"op-{i}", args_hash=f"h{i}") for i in (3, 1, 2)]
     for target in (ledger, reference):
-        drive(_record(ops[:2]), target._answer)  # op-2 is not stored: its CAS misses
+        drive_plan(_record(ops[:2]), target._answer)  # op-2 is not stored: its CAS misses
     makers = [(lambda op=op: _cas(op, 1)) for op in ops]
     results, steps = _grouped(ledger, makers)
     assert [type(s) for s in steps] == [CasEach]
@@ -259,11 +259,11 @@ def test_the_memory_compare_and_set_writes_only_the_mutable_columns() -> None:
     changes the state and version, never the identity stored at intent (the flaky seeds
     of the property test above were a CAS that replaced a row's provider key)."""
     ledger = InMemoryLedger()
-    drive(_record([_op("a", args_hash="h1", provider_key="k1")]), ledger._answer)
-    assert drive(_cas(_op("a", args_hash="h2", provider_key="k2"), 1), ledger._answer)[0] is True
+    drive_plan(_record([_op("a", args_hash="h1", provider_key="k1")]), ledger._answer)
+    assert drive_plan(_cas(_op("a", args_hash="h2", provider_key="k2"), 1), ledger._answer)[0] is True
     stored = ledger._ops["a"]
     assert (stored.state, stored.version) == (State.CONFIRMED, 2)
     assert (stored.args_hash, stored.provider_key) == ("h1", "k1")
     # The stored key still holds its place: another row cannot take "k1", "k2" is free.
     others = [_op("b", provider_key="k1"), _op("c", provider_key="k2")]
-    assert drive(_record(others), ledger._answer)[0] == ["c"]
+    assert drive_plan(_record(others), ledger._answer)[0] == ["c"]
