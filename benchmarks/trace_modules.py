@@ -14,6 +14,8 @@ For each thread it prints the set of ``langgraph_effects`` modules touched and t
 number of switches between modules: the module the innermost ``langgraph_effects``
 frame belongs to, followed through every call and return (a coroutine resumed counts
 as a call), counted each time it changes. Frames outside the package do not move it.
+A second, smaller count looks at calls only (a call into another module than the
+previous call's), which misses the switch back on return.
 The event-loop thread is ``MainThread``; the ledger's aiosqlite connection runs on its
 own thread ("ledger"), the saver's on another ("saver"). The scripted model's module
 is left out (it stands in for the user's model). ``tests/test_architecture.py`` runs
@@ -46,6 +48,15 @@ class ThreadTrace:
     modules: dict[str, None] = field(default_factory=dict)
     switches: int = 0
     current: str | None = None
+    call_switches: int = 0
+    """Switches counted on calls only (a call into another module than the last call's)."""
+    last_called: str | None = None
+
+    def called(self, module: str) -> None:
+        if self.last_called is not None and module != self.last_called:
+            self.call_switches += 1
+        self.last_called = module
+        self.enter(module)
 
     def enter(self, module: str | None) -> None:
         if module is None or module == self.current:
@@ -88,7 +99,7 @@ class Tracer:
         if event == "call":
             name = frame.f_globals.get("__name__", "")
             if (name == PACKAGE or name.startswith(PACKAGE + ".")) and name not in LEFT_OUT:
-                self._trace_of().enter(name)
+                self._trace_of().called(name)
         elif event == "return":
             self._trace_of().enter(_module_of(frame.f_back))
 
@@ -219,7 +230,10 @@ def main() -> None:
         every = {m for t in threads.values() for m in t.modules}
         print(f"== {path} (EffectSqliteSaver, one tool call, async): {len(every)} modules in all")
         for label, t in sorted(threads.items(), key=lambda kv: kv[0] != "event loop"):
-            print(f"  [{label}] {len(t.modules)} modules, {t.switches} switches")
+            print(
+                f"  [{label}] {len(t.modules)} modules, {t.switches} switches "
+                f"({t.call_switches} counting calls only)"
+            )
             print("    " + ", ".join(_short(m) for m in t.modules))
 
 

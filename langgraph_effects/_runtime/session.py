@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, 
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -55,6 +55,7 @@ from .binding import (
     CallRecord,
     Coordinates,
     Settings,
+    Source,
     durable_source,
     history_of,
     message_anchors,
@@ -66,6 +67,7 @@ from .binding import (
 from .context import CURRENT_OPERATION
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
 from .messages import encodable
+from .reconcile import Scope
 from .review import EffectAnswer
 
 R = TypeVar("R")
@@ -84,13 +86,13 @@ class Session:
         settings: Settings,
         config: Mapping[str, Any],
         calls: dict[str, CallRecord],
-        context: Any = None,
+        scope: Scope,
         check_args: ArgsCheck | None = None,
     ) -> None:
         self.ledger = ledger
         self.settings = settings
         self.config = config
-        self.scope = scope_from(config, context)
+        self.scope = scope
         self._calls = calls
         self._waits_for: dict[str, str] = {}  # call id -> "approval" | "review"
         self._notice: str | None = None
@@ -149,19 +151,9 @@ class Session:
                 config, wait_seconds=settings.durable_wait_seconds, sync_checkpointer=sync_checkpointer
             )
             namespace = identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config)))
-            at = Coordinates(settings, scope_from(config, context), thread_id, namespace, config)
-            anchors, keys, task_id = message_anchors(history), call_keys or {}, _private.task_id(config) or ""
-            calls = {
-                str(c["id"]): new_call(
-                    c,
-                    at=at,
-                    source=source,
-                    task_id=task_id,
-                    message_id=anchors.get(str(c["id"])),
-                    call_key=keys.get(str(c["id"])),
-                )
-                for c in tool_calls
-            }
+            scope = scope_from(config, context)
+            at = Coordinates(settings, scope, thread_id, namespace, config)
+            calls = _new_calls(tool_calls, at, source, history, call_keys or {})
             if made is not None:
                 owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}
@@ -187,7 +179,7 @@ class Session:
                 made.cancel()  # new_owner_async releases the owner once it exists
             raise
         session = cls(
-            ledger=ledger, settings=settings, config=config, calls=calls, context=context,
+            ledger=ledger, settings=settings, config=config, calls=calls, scope=scope,
             check_args=check_args,
         )
         session._leases.adopt(owner, calls.values())
@@ -255,6 +247,33 @@ class Session:
             if not c.running:
                 await self._dispatcher.stand_down(c)
 
+    def call_steps(self, call_id: str) -> _Steps[Any]:
+        """One call through the protocol: begin, execute under a lease, finish, repeat
+        while reconciliation allows a re-send. Yields the session's work (awaitables,
+        :class:`_OnLoop`) and :data:`_CALLER` for the tool, which answers
+        ``(output, exception)``; returns what the call returns. Driven by
+        :func:`run_call` / :func:`run_call_sync`."""
+        c = self._calls[call_id]
+        directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
+        while isinstance(directive, RunTool):
+            try:
+                yield _OnLoop(lambda: self._leases.start_heartbeat(c))
+                # The ContextVar itself, not a context manager: one module fewer on the path.
+                current = CURRENT_OPERATION.set(directive.info)
+                try:
+                    output, error = yield _CALLER
+                finally:
+                    CURRENT_OPERATION.reset(current)
+            except GraphBubbleUp:
+                yield self._dispatcher.withdraw(c)
+                raise
+            except BaseException:
+                self._dispatcher.abort(c)
+                raise
+            directive = self._filed(call_id, (yield self._dispatcher.finish(c, output, error)))
+        assert isinstance(directive, Reply)
+        return directive.value()
+
     # -- asking a human ------------------------------------------------------------------
 
     def _asking(self) -> Asker:
@@ -293,6 +312,28 @@ class Session:
         return applied.count
 
 
+def _new_calls(
+    tool_calls: Sequence[Mapping[str, Any]],
+    at: Coordinates,
+    source: Source | None,
+    history: Sequence[BaseMessage],
+    keys: Mapping[str, str],
+) -> dict[str, CallRecord]:
+    """Each call bound to the operation its coordinates derive (not yet in the ledger)."""
+    anchors, task_id = message_anchors(history), _private.task_id(at.config) or ""
+    return {
+        str(c["id"]): new_call(
+            c,
+            at=at,
+            source=source,
+            task_id=task_id,
+            message_id=anchors.get(str(c["id"])),
+            call_key=keys.get(str(c["id"])),
+        )
+        for c in tool_calls
+    }
+
+
 # -- the loops callers share: written once, driven sync or async -----------------------
 
 
@@ -306,31 +347,6 @@ class _OnLoop:
 #: Yielded for "run the caller's own work now" (the tool, or one round of calls).
 _CALLER = object()
 _Steps = Generator[Any, Any, R]
-
-
-def _call_steps(session: Session, call_id: str) -> _Steps[Any]:
-    """One call through the protocol: begin, execute under a lease, finish, repeat while
-    reconciliation allows a re-send. Yields the session's work and :data:`_CALLER` for
-    the tool, which answers ``(output, exception)``."""
-    directive = yield session.begin(call_id)
-    while isinstance(directive, RunTool):
-        try:
-            yield _OnLoop(lambda: session.start_heartbeat(call_id))
-            # The ContextVar itself, not a context manager: one module fewer on the path.
-            current = CURRENT_OPERATION.set(directive.info)
-            try:
-                output, error = yield _CALLER
-            finally:
-                CURRENT_OPERATION.reset(current)
-        except GraphBubbleUp:
-            yield session.withdraw(call_id)
-            raise
-        except BaseException:
-            session.abort(call_id)
-            raise
-        directive = yield session.finish(call_id, output, error)
-    assert isinstance(directive, Reply)
-    return directive.value()
 
 
 def _round_steps(session: Session) -> _Steps[Any]:
@@ -351,7 +367,7 @@ def _round_steps(session: Session) -> _Steps[Any]:
         yield session.close()
 
 
-async def _drive(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
+async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
     """Run ``steps`` on the event loop: awaits the session's work in place."""
     request = next(steps)
     while True:
@@ -374,7 +390,7 @@ async def _drive(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
             return done.value  # type: ignore[no-any-return]
 
 
-def _drive_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> R:
+def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> R:
     """Run ``steps`` in sync code: the session's work through ``run`` (the portal), the
     caller's own work in the calling thread."""
     request = next(steps)
@@ -405,23 +421,23 @@ async def _call(fn: Callable[[], Any]) -> Any:
 async def run_call(session: Session, call_id: str, execute: AsyncExecutor) -> Any:
     """Run one call through the protocol; ``execute`` runs the tool once and returns
     ``(output, exception)`` (see :func:`capture`)."""
-    return await _drive(_call_steps(session, call_id), execute)
+    return await _steps_async(session.call_steps(call_id), execute)
 
 
 def run_call_sync(session: Session, call_id: str, execute: SyncExecutor, run: PortalRun) -> Any:
     """:func:`run_call` for sync code: ledger work goes through ``run`` (the portal), the
     tool runs in the calling thread."""
-    return _drive_sync(_call_steps(session, call_id), execute, run)
+    return _steps_sync(session.call_steps(call_id), execute, run)
 
 
 async def run_rounds(session: Session, one_round: Callable[[], Awaitable[Any]]) -> Any:
     """Run rounds until nobody needs asking, one ``interrupt()`` per round; closes the session."""
-    return await _drive(_round_steps(session), one_round)
+    return await _steps_async(_round_steps(session), one_round)
 
 
 def run_rounds_sync(session: Session, one_round: Callable[[], Any], run: PortalRun) -> Any:
     """:func:`run_rounds` for sync code."""
-    return _drive_sync(_round_steps(session), one_round, run)
+    return _steps_sync(_round_steps(session), one_round, run)
 
 
 async def capture(run: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
