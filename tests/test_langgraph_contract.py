@@ -605,7 +605,7 @@ def test_toolnode_parses_every_input_shape_the_adapter_reads() -> None:
     ``_messages_key`` names the state key; ``history_of`` finds the history in each."""
     from langgraph.prebuilt.tool_node import ToolCallWithContext
 
-    from langgraph_effects._runtime.engine import history_of
+    from langgraph_effects._runtime.binding import history_of
 
     # (``__type`` is name-mangled in the TypedDict's annotations)
     assert {"tool_call", "state"} <= set(ToolCallWithContext.__annotations__)

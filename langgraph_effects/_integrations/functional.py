@@ -35,10 +35,17 @@ from langgraph.config import get_config
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.actions import Settings
-from .._runtime.engine import Session
+from .._runtime.binding import Settings
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
-from .._runtime.loops import capture, capture_sync, drive, drive_sync, with_reviews, with_reviews_sync
+from .._runtime.session import (
+    Session,
+    capture,
+    capture_sync,
+    run_call,
+    run_call_sync,
+    run_rounds,
+    run_rounds_sync,
+)
 from ..checkpoint import ledger_of
 from ..core import callorder, identity
 from ..core.callorder import Crossing, Placed
@@ -187,7 +194,7 @@ def _leave_mark(task: _TaskCall, session: Session) -> None:
     task's writes back on a resume (all but the error), and a call whose writes came
     back is answered with ``None`` instead of being run again.
     """
-    op = session.calls[task.call["id"]].op
+    op = session.operation(task.call["id"])
     _private.write_now(task.config, callorder.MARK, callorder.mark(op.tool, task.args_hash, op.op_id))
 
 
@@ -238,9 +245,10 @@ def effectful(
                 session: Session = await open_session(task, False)
 
                 async def one_round() -> Any:
-                    return await drive(session, task.call["id"], lambda: capture(lambda: fn(*args, **kwargs)))
+                    execute = lambda: capture(lambda: fn(*args, **kwargs))  # noqa: E731
+                    return await run_call(session, task.call["id"], execute)
 
-                result = await with_reviews(session, one_round)
+                result = await run_rounds(session, one_round)
                 _leave_mark(task, session)
                 return result
 
@@ -256,9 +264,9 @@ def effectful(
 
                 def one_round() -> Any:
                     execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
-                    return drive_sync(session, task.call["id"], execute, _portal.run)
+                    return run_call_sync(session, task.call["id"], execute, _portal.run)
 
-                result = with_reviews_sync(session, one_round, _portal.run)
+                result = run_rounds_sync(session, one_round, _portal.run)
                 _leave_mark(task, session)
                 return result
 

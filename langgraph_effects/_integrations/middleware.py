@@ -2,7 +2,7 @@
 
 ``create_agent`` does not take a ToolNode; it takes middleware, and it runs one
 task per tool call. ``EffectMiddleware`` wraps each call with the same
-:class:`~langgraph_effects._runtime.engine.Session` as ``EffectToolNode``: bind the call to
+:class:`~langgraph_effects._runtime.session.Session` as ``EffectToolNode``: bind the call to
 its durable operation, replay, execute under a lease, reconcile, and, when
 evidence cannot settle it, raise one ``interrupt()`` for that task.
 
@@ -42,18 +42,30 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from .. import _private
-from .._runtime import loops
 from .._runtime import portal as _portal
-from .._runtime.actions import Settings
-from .._runtime.dangling import Answer, find_answers, insert_answers, unanswered
-from .._runtime.engine import Session
+from .._runtime.binding import Settings
+from .._runtime.dangling import DanglingAnswer, find_answers, insert_answers
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from .._runtime.messages import unanswered
+from .._runtime.session import (
+    Session,
+    approved_request,
+    args_problem,
+    args_valid,
+    capture,
+    capture_sync,
+    effectful_calls,
+    refusal,
+    run_call,
+    run_call_sync,
+    run_rounds,
+    run_rounds_sync,
+)
 from ..checkpoint import ledger_of
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
-from .node import _args_problem, _args_valid, _as_approved
 
 ToolResult = ToolMessage | Command[Any]
 _Hook = TypeVar("_Hook", bound=Callable[..., Any])
@@ -91,7 +103,9 @@ _Split = tuple[frozenset[str], frozenset[str]]
 _SPLITS_KEPT = 64
 
 
-def _with_answers(request: ModelRequest, answers: list[Answer]) -> tuple[ModelRequest, list[Any] | None]:
+def _with_answers(
+    request: ModelRequest, answers: list[DanglingAnswer]
+) -> tuple[ModelRequest, list[Any] | None]:
     """The request with the answers in the model's view; the thread's state gets them too.
 
     They go into the state as one write ahead of the model node's own, so its reply
@@ -174,7 +188,7 @@ class EffectMiddleware(AgentMiddleware):
         in what the model reads and in the thread's state; otherwise just the call."""
         if not unanswered(request.state.get("messages") or []):
             return handler(request)
-        answers: list[Answer] = _portal.run(self._find_answers(request, sync=True))
+        answers: list[DanglingAnswer] = _portal.run(self._find_answers(request, sync=True))
         request, late = _with_answers(request, answers)
         return _respond(handler(request), late)
 
@@ -200,7 +214,7 @@ class EffectMiddleware(AgentMiddleware):
         request, late = _with_answers(request, await self._find_answers(request, sync=False))
         return _respond(await handler(request), late)
 
-    async def _find_answers(self, request: ModelRequest, *, sync: bool) -> list[Answer]:
+    async def _find_answers(self, request: ModelRequest, *, sync: bool) -> list[DanglingAnswer]:
         config = get_config()
         ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
@@ -225,7 +239,7 @@ class EffectMiddleware(AgentMiddleware):
         call_id = str(call.get("id") or "")
         if call_id in refused and not self._settings.effect_for(request.tool.name).read_only_tool:
             return None
-        if not _args_valid(request.tool, call.get("args")):
+        if not args_valid(request.tool, call.get("args")):
             return False
         return call_id in tracked
 
@@ -235,7 +249,7 @@ class EffectMiddleware(AgentMiddleware):
         key = tuple((c.get("id"), c.get("name")) for c in calls)
         found = self._splits.get(key)
         if found is None:
-            tracked, refused = loops.effectful_calls(calls, self._settings, lambda _: True)
+            tracked, refused = effectful_calls(calls, self._settings, lambda _: True)
             found = (frozenset(str(c.get("id") or "") for c in tracked), frozenset(refused))
             if len(self._splits) >= _SPLITS_KEPT:
                 self._splits.clear()
@@ -261,7 +275,7 @@ class EffectMiddleware(AgentMiddleware):
             config=config,
             context=request.runtime.context,
             sync_checkpointer=sync,
-            check_args=lambda _, args: _args_problem(request.tool, args),
+            check_args=lambda _, args: args_problem(request.tool, args),
         )
 
     @_signature_kept
@@ -272,7 +286,7 @@ class EffectMiddleware(AgentMiddleware):
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:
-            return loops.refusal(request.tool_call)
+            return refusal(request.tool_call)
         if not tracked:
             return handler(request)
         refuse_async_only_tool(request.tool, "EffectMiddleware")
@@ -280,10 +294,10 @@ class EffectMiddleware(AgentMiddleware):
         session: Session = _portal.run(self._open(request, asking, sync=True))
 
         def one_round() -> Any:
-            execute = lambda: loops.capture_sync(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
-            return loops.drive_sync(session, call_id, execute, _portal.run)
+            execute = lambda: capture_sync(lambda: handler(approved_request(request, session)))  # noqa: E731
+            return run_call_sync(session, call_id, execute, _portal.run)
 
-        return loops.with_reviews_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
+        return run_rounds_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
 
     @_signature_kept
     def awrap_tool_call(  # type: ignore[override]
@@ -295,7 +309,7 @@ class EffectMiddleware(AgentMiddleware):
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:
-            return _ready(loops.refusal(request.tool_call))
+            return _ready(refusal(request.tool_call))
         if not tracked:
             return handler(request)
         return self._tracked_tool_call(request, handler, asking)
@@ -310,7 +324,7 @@ class EffectMiddleware(AgentMiddleware):
         session: Session = await self._open(request, asking, sync=False)
 
         async def one_round() -> Any:
-            execute = lambda: loops.capture(lambda: handler(_as_approved(request, session, call_id)))  # noqa: E731
-            return await loops.drive(session, call_id, execute)
+            execute = lambda: capture(lambda: handler(approved_request(request, session)))  # noqa: E731
+            return await run_call(session, call_id, execute)
 
-        return await loops.with_reviews(session, one_round)  # type: ignore[no-any-return]
+        return await run_rounds(session, one_round)  # type: ignore[no-any-return]

@@ -2,7 +2,7 @@
 
 A drop-in subclass of :class:`langgraph.prebuilt.ToolNode` (same constructor, plus
 keyword-only ``effects=`` and ``ledger=``). Around ToolNode's own machinery it adds
-the dispatch protocol of :mod:`langgraph_effects._runtime.engine`:
+the dispatch protocol of :mod:`langgraph_effects._runtime.session`:
 
 * at the node level (``_func``/``_afunc``): open a session that binds every call to
   its durable operation and records the intents in one commit; run ToolNode as
@@ -31,14 +31,25 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, ValidationError
 
 from .. import _private
-from .._runtime import loops
 from .._runtime import portal as _portal
-from .._runtime.actions import Settings
-from .._runtime.engine import Session
+from .._runtime.binding import Settings
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
+from .._runtime.session import (
+    Session,
+    approved_request,
+    args_problem,
+    args_valid,
+    capture,
+    capture_sync,
+    effectful_calls,
+    refusal,
+    run_call,
+    run_call_sync,
+    run_rounds,
+    run_rounds_sync,
+)
 from ..checkpoint import ledger_of
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
@@ -86,35 +97,6 @@ def _with_catcher(config: RunnableConfig, catcher: _ErrorCatcher) -> RunnableCon
     else:  # pragma: no cover - unknown callback container: run without the catcher
         return config
     return {**config, "callbacks": patched}
-
-
-def _args_problem(tool: BaseTool | None, args: Any) -> str | None:
-    """Why ``args`` do not pass the tool's schema (one short line), or ``None`` if they do."""
-    if tool is None:
-        return "no such tool"
-    schema = tool.tool_call_schema
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        try:
-            schema.model_validate(args)
-        except ValidationError as error:
-            return "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
-                for e in error.errors(include_url=False)[:5]
-            )
-    return None
-
-
-def _args_valid(tool: BaseTool | None, args: Any) -> bool:
-    """Whether the model's arguments pass the tool's schema (invalid ones never dispatch)."""
-    return _args_problem(tool, args) is None
-
-
-def _as_approved(request: ToolCallRequest, session: Session, call_id: str) -> ToolCallRequest:
-    """The request with an approver's edited arguments, if they edited them."""
-    edited = session.edited_args(call_id)
-    if edited is None:
-        return request
-    return request.override(tool_call={**request.tool_call, "args": edited})
 
 
 class EffectToolNode(ToolNode):
@@ -179,12 +161,12 @@ class EffectToolNode(ToolNode):
 
     def _effectful(self, input: Any) -> tuple[list[Mapping[str, Any]], set[str]]:
         tool_calls = _private.tool_calls_in(self, input)
-        tracked, refused = loops.effectful_calls(
+        tracked, refused = effectful_calls(
             tool_calls, self._settings, lambda name: name in self.tools_by_name
         )
         # Invalid arguments never dispatch (ToolNode answers them); ids are counted over
         # every call first, so an id shared with an invalid sibling is still refused.
-        valid = [c for c in tracked if _args_valid(self.tools_by_name.get(c["name"]), c.get("args"))]
+        valid = [c for c in tracked if args_valid(self.tools_by_name.get(c["name"]), c.get("args"))]
         return valid, refused
 
     def _refused(self, request: ToolCallRequest) -> bool:
@@ -206,7 +188,7 @@ class EffectToolNode(ToolNode):
             context=runtime.context,
             messages_key=_private.messages_key(self),
             sync_checkpointer=sync,
-            check_args=lambda name, args: _args_problem(self.tools_by_name.get(name), args),
+            check_args=lambda name, args: args_problem(self.tools_by_name.get(name), args),
         )
 
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
@@ -221,7 +203,7 @@ class EffectToolNode(ToolNode):
             token = _SESSION.set(session)
             try:
                 one_round = lambda: super(EffectToolNode, self)._func(input, config, runtime)  # noqa: E731
-                return loops.with_reviews_sync(session, one_round, _portal.run)
+                return run_rounds_sync(session, one_round, _portal.run)
             finally:
                 _SESSION.reset(token)
         finally:
@@ -236,7 +218,7 @@ class EffectToolNode(ToolNode):
             session: Session = await self._open(calls, input, config, runtime, sync=False)
             token = _SESSION.set(session)
             try:
-                return await loops.with_reviews(session, lambda: self._round(input, config, runtime))
+                return await run_rounds(session, lambda: self._round(input, config, runtime))
             finally:
                 _SESSION.reset(token)
         finally:
@@ -257,7 +239,7 @@ class EffectToolNode(ToolNode):
         """The refusal of a call with no usable identity; else the session and call id
         when this call is ours to drive; else ``None`` (ToolNode runs it as usual)."""
         if self._refused(request):
-            return loops.refusal(request.tool_call)
+            return refusal(request.tool_call)
         session = _SESSION.get()
         call_id = request.tool_call.get("id")
         if session is None or request.tool is None or call_id is None or not session.manages(call_id):
@@ -276,14 +258,14 @@ class EffectToolNode(ToolNode):
 
         def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            output, error = loops.capture_sync(
+            output, error = capture_sync(
                 lambda: super(EffectToolNode, self)._execute_tool_sync(
-                    _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
+                    approved_request(request, session), input_type, _with_catcher(config, catcher)
                 )
             )
             return output, error or catcher.error
 
-        return loops.drive_sync(session, call_id, execute, _portal.run)
+        return run_call_sync(session, call_id, execute, _portal.run)
 
     async def _execute_tool_async(
         self, request: ToolCallRequest, input_type: Any, config: RunnableConfig
@@ -297,14 +279,14 @@ class EffectToolNode(ToolNode):
 
         async def execute() -> tuple[Any, BaseException | None]:
             catcher = _ErrorCatcher()
-            output, error = await loops.capture(
+            output, error = await capture(
                 lambda: super(EffectToolNode, self)._execute_tool_async(
-                    _as_approved(request, session, call_id), input_type, _with_catcher(config, catcher)
+                    approved_request(request, session), input_type, _with_catcher(config, catcher)
                 )
             )
             return output, error or catcher.error
 
-        return await loops.drive(session, call_id, execute)
+        return await run_call(session, call_id, execute)
 
 
 __all__ = ["EffectToolNode"]

@@ -1,20 +1,24 @@
 """Asking a human: the approval and review questions a session's calls raise, and
 applying the answers (verdicts, approvals, edits) to the ledger. The payload shapes
-are built in :mod:`langgraph_effects._runtime.review`."""
+are built in :mod:`langgraph_effects._runtime.review`.
+
+An :class:`Asker` keeps no state of a session's: the session hands it the calls that
+wait (:class:`Waiting`) and files what comes back (:class:`Applied`: the calls an
+answer settled, and why part of it was refused)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import identity
-from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, Operation, State
+from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, State
 from ..errors import ReviewError, TransitionError
-from .actions import _Call, by_id
-from .dispatch import CallDriver
+from .binding import CallRecord, Settings, bind_stored, by_id
+from .dispatch import Dispatcher
 from .messages import MAX_EVIDENCE_CHARS, bounded
 from .review import (
     APPROVAL_TYPE,
@@ -56,35 +60,61 @@ class _EditPlan:
 
 
 #: One call awaiting approval, its decision, and its edit (checked and derived) if edited.
-_Approved = tuple[_Call, ApprovalDecision, _EditPlan | None]
+_Approved = tuple[CallRecord, ApprovalDecision, _EditPlan | None]
 
 
-class HumanQuestions(CallDriver):
-    """The questions-to-a-human half of a :class:`~langgraph_effects._runtime.engine.Session`."""
+@dataclass(frozen=True)
+class Waiting:
+    """A session's calls (in call order) and those waiting for a human, as the session
+    sees them when it asks or reads an answer."""
 
+    calls: list[CallRecord]
+    approval: list[CallRecord]
+    review: list[CallRecord]
+    notice: str | None = None
+    """Why the previous answer was refused (or applied only in part), if it was."""
+
+
+@dataclass
+class Applied:
+    """What an answer did: the calls it settled (no longer waiting) and, when part or
+    all of it was refused, why (opens the next question)."""
+
+    settled: set[str] = field(default_factory=set)
+    notice: str | None = None
+    count: int = 0
+
+
+@dataclass(eq=False, kw_only=True)
+class Asker:
+    """Builds the one question a round raises and applies its answer, for a
+    :class:`~langgraph_effects._runtime.session.Session`."""
+
+    dispatcher: Dispatcher
+    settings: Settings
+    config: Mapping[str, Any]
     check_args: ArgsCheck | None = None
     """How an approver's edit is checked against the tool's schema (``None``: not checked)."""
-    _notice: str | None = None
 
-    def pending_interrupt(self) -> dict[str, Any] | None:
+    def question(self, waiting: Waiting) -> dict[str, Any] | None:
         """The value for the node's one ``interrupt()``, or ``None`` if nobody needs asking.
 
         Approvals come first (nothing was sent for those calls yet); reviews next. If
         the previous answer was refused (or applied only in part), why opens every
         description and is kept under ``refused_answer``.
         """
-        if self._approval:
-            return self.approval_payload()
-        if self._review:
-            return self.review_payload()
+        if waiting.approval:
+            return approval_payload(waiting.approval, waiting.notice)
+        if waiting.review:
+            return review_request([c.op for c in waiting.review], refused=waiting.notice)
         return None
 
-    async def apply_answer(self, answer: Any, *, round_no: int) -> int:
+    async def apply_answer(self, answer: Any, waiting: Waiting, *, round_no: int) -> Applied:
         """Record the answer to the ``round_no``-th interrupt of this node execution.
 
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
-        :meth:`pending_interrupt` asked: the approval while calls await one, else the
-        review (mapped onto verdicts by :func:`~langgraph_effects._runtime.review.review_decisions`).
+        :meth:`question` asked: the approval while calls await one, else the review
+        (mapped onto verdicts by :func:`~langgraph_effects._runtime.review.review_decisions`).
         A mapping answers by operation id.
 
         It never raises for what the answer says: LangGraph has already stored it and
@@ -92,20 +122,20 @@ class HumanQuestions(CallDriver):
         cannot be applied as a whole is refused before anything is written, and the
         caller asks again in a new round, whose description says why.
         """
-        self._notice = None
+        applied = Applied()
         if isinstance(answer, EffectAnswer):
             answer = answer.root
         try:
-            return await self._apply(answer, round_no=round_no)
+            applied.count = await self._apply(answer, waiting, applied, round_no=round_no)
         except ReviewError as error:
             reason = bounded(str(error), MAX_EVIDENCE_CHARS // 4)
             log.warning("answer %d not applied, asked again: %s", round_no, reason)
-            self._notice = _REFUSED + reason
-            return 0
+            applied.notice = _REFUSED + reason
+        return applied
 
-    async def _apply(self, answer: Any, *, round_no: int) -> int:
+    async def _apply(self, answer: Any, waiting: Waiting, applied: Applied, *, round_no: int) -> int:
         if isinstance(answer, DecisionsAnswer):
-            if self._answered_since(round_no):
+            if _answered_since(waiting.calls, round_no):
                 # Positional answers name no operation: on a re-run LangGraph hands the
                 # ``round_no``-th answer back to whatever question comes ``round_no``-th,
                 # which may list other operations. If this round or a later one already
@@ -114,9 +144,11 @@ class HumanQuestions(CallDriver):
                 # today's shorter list would settle the wrong operation.
                 log.info("HITL answer %d was read in an earlier run; not re-applied", round_no)
                 return 0
-            if self._approval:
-                return await self.approve(self._approval_plan(answer), round_no=round_no)
-            return await self.decide(review_decisions(answer, self.reviews()), round_no=round_no)
+            if waiting.approval:
+                plan = self._approval_plan(answer, waiting.approval)
+                return await self.approve(plan, applied, round_no=round_no)
+            decisions = review_decisions(answer, [c.op for c in waiting.review])
+            return await self.decide(decisions, waiting, applied, round_no=round_no)
         if isinstance(answer, ReviewAnswer):
             answer = answer.root
         if not isinstance(answer, Mapping):
@@ -124,62 +156,11 @@ class HumanQuestions(CallDriver):
                 f"an answer must be {{'decisions': [...]}} or a mapping of operation id to "
                 f"decision, not {type(answer).__name__}"
             )
-        return await self.decide(answer, round_no=round_no)
+        return await self.decide(answer, waiting, applied, round_no=round_no)
 
-    def _answered_since(self, round_no: int) -> bool:
-        """Whether a verdict or approval of round ``round_no`` or a later round is already
-        recorded on one of this node's operations (decision ids carry the round)."""
-        for c in self.calls.values():
-            for decision_id, _ in c.op.decisions:
-                kind, _, rest = decision_id.partition(":")
-                recorded, _, _ = rest.partition(":")
-                if kind in ("review", "approval") and recorded.isdigit() and int(recorded) >= round_no:
-                    return True
-        return False
-
-    def approvals(self) -> list[Operation]:
-        """Operations waiting for an approval before their first dispatch, in call order."""
-        return [c.op for c in self.calls.values() if c.call_id in self._approval]
-
-    def approval_payload(self) -> dict[str, Any]:
-        """The approval ``interrupt()`` value, in LangChain's HITL request shape."""
-        gated = [c for c in self.calls.values() if c.call_id in self._approval]
-        notice = refused_notice(self._notice)
-        request: dict[str, Any] = {
-            "type": APPROVAL_TYPE,
-            "action_requests": [
-                {
-                    "name": c.tool,
-                    "args": dict(c.op.args),
-                    "description": notice + (
-                        f"{c.tool} changes the outside world and needs approval before it is "
-                        f"sent (operation {c.op.op_id}, args hash {c.op.args_hash})."
-                    ),
-                }
-                for c in gated
-            ],
-            "review_configs": [
-                {"action_name": c.tool, "allowed_decisions": ["approve", "edit", "reject"]}
-                for c in gated
-            ],
-            "operations": [
-                {
-                    "operation_id": c.op.op_id,
-                    "tool_call_id": c.call_id,
-                    "args_hash": c.op.args_hash,
-                    "version": c.op.version,
-                }
-                for c in gated
-            ],
-        }
-        if self._notice:
-            request["refused_answer"] = self._notice
-        return request
-
-    def _approval_plan(self, answer: DecisionsAnswer) -> list[_Approved]:
+    def _approval_plan(self, answer: DecisionsAnswer, gated: list[CallRecord]) -> list[_Approved]:
         """Each call awaiting approval with its decision (and its edit, checked and
         derived), or :class:`ReviewError` if the answer does not fit: nothing written."""
-        gated = [c for c in self.calls.values() if c.call_id in self._approval]
         approval = approval_answer(answer)
         if approval is None:
             raise ReviewError(
@@ -196,7 +177,7 @@ class HumanQuestions(CallDriver):
             for c, d in zip(gated, approval.decisions, strict=True)
         ]
 
-    def _edit_plan(self, c: _Call, decision: EditAction) -> _EditPlan:
+    def _edit_plan(self, c: CallRecord, decision: EditAction) -> _EditPlan:
         """An approver's edit, checked against the tool's schema and its provider key
         derived, before anything is recorded: an edit that cannot be sent is refused."""
         name = decision.edited_action.name
@@ -227,7 +208,7 @@ class HumanQuestions(CallDriver):
             ) from error
         return _EditPlan(args, digest, new_id, key)
 
-    async def approve(self, plan: list[_Approved], *, round_no: int) -> int:
+    async def approve(self, plan: list[_Approved], applied: Applied, *, round_no: int) -> int:
         """Apply approval decisions (positional, as in LangChain's HITL response), as
         checked by :meth:`_approval_plan`. The approval is consumed in the dispatch
         commit, bound to the args hash."""
@@ -235,7 +216,7 @@ class HumanQuestions(CallDriver):
             approval_id = f"approval:{round_no}:{c.op.op_id}"
             content = decision.model_dump(mode="json")
             if isinstance(decision, ApproveAction):
-                await self._send(
+                await self.dispatcher.send(
                     c,
                     Event.DISPATCH,
                     {"kind": EvidenceKind.APPROVAL, "decision": "approve", "args_hash": c.op.args_hash},
@@ -247,14 +228,14 @@ class HumanQuestions(CallDriver):
                 change = Change(
                     Event.ABANDON, evidence=evidence, decision_id=approval_id, decision=content
                 )
-                await self._move(c, change)
+                await self.dispatcher.move(c, change)
             elif edit is not None:
                 await self._edit(c, edit, approval_id, content)
-            self._approval.pop(c.call_id, None)
+            applied.settled.add(c.call_id)
         return len(plan)
 
     async def _edit(
-        self, c: _Call, edit: _EditPlan, approval_id: str, content: Mapping[str, Any]
+        self, c: CallRecord, edit: _EditPlan, approval_id: str, content: Mapping[str, Any]
     ) -> None:
         """An approver changed the payload: a new payload is a new operation."""
         edited = dataclasses.replace(
@@ -265,7 +246,8 @@ class HumanQuestions(CallDriver):
             provider_key=edit.provider_key,
             extra={**c.op.extra, "edited_from": c.op.op_id},
         )
-        stored = by_id(await self.ledger.record_intents([edited]))
+        ledger = self.dispatcher.ledger
+        stored = by_id(await ledger.record_intents([edited]))
         old = c.op
         superseded = Change(
             Event.ABANDON,
@@ -273,12 +255,12 @@ class HumanQuestions(CallDriver):
             decision_id=approval_id,
             decision=content,
         )
-        await self.ledger.transition(old.op_id, superseded, expected_version=old.version)
+        await ledger.transition(old.op_id, superseded, expected_version=old.version)
         c.op = edited
-        self._stored_or_conflict(c, stored)
+        bind_stored(c, stored)
         c.args, c.edited = edit.args, True
         if c.conflict is None and c.op.state is State.PENDING:
-            await self._send(
+            await self.dispatcher.send(
                 c,
                 Event.DISPATCH,
                 {"kind": EvidenceKind.APPROVAL, "decision": "edit", "args_hash": edit.digest},
@@ -286,20 +268,9 @@ class HumanQuestions(CallDriver):
                 decision=content,
             )
 
-    def edited_args(self, call_id: str) -> dict[str, Any] | None:
-        """The arguments to send instead of the model's, when an approver edited them."""
-        c = self.calls[call_id]
-        return c.args if c.edited else None
-
-    def reviews(self) -> list[Operation]:
-        """Operations awaiting a verdict, in tool-call order."""
-        return [c.op for c in self.calls.values() if c.call_id in self._review]
-
-    def review_payload(self) -> dict[str, Any]:
-        """The ``interrupt()`` value: everything an operator needs to decide."""
-        return review_request(self.reviews(), refused=self._notice)
-
-    async def decide(self, answer: Mapping[str, Any], *, round_no: int) -> int:
+    async def decide(
+        self, answer: Mapping[str, Any], waiting: Waiting, applied: Applied, *, round_no: int
+    ) -> int:
         """Write the verdicts of an interrupt answer to the ledger, as soon as read.
 
         Every decision is validated before any is written (:class:`ReviewError`:
@@ -311,9 +282,9 @@ class HumanQuestions(CallDriver):
         if not answer:
             raise ReviewError("the answer names no operation; key each decision by its operation id")
         parsed = {op_id: parse_decision(raw) for op_id, raw in answer.items()}
-        by_op = {c.op.op_id: c for c in self.calls.values()}
+        by_op = {c.op.op_id: c for c in waiting.calls}
         problems: list[str] = []
-        applied = 0
+        count = 0
         for op_id, decision in parsed.items():
             c = by_op.get(op_id)
             if c is None:
@@ -331,17 +302,64 @@ class HumanQuestions(CallDriver):
                 problems.append(f"operation {op_id} is {c.op.state.value}, not under review")
                 continue
             try:
-                await self._move(c, change, expected=c.op.version)
+                await self.dispatcher.move(c, change, expected=c.op.version)
             except TransitionError as error:
                 problems.append(f"the verdict for {op_id} was not recorded ({error})")
-                c.op = await self._reload(c)
+                c.op = await self.dispatcher.reload(c)
                 continue
-            self._review.pop(c.call_id, None)
-            applied += 1
+            applied.settled.add(c.call_id)
+            count += 1
         if problems:
             text = bounded("; ".join(problems), MAX_EVIDENCE_CHARS // 4)
-            if not applied:
+            if not count:
                 raise ReviewError(text)
             log.warning("part of answer %d not applied: %s", round_no, text)
-            self._notice = _IN_PART + text
-        return applied
+            applied.notice = _IN_PART + text
+        return count
+
+
+def _answered_since(calls: list[CallRecord], round_no: int) -> bool:
+    """Whether a verdict or approval of round ``round_no`` or a later round is already
+    recorded on one of this node's operations (decision ids carry the round)."""
+    for c in calls:
+        for decision_id, _ in c.op.decisions:
+            kind, _, rest = decision_id.partition(":")
+            recorded, _, _ = rest.partition(":")
+            if kind in ("review", "approval") and recorded.isdigit() and int(recorded) >= round_no:
+                return True
+    return False
+
+
+def approval_payload(gated: list[CallRecord], refused: str | None) -> dict[str, Any]:
+    """The approval ``interrupt()`` value, in LangChain's HITL request shape."""
+    notice = refused_notice(refused)
+    request: dict[str, Any] = {
+        "type": APPROVAL_TYPE,
+        "action_requests": [
+            {
+                "name": c.tool,
+                "args": dict(c.op.args),
+                "description": notice + (
+                    f"{c.tool} changes the outside world and needs approval before it is "
+                    f"sent (operation {c.op.op_id}, args hash {c.op.args_hash})."
+                ),
+            }
+            for c in gated
+        ],
+        "review_configs": [
+            {"action_name": c.tool, "allowed_decisions": ["approve", "edit", "reject"]}
+            for c in gated
+        ],
+        "operations": [
+            {
+                "operation_id": c.op.op_id,
+                "tool_call_id": c.call_id,
+                "args_hash": c.op.args_hash,
+                "version": c.op.version,
+            }
+            for c in gated
+        ],
+    }
+    if refused:
+        request["refused_answer"] = refused
+    return request

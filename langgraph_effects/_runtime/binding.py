@@ -1,12 +1,15 @@
 """Binding a call to its operation: the durable checkpoint the call's task was
 prepared from (the durability barrier and the turn ids are anchored on), the tenant
-scope, and the one rule that derives an operation id (see ``docs/architecture.md``)."""
+scope, the one rule that derives an operation id, the per-call record a session keeps
+(:class:`CallRecord`), and the one ledger plan that binds a session's calls and
+commits their new intents (:func:`open_plan`). See ``docs/architecture.md``."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +17,97 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from .. import _private
 from ..core import identity
-from ..core.operation import Operation
+from ..core.contract import BLIND, Effect
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
 from ..errors import (
     DurabilityError,
 )
-from .actions import Settings, _Call
+from ..ledger.base import (
+    DEFAULT_ACTOR,
+    FindOrInsert,
+    InsertWithAudit,
+    Load,
+    Plan,
+    find_step,
+    insert_step,
+    recorded_plan,
+    split_found,
+)
+from .heartbeat import Heartbeat
+from .lease import DEFAULT_LEASE_SECONDS
 from .reconcile import Scope
+
+log = logging.getLogger("langgraph_effects")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Node-level options shared by every session."""
+
+    effects: Mapping[str, Effect]
+    hash_key: bytes | None = None
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    durable_wait_seconds: float = 30.0
+    detect_replans: bool = True
+
+    def effect_for(self, tool: str) -> Effect:
+        return self.effects.get(tool, BLIND)
+
+    @classmethod
+    def build(
+        cls,
+        effects: Mapping[str, Effect] | None,
+        *,
+        hash_key: bytes | None,
+        lease_seconds: float,
+        detect_replans: bool = True,
+    ) -> Settings:
+        """Settings from a node's or middleware's keyword arguments (env for the hash key)."""
+        return cls(
+            effects=dict(effects or {}),
+            hash_key=hash_key if hash_key is not None else identity.hash_key_from_env(),
+            lease_seconds=lease_seconds,
+            detect_replans=detect_replans,
+        )
+
+
+@dataclass
+class CallRecord:
+    """What a session knows of one of its calls: the operation it is bound to, and the
+    lease and heartbeat of its dispatch while it has one."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    effect: Effect
+    op: Operation
+    owner: Owner | None = None
+    heartbeat: Heartbeat | asyncio.Task[None] | None = None
+    running: bool = False
+    """Between the dispatcher answering ``RunTool`` and the outcome being recorded: the
+    tool may be on the wire, so its lease is kept until then."""
+    conflict: str | None = None
+    batch_token: str | None = None
+    edited: bool = False
+
+
+def by_id(ops: Iterable[Operation]) -> dict[str, Operation]:
+    """Operations keyed by id (what ``Ledger.record_intents`` returns, looked up)."""
+    return {op.op_id: op for op in ops}
+
+
+def bind_stored(c: CallRecord, stored: Mapping[str, Operation]) -> Operation:
+    """Bind ``c`` to the row the ledger kept for it; a missing row means its provider
+    key is taken (``c.conflict`` says so, and the call is never sent)."""
+    op = stored.get(c.op.op_id)
+    if op is None:
+        c.conflict = (
+            f"the provider key {c.op.provider_key!r} already belongs to another operation in "
+            "this tenant; the call was not sent. Use a new key for a new effect."
+        )
+        return c.op
+    c.op = op
+    return op
 
 
 def history_of(state: Any, messages_key: str = "messages") -> list[BaseMessage]:
@@ -273,7 +361,7 @@ def new_call(
     task_id: str,
     message_id: str | None,
     call_key: str | None,
-) -> _Call:
+) -> CallRecord:
     """One call bound to the operation its coordinates derive (not yet in the ledger)."""
     call_id = str(tool_call["id"])
     tool = str(tool_call["name"])
@@ -307,4 +395,187 @@ def new_call(
         checkpoint_id=source.checkpoint_id if source else None,
         extra=extra,
     )
-    return _Call(call_id=call_id, tool=tool, args=args, effect=effect, op=op)
+    return CallRecord(call_id=call_id, tool=tool, args=args, effect=effect, op=op)
+
+
+# -- the open: bind every call, commit the new intents ---------------------------------
+
+
+def open_plan(
+    calls: Sequence[CallRecord],
+    derived: Mapping[str, tuple[Operation, dict[str, Any]]],
+    *,
+    source: Source | None,
+    settings: Settings,
+    config: Mapping[str, Any],
+    history_known: bool,
+    owner: Owner | None,
+) -> Plan[None]:
+    """Bind every call and record the new intents: one ledger plan, one durable
+    commit whatever the fan-out. It binds the records it is given (before any
+    session holds them).
+
+    One step reads the stored rows and the re-plan candidates and, when it finds
+    none (calls never seen before, the usual case), inserts every intent as well:
+    one round trip on Postgres. Otherwise a second step inserts what is new (after
+    a read of an approver's edits, if any). SQLite runs the plan as one
+    transaction; Postgres as lone statements, which is safe without a transaction
+    around them: an insert only adds rows that are absent and the plan then uses
+    the rows as stored, so a concurrent open of the same calls loses nothing.
+    Starts from the ``derived`` operations each time: the ledger may run it again
+    (a rolled-back group, a deadlock).
+    """
+    for c in calls:
+        c.op, c.args = derived[c.call_id][0], dict(derived[c.call_id][1])
+        c.conflict = c.owner = c.batch_token = None
+        c.edited = False
+    calls = list(calls)
+    if not calls:
+        return
+    replans = history_known and settings.detect_replans and source is not None and source.origin is not None
+    find = find_step(
+        [c.op.op_id for c in calls],
+        calls[0].op.thread_id,
+        [(c.tool, c.op.args_hash) for c in calls] if replans else [],
+        # Only candidates asked from this very state: an earlier turn's same call
+        # asked from another state is no re-plan, and must not cost a second trip.
+        source.origin if replans and source is not None else None,
+    )
+    exiting = _private.durability(config) == "exit"
+    if exiting:
+        found = yield find  # a new intent is refused below
+    else:
+        every = _intents_step(calls, owner, settings)
+        found, inserted = yield FindOrInsert(find, every)
+        if not found:  # nothing stored, no candidate: all new, and inserted just now
+            yield from _bind_intents(calls, owner, every, inserted)
+            return
+    stored, candidates = split_found(find, found)
+    fresh = [c for c in calls if not _adopt_stored(c, stored.get(c.op.op_id))]
+    yield from _follow_edits(calls)
+    if fresh and replans and source is not None:
+        fresh = _bind_replans(fresh, candidates, source)
+    if not fresh:
+        return
+    if exiting:
+        raise DurabilityError(
+            "durability='exit' saves the checkpoint only when the run ends, so a crash "
+            "would lose the tool call that was already dispatched; nothing was sent. "
+            "Run the graph with durability='sync' (recommended) or 'async'."
+        )
+    insert = _intents_step(fresh, owner, settings)
+    yield from _bind_intents(fresh, owner, insert, (yield insert))
+
+
+def _follow_edits(calls: Sequence[CallRecord]) -> Plan[None]:
+    """A call whose payload an approver edited stands for the edited operation."""
+    edited = {
+        c.call_id: str(successor)
+        for c in calls
+        if c.op.state is State.ABANDONED and (successor := (c.op.evidence or {}).get("superseded_by"))
+    }
+    if not edited:
+        return
+    successors = yield Load(tuple(sorted(set(edited.values()))))
+    by_call = {c.call_id: c for c in calls}
+    for call_id, successor in edited.items():
+        if (found_edit := successors.get(successor)) is not None:
+            c = by_call[call_id]
+            c.op, c.args, c.edited = found_edit, dict(found_edit.args), True
+
+
+def _intents_step(fresh: list[CallRecord], owner: Owner | None, settings: Settings) -> InsertWithAudit:
+    """The one insert of the new intents (part of :func:`open_plan`)."""
+    # The checkpoint holding the calls is durable: the open made sure of it.
+    # Calls that can be reconciled without a human get intent and dispatch marker in
+    # one write; blind and approval-gated calls are written ``pending`` first, so a
+    # crash before the send is provably harmless and needs no operator.
+    direct = [c for c in fresh if not staged(c.effect)]
+    dispatch: Change | None = None
+    if direct:
+        assert owner is not None  # made whenever a call may be direct
+        dispatch = Change(
+            Event.DISPATCH,
+            owner=owner,
+            lease_expires_at=time.time() + settings.lease_seconds,
+            evidence={"kind": EvidenceKind.INTENT},
+        )
+    changes = {c.op.op_id: dispatch for c in direct}
+    return insert_step([c.op for c in fresh], None, DEFAULT_ACTOR, changes)
+
+
+def _bind_intents(
+    fresh: list[CallRecord], owner: Owner | None, insert: InsertWithAudit, inserted: list[str]
+) -> Plan[None]:
+    """Bind the new calls to their rows as stored, once ``insert`` inserted ``inserted``."""
+    rows = by_id((yield from recorded_plan([c.op for c in fresh], insert, inserted)))
+    for c in fresh:
+        op = bind_stored(c, rows)
+        if owner is not None and op.owner is not None and op.owner.token == owner.token:
+            c.owner = owner
+            c.batch_token = owner.token
+
+
+def _adopt_stored(c: CallRecord, found: Operation | None) -> bool:
+    """Bind ``c`` to its stored row; ``False`` if there is none (a new intent)."""
+    if found is None:
+        return False
+    if found.args_hash != c.op.args_hash:
+        c.conflict = (
+            f"the provider key {found.provider_key!r} already belongs to a {found.tool} "
+            "call with different arguments; the call was not sent. Use a new key for a "
+            "new effect."
+        )
+    c.op = found
+    return True
+
+
+def _bind_replans(
+    fresh: list[CallRecord], candidates: Sequence[Operation], source: Source
+) -> list[CallRecord]:
+    """Bind each new call that re-plans an earlier operation to it; the calls left new.
+
+    A re-plan: the model answered the very state it answered before (same origin),
+    in another turn, with the same tool and arguments, and the earlier operation
+    neither failed nor was abandoned (``candidates`` come in listing order).
+    """
+    taken: set[str] = set()
+    still_fresh: list[CallRecord] = []
+    for c in fresh:
+        match = None
+        for o in sorted(candidates, key=lambda o: o.created_at):
+            if (
+                o.tool == c.tool
+                and o.args_hash == c.op.args_hash
+                and o.tenant == c.op.tenant
+                and o.checkpoint_ns == c.op.checkpoint_ns
+                and o.state not in (State.FAILED, State.ABANDONED)
+                and o.op_id not in taken
+                and o.extra.get("turn") not in (None, source.turn)
+                and o.extra.get("origin") == source.origin
+            ):
+                match = o
+                break
+        if match is None:
+            still_fresh.append(c)
+            continue
+        # The model answered the very state it answered before, whose AIMessage
+        # was lost (never saw the outcome): the same intent, not a second one.
+        log.warning(
+            "tool call %s (%s) re-plans operation %s (call %s), asked from the same "
+            "state %s; binding to it instead of sending again",
+            c.call_id,
+            c.tool,
+            match.op_id,
+            match.tool_call_id,
+            source.origin,
+        )
+        taken.add(match.op_id)
+        c.op = match
+    return still_fresh
+
+
+def staged(effect: Effect) -> bool:
+    """Calls whose intent is committed ``pending`` first (a false ``unknown`` would cost
+    a human): blind ones, and ones that need an approval before dispatch."""
+    return effect.kind == "blind" or effect.approval == "always"

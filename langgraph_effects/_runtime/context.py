@@ -30,7 +30,9 @@ class OperationInfo:
     tenant: str
 
 
-_CURRENT: ContextVar[OperationInfo | None] = ContextVar("langgraph_effects_operation", default=None)
+#: The operation of the call running now (set around the tool by the session's call loop).
+CURRENT_OPERATION: ContextVar[OperationInfo | None] = ContextVar("langgraph_effects_operation", default=None)
+_CURRENT = CURRENT_OPERATION
 
 
 def current_operation() -> OperationInfo:

@@ -23,9 +23,11 @@ from ..core import identity
 from ..core.operation import Operation
 from ..ledger.base import Ledger
 from . import messages
-from .actions import Settings
-from .binding import Coordinates, history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from .binding import Coordinates, Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from .messages import unanswered
 from .reconcile import Scope
+
+__all__ = ["DanglingAnswer", "find_answers", "insert_answers", "unanswered"]
 
 
 def _unknown_message(op: Any, *, tool_call_id: str, tool: str) -> ToolMessage:
@@ -66,26 +68,6 @@ def _fingerprint(message: BaseMessage) -> str:
             "answers": getattr(message, "tool_call_id", None),
         }
     )
-
-
-def unanswered(history: Sequence[BaseMessage]) -> list[tuple[int, Mapping[str, Any]]]:
-    """(index of the AIMessage, call) of every tool call no ToolMessage answers.
-
-    A ToolMessage answers the latest still-open call with its id before it: model
-    servers repeat tool call ids across turns (``call_0`` every turn), so an
-    id answered in one turn says nothing about the same id in another.
-    """
-    open_calls: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-    for index, message in enumerate(history):
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                if call.get("id"):
-                    open_calls.setdefault(str(call["id"]), []).append((index, call))
-        elif isinstance(message, ToolMessage):
-            waiting = open_calls.get(message.tool_call_id)
-            if waiting:
-                waiting.pop()
-    return sorted((item for items in open_calls.values() for item in items), key=lambda x: x[0])
 
 
 @dataclass
@@ -152,7 +134,7 @@ class _Finder:
 
 
 #: One answer: the AIMessage holding a dangling call, the call's id, and the ToolMessage.
-Answer = tuple[AIMessage, str, ToolMessage]
+DanglingAnswer = tuple[AIMessage, str, ToolMessage]
 
 
 async def find_answers(
@@ -165,7 +147,7 @@ async def find_answers(
     messages_key: str = "messages",
     checkpointer: Any = None,
     sync_checkpointer: bool = False,
-) -> list[Answer]:
+) -> list[DanglingAnswer]:
     """A truthful answer for every unanswered tool call of ``history`` (none: ``[]``).
 
     An operation id is anchored on the checkpoint its tool task was prepared from,
@@ -222,7 +204,7 @@ async def find_answers(
 
 def _answer(
     history: Sequence[BaseMessage], index: int, call: Mapping[str, Any], op: Operation | None
-) -> Answer:
+) -> DanglingAnswer:
     call_id, tool = str(call.get("id") or ""), call["name"]
     if op is None:
         message = _not_executed(call_id, tool)
@@ -233,7 +215,7 @@ def _answer(
     return cast(AIMessage, history[index]), call_id, message
 
 
-def insert_answers(messages: Sequence[BaseMessage], answers: Sequence[Answer]) -> list[BaseMessage]:
+def insert_answers(messages: Sequence[BaseMessage], answers: Sequence[DanglingAnswer]) -> list[BaseMessage]:
     """``messages`` with each answer right after its AIMessage, for the calls still
     open there, in the AIMessage's call order.
 

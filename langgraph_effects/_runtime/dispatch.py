@@ -1,6 +1,12 @@
-"""The per-call driver: what one call does next (``begin``), recording its outcome
-(``finish``), standing down (``withdraw``/``abort``/``close``), and the ledger I/O the pure
-decisions of :mod:`langgraph_effects.core.protocol` name (moves, leases, heartbeats)."""
+"""The per-call dispatcher: what one call does next (``begin``), recording its outcome
+(``finish``), standing down (``withdraw``/``abort``/``stand_down``), and the ledger I/O the
+pure decisions of :mod:`langgraph_effects.core.protocol` name (moves, leases, heartbeats).
+
+A :class:`Dispatcher` keeps no state of a session's: it moves the :class:`CallRecord` it
+is handed and answers a :class:`Directive`; the session files the answer (who waits for
+a human). The dispatch owners a session's open made for several calls at once are
+counted by :class:`Leases`, which the session owns and hands in.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import ToolMessage
 
@@ -24,8 +30,7 @@ from ..errors import (
 from ..ledger.base import Ledger
 from . import faults as _faults
 from . import lease, messages
-from .actions import Action, Answer, Execute, Settings, _Call
-from .binding import Source
+from .binding import CallRecord, Settings
 from .context import OperationInfo
 from .heartbeat import Heartbeat
 from .reconcile import Scope, reconcile, scope_changes
@@ -35,48 +40,133 @@ log = logging.getLogger("langgraph_effects")
 _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not retries)
 
 
+# -- what a call should do next ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunTool:
+    """Run the tool now, under this operation's lease."""
+
+    info: OperationInfo
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The call is done for now: nothing is sent. It returns ``output`` (a recorded
+    outcome, or the placeholder of a call that waits for a human), or raises ``error``
+    (the tool's own exception, recorded, as ToolNode would propagate it).
+    ``waits_for`` names the question the call waits for, if any."""
+
+    output: Any = None
+    error: BaseException | None = None
+    waits_for: Literal["approval", "review"] | None = None
+
+    def value(self) -> Any:
+        """What the call returns (raising ``error``, if any)."""
+        if self.error is not None:
+            raise self.error
+        return self.output
+
+
+Directive = Reply | RunTool
+
+
+# -- dispatch owners shared by several calls -----------------------------------------
+
+
+@dataclass(eq=False)
+class Leases:
+    """The dispatch owners of a session: one the open made for several calls is
+    released when the last of them lets go; heartbeats renew a running call's lease."""
+
+    ledger: Ledger
+    lease_seconds: float
+    _refs: dict[str, int] = field(default_factory=dict)
+    _owners: dict[str, Owner] = field(default_factory=dict)
+
+    def adopt(self, owner: Owner | None, calls: Iterable[CallRecord]) -> None:
+        """Count the calls the open's dispatch owner stands for; release it if none."""
+        if owner is None:
+            return
+        refs = sum(1 for c in calls if c.batch_token == owner.token)
+        if refs:
+            self._owners[owner.token] = owner
+            self._refs[owner.token] = refs
+        else:
+            lease.release_soon(owner)
+
+    def release(self, c: CallRecord) -> None:
+        """``c`` lets go of its dispatch owner."""
+        owner, c.owner = c.owner, None
+        if owner is None:
+            return
+        if c.batch_token is not None:
+            token, c.batch_token = c.batch_token, None
+            left = self._refs.get(token, 1) - 1
+            self._refs[token] = left
+            if left <= 0:
+                lease.release_soon(self._owners.pop(token, owner))
+            return
+        lease.release_soon(owner)
+
+    def start_heartbeat(self, c: CallRecord) -> None:
+        """Keep the lease of a running call alive (call on the session's event loop)."""
+        owner = c.owner
+        if owner is None or c.heartbeat is not None:
+            return
+        interval = self.lease_seconds / 3
+        renew = self.ledger.lease_renewer()
+        if renew is not None:
+            op_id, seconds = c.op.op_id, self.lease_seconds
+            c.heartbeat = Heartbeat(
+                lambda: renew(op_id, owner.token, time.time() + seconds),
+                interval=interval,
+                name=op_id[:12],
+            ).start()
+            return
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.ledger.renew_lease(c.op.op_id, owner.token, time.time() + self.lease_seconds)
+                except Exception as error:  # a missed heartbeat only shortens the lease
+                    log.warning("lease heartbeat for %s failed: %s", c.op.op_id, error)
+
+        c.heartbeat = asyncio.ensure_future(beat())
+
+    @staticmethod
+    def stop_heartbeat(c: CallRecord) -> None:
+        beat, c.heartbeat = c.heartbeat, None
+        if isinstance(beat, Heartbeat):
+            beat.stop()
+        elif beat is not None:
+            beat.cancel()
+
+
 @dataclass(eq=False, repr=False, kw_only=True)
-class CallDriver:
-    """The per-call half of a :class:`~langgraph_effects._runtime.engine.Session`."""
+class Dispatcher:
+    """Drives one call at a time through the protocol, for a
+    :class:`~langgraph_effects._runtime.session.Session`.
+
+    ``closed`` tells whether the session is over (checked between awaits);
+    ``leased`` lists the session's calls, for the one shared read of their rows."""
 
     ledger: Ledger
     settings: Settings
-    config: Mapping[str, Any]
     scope: Scope
-    calls: dict[str, _Call]
-    _batch_refs: dict[str, int] = field(default_factory=dict, init=False)
-    _batch_owners: dict[str, Owner] = field(default_factory=dict, init=False)
-    _review: dict[str, _Call] = field(default_factory=dict, init=False)
-    _approval: dict[str, _Call] = field(default_factory=dict, init=False)
-    _fresh: list[_Call] = field(default_factory=list, init=False)
-    _source: Source | None = field(default=None, init=False)
-    _closed: bool = field(default=False, init=False)
+    leases: Leases
+    closed: Callable[[], bool]
+    leased: Callable[[], Iterable[CallRecord]]
     _reading: asyncio.Future[dict[str, Operation]] | None = field(default=None, init=False)
-
-    # -- the row the ledger kept ----------------------------------------------------
-
-    def _stored_or_conflict(self, c: _Call, stored: Mapping[str, Operation]) -> Operation:
-        """The row the ledger kept for ``c``; a missing row means its provider key is taken."""
-        op = stored.get(c.op.op_id)
-        if op is None:
-            c.conflict = (
-                f"the provider key {c.op.provider_key!r} already belongs to another operation in "
-                "this tenant; the call was not sent. Use a new key for a new effect."
-            )
-            return c.op
-        c.op = op
-        return op
 
     # -- per call --------------------------------------------------------------------
 
-    def manages(self, call_id: str | None) -> bool:
-        return call_id is not None and call_id in self.calls
-
-    async def begin(self, call_id: str) -> Action:
+    async def begin(self, c: CallRecord) -> Directive:
         """What the call should do now, moving its operation as evidence allows."""
-        c = self.calls[call_id]
+        call_id = c.call_id
         if c.conflict is not None:
-            return Answer(
+            return Reply(
                 ToolMessage(
                     content=c.conflict,
                     name=c.tool,
@@ -86,8 +176,8 @@ class CallDriver:
                 )
             )
         for _ in range(_MAX_STEPS):
-            if self._closed:
-                await self._stand_down(c)
+            if self.closed():
+                await self.stand_down(c)
                 return _not_run(c)
             op = c.op
             step = protocol.next_step(
@@ -98,67 +188,59 @@ class CallDriver:
                 scope_changed=protocol.raised(op) and bool(scope_changes(op, self.scope)),
             )
             if isinstance(step, protocol.Replay):
-                self._review.pop(call_id, None)
-                self._approval.pop(call_id, None)
-                return Answer(messages.replay(op, tool_call_id=call_id, tool=c.tool))
-            if isinstance(step, protocol.Review):
-                self._review[call_id] = c
-                return Answer(
-                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
-                )
-            if isinstance(step, protocol.Approve):
-                self._approval[call_id] = c
-                return Answer(
-                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool)
+                return Reply(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+            if isinstance(step, protocol.Review | protocol.Approve):
+                return Reply(
+                    messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool),
+                    waits_for="review" if isinstance(step, protocol.Review) else "approval",
                 )
             if isinstance(step, protocol.Dispatch):
-                _faults.fire("after_intent", op)
-                await self._send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
+                if _faults.installed:
+                    _faults.fire("after_intent", op)
+                await self.send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
                 continue
             if isinstance(step, protocol.Retry):
-                await self._send(c, Event.RETRY, dict(step.evidence))
+                await self.send(c, Event.RETRY, dict(step.evidence))
                 continue
             if isinstance(step, protocol.Run):
-                if c.batch_token is not None:
+                if c.batch_token is not None and _faults.installed:
                     _faults.fire("after_intent", op)
                 if await self._still_ours(c):
-                    if self._closed:  # checked with no await before ``running`` is set
-                        await self._stand_down(c)
+                    if self.closed():  # checked with no await before ``running`` is set
+                        await self.stand_down(c)
                         return _not_run(c)
                     c.running = True
-                    return Execute(self._info(c))
+                    return RunTool(self._info(c))
                 continue
             if isinstance(step, protocol.Wait):
-                await self._wait_for_other(c)
+                await self.wait_for_other(c)
                 continue
             if isinstance(step, protocol.TakeOver):
-                await self._move(c, step.change)
+                await self.move(c, step.change)
                 continue
             if isinstance(step, protocol.Reconcile):
                 outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
                 evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
                 if outcome.action == "resend":
-                    await self._send(c, Event.RESEND, evidence)
+                    await self.send(c, Event.RESEND, evidence)
                 else:
-                    await self._move(c, Change(outcome.event, evidence=evidence))
+                    await self.move(c, Change(outcome.event, evidence=evidence))
                 continue
         raise TransitionError(
             f"operation {c.op.op_id} kept changing under concurrent workers; giving up after "
             f"{_MAX_STEPS} steps. Resume the thread again to settle it."
         )
 
-    async def finish(
-        self, call_id: str, output: Any, error: BaseException | None
-    ) -> Action:
+    async def finish(self, c: CallRecord, output: Any, error: BaseException | None) -> Directive:
         """Record what the dispatched call did, then settle or reconcile it."""
-        c = self.calls[call_id]
-        self._stop_heartbeat(c)
+        self.leases.stop_heartbeat(c)
         op = c.op
         token = self._token(c) or ""
         shown: Any = output
         try:
-            _faults.fire("before_outcome", op)
+            if _faults.installed:
+                _faults.fire("before_outcome", op)
             outcome: protocol.Outcome
             if error is None and not _is_error_message(output):
                 kind, blob = messages.dump(output)
@@ -181,24 +263,24 @@ class CallDriver:
             # Compare-and-set on the version we dispatched: it fails exactly when another
             # worker took the operation over while the tool ran.
             sender = {"host": c.owner.host, "pid": c.owner.pid} if c.owner else None
-            moved = await self._move(c, protocol.settle(outcome, sender=sender), expected=op.version)
+            moved = await self.move(c, protocol.settle(outcome, sender=sender), expected=op.version)
             if not moved:
                 await self._record_late(c, outcome, token)
         finally:
             c.running = False
-            self._release(c)
+            self.leases.release(c)
         if protocol.after_record(moved, outcome) == "reconcile":
-            return await self.begin(call_id)
+            return await self.begin(c)
         if isinstance(outcome, protocol.Succeeded):
-            return Answer(messages.decorate(output, c.op))
+            return Reply(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
-            return Answer(error=error) if output is None and error is not None else Answer(
+            return Reply(error=error) if output is None and error is not None else Reply(
                 messages.decorate(shown, c.op)
             )
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
-        return Answer(error=error) if output is None and error is not None else Answer(output)
+        return Reply(error=error) if output is None and error is not None else Reply(output)
 
-    async def _record_late(self, c: _Call, outcome: protocol.Outcome, token: str) -> None:
+    async def _record_late(self, c: CallRecord, outcome: protocol.Outcome, token: str) -> None:
         """Another worker took the operation over while our tool ran: what it did is
         evidence (never a reason to send again); the call answers with it as is."""
         change = protocol.late(c.op, outcome, token=token)
@@ -210,74 +292,60 @@ class CallDriver:
             type(outcome).__name__.lower(),
         )
         if change is not None:
-            await self._move(c, change)
+            await self.move(c, change)
 
-    async def withdraw(self, call_id: str) -> None:
+    async def withdraw(self, c: CallRecord) -> None:
         """The tool paused itself with ``interrupt()``; it will run again on resume."""
-        c = self.calls[call_id]
-        self._stop_heartbeat(c)
+        self.leases.stop_heartbeat(c)
         try:
-            await self._move(
+            await self.move(
                 c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.INTERRUPT}), expected=c.op.version
             )
         finally:
             c.running = False
-            self._release(c)
+            self.leases.release(c)
 
-    def abort(self, call_id: str) -> None:
+    def abort(self, c: CallRecord) -> None:
         """The call was cancelled or crashed in-process: leave it ``dispatched``.
 
         Its lease owner is released, so a resumer in this process sees it dead at
         once, marks it ``unknown`` and reconciles it.
         """
-        c = self.calls[call_id]
         c.running = False
-        self._stop_heartbeat(c)
-        self._release(c)
-    async def close(self) -> None:
-        """Release the leases of calls that are not running (leaving the rows as they are).
+        self.leases.stop_heartbeat(c)
+        self.leases.release(c)
 
-        A call still executing (a sibling interrupted the node, or failed, while its
-        request is on the wire) keeps its lease and heartbeat until it finishes and
-        records its outcome: a resumer waits for it and replays, never re-sends it.
-        """
-        self._closed = True  # set before any await: see begin()
-        for c in self.calls.values():
-            if c.running:
-                continue
-            await self._stand_down(c)
-
-    async def _stand_down(self, c: _Call) -> None:
+    async def stand_down(self, c: CallRecord) -> None:
         """The node is over (an interrupt, an error) and this call's tool never ran:
         hand a lease it holds back (``withdraw``: provably nothing was sent), so a
         resume sends it afresh without reconciling or waiting."""
-        self._stop_heartbeat(c)
+        self.leases.stop_heartbeat(c)
         try:
             if protocol.ours(c.op, self._token(c)):
-                await self._move(
+                await self.move(
                     c, Change(Event.WITHDRAW, evidence={"kind": EvidenceKind.NOT_RUN}), expected=c.op.version
                 )
         finally:
-            self._release(c)
+            self.leases.release(c)
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _scrub(self, c: _Call, text: str) -> str:
+    def _scrub(self, c: CallRecord, text: str) -> str:
         return identity.scrub(text, c.args, c.effect.secret_fields)
 
-    def _scrub_output(self, c: _Call, output: Any) -> Any:
+    def _scrub_output(self, c: CallRecord, output: Any) -> Any:
         """An error message echoing a secret argument is stored and shown without it."""
         if isinstance(output, ToolMessage) and isinstance(output.content, str):
             return output.model_copy(update={"content": self._scrub(c, output.content)})
         return output
 
-    def _scrub_evidence(self, c: _Call, evidence: Mapping[str, Any]) -> dict[str, Any]:
+    def _scrub_evidence(self, c: CallRecord, evidence: Mapping[str, Any]) -> dict[str, Any]:
         """Lookups see the full arguments; what they report back is scrubbed before storing."""
         if not c.effect.secret_fields:
             return dict(evidence)
         return json.loads(self._scrub(c, json.dumps(evidence, default=str)))  # type: ignore[no-any-return]
 
-    def _info(self, c: _Call) -> OperationInfo:
+    def _info(self, c: CallRecord) -> OperationInfo:
         return OperationInfo(
             operation_id=c.op.op_id,
             provider_key=c.op.provider_key,
@@ -288,9 +356,9 @@ class CallDriver:
             tenant=c.op.tenant,
         )
 
-    async def _send(
+    async def send(
         self,
-        c: _Call,
+        c: CallRecord,
         event: Event,
         evidence: dict[str, Any],
         *,
@@ -299,7 +367,7 @@ class CallDriver:
     ) -> None:
         owner = await lease.new_owner_async()
         try:
-            moved = await self._move(
+            moved = await self.move(
                 c,
                 Change(
                     event,
@@ -320,7 +388,7 @@ class CallDriver:
         else:
             lease.release_soon(owner)
 
-    async def _move(self, c: _Call, change: Change, *, expected: int | None = None) -> bool:
+    async def move(self, c: CallRecord, change: Change, *, expected: int | None = None) -> bool:
         """Apply one transition; on a lost race, reload and let the caller look again."""
         try:
             version = c.op.version if expected is None else expected
@@ -331,14 +399,14 @@ class CallDriver:
             )
             return True
         except (StaleVersionError, IllegalTransitionError):
-            c.op = await self._reload(c)
+            c.op = await self.reload(c)
             return False
 
-    async def _reload(self, c: _Call) -> Operation:
+    async def reload(self, c: CallRecord) -> Operation:
         found = await self.ledger.get(c.op.op_id)
         return found if found is not None else c.op
 
-    async def _wait_for_other(self, c: _Call) -> None:
+    async def wait_for_other(self, c: CallRecord) -> None:
         """Someone else holds a live lease: wait for them, never send or ask a human."""
         delay = 0.02
         start_version = c.op.version
@@ -351,17 +419,17 @@ class CallDriver:
         )
         while True:
             await asyncio.sleep(delay)
-            c.op = await self._reload(c)
+            c.op = await self.reload(c)
             if c.op.version != start_version or protocol.holder_gone(
                 c.op, alive=await self._alive(c), now=time.time()
             ):
                 return
             delay = min(delay * 2, 1.0)
 
-    def _token(self, c: _Call) -> str | None:
+    def _token(self, c: CallRecord) -> str | None:
         return c.owner.token if c.owner is not None else None
 
-    async def _alive(self, c: _Call) -> bool | None:
+    async def _alive(self, c: CallRecord) -> bool | None:
         """Same-host liveness of the lease holder, when the protocol needs it (file
         I/O, so off the event loop)."""
         op = c.op
@@ -369,7 +437,7 @@ class CallDriver:
             return None
         return await lease.owner_alive_async(op.owner)
 
-    async def _still_ours(self, c: _Call) -> bool:
+    async def _still_ours(self, c: CallRecord) -> bool:
         """The last check before the tool runs: the ledger must still name this dispatch
         as the lease holder (a compare on the owner token), with at least half a lease
         left; otherwise the lease is renewed first (a compare-and-set on the token).
@@ -386,7 +454,7 @@ class CallDriver:
             return True
         found = (await self._shared_read()).get(c.op.op_id)
         if found is None or not protocol.ours(found, c.owner.token):
-            found = await self._reload(c)  # the shared read may predate our own dispatch
+            found = await self.reload(c)  # the shared read may predate our own dispatch
         ok = protocol.ours(found, c.owner.token)
         if ok:
             c.op = found
@@ -397,8 +465,8 @@ class CallDriver:
                 )
         if not ok:
             log.warning("operation %s was taken over before its tool ran; not sending", c.op.op_id)
-            self._release(c)
-            c.op = await self._reload(c)
+            self.leases.release(c)
+            c.op = await self.reload(c)
         return ok
 
     async def _shared_read(self) -> dict[str, Operation]:
@@ -409,7 +477,7 @@ class CallDriver:
         lease to spare" still holds."""
         pending = self._reading
         if pending is None:
-            ids = sorted(c.op.op_id for c in self.calls.values() if c.owner is not None)
+            ids = sorted(c.op.op_id for c in self.leased() if c.owner is not None)
             pending = asyncio.ensure_future(self.ledger.get_many(ids))
             self._reading = pending
 
@@ -420,61 +488,12 @@ class CallDriver:
             pending.add_done_callback(done)
         return await asyncio.shield(pending)
 
-    def start_heartbeat(self, call_id: str) -> None:
-        """Keep the lease of a running call alive (call on the session's event loop)."""
-        c = self.calls[call_id]
-        owner = c.owner
-        if owner is None or c.heartbeat is not None:
-            return
-        interval = self.settings.lease_seconds / 3
-        renew = self.ledger.lease_renewer()
-        if renew is not None:
-            op_id, seconds = c.op.op_id, self.settings.lease_seconds
-            c.heartbeat = Heartbeat(
-                lambda: renew(op_id, owner.token, time.time() + seconds),
-                interval=interval,
-                name=op_id[:12],
-            ).start()
-            return
 
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    await self.ledger.renew_lease(
-                        c.op.op_id, owner.token, time.time() + self.settings.lease_seconds
-                    )
-                except Exception as error:  # a missed heartbeat only shortens the lease
-                    log.warning("lease heartbeat for %s failed: %s", c.op.op_id, error)
-
-        c.heartbeat = asyncio.ensure_future(beat())
-
-    def _stop_heartbeat(self, c: _Call) -> None:
-        beat, c.heartbeat = c.heartbeat, None
-        if isinstance(beat, Heartbeat):
-            beat.stop()
-        elif beat is not None:
-            beat.cancel()
-
-    def _release(self, c: _Call) -> None:
-        owner, c.owner = c.owner, None
-        if owner is None:
-            return
-        if c.batch_token is not None:
-            token, c.batch_token = c.batch_token, None
-            left = self._batch_refs.get(token, 1) - 1
-            self._batch_refs[token] = left
-            if left <= 0:
-                lease.release_soon(self._batch_owners.pop(token, owner))
-            return
-        lease.release_soon(owner)
-
-
-def _not_run(c: _Call) -> Answer:
+def _not_run(c: CallRecord) -> Reply:
     """The answer of a call stood down before its tool ran. Never seen (the node's
-    result is discarded), so only :meth:`CallDriver.begin` builds it, not
-    :meth:`CallDriver.close`, which stands down every call of every node."""
-    return Answer(
+    result is discarded), so only :meth:`Dispatcher.begin` builds it, not the
+    session's ``close``, which stands down every call of every node."""
+    return Reply(
         ToolMessage(
             content=f"{c.tool} was not run: the node stopped first; it runs on resume.",
             name=c.tool,
@@ -498,7 +517,7 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:500]
 
 
-def _error_message(c: _Call, error: BaseException) -> ToolMessage:
+def _error_message(c: CallRecord, error: BaseException) -> ToolMessage:
     return ToolMessage(
         content=f"Error: {_describe(error)}",
         name=c.tool,

@@ -8,9 +8,10 @@ can show what happened. A tool's own artifact is kept under ``tool_artifact``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
@@ -205,3 +206,23 @@ def encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def unanswered(history: Sequence[BaseMessage]) -> list[tuple[int, Mapping[str, Any]]]:
+    """(index of the AIMessage, call) of every tool call no ToolMessage answers.
+
+    A ToolMessage answers the latest still-open call with its id before it: model
+    servers repeat tool call ids across turns (``call_0`` every turn), so an
+    id answered in one turn says nothing about the same id in another.
+    """
+    open_calls: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for index, message in enumerate(history):
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    open_calls.setdefault(str(call["id"]), []).append((index, call))
+        elif isinstance(message, ToolMessage):
+            waiting = open_calls.get(message.tool_call_id)
+            if waiting:
+                waiting.pop()
+    return sorted((item for items in open_calls.values() for item in items), key=lambda x: x[0])

@@ -82,15 +82,15 @@ class AbandonDecision(_Strict):
         return check_text(value, what="reason")  # at most MAX_EVIDENCE_CHARS
 
 
-Decision = Annotated[
+ReviewDecision = Annotated[
     LandedDecision | NotLandedDecision | AbandonDecision, Field(discriminator="type")
 ]
 _DECISION: TypeAdapter[LandedDecision | NotLandedDecision | AbandonDecision] = TypeAdapter(
-    Decision
+    ReviewDecision
 )
 
 
-class ReviewAnswer(RootModel[dict[str, Decision]]):
+class ReviewAnswer(RootModel[dict[str, ReviewDecision]]):
     """The resume value of an ``effect_review`` interrupt: operation id -> decision."""
 
 

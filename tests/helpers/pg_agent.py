@@ -44,7 +44,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from langgraph_effects._runtime import engine
+from langgraph_effects._runtime import dispatch
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
 from langgraph_effects.errors import ThreadConflictError
@@ -137,17 +137,17 @@ waits = 0
 def _count_waits() -> None:
     """Count how often this worker found another worker's live lease and waited.
 
-    Wraps the engine's private wait; if it is renamed, ``waits`` stays 0 and the
+    Wraps the dispatcher's wait; if it is renamed, ``waits`` stays 0 and the
     lease test's ``waits >= 1`` says so.
     """
-    original = engine.Session._wait_for_other
+    original = dispatch.Dispatcher.wait_for_other
 
-    async def counted(self: engine.Session, c: Any) -> None:
+    async def counted(self: dispatch.Dispatcher, c: Any) -> None:
         global waits
         waits += 1
         await original(self, c)
 
-    engine.Session._wait_for_other = counted  # type: ignore[method-assign]
+    dispatch.Dispatcher.wait_for_other = counted  # type: ignore[method-assign]
 
 
 # -- seed --------------------------------------------------------------------------------
