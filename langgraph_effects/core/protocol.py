@@ -1,6 +1,6 @@
 """The per-call dispatch protocol as pure code: no I/O, no clock, no ledger.
 
-:class:`~langgraph_effects._runtime.engine.Session` asks two questions and does the I/O the
+:class:`~langgraph_effects._runtime.session.Session` asks two questions and does the I/O the
 answers name:
 
 * :func:`next_step`: given the operation as last read, whose lease this call holds
