@@ -20,6 +20,8 @@ import pytest
 
 from .ledger.conftest import require_postgres
 
+pytestmark = pytest.mark.slow  # runs the benchmark scripts as processes
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = {"node", "middleware"}
 TIMED_PATHS = PATHS | {"floor"}  # floor: a no-op middleware, LangChain's own charge (no target)

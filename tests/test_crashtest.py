@@ -25,6 +25,8 @@ import pytest
 
 from tests.ledger import conftest as ledger_fixtures
 
+pytestmark = pytest.mark.slow  # the crashtest runner as a process, killing workers
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 AGENT = "tests.helpers.crashtest_agent"

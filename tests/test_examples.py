@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # example servers and scripts as processes
+
 EXAMPLES = ROOT / "examples"
 
 

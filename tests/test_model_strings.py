@@ -32,8 +32,7 @@ from langgraph_effects.identity import args_hash, canonical_json
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.operation import State
 from langgraph_effects.testing import ScriptedChatModel
-
-from .test_hardening import call, one_call_graph
+from tests.helpers.one_call import call, one_call_graph
 
 RAW = "x\ud800y"
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}

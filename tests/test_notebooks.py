@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # runs the notebooks in kernels
+
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 

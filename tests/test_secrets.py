@@ -162,6 +162,7 @@ async def timeout_flow(db: Path, provider: Provider) -> Seen:
         return Seen(interrupts, messages, stored.op_id, stored.args_hash, dict(stored.args))
 
 
+@pytest.mark.slow
 def test_planted_secret_appears_nowhere(
     tmp_path: Path, hash_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -216,6 +217,7 @@ def test_planted_secret_appears_nowhere(
         assert not leaks(done.stdout) and not leaks(done.stderr)
 
 
+@pytest.mark.slow
 def test_console_while_under_review_shows_no_secret(tmp_path: Path, hash_key: str) -> None:
     """The operator's view before deciding: ``list`` of unresolved work, ``show``."""
     db = tmp_path / "ledger.sqlite"

@@ -32,9 +32,9 @@ from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, PREVIEW_CHARS
 from langgraph_effects.operator import resolve
+from tests.helpers.one_call import call, one_call_graph
 
 from .test_cli import REVIEW, run
-from .test_hardening import call, one_call_graph
 from .test_operator import make_op, new_ledger_file, seed
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}

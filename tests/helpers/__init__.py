@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,3 +25,17 @@ def run_python(*args: str, expect_kill: bool = False) -> dict[str, Any]:
         return {}
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run_console(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the console in a fresh interpreter, as an operator would (without the
+    caller's ``LANGGRAPH_EFFECTS_DB`` and ``COLUMNS``; ``env`` adds to it)."""
+    environ = {k: v for k, v in os.environ.items() if k not in {"LANGGRAPH_EFFECTS_DB", "COLUMNS"}}
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_effects.cli", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )

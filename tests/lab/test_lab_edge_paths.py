@@ -40,7 +40,8 @@ from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport,
 from langgraph_effects.lab.worker import ProviderSettings
 from langgraph_effects.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
 
-pytestmark = pytest.mark.crash
+# slow; one group: the module-scoped lab run is made once, on one xdist worker
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_edge_paths")]
 
 OPS, KILL_EVERY = 10, 5
 FAULTED = OPS // KILL_EVERY
