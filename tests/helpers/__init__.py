@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -9,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,3 +42,11 @@ def run_console(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
         env=environ,
         timeout=120,
     )
+
+
+def require_extra(module: str, extra: str) -> Any:
+    """Import ``module`` from the optional ``extra``; without it, skip the calling test
+    module (call this at module level), except under ``CI=true`` where the import fails."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f'needs the {extra} extra: pip install -e ".[{extra}]"')
