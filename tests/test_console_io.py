@@ -33,6 +33,8 @@ from .test_operator import make_op, new_ledger_file, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow  # the console as a subprocess
+
 
 def _with_db(dsn: str, name: str) -> str:
     """``dsn`` pointing at database ``name`` (same server and user)."""
@@ -162,7 +164,6 @@ def test_sqlite_without_a_ledger_every_command_exits_4(tmp_path: Path) -> None:
     assert mode == "delete"  # not even switched to WAL
 
 
-@pytest.mark.slow
 def test_list_answers_while_another_process_holds_the_write_lock(ledgerfile: Ledgerfile) -> None:
     holder = subprocess.Popen(
         [
@@ -222,7 +223,6 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
 def test_closed_port_fails_within_10_seconds() -> None:
     port = _closed_port()
     dsn = f"postgresql://nobody:hunter2@127.0.0.1:{port}/ledger"
@@ -247,7 +247,6 @@ def test_closed_port_fails_within_10_seconds() -> None:
     assert "max_size" not in rest  # no advice about a pool option the console does not have
 
 
-@pytest.mark.slow
 def test_libpq_key_value_dsn_is_taken_for_postgres_not_a_file(tmp_path: Path) -> None:
     port = _closed_port()
     dsn = f"host=127.0.0.1 port={port} dbname=ledger"
@@ -269,7 +268,6 @@ def test_schema_with_a_sqlite_path_is_a_usage_error(ledgerfile: Ledgerfile) -> N
 # -- concurrent setup -------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 def test_four_concurrent_setups_on_a_fresh_database_all_succeed(fresh_pg: str, tmp_path: Path) -> None:
     """Four workers connect, wait at a barrier, then call EffectPostgresSaver.setup() at once."""
@@ -292,7 +290,6 @@ def test_four_concurrent_setups_on_a_fresh_database_all_succeed(fresh_pg: str, t
     )
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 def test_four_concurrent_console_setups_all_succeed(fresh_pg: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LANGGRAPH_EFFECTS_DB"}
@@ -312,7 +309,6 @@ def test_four_concurrent_console_setups_all_succeed(fresh_pg: str) -> None:
 # -- hints and exit codes ------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_printed_hints_run_as_printed(ledgerfile: Ledgerfile, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

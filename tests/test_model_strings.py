@@ -159,6 +159,7 @@ async def test_surrogates_through_create_agent_and_middleware(tmp_path: Path, ba
     assert out["messages"][-1].content == "done"
 
 
+@pytest.mark.slow
 def test_console_prints_an_operation_with_surrogate_args(tmp_path: Path) -> None:
     import asyncio
 

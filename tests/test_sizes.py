@@ -159,6 +159,7 @@ async def test_operator_api_refuses_oversized_receipt_and_reason(tmp_path: Path)
         assert after == op and len(await ledger.audit(op.op_id)) == op.version
 
 
+@pytest.mark.slow
 def test_console_refuses_an_oversized_receipt_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "agent.sqlite"
 
