@@ -10,7 +10,8 @@ A test is ``slow`` (``pytestmark = pytest.mark.slow`` in its file, or
 ``@pytest.mark.slow`` on it) when it starts processes or servers: worker processes
 it kills (``crash``), the CLI or a script as a subprocess, ``langgraph dev``, the
 example servers, Postgres multi-worker runs; or runs the notebooks, the benchmark
-smoke runs or the crash lab. A new test is fast unless it is marked.
+smoke runs, the crash lab or a long property-test run (hypothesis, many examples of a
+whole graph). A new test is fast unless it is marked.
 
 The guard: a test not marked ``slow`` that burns more than ``FAST_CPU_LIMIT``
 seconds of CPU (this process and the child processes it waited for) in setup and

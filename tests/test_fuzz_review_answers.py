@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
+import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -185,6 +186,7 @@ def verdicts(trail: list[Any]) -> int:
     return sum(1 for entry in trail if (entry.evidence or {}).get("kind") == "verdict")
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=120)
 @example(  # a positional answer that did not fit, then one operation settled by id: on the
     # re-sent answer the first one must not be re-read against the shorter review

@@ -403,6 +403,7 @@ async def replay_sends_nothing(driver: Driver) -> None:
 # -- tool-call properties ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(specs=call_specs(), use_async=st.booleans(), sqlite=st.booleans())
 def test_generated_tool_calls_through_the_node(specs: list[CallSpec], use_async: bool, sqlite: bool) -> None:
