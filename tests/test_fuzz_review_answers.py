@@ -53,6 +53,8 @@ from tests.helpers.fuzz import (
     make_tools,
 )
 
+pytestmark = pytest.mark.slow  # long property runs: many examples of whole graphs
+
 # -- review-answer properties ------------------------------------------------------------
 
 VALID_DECISIONS = [
@@ -186,7 +188,6 @@ def verdicts(trail: list[Any]) -> int:
     return sum(1 for entry in trail if (entry.evidence or {}).get("kind") == "verdict")
 
 
-@pytest.mark.slow
 @settings(FUZZ, max_examples=120)
 @example(  # a positional answer that did not fit, then one operation settled by id: on the
     # re-sent answer the first one must not be re-read against the shorter review

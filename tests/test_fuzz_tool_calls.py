@@ -65,6 +65,8 @@ from tests.helpers.fuzz import (
     make_tools,
 )
 
+pytestmark = pytest.mark.slow  # long property runs: many examples of whole graphs
+
 
 @dataclass
 class CallSpec:
@@ -403,7 +405,6 @@ async def replay_sends_nothing(driver: Driver) -> None:
 # -- tool-call properties ---------------------------------------------------------------
 
 
-@pytest.mark.slow
 @FUZZ
 @given(specs=call_specs(), use_async=st.booleans(), sqlite=st.booleans())
 def test_generated_tool_calls_through_the_node(specs: list[CallSpec], use_async: bool, sqlite: bool) -> None:
