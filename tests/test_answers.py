@@ -299,6 +299,7 @@ async def test_an_edit_the_tool_schema_refuses_is_asked_again(
 # -- a new process resumes the thread after a stored bad answer ------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_new_processes_resume_after_a_stored_bad_answer(tmp_path: Path, kind: str) -> None:
     spec = blind_spec(tmp_path, kind)

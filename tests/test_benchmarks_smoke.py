@@ -24,7 +24,7 @@ import pytest
 
 from .ledger.conftest import require_postgres
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # runs the benchmark scripts as processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = str(ROOT / "benchmarks" / "run.py")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -25,8 +24,11 @@ import pytest
 from langgraph_effects import cli
 from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.ledger.sqlite import SqliteLedger
+from tests.helpers import run_console
 
 from .test_operator import SECRET_RESULT, dead_owner, make_op, new_ledger_file, seed
+
+pytestmark = pytest.mark.slow  # the console as a subprocess
 
 REVIEW = "op_" + "a" * 32
 LIVE = "op_" + "b" * 32
@@ -79,17 +81,7 @@ def ledgerfile(tmp_path: Path) -> Ledgerfile:
     return Ledgerfile(path)
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the console in a fresh interpreter, as an operator would."""
-    environ = {k: v for k, v in os.environ.items() if k not in {"LANGGRAPH_EFFECTS_DB", "COLUMNS"}}
-    environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "langgraph_effects.cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=120,
-    )
+run = run_console  # the console in a fresh interpreter, as an operator runs it
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> Any:

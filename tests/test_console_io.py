@@ -33,6 +33,8 @@ from .test_operator import make_op, new_ledger_file, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow  # the console as a subprocess
+
 
 def _with_db(dsn: str, name: str) -> str:
     """``dsn`` pointing at database ``name`` (same server and user)."""

@@ -11,7 +11,6 @@ Needs the ``examples`` extra; without it these tests skip, except under ``CI=tru
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -23,21 +22,18 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import require_extra
 from tests.ledger import conftest as ledger_fixtures
+
+pytestmark = pytest.mark.slow  # the crashtest runner as a process, killing workers
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 AGENT = "tests.helpers.crashtest_agent"
 
 
-def require(module: str) -> Any:
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason='needs the examples extra: pip install -e ".[examples]"')
-
-
 for _module in ("starlette", "uvicorn", "httpx"):
-    require(_module)
+    require_extra(_module, "examples")
 
 # A fresh schema per test, dropped afterwards; skips (or fails under CI=true) without a server.
 pg_schema = ledger_fixtures.pg_schema

@@ -44,7 +44,7 @@ def test_the_readme_is_a_front_door() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 300
     assert 'pip install -e ".[agents]" && langgraph-effects lab' in text  # the main job
-    assert 'pip install -e ".[dev]" && pytest' in text  # the tests
+    assert 'pip install -e ".[dev]" && pytest -n 4' in text  # the tests, all of them, in parallel
 
 
 @pytest.mark.parametrize("path", [README, *_pages()], ids=lambda p: p.name)
@@ -104,6 +104,7 @@ def test_the_architecture_page_names_only_what_exists() -> None:
 RUNS = re.compile(r"<!-- runs -->\n```python\n(.*?)```", flags=re.S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "page, index",
     [(p.name, i) for p in _pages() for i, _ in enumerate(RUNS.findall(p.read_text()))],

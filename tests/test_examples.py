@@ -8,8 +8,6 @@ skip, except under ``CI=true``, where a missing extra is a failure.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import os
 import subprocess
 import sys
 import time
@@ -19,18 +17,17 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import require_extra
+
+pytestmark = pytest.mark.slow  # example servers and scripts as processes
+
 ROOT = Path(__file__).resolve().parents[1]
+
 EXAMPLES = ROOT / "examples"
 
 
-def require(module: str) -> Any:
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason='needs the examples extra: pip install -e ".[examples]"')
-
-
 for _module in ("starlette", "uvicorn", "httpx"):
-    require(_module)
+    require_extra(_module, "examples")
 
 import httpx  # noqa: E402
 

@@ -168,6 +168,7 @@ def test_subgraph_time_travel_replays_the_turn_once(db: str, tmp_path: Path) -> 
     assert asyncio.run(unresolved(db)) == []
 
 
+@pytest.mark.slow
 def test_two_runners_naming_the_same_head_are_still_two_runners(db: str, tmp_path: Path) -> None:
     # A checkpoint_id that names the head (nothing after it yet) is no branch point: a
     # chat UI's resume sent twice is refused once, as two plain resumes are.

@@ -33,6 +33,8 @@ from langgraph_effects.ledger.base import OperationQuery
 from tests.helpers.fencing_agent import FenceSpec, build, first_message, is_postgres, open_saver, spec_json
 from tests.ledger import conftest as ledger_fixtures
 
+pytestmark = pytest.mark.slow  # racing worker processes
+
 ROOT = Path(__file__).resolve().parents[1]
 pg_schema = ledger_fixtures.pg_schema
 DEADLINE = 240.0  # seconds per worker on a loaded 2-core machine

@@ -25,7 +25,7 @@ from langgraph_effects import OperationQuery, SqliteLedger
 from langgraph_effects.lab.providers import Provider
 from tests.test_node_crash import ROOT
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 RECIPIENTS = ["ann", "bob", "cy", "dee", "eve"]
 

@@ -20,7 +20,7 @@ import pytest
 from langgraph_effects.lab.providers import Provider
 from tests.helpers.turns_agent import TurnSpec, spec_json
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -15,7 +15,7 @@ import pytest
 from langgraph_effects.lab.providers import Provider
 from tests.test_node_crash import ROOT, effects, requests, run_worker, spec, tool_messages
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 def test_subgraph_crash_resumed_from_the_parent(tmp_path: Path) -> None:

@@ -491,6 +491,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_server_custom_checkpointer_adapter_shows_our_ledger(tmp_path: Any) -> None:
     """LangGraph's server wraps a custom checkpointer from langgraph.json in a private
     adapter that forwards unknown attributes to it, so ``ledger_of`` finds the ledger of

@@ -31,6 +31,8 @@ import pytest
 from langgraph_effects import EffectSqliteSaver, State
 from langgraph_effects.testing import Provider
 
+pytestmark = pytest.mark.slow  # `langgraph dev` servers
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "server"
 START_DEADLINE = 240.0  # the server imports a lot; this machine is shared and slow
 MISSING = [

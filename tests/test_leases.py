@@ -41,7 +41,7 @@ from langgraph_effects.lab.providers import Provider
 from tests.helpers.agent import State
 from tests.helpers.lease_agent import LeaseSpec, spec_json
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 DEADLINE = 120.0
 

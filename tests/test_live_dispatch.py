@@ -38,7 +38,7 @@ from tests.test_leases import (
     wait_stopped,
 )
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 @pytest.fixture

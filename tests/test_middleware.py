@@ -24,6 +24,7 @@ CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 KINDS = ["create_agent", "react"]
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.parametrize("kind", KINDS)
 def test_kill_after_effect_dedup(tmp_path: Path, kind: str) -> None:
@@ -36,6 +37,7 @@ def test_kill_after_effect_dedup(tmp_path: Path, kind: str) -> None:
     assert message["artifact"]["state"] == "confirmed"
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.parametrize("kind", KINDS)
 def test_kill_after_effect_blind_review_landed(tmp_path: Path, kind: str) -> None:
@@ -51,6 +53,7 @@ def test_kill_after_effect_blind_review_landed(tmp_path: Path, kind: str) -> Non
     assert "landed" in message["content"] and message["artifact"]["receipt"] == "R-9"
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.parametrize("kind", KINDS)
 def test_kill_before_effect_loses_nothing(tmp_path: Path, kind: str) -> None:

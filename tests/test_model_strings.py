@@ -32,8 +32,7 @@ from langgraph_effects.core.operation import State
 from langgraph_effects.errors import MalformedToolCallError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.testing import ScriptedChatModel
-
-from .test_hardening import call, one_call_graph
+from tests.helpers.one_call import call, one_call_graph
 
 RAW = "x\ud800y"
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -160,6 +159,7 @@ async def test_surrogates_through_create_agent_and_middleware(tmp_path: Path, ba
     assert out["messages"][-1].content == "done"
 
 
+@pytest.mark.slow
 def test_console_prints_an_operation_with_surrogate_args(tmp_path: Path) -> None:
     import asyncio
 

@@ -18,7 +18,7 @@ from langgraph_effects.lab.providers import Provider
 from tests.helpers import run_python
 from tests.helpers.agent import Spec, spec_json
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -11,25 +11,23 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import require_extra
+
+pytestmark = pytest.mark.slow  # runs the notebooks in kernels
+
 ROOT = Path(__file__).resolve().parents[1]
+
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def require(module: str) -> Any:
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason='needs the notebooks extra: pip install -e ".[notebooks]"')
-
-
 for _module in ("nbformat", "nbclient", "ipykernel", "matplotlib", "starlette", "uvicorn", "httpx"):
-    require(_module)
+    require_extra(_module, "notebooks")
 
 import nbformat  # noqa: E402
 from nbclient.exceptions import CellExecutionError  # noqa: E402

@@ -252,6 +252,7 @@ async def test_list_defaults_to_unresolved_and_filters(ledger: Ledger) -> None:
         await list_operations(ledger, older_than=-1)
 
 
+@pytest.mark.slow
 async def test_list_marks_dispatched_leases(ledger: Ledger) -> None:
     live = await seed(ledger, make_op(), "dispatched", lease_seconds=300)
     expired = await seed(ledger, make_op(), "dispatched", lease_seconds=-5)
@@ -456,6 +457,7 @@ async def test_resolve_unknown_operation(ledger: Ledger) -> None:
 # -- dispatched operations: the lease decides ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["owner_dead", "expired"])
 async def test_expired_dispatch_is_lost_first_then_decided(ledger: Ledger, how: str) -> None:
     if how == "owner_dead":

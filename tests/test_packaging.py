@@ -8,6 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+# slow (setuptools builds in a subprocess); one group: both builds write build/ and the
+# egg-info in the project root, so they must not run at once on two xdist workers
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BUILD = """

@@ -36,7 +36,7 @@ from tests.helpers import pg_agent
 from tests.helpers.pg_agent import PgSpec, spec_json
 from tests.ledger import conftest as ledger_fixtures
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 # A fresh schema per test, dropped afterwards; skips (or fails under CI=true) without a server.

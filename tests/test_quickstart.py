@@ -35,7 +35,7 @@ QUICKSTART = ROOT / "examples" / "quickstart.py"
 SUPPORT_AGENT = ROOT / "examples" / "support_agent.py"
 WIDTH = "100"  # the terminal width the page's console output was printed at
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 def page_body(name: str) -> str:

@@ -34,7 +34,7 @@ from langgraph_effects.recovery import RecoveryReport, recover
 from tests.helpers.agent import describe
 from tests.helpers.recovery_agent import SPEC_ENV, RecoverySpec, build, config_for, spec_json
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 FACTORY = "tests.helpers.recovery_agent:make_graph"
 

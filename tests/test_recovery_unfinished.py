@@ -28,7 +28,7 @@ from tests.helpers.recovery_agent import BEFORE_FIRST_CHECKPOINT, RecoverySpec, 
 
 from .test_recovery import FACTORY, cli, crash, effects, recover_in_process, spec, thread_view
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 def first_step_never_ran(s: RecoverySpec) -> None:

@@ -198,6 +198,7 @@ def run_worker(spec: RetrySpec, *, expect_kill: bool = False) -> dict[str, Any]:
     return run_python("-m", "tests.helpers.retry_agent", spec_json(spec), expect_kill=expect_kill)
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.parametrize("kind", KINDS)
 def test_killed_as_the_retry_is_decided_resumes_as_a_retry(tmp_path: Path, kind: str) -> None:
@@ -223,6 +224,7 @@ def test_killed_as_the_retry_is_decided_resumes_as_a_retry(tmp_path: Path, kind:
     assert len(outcomes(ours)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 def test_killed_after_the_failure_was_answered_replays_it(tmp_path: Path) -> None:
     """handle_tool_errors=True answered the 429 as an error message, then the worker died

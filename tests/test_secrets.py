@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from langgraph_effects import (
@@ -43,10 +42,9 @@ from langgraph_effects import (
     attach_ledger,
     resume_command,
 )
-from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.core.identity import REDACTED, args_hash
 from langgraph_effects.lab.providers import Provider
-from tests.helpers.agent import State as AgentState
+from tests.helpers.one_call import one_call_graph
 
 SECRET = "sk_live_PLANTED_9f3a"
 HASH_KEY = "hash-key-held-outside-the-ledger"
@@ -82,19 +80,9 @@ def console(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def graph_over(tools: list[BaseTool], effects: dict[str, Effect], saver: Any, **node_kw: Any) -> Any:
-    def model(state: AgentState) -> dict[str, Any]:
-        if any(isinstance(m, ToolMessage) for m in state["messages"]):
-            return {}
-        calls = [{"name": "charge", "args": dict(ARGS), "id": "call-charge", "type": "tool_call"}]
-        return {"messages": [AIMessage("", tool_calls=calls, id="ai-1")]}
-
-    builder = StateGraph(AgentState)
-    builder.add_node("model", model)
-    builder.add_node("tools", EffectToolNode(tools, effects=effects, **node_kw))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    builder.add_edge("tools", END)
-    return builder.compile(checkpointer=saver)
+    """model -> tools -> END; the model asks for one charge with ``ARGS``."""
+    charge = {"name": "charge", "args": dict(ARGS), "id": "call-charge", "type": "tool_call"}
+    return one_call_graph(tools, effects, saver, [charge], **node_kw)
 
 
 def charge_tool(provider: Provider, failure: str) -> BaseTool:
@@ -162,6 +150,7 @@ async def timeout_flow(db: Path, provider: Provider) -> Seen:
         return Seen(interrupts, messages, stored.op_id, stored.args_hash, dict(stored.args))
 
 
+@pytest.mark.slow
 def test_planted_secret_appears_nowhere(
     tmp_path: Path, hash_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -216,6 +205,7 @@ def test_planted_secret_appears_nowhere(
         assert not leaks(done.stdout) and not leaks(done.stderr)
 
 
+@pytest.mark.slow
 def test_console_while_under_review_shows_no_secret(tmp_path: Path, hash_key: str) -> None:
     """The operator's view before deciding: ``list`` of unresolved work, ``show``."""
     db = tmp_path / "ledger.sqlite"

@@ -26,6 +26,9 @@ from langgraph_effects.testing import Provider
 from tests.test_fencing import forks
 from tests.test_langgraph_server import EXAMPLE, Server
 
+# slow (a `langgraph dev` server); one group: the module-scoped server starts once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("server_double_texting")]
+
 GRAPH = Path(__file__).resolve().parent / "helpers" / "texting_graph.py"
 
 

@@ -32,9 +32,9 @@ from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.errors import ReviewError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.sqlite import SqliteLedger
+from tests.helpers.one_call import call, one_call_graph
 
 from .test_cli import REVIEW, run
-from .test_hardening import call, one_call_graph
 from .test_operator import make_op, new_ledger_file, seed
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -159,6 +159,7 @@ async def test_operator_api_refuses_oversized_receipt_and_reason(tmp_path: Path)
         assert after == op and len(await ledger.audit(op.op_id)) == op.version
 
 
+@pytest.mark.slow
 def test_console_refuses_an_oversized_receipt_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "agent.sqlite"
 

@@ -85,6 +85,7 @@ def _run_worker(*args: str) -> subprocess.Popen[str]:
 RACE_ROUNDS = 25
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_two_processes_race_for_one_operation(tmp_path: Path) -> None:
     db = tmp_path / "race.db"
@@ -142,6 +143,7 @@ async def test_two_processes_race_for_one_operation(tmp_path: Path) -> None:
 # -- a worker killed between the intent commit and the outcome commit --------------
 
 
+@pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.timeout(60)
 async def test_sigkill_between_intent_and_outcome_keeps_the_intent(tmp_path: Path) -> None:

@@ -274,6 +274,7 @@ def test_blind_change_sequences(start_dispatched: bool, sequence: list[tuple[Cha
     run.finish()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start_dispatched=st.booleans(), data=st.data())
 def test_guided_change_sequences(start_dispatched: bool, data: st.DataObject) -> None:

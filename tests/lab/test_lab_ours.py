@@ -22,7 +22,8 @@ from langgraph_effects.lab.providers import EffectRecord
 from langgraph_effects.lab.runner import main
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, ReviewCase, Strategy
 
-pytestmark = pytest.mark.crash
+# slow; one group: the module-scoped lab run is made once, on one xdist worker
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_ours")]
 
 OPS, KILL_EVERY = 20, 10
 KILLED = OPS // KILL_EVERY

@@ -37,7 +37,8 @@ from langgraph_effects.lab.runner import SOAK_FAULTS, main, plan_soak
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
 from langgraph_effects.lab.worker import ProviderSettings
 
-pytestmark = pytest.mark.crash
+# slow; one group: the module-scoped lab run is made once, on one xdist worker
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_ownership")]
 
 OPS, KILL_EVERY = 10, 5
 FAULTED = OPS // KILL_EVERY

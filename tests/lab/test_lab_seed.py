@@ -28,7 +28,8 @@ from langgraph_effects.lab.strategies import (
     Strategy,
 )
 
-pytestmark = pytest.mark.crash
+# slow; one group: the module-scoped lab run is made once, on one xdist worker
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_seed")]
 
 OPS, KILL_EVERY = 20, 10
 KILLED = OPS // KILL_EVERY

@@ -216,6 +216,7 @@ def _apply_and_die(path: Path) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_an_applied_effect_survives_the_callers_sigkill(path: Path) -> None:
     Provider(path, "blind").setup().close()
     process = multiprocessing.get_context("spawn").Process(target=_apply_and_die, args=(path,))

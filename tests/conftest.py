@@ -1,0 +1,110 @@
+"""Test tiers, and a guard that keeps the fast tier fast.
+
+Two tiers (docs/contributing.md):
+
+* ``pytest -m "not slow"``: the fast tier, what you run while editing. Pure core,
+  the ledger contract, the protocol, node/middleware/functional in-process tests.
+* ``pytest -n 4``: everything (the README's and CI's command), on four xdist workers.
+
+A test is ``slow`` (``pytestmark = pytest.mark.slow`` in its file, or
+``@pytest.mark.slow`` on it) when it starts processes or servers: worker processes
+it kills (``crash``), the CLI or a script as a subprocess, ``langgraph dev``, the
+example servers, Postgres multi-worker runs; or runs the notebooks, the benchmark
+smoke runs, the crash lab or a long property-test run (hypothesis, many examples of a
+whole graph). A new test is fast unless it is marked.
+
+The guard: a test not marked ``slow`` that burns more than ``FAST_CPU_LIMIT``
+seconds of CPU (this process and the child processes it waited for) in setup and
+call fails with a message saying to mark it or make it smaller. CPU time, not wall
+time, so a loaded machine does not fail it. Wall time over ``FAST_WALL_LIMIT`` only
+warns (listed at the end of the run): a wall clock is noise on a shared machine.
+``LGE_SLOW_GUARD=0`` turns both off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import pytest
+
+FAST_CPU_LIMIT = 5.0
+FAST_WALL_LIMIT = 5.0
+
+_GUARD_ON = os.environ.get("LGE_SLOW_GUARD", "1") != "0"
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@dataclass
+class _Spent:
+    cpu: float = 0.0
+    wall: float = 0.0
+
+
+_SPENT = pytest.StashKey[_Spent]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    before = _cpu_seconds()
+    yield
+    item.stash.setdefault(_SPENT, _Spent()).cpu += _cpu_seconds() - before
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    before = _cpu_seconds()
+    yield
+    item.stash.setdefault(_SPENT, _Spent()).cpu += _cpu_seconds() - before
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not _GUARD_ON or item.get_closest_marker("slow") is not None or report.when == "teardown":
+        return
+    spent = item.stash.setdefault(_SPENT, _Spent())
+    spent.wall += report.duration
+    if report.when != "call":
+        return
+    if spent.wall > FAST_WALL_LIMIT:
+        report.user_properties.append(("fast_tier_wall", spent.wall))
+    if report.passed and spent.cpu > FAST_CPU_LIMIT:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} is in the fast tier but used {spent.cpu:.1f} s of CPU in setup and call "
+            f"(limit {FAST_CPU_LIMIT:.0f} s, child processes included). Mark it "
+            "@pytest.mark.slow if it starts processes or servers, runs notebooks, benchmarks "
+            "or the lab (tests/conftest.py says what slow means); otherwise make it smaller."
+        )
+
+
+_SLOW_WALL: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Runs where the reports arrive: in the xdist controller too.
+    for key, value in report.user_properties:
+        if key == "fast_tier_wall" and isinstance(value, float):
+            _SLOW_WALL.append((report.nodeid, value))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SLOW_WALL:
+        return
+    terminalreporter.section("fast-tier tests over the wall-time limit", sep="!", yellow=True)
+    terminalreporter.line(
+        f"Not marked slow, yet over {FAST_WALL_LIMIT:.0f} s of wall time in setup and call (a loaded "
+        "machine inflates these; if one is slow on a quiet machine too, mark it "
+        "@pytest.mark.slow or make it smaller):"
+    )
+    for nodeid, wall in sorted(_SLOW_WALL, key=lambda pair: -pair[1]):
+        terminalreporter.line(f"  {wall:6.1f} s  {nodeid}")
