@@ -16,9 +16,11 @@ worker process that drives it without an event loop of its own:
 Crash points are the same as the async row's: ``A``/``C`` are the engine's fault
 points, ``B`` and the lost response the lab client's, all reached from the sync tool's
 thread or from the package's portal loop (the sync path's ledger work), and a kill
-there is the same SIGKILL of the whole worker. Columns that need an async-only piece
-are not run (``n/a`` in the table): ``tool-interrupt`` holds its sends in flight for an
-``async`` sibling, ``reordered-entrypoint`` is the Functional API's own row.
+there is the same SIGKILL of the whole worker. Columns that cannot apply to a sync graph
+are not run (``n/a`` in the table): ``tool-interrupt`` is about an interrupt surfacing
+while sibling sends are still in flight, and a sync tools node surfaces it only once
+every call of the AIMessage returned; ``reordered-entrypoint`` is the Functional API's
+own rows' column.
 """
 
 from __future__ import annotations

@@ -94,6 +94,37 @@ def test_the_paused_owner_never_sent_twice(lab: tuple[int, Rows, str]) -> None:
         assert row["sends"] == row["effects"] == OPS, provider
 
 
+#: The other columns the row runs, smaller still (4 operations, every 2nd faulted): a
+#: changed policy, repeated ids, and the edge paths on the provider each depends on.
+MORE = ("policy", "repeated-ids", "wedging-answer", "definite-retry", "edit-branch", "child-process")
+EDGE_PROVIDER = {"wedging-answer": "blind", "definite-retry": "blind", "edit-branch": "dedup"}
+
+
+@pytest.mark.crash
+def test_the_other_columns_hold_too(tmp_path: Path) -> None:
+    out, ops, faulted = tmp_path / "lab.json", 4, 2
+    argv = ["--ops", str(ops), "--kill-every", "2", "--strategies", NAME, "--crash-points", ",".join(MORE)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main([*argv, "--json", str(out)])
+    rows = {(r["provider"], r["crash_point"]): r for r in json.loads(out.read_text())["rows"]}
+    edge = {(EDGE_PROVIDER.get(c, "lookup"), c) for c in MORE if CRASH_POINTS[c].providers}
+    assert set(rows) == {(p, c) for p in PROVIDERS for c in MORE if not CRASH_POINTS[c].providers} | edge
+    for (provider, column), row in rows.items():
+        cell = (provider, column)
+        assert row["error"] is None, (cell, row["error"])
+        meant = ops * CRASH_POINTS[column].per_operation + (faulted if column == "edit-branch" else 0)
+        counts = (row["intended"], row["effects"], row["duplicates"], row["missing"])
+        assert counts == (meant, meant, 0, 0), cell
+        assert row["non_terminal"] == 0 and row["pending_reviews"] == 0, cell
+        assert row["faulted"] == faulted and row["violations"] == [], cell
+    # The operator's oversized first answer was refused and asked again, through invoke.
+    assert rows[("blind", "wedging-answer")]["reviews_answered"] >= 2 * faulted
+    # Each faulted 429 was one request more, retried by the RetryPolicy, nothing applied.
+    assert rows[("blind", "definite-retry")]["sends"] == ops + faulted
+    assert code == 0, printed.getvalue()
+
+
 # -- without processes -----------------------------------------------------------------
 
 
