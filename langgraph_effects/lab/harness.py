@@ -273,6 +273,7 @@ def run_cell(
         crash_point=point.name,
         files=files,
         effect_saver=strategy.effect_saver,
+        sync=strategy.sync,
     )
     workers = _Workers(ctx, spec)
     indices = range(cell.first_index, cell.first_index + cell.ops)

@@ -55,6 +55,7 @@ BUILTIN_MODULES: list[str] = [
     "langgraph_effects.lab.seed",
     "langgraph_effects.lab.ours",
     "langgraph_effects.lab.entrypoint",
+    "langgraph_effects.lab.syncrow",
 ]
 
 TOOL_NAME = "send_notification"
@@ -247,6 +248,9 @@ class Strategy:
         effect_saver: the graph checkpoints through ``EffectSqliteSaver`` (the
             ledger in the same file), as this package recommends, instead of
             LangGraph's plain ``AsyncSqliteSaver``.
+        sync: the worker runs the graph synchronously (``graph.invoke``) on
+            ``SyncEffectSqliteSaver`` (:mod:`.syncrow`); the builder is then a
+            plain function and its tools are sync.
     """
 
     name: str
@@ -259,6 +263,7 @@ class Strategy:
     check: CellCheck | None = None
     summary: str = ""
     effect_saver: bool = False
+    sync: bool = False
 
     def columns(self) -> tuple[str, ...]:
         """The crash points this strategy runs, in table order."""

@@ -92,6 +92,9 @@ class WorkerSpec:
     instead of LangGraph's plain ``AsyncSqliteSaver``."""
     generation: int = 0
     """Workers of the cell replaced before this one (the builder sees it)."""
+    sync: bool = False
+    """The graph runs synchronously (``graph.invoke``) on
+    :class:`~langgraph_effects.SyncEffectSqliteSaver` (:mod:`.syncrow`)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,11 @@ class WorkerError(RuntimeError):
 
 def serve(conn: Connection, spec: WorkerSpec) -> None:
     """The worker process's entry point."""
+    if spec.sync:
+        from .syncrow import serve_sync
+
+        serve_sync(conn, spec)
+        return
     asyncio.run(_serve(conn, spec))
 
 
@@ -222,15 +230,20 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     provider.close()
 
 
-async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
-    config: Any = {
+def attempt_config(attempt: Attempt) -> Any:
+    """The run config of an attempt: its thread, and the keys EffectToolNode reads its
+    scope from (engine.scope_from)."""
+    return {
         "configurable": {
             "thread_id": attempt.thread_id,
-            # The keys EffectToolNode reads its scope from (engine.scope_from).
             "tenant_id": TENANT,
             "policy_version": attempt.policy_version,
         }
     }
+
+
+async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
+    config = attempt_config(attempt)
     refused: BaseException | str | None = None
     if attempt.kind != "inspect":
         try:
@@ -239,12 +252,17 @@ async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
             if not attempt.tolerate:
                 raise
             refused = error
-    snapshot = await graph.aget_state(config)
+    return attempt_report(await graph.aget_state(config), refused)
+
+
+def attempt_report(snapshot: Any, refused: BaseException | str | None) -> AttemptReport:
+    """What an attempt left: the thread's state after it, and the error it was refused
+    with (a tolerated attempt's exception, or a failed recovery)."""
     values = snapshot.values or {}
     interrupts = [(i.id, i.value) for i in snapshot.interrupts]
     messages = values.get("messages", [])
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
-    if isinstance(refused, _RecoveryFailed):
+    if isinstance(refused, RecoveryFailed):
         refused_text, ours = str(refused), refused.ours
     elif refused is not None:
         refused_text, ours = f"{type(refused).__name__}: {refused}", isinstance(refused, EffectsError)
@@ -261,7 +279,7 @@ async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
     )
 
 
-class _RecoveryFailed(Exception):
+class RecoveryFailed(Exception):
     """``recover()`` reported the thread as failed (it reports, it does not raise)."""
 
     def __init__(self, error: str) -> None:
@@ -270,11 +288,18 @@ class _RecoveryFailed(Exception):
         self.ours = any(error.startswith(f"{cls.__name__}:") for cls in _ours(EffectsError))
 
 
+def raise_if_failed(report: Any) -> None:
+    """Raise :class:`RecoveryFailed` when ``recover()``'s report says the thread failed."""
+    failed = [t for t in report.threads if t.action == "failed" or t.outcome == "error"]
+    if failed:
+        raise RecoveryFailed(failed[0].error or "recover() reported the thread failed")
+
+
 def _ours(cls: type[BaseException]) -> list[type[BaseException]]:
     return [cls, *(c for sub in cls.__subclasses__() for c in _ours(sub))]
 
 
-def _start_payload(attempt: Attempt) -> dict[str, Any]:
+def start_payload(attempt: Attempt) -> dict[str, Any]:
     if attempt.turn > 1:
         return {"messages": [HumanMessage(f"Send notification {attempt.index} again.")]}
     return {
@@ -289,6 +314,13 @@ async def _edit(graph: Any, attempt: Attempt, config: Any) -> None:
     """The user edits their message, as a chat UI does it: the edited message is sent as
     new input at the checkpoint before the original one (the thread's first), a branch."""
     history = [s async for s in graph.aget_state_history(config)]
+    payload, branch = edit_branch(attempt, config, history)
+    await graph.ainvoke(payload, branch, durability="sync")
+
+
+def edit_branch(attempt: Attempt, config: Any, history: Sequence[Any]) -> tuple[dict[str, Any], Any]:
+    """The edited message, and the config of the thread's first checkpoint (``history``:
+    the thread's states, newest first) to send it at."""
     first = history[-1].config["configurable"]["checkpoint_id"]
     payload = {
         "messages": [HumanMessage(f"Send notification {attempt.index}, edited.")],
@@ -296,8 +328,7 @@ async def _edit(graph: Any, attempt: Attempt, config: Any) -> None:
         "operation": attempt.operation + EDITED,
         "body": f"{attempt.body} (edited)",
     }
-    branch = {**config, "configurable": {**config["configurable"], "checkpoint_id": first}}
-    await graph.ainvoke(payload, branch, durability="sync")
+    return payload, {**config, "configurable": {**config["configurable"], "checkpoint_id": first}}
 
 
 async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
@@ -306,14 +337,14 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
         await _edit(graph, attempt, config)
         return
     if attempt.kind == "start":
-        payload = _start_payload(attempt)
+        payload = start_payload(attempt)
     elif attempt.kind in ("resume", "recover"):
         payload = None
         snapshot = await graph.aget_state(config)
         if not snapshot.values and not snapshot.next:
             # Killed before the thread's first checkpoint: there is nothing to resume,
             # so the request is made again, as its caller would.
-            payload = _start_payload(replace(attempt, turn=1))
+            payload = start_payload(replace(attempt, turn=1))
         elif attempt.kind == "recover":
             faults.start()
             report = await recover(
@@ -322,9 +353,7 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
                 min_idle=0,
                 config={"configurable": {"policy_version": attempt.policy_version}},
             )
-            failed = [t for t in report.threads if t.action == "failed" or t.outcome == "error"]
-            if failed:
-                raise _RecoveryFailed(failed[0].error or "recover() reported the thread failed")
+            raise_if_failed(report)
             return
     else:
         payload = Command(resume=attempt.resume)

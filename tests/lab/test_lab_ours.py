@@ -167,7 +167,7 @@ def test_a_hanging_lookup_is_inconclusive(lab: tuple[int, Rows, str]) -> None:
 
 
 def test_the_printed_table_puts_the_seed_first_with_a_legend(tmp_path: Path) -> None:
-    code, _, printed = run_lab(tmp_path, "--crash-points", "none,B")
+    code, _, printed = run_lab(tmp_path, "--strategies", f"{SEED},{NAME}", "--crash-points", "none,B")
     assert code == 0, printed
     lines = printed.splitlines()
     [ours_line] = [n for n, line in enumerate(lines) if NAME in line and "dedup" in line]

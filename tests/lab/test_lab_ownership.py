@@ -35,6 +35,7 @@ from langgraph_effects.lab.ours import NAME, check_cell
 from langgraph_effects.lab.providers import KeyInFlight, Provider
 from langgraph_effects.lab.runner import SOAK_FAULTS, main, plan_soak
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
+from langgraph_effects.lab.syncrow import NAME as SYNC_NAME
 from langgraph_effects.lab.worker import ProviderSettings
 
 # slow; one group: the module-scoped lab run is made once, on one xdist worker
@@ -54,6 +55,8 @@ Rows = dict[tuple[str, str, str], dict[str, Any]]
 def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Rows]:
     out = tmp_path_factory.mktemp("lab") / "lab.json"
     argv = ["--ops", str(OPS), "--kill-every", str(KILL_EVERY), "--crash-points", ",".join(COLUMNS)]
+    # The sync row runs these columns in its own module (test_lab_sync.py).
+    argv += ["--strategies", ",".join(name for name in registered() if name != SYNC_NAME)]
     with contextlib.redirect_stdout(io.StringIO()):
         code = main([*argv, "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
