@@ -36,6 +36,9 @@ FAULTED = OPS // KILL_EVERY
 #: them recover_sync), a paused owner, and an operator's answer through invoke.
 RUN = ("A", "B", "C", "timeout", "duplicate", "lookup-timeout", "two-runners", "paused-owner")
 
+#: One module-scoped lab run serves three tests: keep them on one xdist worker.
+pytestmark = pytest.mark.xdist_group("lab_sync")
+
 Rows = dict[tuple[str, str], dict[str, Any]]
 
 
@@ -51,6 +54,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Rows, str]:
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_every_cell_ran_with_its_faults_and_holds(lab: tuple[int, Rows, str]) -> None:
     code, rows, printed = lab
     assert set(rows) == {(p, c) for p in PROVIDERS for c in RUN}
@@ -76,6 +80,7 @@ def test_every_cell_ran_with_its_faults_and_holds(lab: tuple[int, Rows, str]) ->
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_the_blind_provider_got_no_second_request(lab: tuple[int, Rows, str]) -> None:
     _, rows, _ = lab
     for column in RUN:
@@ -87,6 +92,7 @@ def test_the_blind_provider_got_no_second_request(lab: tuple[int, Rows, str]) ->
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_the_paused_owner_never_sent_twice(lab: tuple[int, Rows, str]) -> None:
     _, rows, _ = lab
     for provider in PROVIDERS:
@@ -101,6 +107,7 @@ EDGE_PROVIDER = {"wedging-answer": "blind", "definite-retry": "blind", "edit-bra
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_the_other_columns_hold_too(tmp_path: Path) -> None:
     out, ops, faulted = tmp_path / "lab.json", 4, 2
     argv = ["--ops", str(ops), "--kill-every", "2", "--strategies", NAME, "--crash-points", ",".join(MORE)]
