@@ -226,7 +226,7 @@ def test_scenario_runs_with_tiny_counts(tmp_path: Path, name: str) -> None:
     lines = run_scenario(tmp_path, name, "--no-postgres")
     text = "\n".join(lines)
     expected = {
-        "sync": "ours not timed (no synchronous EffectSqliteSaver on this branch)",
+        "sync": "EffectToolNode ",  # timed beside ToolNode on SqliteSaver
         "gc_churn": "full collections in 20 turns",
         "ledger_pairs": "durable commits counted",
         "lease_children": "owner_alive on a dead owner",
