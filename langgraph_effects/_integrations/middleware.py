@@ -53,6 +53,7 @@ from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
+from . import keys
 from .node import _args_problem, _args_valid, _as_approved
 
 ToolResult = ToolMessage | Command[Any]
@@ -275,6 +276,7 @@ class EffectMiddleware(AgentMiddleware):
             return loops.refusal(request.tool_call)
         if not tracked:
             return handler(request)
+        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
         refuse_async_only_tool(request.tool, "EffectMiddleware")
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, asking, sync=True))
@@ -298,6 +300,7 @@ class EffectMiddleware(AgentMiddleware):
             return _ready(loops.refusal(request.tool_call))
         if not tracked:
             return handler(request)
+        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
         return self._tracked_tool_call(request, handler, asking)
 
     async def _tracked_tool_call(

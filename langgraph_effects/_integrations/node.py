@@ -44,6 +44,7 @@ from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
+from . import keys
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None
@@ -110,11 +111,12 @@ def _args_valid(tool: BaseTool | None, args: Any) -> bool:
 
 
 def _as_approved(request: ToolCallRequest, session: Session, call_id: str) -> ToolCallRequest:
-    """The request with an approver's edited arguments, if they edited them."""
+    """The request to send: an approver's edited arguments, if they edited them, and
+    the provider key in the contract's ``key_argument``, if it names one."""
     edited = session.edited_args(call_id)
-    if edited is None:
-        return request
-    return request.override(tool_call={**request.tool_call, "args": edited})
+    if edited is not None:
+        request = request.override(tool_call={**request.tool_call, "args": edited})
+    return keys.keyed(request, session.calls[call_id].effect)
 
 
 class EffectToolNode(ToolNode):
@@ -162,6 +164,7 @@ class EffectToolNode(ToolNode):
             effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
         )
         self.effects = dict(self._settings.effects)
+        keys.check_tools(self.tools_by_name, self.effects)
         self.ledger = ledger
 
     # -- node level ------------------------------------------------------------------------

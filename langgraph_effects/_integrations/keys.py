@@ -1,0 +1,49 @@
+"""``Effect(key_argument=...)`` for ``EffectToolNode`` and ``EffectMiddleware``: the
+schema check before any send, and the provider key written into the tool call that is
+dispatched (the rules live in :mod:`langgraph_effects.core.keys`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from .._runtime.context import maybe_current_operation
+from ..core.contract import Effect
+from ..core.keys import check_key_argument, with_key
+
+
+def tool_arguments(tool: BaseTool) -> list[str]:
+    """The arguments the key may go into: the tool's model-visible input schema.
+    ``InjectedToolArg`` parameters are not among them: ``ToolNode`` strips them from
+    every tool call before running the tool, so a key written there would be lost."""
+    return list(tool.args)
+
+
+def check_tools(tools: Mapping[str, BaseTool], effects: Mapping[str, Effect]) -> None:
+    """Check every declared ``key_argument`` against its tool (``EffectToolNode``)."""
+    for name, effect in effects.items():
+        found = tools.get(name)
+        if found is not None and effect.key_argument is not None:
+            check_key_argument(name, effect, tool_arguments(found))
+
+
+def check_request(request: ToolCallRequest, effect: Effect) -> None:
+    """Check a call's ``key_argument`` against the tool it is about to run
+    (``EffectMiddleware`` sees its tools only through their calls)."""
+    if effect.key_argument is not None and request.tool is not None:
+        check_key_argument(request.tool.name, effect, tool_arguments(request.tool))
+
+
+def keyed(request: ToolCallRequest, effect: Effect) -> ToolCallRequest:
+    """The request to dispatch: the running operation's provider key in the tool's
+    ``key_argument``. Called inside the operation's send, so the key is the operation's."""
+    op = maybe_current_operation()
+    if effect.key_argument is None or op is None:
+        return request
+    args: Mapping[str, Any] = request.tool_call.get("args") or {}
+    return request.override(
+        tool_call={**request.tool_call, "args": with_key(effect, args, op.provider_key)}
+    )
