@@ -77,7 +77,9 @@ class Tickets:
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO requests (tool, idempotency_key, at) VALUES (?, ?, ?)", (tool, key, time.time()))
+            db.execute(
+                "INSERT INTO requests (tool, idempotency_key, at) VALUES (?, ?, ?)", (tool, key, time.time())
+            )
             if key:
                 row = db.execute("SELECT id, title FROM tickets WHERE idempotency_key = ?", (key,)).fetchone()
                 if row is not None:
@@ -110,7 +112,10 @@ class Tickets:
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO requests (tool, idempotency_key, at) VALUES ('post_note', NULL, ?)", (time.time(),))
+            db.execute(
+                "INSERT INTO requests (tool, idempotency_key, at) VALUES ('post_note', NULL, ?)",
+                (time.time(),),
+            )
             cursor = db.execute("INSERT INTO notes (text, created_at) VALUES (?, ?)", (text, time.time()))
             db.execute("COMMIT")
         finally:

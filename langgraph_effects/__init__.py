@@ -12,7 +12,8 @@ no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
 import EffectToolNode`` loads what that name needs and nothing else. The pure
 core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
 import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
-need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain.
+need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
+``EffectKeyInterceptor`` / ``mcp_lookup`` need langchain-mcp-adapters (the ``mcp`` extra).
 """
 
 import importlib as _importlib
@@ -22,6 +23,7 @@ from ._runtime import processes as _processes
 
 if _typing.TYPE_CHECKING:
     from ._integrations.functional import effectful
+    from ._integrations.mcp import EffectKeyInterceptor, mcp_lookup
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
@@ -98,6 +100,7 @@ __all__ = [
     "DefiniteFailure",
     "DurabilityError",
     "Effect",
+    "EffectKeyInterceptor",
     "EffectMiddleware",
     "EffectPostgresSaver",
     "EffectSqliteSaver",
@@ -145,6 +148,7 @@ __all__ = [
     "effectful",
     "ledger_of",
     "maybe_current_operation",
+    "mcp_lookup",
     "recover",
     "recover_sync",
     "resume_command",
@@ -161,6 +165,7 @@ _EXPORTS: dict[str, str] = {
     "DefiniteFailure": "errors",
     "DurabilityError": "errors",
     "Effect": "core.contract",
+    "EffectKeyInterceptor": "_integrations.mcp",
     "EffectMiddleware": "_integrations.middleware",
     "EffectPostgresSaver": "checkpoint.postgres",
     "EffectSqliteSaver": "checkpoint.sqlite",
@@ -208,6 +213,7 @@ _EXPORTS: dict[str, str] = {
     "effectful": "_integrations.functional",
     "ledger_of": "checkpoint",
     "maybe_current_operation": "_runtime.context",
+    "mcp_lookup": "_integrations.mcp",
     "recover": "recovery",
     "recover_sync": "recovery.sync",
     "resume_command": "_runtime.review",

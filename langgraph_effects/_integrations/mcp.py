@@ -15,7 +15,7 @@ with contracts per tool name. What this module adds is the key's way to the serv
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..core.contract import Inconclusive, Landed, Lookup, LookupOutcome, LookupRequest, NotLanded
 from ..errors import MissingExtraError
@@ -51,8 +51,8 @@ class EffectKeyInterceptor:
         header: on HTTP transports, also send the key in this header (``None``: no header).
 
     A call outside an operation (a read-only tool, a plain ``ToolNode``) passes through
-    unchanged. So does a server missing from ``connections``, with a warning's worth of
-    consequence: its key goes only where ``Effect(key_argument=...)`` puts it.
+    unchanged. So does a call to a server missing from ``connections``: its key then
+    goes only where ``Effect(key_argument=...)`` puts it.
 
     Example::
 
@@ -85,8 +85,15 @@ class EffectKeyInterceptor:
         if not self.meta:
             return await handler(request)
         if http and request.headers:
-            connection = {**connection, "headers": {**(connection.get("headers") or {}), **request.headers}}  # type: ignore[typeddict-item]
+            connection = _with_headers(connection, request.headers)
         return await call_tool(connection, request.name, request.args, meta={self.meta_key: op.provider_key})
+
+
+def _with_headers(connection: Connection, headers: Mapping[str, Any]) -> Connection:
+    """An HTTP connection with ``headers`` added (as the adapter merges an interceptor's)."""
+    merged: dict[str, Any] = dict(connection)
+    merged["headers"] = {**(merged.get("headers") or {}), **headers}
+    return cast("Connection", merged)
 
 
 async def call_tool(
