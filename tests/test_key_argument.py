@@ -154,3 +154,25 @@ async def test_middleware_refuses_a_key_argument_the_tool_lacks_before_sending(t
 def test_key_argument_must_name_an_argument() -> None:
     with pytest.raises(ValueError, match="key_argument"):
         Effect(key_argument="")
+
+
+async def test_mcp_lookup_without_a_server_answer_is_inconclusive(tmp_path: Path) -> None:
+    """A lookup that cannot reach its server never proves absence."""
+    pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip install -e ".[mcp]"')
+    from langgraph_effects import Inconclusive, LookupRequest, mcp_lookup
+
+    missing: Any = {"transport": "streamable_http", "url": "http://127.0.0.1:9/mcp"}
+    lookup = mcp_lookup(missing, "find_ticket")
+    asked = LookupRequest(operation_id="op_1", provider_key="k", tool="open_ticket", args={}, attempt=1)
+    outcome = await lookup(asked)
+    assert isinstance(outcome, Inconclusive) and "find_ticket" in outcome.reason
+
+
+def test_effectful_tasks_refuse_a_key_argument() -> None:
+    from langgraph_effects import effectful
+
+    with pytest.raises(ConfigurationError, match=r"current_operation\(\)\.provider_key"):
+
+        @effectful(Effect(dedup_window=60, key_argument="idempotency_key"))
+        def send(idempotency_key: str = "") -> None:
+            """Never decorated."""

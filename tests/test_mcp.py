@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip install -e ".[mcp]"')
 
-from tests.helpers import run_python  # noqa: E402
-from tests.helpers.mcp_agent import SERVER, McpSpec, spec_json  # noqa: E402
+from tests.helpers import run_python
+from tests.helpers.mcp_agent import SERVER, McpSpec, spec_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 

@@ -5,14 +5,16 @@ dispatched (the rules live in :mod:`langgraph_effects.core.keys`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from langchain_core.tools import BaseTool
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from typing import TYPE_CHECKING, Any
 
 from .._runtime.context import maybe_current_operation
 from ..core.contract import Effect
 from ..core.keys import check_key_argument, with_key
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+    from langgraph.prebuilt.tool_node import ToolCallRequest
 
 
 def tool_arguments(tool: BaseTool) -> list[str]:
@@ -47,3 +49,14 @@ def keyed(request: ToolCallRequest, effect: Effect) -> ToolCallRequest:
     return request.override(
         tool_call={**request.tool_call, "args": with_key(effect, args, op.provider_key)}
     )
+
+
+def refuse_for_tasks(effect: Effect, task: str) -> None:
+    """``@effectful`` calls the function itself, with the caller's arguments: there is
+    no tool call to write a key into, so a ``key_argument`` there is refused."""
+    if effect.key_argument is not None:
+        raise ConfigurationError(
+            f"@effectful task {task!r}: Effect(key_argument={effect.key_argument!r}) applies to "
+            f"tool calls (EffectToolNode, EffectMiddleware), not to Functional API tasks. Inside "
+            f"the task, send current_operation().provider_key to the provider instead."
+        )

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
+from .._runtime.context import maybe_current_operation
 from ..core.contract import Inconclusive, Landed, Lookup, LookupOutcome, LookupRequest, NotLanded
 from ..errors import MissingExtraError
-from .._runtime.context import maybe_current_operation
 
 try:
     from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
@@ -111,7 +111,7 @@ async def call_tool(
         await session.initialize()
         try:
             result = await session.call_tool(name, dict(args), meta=dict(meta) if meta else None)
-        except Exception as error:  # noqa: BLE001 - re-raised below, outside the session
+        except Exception as error:
             raised = error
     # Raised outside the session's context: its teardown may swallow an exception
     # raised inside (the adapter works around the same SDK behaviour).
@@ -151,7 +151,7 @@ def mcp_lookup(
     async def lookup(request: LookupRequest) -> LookupOutcome:
         try:
             result = await call_tool(connection, tool, {argument: request.provider_key})
-        except Exception as error:  # noqa: BLE001 - any failure leaves the question open
+        except Exception as error:
             return Inconclusive(f"MCP lookup {tool!r} failed: {type(error).__name__}: {error}")
         if result.isError:
             text = " ".join(getattr(block, "text", "") for block in result.content)
