@@ -137,21 +137,32 @@ def _key_from_request(ctx: Context[Any, Any, Any]) -> tuple[str | None, str]:
     return None, "none"
 
 
-def build_server(db_path: str, *, host: str = "127.0.0.1", port: int = 8000) -> FastMCP:
-    """The ticketing server over the records in ``db_path``."""
+def build_server(
+    db_path: str, *, host: str = "127.0.0.1", port: int = 8000, drop_once: str | None = None
+) -> FastMCP:
+    """The ticketing server over the records in ``db_path``. With ``drop_once`` (a file
+    path), the first ticket call that finds no such file creates it and the process
+    exits after applying the call, before answering (the lost-response fault)."""
     tickets = Tickets(db_path)
     server = FastMCP("tickets", host=host, port=port, log_level="WARNING")
 
     @server.tool()
     def create_ticket(title: str, idempotency_key: str) -> dict[str, Any]:
         """Open a support ticket. Calls repeating an ``idempotency_key`` open nothing new."""
-        return tickets.create(title, idempotency_key, tool="create_ticket", via="argument")
+        return _dropping(tickets.create(title, idempotency_key, tool="create_ticket", via="argument"))
 
     @server.tool()
     def open_ticket(title: str, ctx: Context[Any, Any, Any]) -> dict[str, Any]:
         """Open a support ticket (deduplicated on the request's idempotency key, if any)."""
         key, via = _key_from_request(ctx)
-        return tickets.create(title, key, tool="open_ticket", via=via)
+        return _dropping(tickets.create(title, key, tool="open_ticket", via=via))
+
+    def _dropping(answer: dict[str, Any]) -> dict[str, Any]:
+        # A lost response: the ticket is committed, then the server dies before answering.
+        if drop_once is not None and not os.path.exists(drop_once):
+            open(drop_once, "w").close()
+            os._exit(1)
+        return answer
 
     @server.tool()
     def find_ticket(idempotency_key: str) -> dict[str, Any]:
@@ -171,8 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", default=os.environ.get("TICKETS_DB", "tickets.sqlite"))
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--drop-once", metavar="FILE", help="lose the first ticket call's answer (a test fault)")
     args = parser.parse_args(argv)
-    server = build_server(args.db, host=args.host, port=args.http or 8000)
+    server = build_server(args.db, host=args.host, port=args.http or 8000, drop_once=args.drop_once)
     server.run(transport="streamable-http" if args.http else "stdio")
 
 

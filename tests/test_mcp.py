@@ -132,3 +132,19 @@ def test_a_call_carries_the_key_and_is_answered(tmp_path: Path) -> None:
     [key] = ledger_keys(spec)
     # The model's own "from-the-model" never reached the server: the operation's key did.
     assert server_rows(spec, "SELECT idempotency_key FROM tickets") == [(key,)]
+
+
+@pytest.mark.parametrize("route", ["argument", "meta", "lookup"])
+def test_stdio_response_lost_on_a_live_worker(tmp_path: Path, route: str) -> None:
+    """The server applies the call and dies before answering; the worker, alive, settles
+    the call in the same run: one ticket, never a second one."""
+    spec = replace(stdio_spec(tmp_path, route), drop_once=True)
+    out = run_worker(spec)
+    assert Path(spec.tickets + ".dropped").exists(), "the fault did not fire"
+    assert out["interrupts"] == []
+    [message] = out["messages"]
+    assert message["artifact"]["state"] == "confirmed"
+    [key] = ledger_keys(spec)
+    assert server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key) FROM tickets") == [(1, key)]
+    sends = server_rows(spec, "SELECT idempotency_key FROM requests")
+    assert sends == ([(key,)] if route == "lookup" else [(key,), (key,)])

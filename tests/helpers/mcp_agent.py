@@ -2,7 +2,8 @@
 tools come from the example MCP server (``examples/mcp_server.py``) through
 ``MultiServerMCPClient``. Prints the thread's tool messages and pending interrupts as
 one JSON line. With ``crash`` it SIGKILLs itself after the server answered a call and
-before the outcome is recorded (the server applied it; the client never kept the answer).
+before the outcome is recorded (the server applied it; the client never kept the answer);
+with ``drop_once`` the server applies the first ticket call and dies before answering.
 
 Routes (``route``):
 * ``argument``: ``create_ticket`` with ``Effect(key_argument="idempotency_key")``;
@@ -51,6 +52,9 @@ class McpSpec:
     url: str | None = None
     """Streamable HTTP endpoint of a running server; ``None``: spawn it over stdio."""
     crash: bool = False
+    drop_once: bool = False
+    """Start the server with ``--drop-once``: its first ticket call is applied, then the
+    server dies before answering (a lost response on a live worker; stdio only)."""
     resume: bool = False
     answer: dict[str, Any] = field(default_factory=dict)
 
@@ -58,7 +62,10 @@ class McpSpec:
 def connection(spec: McpSpec) -> dict[str, Any]:
     if spec.url is not None:
         return {"transport": "streamable_http", "url": spec.url}
-    return {"transport": "stdio", "command": sys.executable, "args": [SERVER, "--db", spec.tickets]}
+    args = [SERVER, "--db", spec.tickets]
+    if spec.drop_once:
+        args += ["--drop-once", spec.tickets + ".dropped"]
+    return {"transport": "stdio", "command": sys.executable, "args": args}
 
 
 def effects(spec: McpSpec, conn: Any) -> dict[str, Effect]:
