@@ -182,7 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", default=os.environ.get("TICKETS_DB", "tickets.sqlite"))
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--drop-once", metavar="FILE", help="lose the first ticket call's answer (a test fault)")
+    parser.add_argument(
+        "--drop-once", metavar="FILE", help="lose the first ticket call's answer (a test fault)"
+    )
     args = parser.parse_args(argv)
     server = build_server(args.db, host=args.host, port=args.http or 8000, drop_once=args.drop_once)
     server.run(transport="streamable-http" if args.http else "stdio")
