@@ -20,8 +20,9 @@ import pytest
 
 pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip install -e ".[mcp]"')
 
+from langgraph_effects._runtime import faults as _faults
 from tests.helpers import run_python
-from tests.helpers.mcp_agent import SERVER, McpSpec, spec_json
+from tests.helpers.mcp_agent import SERVER, McpSpec, connection, spec_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
@@ -148,3 +149,39 @@ def test_stdio_response_lost_on_a_live_worker(tmp_path: Path, route: str) -> Non
     assert server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key) FROM tickets") == [(1, key)]
     sends = server_rows(spec, "SELECT idempotency_key FROM requests")
     assert sends == ([(key,)] if route == "lookup" else [(key,), (key,)])
+
+
+async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_path: Path) -> None:
+    """EffectToolNode over the adapter's tools, in this process: the outcome of an
+    applied call is lost (the run fails before recording it), the node runs again on
+    the same checkpoint, and the server's records hold one ticket under one key."""
+    from langchain_core.messages import HumanMessage
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    from langgraph_effects import Effect, EffectKeyInterceptor, EffectSqliteSaver
+    from tests.test_hardening import call, one_call_graph
+    from tests.test_key_argument import LostOutcome, lose_first_outcome
+
+    spec = stdio_spec(tmp_path, "argument")
+    conns: Any = {"tickets": connection(spec)}
+    tools = await MultiServerMCPClient(conns, tool_interceptors=[EffectKeyInterceptor(conns)]).get_tools()
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        graph = one_call_graph(
+            tools,
+            {"create_ticket": Effect(dedup_window=3600, key_argument="idempotency_key")},
+            saver,
+            [call("create_ticket", title="T", idempotency_key="from-the-model")],
+        )
+        lose_first_outcome()
+        try:
+            with pytest.raises(LostOutcome):
+                await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+        finally:
+            _faults.clear()
+        assert server_rows(spec, "SELECT COUNT(*) FROM tickets") == [(1,)]
+        await graph.ainvoke(None, config)
+    [key] = ledger_keys(spec)
+    assert server_rows(spec, "SELECT idempotency_key, via FROM tickets") == [(key, "argument")]
+    assert server_rows(spec, "SELECT idempotency_key FROM requests") == [(key,), (key,)]
