@@ -50,6 +50,10 @@ class EffectKeyInterceptor:
         meta_key: the ``_meta`` entry's name.
         header: on HTTP transports, also send the key in this header (``None``: no header).
 
+    With ``meta`` the adapter's own handler is not called for calls under an operation,
+    so the client's ``callbacks`` (progress, logging, elicitation) do not see them; use
+    ``meta=False`` (header and argument routes only) where those matter.
+
     A call outside an operation (a read-only tool, a plain ``ToolNode``) passes through
     unchanged. So does a call to a server missing from ``connections``: its key then
     goes only where ``Effect(key_argument=...)`` puts it.
