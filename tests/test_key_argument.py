@@ -176,3 +176,28 @@ def test_effectful_tasks_refuse_a_key_argument() -> None:
         @effectful(Effect(dedup_window=60, key_argument="idempotency_key"))
         def send(idempotency_key: str = "") -> None:
             """Never decorated."""
+
+
+def test_what_the_model_puts_in_the_key_argument_does_not_change_the_operation() -> None:
+    """A model that re-plans a call may invent another value for the parameter each time:
+    the same call must still bind to the same operation (the runtime overwrites it)."""
+    from langgraph_effects._runtime.actions import Settings
+    from langgraph_effects._runtime.binding import Coordinates, identify
+    from langgraph_effects._runtime.reconcile import Scope
+
+    def op_of(effect: Effect, **args: Any) -> tuple[str, str, str]:
+        at = Coordinates(
+            settings=Settings.build({"create_ticket": effect}, hash_key=None, lease_seconds=30),
+            scope=Scope(tenant="", policy_version=None),
+            thread_id="t1",
+            namespace="",
+            config={},
+        )
+        return identify({"name": "create_ticket", "args": args, "id": "c1"}, at=at, turn="t:1")
+
+    keyed = Effect(dedup_window=60, key_argument="idempotency_key")
+    assert op_of(keyed, title="T", idempotency_key="a") == op_of(keyed, title="T", idempotency_key="b")
+    assert op_of(keyed, title="T", idempotency_key="a") == op_of(keyed, title="T")
+    assert op_of(keyed, title="T")[0] != op_of(keyed, title="U")[0]
+    plain = Effect(dedup_window=60)  # without key_argument every argument counts
+    assert op_of(plain, title="T", idempotency_key="a") != op_of(plain, title="T", idempotency_key="b")
