@@ -99,7 +99,7 @@ def test_stdio_kill_after_the_server_applied_then_resume(tmp_path: Path, route: 
     check_one_ticket(stdio_spec(tmp_path, route), route)
 
 
-@pytest.mark.parametrize("route", ["header", "meta", "argument"])
+@pytest.mark.parametrize("route", ["header", "meta", "argument", "lookup"])
 def test_http_kill_after_the_server_applied_then_resume(
     tmp_path: Path, http_server: tuple[str, str], route: str
 ) -> None:
