@@ -13,7 +13,8 @@ import EffectToolNode`` loads what that name needs and nothing else. The pure
 core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
 import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
 need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
-``EffectKeyInterceptor`` / ``mcp_lookup`` need langchain-mcp-adapters (the ``mcp`` extra).
+the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``) need
+langchain-mcp-adapters (the ``mcp`` extra).
 """
 
 import importlib as _importlib
@@ -23,7 +24,7 @@ from ._runtime import processes as _processes
 
 if _typing.TYPE_CHECKING:
     from ._integrations.functional import effectful
-    from ._integrations.mcp import EffectKeyInterceptor, mcp_lookup
+    from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
@@ -146,6 +147,7 @@ __all__ = [
     "attach_ledger",
     "current_operation",
     "effectful",
+    "hide_key_arguments",
     "ledger_of",
     "maybe_current_operation",
     "mcp_lookup",
@@ -211,6 +213,7 @@ _EXPORTS: dict[str, str] = {
     "attach_ledger": "checkpoint",
     "current_operation": "_runtime.context",
     "effectful": "_integrations.functional",
+    "hide_key_arguments": "_integrations.mcp",
     "ledger_of": "checkpoint",
     "maybe_current_operation": "_runtime.context",
     "mcp_lookup": "_integrations.mcp",

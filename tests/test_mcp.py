@@ -158,22 +158,23 @@ async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_pa
     from langchain_core.messages import HumanMessage
     from langchain_mcp_adapters.client import MultiServerMCPClient
 
-    from langgraph_effects import Effect, EffectKeyInterceptor, EffectSqliteSaver
+    from langgraph_effects import Effect, EffectKeyInterceptor, EffectSqliteSaver, hide_key_arguments
     from tests.test_hardening import call, one_call_graph
     from tests.test_key_argument import LostOutcome, lose_first_outcome
 
     spec = stdio_spec(tmp_path, "argument")
     conns: Any = {"tickets": connection(spec)}
-    tools = await MultiServerMCPClient(conns, tool_interceptors=[EffectKeyInterceptor(conns)]).get_tools()
+    effects = {"create_ticket": Effect(dedup_window=3600, key_argument="idempotency_key")}
+    client = MultiServerMCPClient(conns, tool_interceptors=[EffectKeyInterceptor(conns)])
+    tools = hide_key_arguments(await client.get_tools(), effects)
+    # What the model reads no longer asks for a key; the server's schema still requires one.
+    [shown] = [t for t in tools if t.name == "create_ticket"]
+    assert "idempotency_key" not in shown.tool_call_schema["properties"]  # type: ignore[index]
+    assert "idempotency_key" not in shown.tool_call_schema["required"]  # type: ignore[index]
     config: Any = {"configurable": {"thread_id": "t1"}}
     async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
-        graph = one_call_graph(
-            tools,
-            {"create_ticket": Effect(dedup_window=3600, key_argument="idempotency_key")},
-            saver,
-            [call("create_ticket", title="T", idempotency_key="from-the-model")],
-        )
+        graph = one_call_graph(tools, effects, saver, [call("create_ticket", title="T")])
         lose_first_outcome()
         try:
             with pytest.raises(LostOutcome):

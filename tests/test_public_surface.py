@@ -74,6 +74,7 @@ PUBLIC = [
     "attach_ledger",
     "current_operation",
     "effectful",
+    "hide_key_arguments",
     "ledger_of",
     "maybe_current_operation",
     "mcp_lookup",

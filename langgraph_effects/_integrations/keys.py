@@ -17,11 +17,17 @@ if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
 
+HIDDEN = "langgraph_effects.key_argument"
+"""Tool metadata naming a key argument removed from the schema the model sees
+(see :func:`langgraph_effects.hide_key_arguments`)."""
+
+
 def tool_arguments(tool: BaseTool) -> list[str]:
     """The arguments the key may go into: the tool's model-visible input schema.
     ``InjectedToolArg`` parameters are not among them: ``ToolNode`` strips them from
     every tool call before running the tool, so a key written there would be lost."""
-    return list(tool.args)
+    hidden = (tool.metadata or {}).get(HIDDEN)
+    return [*tool.args, *([hidden] if isinstance(hidden, str) else [])]
 
 
 def check_tools(tools: Mapping[str, BaseTool], effects: Mapping[str, Effect]) -> None:

@@ -14,12 +14,15 @@ with contracts per tool name. What this module adds is the key's way to the serv
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
+from langchain_core.tools import BaseTool
+
 from .._runtime.context import maybe_current_operation
-from ..core.contract import Inconclusive, Landed, Lookup, LookupOutcome, LookupRequest, NotLanded
+from ..core.contract import Effect, Inconclusive, Landed, Lookup, LookupOutcome, LookupRequest, NotLanded
 from ..errors import MissingExtraError
+from . import keys
 
 try:
     from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
@@ -126,6 +129,32 @@ async def call_tool(
     return result
 
 
+def hide_key_arguments(tools: Sequence[BaseTool], effects: Mapping[str, Effect]) -> list[BaseTool]:
+    """The tools with each contract's ``key_argument`` removed from what the model sees.
+
+    An MCP tool's input schema may require an idempotency-key parameter; shown to the
+    model, it invites the model to invent values. The runtime fills it on every send
+    (``Effect(key_argument=...)``), so the model need not see it. Applies to tools whose
+    schema is a JSON schema (as MCP tools' are); other tools are returned unchanged::
+
+        tools = hide_key_arguments(await client.get_tools(), effects)
+    """
+    shown: list[BaseTool] = []
+    for tool in tools:
+        name = effects[tool.name].key_argument if tool.name in effects else None
+        schema = tool.args_schema
+        if name is None or not isinstance(schema, Mapping) or name not in (schema.get("properties") or {}):
+            shown.append(tool)
+            continue
+        trimmed = dict(schema)
+        trimmed["properties"] = {k: v for k, v in schema["properties"].items() if k != name}
+        if "required" in schema:
+            trimmed["required"] = [r for r in schema["required"] if r != name]
+        metadata = {**(tool.metadata or {}), keys.HIDDEN: name}
+        shown.append(tool.model_copy(update={"args_schema": trimmed, "metadata": metadata}))
+    return shown
+
+
 def _found_field(result: CallToolResult) -> LookupOutcome:
     data = result.structuredContent
     if isinstance(data, Mapping) and isinstance(data.get("found"), bool):
@@ -165,4 +194,4 @@ def mcp_lookup(
     return lookup
 
 
-__all__ = ["HEADER", "META_KEY", "EffectKeyInterceptor", "call_tool", "mcp_lookup"]
+__all__ = ["HEADER", "META_KEY", "EffectKeyInterceptor", "call_tool", "hide_key_arguments", "mcp_lookup"]
