@@ -12,7 +12,9 @@ no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
 import EffectToolNode`` loads what that name needs and nothing else. The pure
 core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
 import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
-need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain.
+need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
+the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``) need
+langchain-mcp-adapters (the ``mcp`` extra).
 """
 
 import importlib as _importlib
@@ -22,6 +24,7 @@ from ._runtime import processes as _processes
 
 if _typing.TYPE_CHECKING:
     from ._integrations.functional import effectful
+    from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
@@ -98,6 +101,7 @@ __all__ = [
     "DefiniteFailure",
     "DurabilityError",
     "Effect",
+    "EffectKeyInterceptor",
     "EffectMiddleware",
     "EffectPostgresSaver",
     "EffectSqliteSaver",
@@ -143,8 +147,10 @@ __all__ = [
     "attach_ledger",
     "current_operation",
     "effectful",
+    "hide_key_arguments",
     "ledger_of",
     "maybe_current_operation",
+    "mcp_lookup",
     "recover",
     "recover_sync",
     "resume_command",
@@ -161,6 +167,7 @@ _EXPORTS: dict[str, str] = {
     "DefiniteFailure": "errors",
     "DurabilityError": "errors",
     "Effect": "core.contract",
+    "EffectKeyInterceptor": "_integrations.mcp",
     "EffectMiddleware": "_integrations.middleware",
     "EffectPostgresSaver": "checkpoint.postgres",
     "EffectSqliteSaver": "checkpoint.sqlite",
@@ -206,8 +213,10 @@ _EXPORTS: dict[str, str] = {
     "attach_ledger": "checkpoint",
     "current_operation": "_runtime.context",
     "effectful": "_integrations.functional",
+    "hide_key_arguments": "_integrations.mcp",
     "ledger_of": "checkpoint",
     "maybe_current_operation": "_runtime.context",
+    "mcp_lookup": "_integrations.mcp",
     "recover": "recovery",
     "recover_sync": "recovery.sync",
     "resume_command": "_runtime.review",

@@ -52,6 +52,7 @@ from ..core.callorder import Crossing, Placed
 from ..core.contract import Effect
 from ..errors import ConfigurationError, NoLedgerError, NondeterminismError
 from ..ledger.base import Ledger
+from . import keys
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -217,6 +218,7 @@ def effectful(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         tool = name or fn.__name__
+        keys.refuse_for_tasks(contract, tool)
         # No message history, so no re-planning: a call is what it is within its turn.
         settings = Settings.build(
             {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False

@@ -66,6 +66,7 @@ from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
+from . import keys
 
 ToolResult = ToolMessage | Command[Any]
 _Hook = TypeVar("_Hook", bound=Callable[..., Any])
@@ -289,6 +290,7 @@ class EffectMiddleware(AgentMiddleware):
             return refusal(request.tool_call)
         if not tracked:
             return handler(request)
+        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
         refuse_async_only_tool(request.tool, "EffectMiddleware")
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, asking, sync=True))
@@ -312,6 +314,7 @@ class EffectMiddleware(AgentMiddleware):
             return _ready(refusal(request.tool_call))
         if not tracked:
             return handler(request)
+        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
         return self._tracked_tool_call(request, handler, asking)
 
     async def _tracked_tool_call(

@@ -55,6 +55,7 @@ from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger
+from . import keys
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "langgraph_effects_session", default=None
@@ -144,6 +145,7 @@ class EffectToolNode(ToolNode):
             effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
         )
         self.effects = dict(self._settings.effects)
+        keys.check_tools(self.tools_by_name, self.effects)
         self.ledger = ledger
 
     # -- node level ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any, cast
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from .. import _private
-from ..core import identity
+from ..core import identity, keys
 from ..core.operation import Operation
 from ..ledger.base import Ledger
 from . import messages
@@ -178,7 +178,10 @@ async def find_answers(
         (index, call) for index, call in dangling if not settings.effect_for(call["name"]).read_only_tool
     ]
     hashes = {
-        id(call): identity.args_hash(dict(call.get("args") or {}), key=settings.hash_key)
+        id(call): identity.args_hash(
+            keys.identifying_args(settings.effect_for(call["name"]), call.get("args") or {}),
+            key=settings.hash_key,
+        )
         for _, call in effectful
     }
     candidates = (

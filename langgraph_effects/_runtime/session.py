@@ -46,6 +46,7 @@ from pydantic import BaseModel, ValidationError
 
 from .. import _private
 from ..core import identity
+from ..core.keys import with_key
 from ..core.operation import Operation, Owner
 from ..errors import DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
@@ -543,8 +544,14 @@ def args_valid(tool: BaseTool | None, args: Any) -> bool:
 
 
 def approved_request(request: ToolCallRequest, session: Session) -> ToolCallRequest:
-    """The request with an approver's edited arguments, if they edited them."""
-    edited = session.edited_args(str(request.tool_call["id"]))
-    if edited is None:
+    """The request to send: an approver's edited arguments, if they edited them, and the
+    running operation's provider key in the contract's ``key_argument``, if it names one."""
+    call_id = str(request.tool_call["id"])
+    edited = session.edited_args(call_id)
+    if edited is not None:
+        request = request.override(tool_call={**request.tool_call, "args": edited})
+    effect, op = session._calls[call_id].effect, CURRENT_OPERATION.get()
+    if effect.key_argument is None or op is None:
         return request
-    return request.override(tool_call={**request.tool_call, "args": edited})
+    args = with_key(effect, request.tool_call.get("args") or {}, op.provider_key)
+    return request.override(tool_call={**request.tool_call, "args": args})

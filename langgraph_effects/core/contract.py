@@ -103,6 +103,12 @@ class Effect:
             arguments' hash, single use) before the first dispatch.
         max_attempts: the most sends (first dispatch included) reconciliation may
             make before asking an operator.
+        key_argument: the name of a tool argument that receives the operation's
+            provider key on every send (for example ``"idempotency_key"``, or an MCP
+            tool's idempotency parameter). The key replaces whatever the model put
+            there and is the same on every re-send and resume of the operation. The
+            tool's input schema must have that argument (checked when the node is
+            built, or on the middleware's first call of the tool).
         read_only_tool: see :meth:`read_only`.
     """
 
@@ -117,6 +123,7 @@ class Effect:
     secret_fields: Sequence[str] = ()
     approval: ApprovalMode = "never"
     max_attempts: int = 3
+    key_argument: str | None = None
     read_only_tool: bool = False
 
     def __post_init__(self) -> None:
@@ -130,6 +137,12 @@ class Effect:
             raise ValueError("lookup_attempts must be at least 1")
         if self.approval not in ("never", "always"):
             raise ValueError(f"approval must be 'never' or 'always', not {self.approval!r}")
+        if self.key_argument is not None and (
+            not isinstance(self.key_argument, str) or not self.key_argument
+        ):
+            raise ValueError(
+                f"key_argument must be a non-empty argument name, not {self.key_argument!r}"
+            )
         for exc in self.definite_errors:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise TypeError(f"definite_errors must be exception types, got {exc!r}")
