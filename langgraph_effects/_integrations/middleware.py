@@ -290,7 +290,9 @@ class EffectMiddleware(AgentMiddleware):
             return refusal(request.tool_call)
         if not tracked:
             return handler(request)
-        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
+        effect = self._settings.effect_for(request.tool_call["name"])
+        if effect.key_argument is not None:
+            keys.check_request(request, effect)
         refuse_async_only_tool(request.tool, "EffectMiddleware")
         call_id = str(request.tool_call["id"])
         session: Session = _portal.run(self._open(request, asking, sync=True))
@@ -314,7 +316,9 @@ class EffectMiddleware(AgentMiddleware):
             return _ready(refusal(request.tool_call))
         if not tracked:
             return handler(request)
-        keys.check_request(request, self._settings.effect_for(request.tool_call["name"]))
+        effect = self._settings.effect_for(request.tool_call["name"])
+        if effect.key_argument is not None:
+            keys.check_request(request, effect)
         return self._tracked_tool_call(request, handler, asking)
 
     async def _tracked_tool_call(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import identity, keys
+from ..core import identity
 from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, State
 from ..errors import ReviewError, TransitionError
 from .binding import CallRecord, Settings, bind_stored, by_id
@@ -193,7 +193,8 @@ class Asker:
                 f"the edited arguments do not fit {c.tool}'s schema ({bounded(problem, 600)}); "
                 "edit them again, or approve or reject the call as it is"
             )
-        digest = identity.args_hash(keys.identifying_args(c.effect, args), key=self.settings.hash_key)
+        identifying = identity.identifying_args(args, c.effect.key_argument)
+        digest = identity.args_hash(identifying, key=self.settings.hash_key)
         new_id = identity.edited_operation_id(c.op.op_id, digest)
         try:
             key = (

@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from .. import _private
-from ..core import identity, keys
+from ..core import identity
 from ..core.contract import BLIND, Effect
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
 from ..errors import (
@@ -331,7 +331,8 @@ def identify(
     """
     effect = at.settings.effect_for(str(tool_call["name"]))
     args = dict(tool_call.get("args") or {})
-    digest = identity.args_hash(keys.identifying_args(effect, args), key=at.settings.hash_key)
+    identifying = identity.identifying_args(args, effect.key_argument)
+    digest = identity.args_hash(identifying, key=at.settings.hash_key)
     if effect.key is not None:
         provider_key = str(effect.key(args, at.config))
         return (

@@ -19,7 +19,7 @@ from typing import Any, cast
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from .. import _private
-from ..core import identity, keys
+from ..core import identity
 from ..core.operation import Operation
 from ..ledger.base import Ledger
 from . import messages
@@ -179,7 +179,7 @@ async def find_answers(
     ]
     hashes = {
         id(call): identity.args_hash(
-            keys.identifying_args(settings.effect_for(call["name"]), call.get("args") or {}),
+            identity.identifying_args(call.get("args") or {}, settings.effect_for(call["name"]).key_argument),
             key=settings.hash_key,
         )
         for _, call in effectful

@@ -200,3 +200,16 @@ def logical_operation_id(*, tenant: str, provider_key: str) -> str:
 def default_provider_key(op_id: str) -> str:
     """The provider idempotency key when the tool declares none: opaque, per tenant."""
     return "lge_" + op_id.removeprefix("op_")
+
+
+def identifying_args(args: Mapping[str, Any], key_argument: str | None = None) -> dict[str, Any]:
+    """The arguments an operation's identity is derived from: all but ``key_argument``
+    (``Effect(key_argument=...)``), the argument the runtime writes the provider key into.
+
+    The runtime overwrites that argument on every send, so whatever the model put there
+    (a model seeing the parameter may invent a different value each time it re-plans)
+    must not make the same call look like a new operation.
+    """
+    if key_argument is None:
+        return dict(args)
+    return {name: value for name, value in args.items() if name != key_argument}

@@ -45,15 +45,3 @@ def with_key(effect: Effect, args: Mapping[str, Any], provider_key: str) -> dict
     if effect.key_argument is not None:
         sent[effect.key_argument] = provider_key
     return sent
-
-
-def identifying_args(effect: Effect, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments an operation's identity is derived from: without ``key_argument``.
-
-    The runtime overwrites that argument on every send, so whatever the model put there
-    (a model seeing the parameter may invent a different value each time it re-plans)
-    must not make the same call look like a new operation.
-    """
-    if effect.key_argument is None:
-        return dict(args)
-    return {name: value for name, value in args.items() if name != effect.key_argument}
