@@ -100,6 +100,7 @@ def test_one_cell_heavier_than_the_budget_still_runs() -> None:
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_timings_report_the_cpu_the_workers_used(tmp_path: Path) -> None:
     out = tmp_path / "lab.json"
     printed = io.StringIO()
