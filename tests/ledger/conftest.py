@@ -14,7 +14,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -25,6 +24,7 @@ from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger
+from langgraph_effects.testing.conformance import make_op as conformance_make_op
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -110,24 +110,9 @@ async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 @pytest.fixture
 def make_op() -> OpFactory:
-    """Build an :class:`Operation` with sensible defaults; every id is unique per call."""
-
-    def factory(**fields: Any) -> Operation:
-        suffix = uuid.uuid4().hex[:10]
-        values: dict[str, Any] = {
-            "op_id": f"op-{suffix}",
-            "thread_id": "thread-1",
-            "tool": "send_email",
-            "tool_call_id": f"call-{suffix}",
-            "args": {"to": "a@example.com", "n": 1},
-            "args_hash": "hash-1",
-            "provider_key": f"key-{suffix}",
-            "contract": "blind",
-        }
-        values.update(fields)
-        return Operation(**values)
-
-    return factory
+    """Build an :class:`Operation` with sensible defaults; every id is unique per call
+    (the conformance suite's own builder)."""
+    return conformance_make_op
 
 
 async def terminate(pid: int) -> None:
