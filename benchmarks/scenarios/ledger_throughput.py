@@ -299,15 +299,6 @@ def server_cpu() -> float | None:
     return ticks / _TICK if seen else None
 
 
-def postgres_problem(dsn: str) -> str | None:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as error:
-        return " ".join(f"{type(error).__name__}: {error}".split())
-    return None
-
-
 def prepare(backend: str, args: argparse.Namespace, workdir: Path) -> tuple[dict[str, str], str]:
     """Where the backend's ledger lives (set up, empty) and a line describing it."""
     target: dict[str, str] = {"backend": backend}

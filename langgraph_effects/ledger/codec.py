@@ -320,6 +320,9 @@ def audit_row(
 
 
 def audit_from_row(row: Mapping[str, Any]) -> AuditEntry:
+    """An :class:`AuditEntry` from one stored audit row (op_id, seq, at, actor,
+    from_state, to_state, event, version, evidence; text read back through
+    :func:`read_text`)."""
     return AuditEntry(
         op_id=read_text(row["op_id"]),
         seq=int(row["seq"]),
