@@ -19,13 +19,12 @@ from typing import Any
 import stats
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode
 
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from scenarios import section
-from scenarios.turn import EFFECTS, AgentState
+from scenarios.turn import EFFECTS, AgentState, tool_loop
 
 CONFIGURATIONS = ("node/sqlite/sync/fanout=1", "node/sqlite/sync/fanout=8")
 
@@ -61,13 +60,7 @@ def build(*, effect: bool, fanout: int, saver: Any) -> Any:
         return {"messages": [model.invoke(state["messages"])]}
 
     node = EffectToolNode([send], effects=EFFECTS) if effect else ToolNode([send])
-    builder = StateGraph(AgentState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(agent, node, saver)
 
 
 _threads = itertools.count()

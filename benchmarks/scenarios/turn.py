@@ -138,6 +138,11 @@ def build_graph(
         return {"messages": [await model.ainvoke(state["messages"])]}
 
     node = EffectToolNode(tools, effects=EFFECTS, ledger=ledger) if effect else ToolNode(tools)
+    return tool_loop(agent, node, saver)
+
+
+def tool_loop(agent: Any, node: Any, saver: Any) -> Any:
+    """The StateGraph agent loop: ``agent``, then ``node`` while the model calls tools."""
     builder = StateGraph(AgentState)
     builder.add_node("agent", agent)
     builder.add_node("tools", node)
