@@ -381,7 +381,8 @@ def test_resumer_on_the_same_host_does_not_wait_out_a_dead_workers_lease(
     pg_schema: str, tmp_path: Path
 ) -> None:
     # The contrast: same host name, so B sees that A's pid is gone and recovers at once,
-    # long before a 60 s lease would have run out.
+    # long before a 600 s lease would have run out (the lease is long so that a loaded
+    # machine's slow process start cannot be mistaken for waiting it out).
     dsn = schema_dsn(pg_schema)
     asyncio.run(_setup(dsn))
     provider_path = tmp_path / "provider.sqlite"
@@ -392,7 +393,7 @@ def test_resumer_on_the_same_host_does_not_wait_out_a_dead_workers_lease(
         contract="dedup",
         calls=1,
         threads=["t-local"],
-        lease_seconds=60.0,
+        lease_seconds=600.0,
     )
     _kill_on_host_a(spec)
     [op], _, _ = ledger_view(dsn)
@@ -400,7 +401,7 @@ def test_resumer_on_the_same_host_does_not_wait_out_a_dead_workers_lease(
     resumed = run_once(["run", spec_json(replace(spec, resume=True))], host="host-a")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     out = last_json(resumed.stdout)
-    assert out["finished"] < op.lease_expires_at - 30
+    assert out["finished"] < op.lease_expires_at - 300
     assert out["waits"] == 0
     [op], unresolved, audits = ledger_view(dsn)
     assert unresolved == [] and op.state is State.CONFIRMED
