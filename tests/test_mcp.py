@@ -22,7 +22,8 @@ pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip i
 
 from langgraph_effects._runtime import faults as _faults
 from tests.helpers import run_python
-from tests.helpers.mcp_agent import SERVER, McpSpec, connection, spec_json
+from langgraph_effects.lab.mcpdrop import DroppingProxy
+from tests.helpers.mcp_agent import CALLS, SERVER, McpSpec, connection, spec_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
@@ -186,3 +187,56 @@ async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_pa
     [key] = ledger_keys(spec)
     assert server_rows(spec, "SELECT idempotency_key, via FROM tickets") == [(key, "argument")]
     assert server_rows(spec, "SELECT idempotency_key FROM requests") == [(key,), (key,)]
+
+
+@pytest.fixture
+def dropping(http_server: tuple[str, str]) -> Iterator[tuple[str, str, DroppingProxy]]:
+    """The HTTP server behind a loopback proxy that can lose one answer: (url, records, proxy)."""
+    url, tickets = http_server
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with DroppingProxy(port) as proxy:
+        yield f"http://127.0.0.1:{proxy.port}/mcp", tickets, proxy
+
+
+@pytest.mark.parametrize("route", ["header", "meta", "argument", "lookup"])
+def test_http_response_lost_on_a_live_worker(
+    tmp_path: Path, dropping: tuple[str, str, DroppingProxy], route: str
+) -> None:
+    """Streamable HTTP, no crash: the server applies the call, the proxy closes the
+    client's connection before any of the answer; the live worker settles the call in
+    the same run (dedup re-send under the same key, or lookup): one ticket."""
+    url, tickets, proxy = dropping
+    spec = McpSpec(db=str(tmp_path / "agent.sqlite"), tickets=tickets, route=route, url=url)
+    proxy.arm(CALLS[route][0])
+    out = run_worker(spec)
+    assert proxy.dropped == 1, "the fault did not fire"
+    assert out["interrupts"] == []
+    [message] = out["messages"]
+    assert message["artifact"]["state"] == "confirmed"
+    [key] = ledger_keys(spec)
+    via = {"argument": "argument", "meta": "meta", "lookup": "meta", "header": "header"}[route]
+    assert server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key), MIN(via) FROM tickets") == [(1, key, via)]
+    sends = server_rows(spec, "SELECT idempotency_key FROM requests")
+    assert sends == ([(key,)] if route == "lookup" else [(key,), (key,)])
+
+
+def test_http_response_lost_blind_tool_goes_to_review(
+    tmp_path: Path, dropping: tuple[str, str, DroppingProxy]
+) -> None:
+    """A blind MCP tool (no key route, no lookup) whose answer was lost on a live worker
+    goes to review (interrupt) and is never sent again."""
+    url, tickets, proxy = dropping
+    spec = McpSpec(db=str(tmp_path / "agent.sqlite"), tickets=tickets, route="blind", url=url)
+    proxy.arm("post_note")
+    out = run_worker(spec)
+    assert proxy.dropped == 1, "the fault did not fire"
+    [pending] = out["interrupts"]
+    [entry] = pending["value"]["operations"]
+    assert entry["tool"] == "post_note"
+    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+    out = run_worker(replace(spec, answer={entry["operation_id"]: {"type": "landed", "receipt": "N-1"}}))
+    assert out["interrupts"] == []
+    [message] = out["messages"]
+    assert message["artifact"]["state"] == "confirmed"
+    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+    assert server_rows(spec, "SELECT COUNT(*) FROM requests") == [(1,)]
