@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip install -e ".[mcp]"')
 
 from langgraph_effects._runtime import faults as _faults
-from tests.helpers import run_python
 from langgraph_effects.lab.mcpdrop import DroppingProxy
+from tests.helpers import run_python
 from tests.helpers.mcp_agent import CALLS, SERVER, McpSpec, connection, spec_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
@@ -215,7 +215,8 @@ def test_http_response_lost_on_a_live_worker(
     assert message["artifact"]["state"] == "confirmed"
     [key] = ledger_keys(spec)
     via = {"argument": "argument", "meta": "meta", "lookup": "meta", "header": "header"}[route]
-    assert server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key), MIN(via) FROM tickets") == [(1, key, via)]
+    tickets_rows = server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key), MIN(via) FROM tickets")
+    assert tickets_rows == [(1, key, via)]
     sends = server_rows(spec, "SELECT idempotency_key FROM requests")
     assert sends == ([(key,)] if route == "lookup" else [(key,), (key,)])
 

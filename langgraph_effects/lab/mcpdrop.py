@@ -20,6 +20,7 @@ can start it::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -126,10 +127,8 @@ class DroppingProxy:
                 await client_w.drain()
 
         async def quietly(pump: Callable[[], Awaitable[None]]) -> None:
-            try:
+            with contextlib.suppress(ConnectionError, OSError):  # a side went away: both close below
                 await pump()
-            except (ConnectionError, OSError):
-                pass  # either side went away: the other one is closed below
 
         tasks = [asyncio.ensure_future(quietly(upstream)), asyncio.ensure_future(quietly(downstream))]
         try:
