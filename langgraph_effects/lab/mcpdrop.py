@@ -138,4 +138,3 @@ class DroppingProxy:
                 task.cancel()
             for writer in (client_w, server_w):
                 writer.close()
-

@@ -86,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every row as JSON")
     parser.add_argument("--strategies", metavar="A,B", help="comma-separated strategy names (default: all)")
-    parser.add_argument("--crash-points", metavar="A,B", help="comma-separated crash points (default: all)")
+    parser.add_argument(
+        "--crash-points",
+        metavar="A,B",
+        help="comma-separated crash points (default: all but the opt-in ones, e.g. mcp-lost)",
+    )
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also run the MCP column (mcp-lost: an MCP server per cell; needs the mcp extra)",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -171,6 +180,15 @@ def plan_cells(
     ]
 
 
+def _require_mcp() -> None:
+    try:
+        import langchain_mcp_adapters  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as missing:
+        extra = 'pip install "langgraph-effects[mcp]"'
+        raise _Usage(f"the MCP column needs the mcp extra ({extra}): {missing}") from None
+
+
 def _runs(strategy: Strategy, provider: str, point: CrashPoint) -> bool:
     return not strategy.ours or point.providers is None or provider in point.providers
 
@@ -205,6 +223,12 @@ def _main(args: argparse.Namespace) -> int:
         return _soak(args, out, available)
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
+    if args.crash_points is None:
+        points = [p for p in points if not CRASH_POINTS[p].opt_in]
+    if args.mcp:
+        points += [p for p in CRASH_POINTS if CRASH_POINTS[p].mcp_lost and p not in points]
+    if any(CRASH_POINTS[p].mcp_lost for p in points):
+        _require_mcp()
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
     settings = ProviderSettings(lag=args.lag)
     cells = plan_cells(
