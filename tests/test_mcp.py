@@ -241,3 +241,34 @@ def test_http_response_lost_blind_tool_goes_to_review(
     assert message["artifact"]["state"] == "confirmed"
     assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
     assert server_rows(spec, "SELECT COUNT(*) FROM requests") == [(1,)]
+
+
+@pytest.mark.parametrize(("factory", "effects"), [("plain", 2), ("safe", 1)])
+async def test_crashtest_mcp_lost(
+    tmp_path: Path, http_server: tuple[str, str], monkeypatch: pytest.MonkeyPatch, factory: str, effects: int
+) -> None:
+    """``crashtest`` point ``mcp-lost``: the server applies the call, the agent gets the
+    SDK's "connection closed" instead. A plain agent re-sends on resume (2 tickets);
+    under EffectMiddleware the re-send carries the same key and the server opens
+    nothing new (1 ticket)."""
+    from langgraph_effects.crashtest import crashtest
+
+    url, tickets = http_server
+    monkeypatch.setenv("MCP_URL", url)
+    monkeypatch.setenv("TICKETS_DB", tickets)
+    agent = "tests.helpers.mcp_crashtest_agent"
+    report = await crashtest(
+        f"{agent}:{factory}", f"{agent}:probe", points=["mcp-lost"], workdir=tmp_path / "w"
+    )
+    assert report.expected == 1
+    [run] = report.runs
+    assert (run.point, run.tool, run.fault_reached, run.kills) == ("mcp-lost", "open_ticket", True, 0)
+    assert run.effects == effects and run.finished
+    if factory == "safe":
+        assert run.errors == []  # settled in the same run: dedup re-send under the same key
+    else:
+        assert run.errors and "Connection closed" in run.errors[0]  # the agent raised, the resume re-sent
+    # The probe's counts are the server's records: the control run's ticket and this run's.
+    assert server_rows(McpSpec(db="", tickets=tickets, route=""), "SELECT COUNT(*) FROM tickets") == [
+        (1 + effects,)
+    ]
