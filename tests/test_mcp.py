@@ -272,3 +272,33 @@ async def test_crashtest_mcp_lost(
     assert server_rows(McpSpec(db="", tickets=tickets, route=""), "SELECT COUNT(*) FROM tickets") == [
         (1 + effects,)
     ]
+
+
+def test_mcp_tools_lists_hints_and_suggests_never_declares(tmp_path: Path) -> None:
+    """``langgraph-effects mcp-tools``: each tool with its annotations and a suggested
+    contract; with ``--effects`` the declared ones beside them; ``--require`` refuses
+    (exit 2) while a tool has none."""
+    import json
+
+    from tests.helpers import run_console
+
+    stdio = f"{sys.executable} {SERVER} --db {tmp_path / 'tickets.sqlite'}"
+    done = run_console("mcp-tools", "--stdio", stdio, "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["tool"]: row for row in json.loads(done.stdout)["tools"]}
+    assert set(rows) == {"create_ticket", "open_ticket", "find_ticket", "post_note"}
+    assert rows["find_ticket"]["hints"] == {"readOnlyHint": True}
+    assert rows["find_ticket"]["suggested"] == "Effect.read_only()"
+    assert 'key_argument="idempotency_key"' in rows["create_ticket"]["suggested"]
+    assert rows["open_ticket"]["suggested"] == 'Effect(lookup=mcp_lookup(connection, "find_ticket"))'
+    assert rows["post_note"]["suggested"] is None
+
+    effects = "tests.helpers.mcp_crashtest_agent:DECLARED"
+    done = run_console("mcp-tools", "--stdio", stdio, "--effects", effects, "--json", "--require")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert "2 tool(s) without a declared contract: open_ticket, post_note" in error["message"]
+
+    done = run_console("mcp-tools", "--stdio", stdio, "--effects", effects)
+    assert done.returncode == 0, done.stderr
+    assert "(none: blind)" in done.stdout and "never applied" in done.stderr

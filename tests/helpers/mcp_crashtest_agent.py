@@ -58,3 +58,10 @@ def probe(thread_id: str) -> int:
     with sqlite3.connect(os.environ["TICKETS_DB"]) as db:
         [(count,)] = db.execute("SELECT COUNT(*) FROM tickets WHERE title LIKE ?", (f"{thread_id}: %",))
     return int(count)
+
+
+#: Contracts declared for two of the example server's four tools (``mcp-tools --effects``).
+DECLARED = {
+    "create_ticket": Effect(dedup_window=3600, key_argument="idempotency_key"),
+    "find_ticket": Effect.read_only(),
+}
