@@ -44,6 +44,7 @@ from langgraph.prebuilt import ToolNode
 
 from .._integrations.node import EffectToolNode
 from ..core.contract import Effect
+from .faults import CRASH_POINTS
 from .mcpdrop import DroppingProxy
 from .ours import answer_from_provider, audit_ledger, check_cell
 from .providers import EffectRecord, Provider, Withdrawn
@@ -173,6 +174,23 @@ async def build_ours(ctx: BuildContext) -> EffectToolNode:
     elif ctx.provider_mode == "lookup":
         effects[TOOL_NAME] = Effect(lookup=mcp_lookup(connection, LOOKUP_TOOL, argument="reference"))
     return EffectToolNode(tools, effects=effects, handle_tool_errors=True)
+
+
+def opt_in_points(points: list[str], *, named: bool, mcp: bool) -> tuple[list[str], str | None]:
+    """The lab's columns: the opt-in ones only when named (``--crash-points``) or, for this
+    column, with ``--mcp``; and why they cannot run (the ``mcp`` extra missing), if so."""
+    if not named:
+        points = [p for p in points if not CRASH_POINTS[p].opt_in]
+    if mcp and COLUMN not in points:
+        points = [*points, COLUMN]
+    if COLUMN not in points:
+        return points, None
+    try:
+        import langchain_mcp_adapters  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as missing:
+        return points, f'the MCP column needs the mcp extra (pip install "langgraph-effects[mcp]"): {missing}'
+    return points, None
 
 
 PLAIN_STRATEGY = register(

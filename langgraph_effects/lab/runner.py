@@ -47,6 +47,7 @@ from rich.text import Text
 
 from .faults import CRASH_POINTS, CrashPoint
 from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
+from .mcprow import opt_in_points
 from .providers import MODES
 from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
@@ -180,15 +181,6 @@ def plan_cells(
     ]
 
 
-def _require_mcp() -> None:
-    try:
-        import langchain_mcp_adapters  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ModuleNotFoundError as missing:
-        extra = 'pip install "langgraph-effects[mcp]"'
-        raise _Usage(f"the MCP column needs the mcp extra ({extra}): {missing}") from None
-
-
 def _runs(strategy: Strategy, provider: str, point: CrashPoint) -> bool:
     return not strategy.ours or point.providers is None or provider in point.providers
 
@@ -223,19 +215,16 @@ def _main(args: argparse.Namespace) -> int:
         return _soak(args, out, available)
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
-    if args.crash_points is None:
-        points = [p for p in points if not CRASH_POINTS[p].opt_in]
-    if args.mcp:
-        points += [p for p in CRASH_POINTS if CRASH_POINTS[p].mcp_lost and p not in points]
-    if any(CRASH_POINTS[p].mcp_lost for p in points):
-        _require_mcp()
+    points, problem = opt_in_points(points, named=args.crash_points is not None, mcp=args.mcp)
+    if problem:
+        raise _Usage(problem)
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
     settings = ProviderSettings(lag=args.lag)
     cells = plan_cells(
         chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
     )
     if not cells:
-        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points")
+        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points (mcp-lost: --mcp)")
 
     results, elapsed, rundir = _run_in_workdir(args, cells)
     cpu = cpu_seconds(forkserver_pid())
