@@ -11,6 +11,10 @@ Tools:
 * ``find_ticket(idempotency_key)``: the lookup by key (``{"found": false}`` when absent);
 * ``post_note(text)``: a blind effect: no key, no lookup, every call appends a note.
 
+Each tool carries MCP annotations (``readOnlyHint`` on ``find_ticket``,
+``idempotentHint`` on ``create_ticket``, ...): hints that ``langgraph-effects
+mcp-tools`` reads to suggest a contract, never a contract themselves.
+
 Every ticket and note is a row in the server's own SQLite file, committed before the
 answer is sent: what a test counts there is what happened, whatever the client saw.
 
@@ -31,6 +35,7 @@ import time
 from typing import Any
 
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import ToolAnnotations
 
 META_KEY = "io.langgraph-effects/idempotency-key"
 """The ``_meta`` entry this server reads a key from (the client's vendor key)."""
@@ -146,12 +151,12 @@ def build_server(
     tickets = Tickets(db_path)
     server = FastMCP("tickets", host=host, port=port, log_level="WARNING")
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(idempotentHint=True, destructiveHint=False))
     def create_ticket(title: str, idempotency_key: str) -> dict[str, Any]:
         """Open a support ticket. Calls repeating an ``idempotency_key`` open nothing new."""
         return _dropping(tickets.create(title, idempotency_key, tool="create_ticket", via="argument"))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(destructiveHint=False))
     def open_ticket(title: str, ctx: Context[Any, Any, Any]) -> dict[str, Any]:
         """Open a support ticket (deduplicated on the request's idempotency key, if any)."""
         key, via = _key_from_request(ctx)
@@ -164,12 +169,12 @@ def build_server(
             os._exit(1)
         return answer
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def find_ticket(idempotency_key: str) -> dict[str, Any]:
         """The ticket opened under ``idempotency_key``, or ``{"found": false}``."""
         return tickets.find(idempotency_key)
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(idempotentHint=False, destructiveHint=False))
     def post_note(text: str) -> dict[str, Any]:
         """Append a note to the support log (no key, no lookup: a blind effect)."""
         return tickets.note(text)

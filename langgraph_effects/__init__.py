@@ -13,7 +13,8 @@ import EffectToolNode`` loads what that name needs and nothing else. The pure
 core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
 import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
 need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
-the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``) need
+the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``,
+``require_contracts``) need
 langchain-mcp-adapters (the ``mcp`` extra).
 """
 
@@ -24,7 +25,7 @@ from ._runtime import processes as _processes
 
 if _typing.TYPE_CHECKING:
     from ._integrations.functional import effectful
-    from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup
+    from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup, require_contracts
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
@@ -153,6 +154,7 @@ __all__ = [
     "mcp_lookup",
     "recover",
     "recover_sync",
+    "require_contracts",
     "resume_command",
 ]
 
@@ -219,6 +221,7 @@ _EXPORTS: dict[str, str] = {
     "mcp_lookup": "_integrations.mcp",
     "recover": "recovery",
     "recover_sync": "recovery.sync",
+    "require_contracts": "_integrations.mcp",
     "resume_command": "_runtime.review",
 }
 

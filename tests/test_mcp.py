@@ -21,8 +21,9 @@ import pytest
 pytest.importorskip("langchain_mcp_adapters", reason='needs the mcp extra: pip install -e ".[mcp]"')
 
 from langgraph_effects._runtime import faults as _faults
+from langgraph_effects.lab.mcpdrop import DroppingProxy
 from tests.helpers import run_python
-from tests.helpers.mcp_agent import SERVER, McpSpec, connection, spec_json
+from tests.helpers.mcp_agent import CALLS, SERVER, McpSpec, connection, spec_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
@@ -186,3 +187,118 @@ async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_pa
     [key] = ledger_keys(spec)
     assert server_rows(spec, "SELECT idempotency_key, via FROM tickets") == [(key, "argument")]
     assert server_rows(spec, "SELECT idempotency_key FROM requests") == [(key,), (key,)]
+
+
+@pytest.fixture
+def dropping(http_server: tuple[str, str]) -> Iterator[tuple[str, str, DroppingProxy]]:
+    """The HTTP server behind a loopback proxy that can lose one answer: (url, records, proxy)."""
+    url, tickets = http_server
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with DroppingProxy(port) as proxy:
+        yield f"http://127.0.0.1:{proxy.port}/mcp", tickets, proxy
+
+
+@pytest.mark.parametrize("route", ["header", "meta", "argument", "lookup"])
+def test_http_response_lost_on_a_live_worker(
+    tmp_path: Path, dropping: tuple[str, str, DroppingProxy], route: str
+) -> None:
+    """Streamable HTTP, no crash: the server applies the call, the proxy closes the
+    client's connection before any of the answer; the live worker settles the call in
+    the same run (dedup re-send under the same key, or lookup): one ticket."""
+    url, tickets, proxy = dropping
+    spec = McpSpec(db=str(tmp_path / "agent.sqlite"), tickets=tickets, route=route, url=url)
+    proxy.arm(CALLS[route][0])
+    out = run_worker(spec)
+    assert proxy.dropped == 1, "the fault did not fire"
+    assert out["interrupts"] == []
+    [message] = out["messages"]
+    assert message["artifact"]["state"] == "confirmed"
+    [key] = ledger_keys(spec)
+    via = {"argument": "argument", "meta": "meta", "lookup": "meta", "header": "header"}[route]
+    tickets_rows = server_rows(spec, "SELECT COUNT(*), MIN(idempotency_key), MIN(via) FROM tickets")
+    assert tickets_rows == [(1, key, via)]
+    sends = server_rows(spec, "SELECT idempotency_key FROM requests")
+    assert sends == ([(key,)] if route == "lookup" else [(key,), (key,)])
+
+
+def test_http_response_lost_blind_tool_goes_to_review(
+    tmp_path: Path, dropping: tuple[str, str, DroppingProxy]
+) -> None:
+    """A blind MCP tool (no key route, no lookup) whose answer was lost on a live worker
+    goes to review (interrupt) and is never sent again."""
+    url, tickets, proxy = dropping
+    spec = McpSpec(db=str(tmp_path / "agent.sqlite"), tickets=tickets, route="blind", url=url)
+    proxy.arm("post_note")
+    out = run_worker(spec)
+    assert proxy.dropped == 1, "the fault did not fire"
+    [pending] = out["interrupts"]
+    [entry] = pending["value"]["operations"]
+    assert entry["tool"] == "post_note"
+    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+    out = run_worker(replace(spec, answer={entry["operation_id"]: {"type": "landed", "receipt": "N-1"}}))
+    assert out["interrupts"] == []
+    [message] = out["messages"]
+    assert message["artifact"]["state"] == "confirmed"
+    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+    assert server_rows(spec, "SELECT COUNT(*) FROM requests") == [(1,)]
+
+
+@pytest.mark.parametrize(("factory", "effects"), [("plain", 2), ("safe", 1)])
+async def test_crashtest_mcp_lost(
+    tmp_path: Path, http_server: tuple[str, str], monkeypatch: pytest.MonkeyPatch, factory: str, effects: int
+) -> None:
+    """``crashtest`` point ``mcp-lost``: the server applies the call, the agent gets the
+    SDK's "connection closed" instead. A plain agent re-sends on resume (2 tickets);
+    under EffectMiddleware the re-send carries the same key and the server opens
+    nothing new (1 ticket)."""
+    from langgraph_effects.crashtest import crashtest
+
+    url, tickets = http_server
+    monkeypatch.setenv("MCP_URL", url)
+    monkeypatch.setenv("TICKETS_DB", tickets)
+    agent = "tests.helpers.mcp_crashtest_agent"
+    report = await crashtest(
+        f"{agent}:{factory}", f"{agent}:probe", points=["mcp-lost"], workdir=tmp_path / "w"
+    )
+    assert report.expected == 1
+    [run] = report.runs
+    assert (run.point, run.tool, run.fault_reached, run.kills) == ("mcp-lost", "open_ticket", True, 0)
+    assert run.effects == effects and run.finished
+    if factory == "safe":
+        assert run.errors == []  # settled in the same run: dedup re-send under the same key
+    else:
+        assert run.errors and "Connection closed" in run.errors[0]  # the agent raised, the resume re-sent
+    # The probe's counts are the server's records: the control run's ticket and this run's.
+    assert server_rows(McpSpec(db="", tickets=tickets, route=""), "SELECT COUNT(*) FROM tickets") == [
+        (1 + effects,)
+    ]
+
+
+def test_mcp_tools_lists_hints_and_suggests_never_declares(tmp_path: Path) -> None:
+    """``langgraph-effects mcp-tools``: each tool with its annotations and a suggested
+    contract; with ``--effects`` the declared ones beside them; ``--require`` refuses
+    (exit 2) while a tool has none."""
+    import json
+
+    from tests.helpers import run_console
+
+    stdio = f"{sys.executable} {SERVER} --db {tmp_path / 'tickets.sqlite'}"
+    done = run_console("mcp-tools", "--stdio", stdio, "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["tool"]: row for row in json.loads(done.stdout)["tools"]}
+    assert set(rows) == {"create_ticket", "open_ticket", "find_ticket", "post_note"}
+    assert rows["find_ticket"]["hints"] == {"readOnlyHint": True}
+    assert rows["find_ticket"]["suggested"] == "Effect.read_only()"
+    assert 'key_argument="idempotency_key"' in rows["create_ticket"]["suggested"]
+    assert rows["open_ticket"]["suggested"] == 'Effect(lookup=mcp_lookup(connection, "find_ticket"))'
+    assert rows["post_note"]["suggested"] is None
+
+    effects = "tests.helpers.mcp_crashtest_agent:DECLARED"
+    done = run_console("mcp-tools", "--stdio", stdio, "--effects", effects, "--json", "--require")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert "2 tool(s) without a declared contract: open_ticket, post_note" in error["message"]
+
+    done = run_console("mcp-tools", "--stdio", stdio, "--effects", effects)
+    assert done.returncode == 0, done.stderr
+    assert "(none: blind)" in done.stdout and "never applied" in done.stderr

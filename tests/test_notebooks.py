@@ -41,12 +41,13 @@ def load_executor() -> Any:
     return module
 
 
-def test_there_are_four_notebooks() -> None:
+def test_there_are_five_notebooks() -> None:
     assert NAMES == [
         "01_quickstart.ipynb",
         "02_operator_review.ipynb",
         "03_crash_lab.ipynb",
         "04_crashtest.ipynb",
+        "05_mcp_agent.ipynb",
     ]
 
 

@@ -80,6 +80,7 @@ PUBLIC = [
     "mcp_lookup",
     "recover",
     "recover_sync",
+    "require_contracts",
     "resume_command",
 ]
 

@@ -21,7 +21,8 @@ from langchain_core.tools import BaseTool
 
 from .._runtime.context import maybe_current_operation
 from ..core.contract import Effect, Inconclusive, Landed, Lookup, LookupOutcome, LookupRequest, NotLanded
-from ..errors import MissingExtraError
+from ..core.hints import lookup_candidates, read_hints, suggest
+from ..errors import ConfigurationError, MissingExtraError
 from . import keys
 
 try:
@@ -155,6 +156,44 @@ def hide_key_arguments(tools: Sequence[BaseTool], effects: Mapping[str, Effect])
     return shown
 
 
+def require_contracts(tools: Sequence[BaseTool], effects: Mapping[str, Effect]) -> list[BaseTool]:
+    """The tools, once every one of them has a declared contract; else nothing is built.
+
+    A tool without a contract runs blind (sent once; after a lost answer, review),
+    whatever its MCP annotations say: hints are never read as a contract. Call this
+    where a server's new tool must not reach the model undeclared::
+
+        tools = require_contracts(await client.get_tools(), effects)
+
+    Raises:
+        ConfigurationError: naming each undeclared tool with its hints and the
+            contract ``langgraph-effects mcp-tools`` would suggest for it.
+    """
+    missing = [tool for tool in tools if tool.name not in effects]
+    if not missing:
+        return list(tools)
+    names = {tool.name: (read_hints(tool.metadata), _arguments(tool)) for tool in tools}
+    lookups = lookup_candidates(names)
+    lines = []
+    for tool in missing:
+        hints, arguments = names[tool.name]
+        found = suggest(tool.name, hints, arguments, lookups)
+        shown = ", ".join(f"{k}={v}" for k, v in hints.items()) or "no hints"
+        lines.append(f"  {tool.name} ({shown}): consider {found.contract or 'leaving it out'} ({found.why})")
+    raise ConfigurationError(
+        f"{len(missing)} tool(s) without a declared contract:\n" + "\n".join(lines) + "\n"
+        "Declare an Effect for each in effects= (Effect.read_only() for a tool that changes "
+        "nothing), or leave the tool out of tools=. Tool annotations are hints, never a contract."
+    )
+
+
+def _arguments(tool: BaseTool) -> list[str]:
+    schema = tool.args_schema
+    if isinstance(schema, Mapping):
+        return list((schema.get("properties") or {}).keys())
+    return list(tool.args)
+
+
 def _found_field(result: CallToolResult) -> LookupOutcome:
     data = result.structuredContent
     if isinstance(data, Mapping) and isinstance(data.get("found"), bool):
@@ -194,4 +233,12 @@ def mcp_lookup(
     return lookup
 
 
-__all__ = ["HEADER", "META_KEY", "EffectKeyInterceptor", "call_tool", "hide_key_arguments", "mcp_lookup"]
+__all__ = [
+    "HEADER",
+    "META_KEY",
+    "EffectKeyInterceptor",
+    "call_tool",
+    "hide_key_arguments",
+    "mcp_lookup",
+    "require_contracts",
+]

@@ -34,6 +34,7 @@ from .results import RunResult as RunResult
 from .worker import (
     CALLBACK_POINTS,
     ENGINE_POINTS,
+    MCP_LOST,
     Fault,
     Job,
     RunReport,
@@ -47,7 +48,7 @@ from .worker import (
 TWO_RUNNERS = "two-runners"
 RANDOM = "random"
 #: Every point ``points=`` / ``--points`` accepts, in matrix order.
-POINTS = (*CALLBACK_POINTS, *ENGINE_POINTS, TWO_RUNNERS)
+POINTS = (*CALLBACK_POINTS, *ENGINE_POINTS, MCP_LOST, TWO_RUNNERS)
 POINT_SUMMARIES = {
     "before-tool": "killed as the tool starts (on_tool_start)",
     "after-tool": "killed after the tool returned, before the graph recorded it (on_tool_end)",
@@ -55,6 +56,10 @@ POINT_SUMMARIES = {
     "after-intent": "EffectToolNode/EffectMiddleware: killed after the intent is durable, before the send",
     "before-outcome": (
         "EffectToolNode/EffectMiddleware: killed after the send, before the outcome is recorded"
+    ),
+    MCP_LOST: (
+        "an MCP tools/call: the server applied and answered it, the caller gets 'connection closed' "
+        "instead (no kill)"
     ),
     TWO_RUNNERS: "killed after the tool returned, then two processes resume the thread at once",
     RANDOM: "killed at a random moment of the run (--random N)",
@@ -416,6 +421,9 @@ def _plan(
                 index = call.index if call is not None else event.index
                 plans.append(_Plan(point, index, event.tool, Fault(point, event.index)))
             continue
+        if point == MCP_LOST:
+            _plan_mcp(plans, control, result, by_id)
+            continue
         if not control.calls:
             result.not_applicable[point] = "the control run made no tool call"
         for call in control.calls:
@@ -431,6 +439,20 @@ def _plan(
             "(the control run must call a tool) and --points."
         )
     return plans
+
+
+def _plan_mcp(
+    plans: list[_Plan], control: RunReport, result: CrashReport, by_id: Mapping[str, ToolCall]
+) -> None:
+    """One run per MCP ``tools/call`` of the control run, named by the tool call it served."""
+    if not control.mcp_calls:
+        result.not_applicable[MCP_LOST] = (
+            "the control run made no MCP tools/call (its tools are not MCP tools on the official SDK)"
+        )
+    for event in control.mcp_calls:
+        call = by_id.get(event.tool_call_id) if event.tool_call_id else None
+        index = call.index if call is not None else event.index
+        plans.append(_Plan(MCP_LOST, index, event.tool, Fault(MCP_LOST, event.index)))
 
 
 async def _run_job(pool: _Pool, job: Job) -> tuple[Done | Killed, int]:

@@ -16,6 +16,12 @@ node), so the handler can break a call at three moments no graph can opt out of:
 Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the engine's
 own fault points (:mod:`langgraph_effects._runtime.faults`), where the worker can die too.
 
+Graphs whose tools are MCP tools (any client on the official SDK's
+``ClientSession``: ``langchain-mcp-adapters``, this package's ``EffectKeyInterceptor``
+and ``mcp_lookup``) also pass ``mcp-lost``: every ``tools/call`` the attempt makes is
+counted, and the armed one goes to the server and is answered, then its caller gets
+the SDK's "connection closed" error instead of the answer (no kill).
+
 The protocol is the lab's (:mod:`langgraph_effects.lab.worker`), so the lab's
 parent-side driver runs these workers unchanged: ``("done", RunReport)``,
 ``("failed", traceback)`` for a harness failure (the graph raising is *not* one: it
@@ -37,7 +43,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal, NamedTuple
@@ -60,6 +66,8 @@ def engine_point(name: str) -> str:
 
 
 ENGINE_POINTS = tuple(engine_point(p) for p in _faults.POINTS)
+#: An MCP ``tools/call`` the server applied and answered; its caller never gets the answer.
+MCP_LOST = "mcp-lost"
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,8 @@ class RunReport:
     fault_reached: bool
     probe_error: str | None = None
     """The probe raised when the control run asked it before a tool call."""
+    mcp_calls: list[EngineEvent] = field(default_factory=list)
+    """The MCP ``tools/call`` requests the attempt made (point ``mcp-lost``), in order."""
 
 
 def load(target: str) -> Any:
@@ -206,6 +216,7 @@ class FaultHandler(BaseCallbackHandler):
         self.probe = probe
         self.calls: list[ToolCall] = []
         self.engine: list[EngineEvent] = []
+        self.mcp_calls: list[EngineEvent] = []
         self.fault_reached = False
         self.probe_error: str | None = None
         self._runs: dict[UUID, int] = {}
@@ -258,6 +269,42 @@ class FaultHandler(BaseCallbackHandler):
         self.engine.append(EngineEvent(point, index, op.tool, op.tool_call_id))
         if self._armed(point, index):
             self.killer.die(point)
+
+
+    def mcp_answered(self, name: str) -> None:
+        """An MCP ``tools/call`` of ``name`` was answered; the armed one loses its answer."""
+        index = len(self.mcp_calls) + 1
+        running = self.calls[-1] if self.calls else None
+        self.mcp_calls.append(EngineEvent(MCP_LOST, index, name, running.tool_call_id if running else None))
+        if self._armed(MCP_LOST, index):
+            from mcp.shared.exceptions import McpError
+            from mcp.types import CONNECTION_CLOSED, ErrorData
+
+            message = "Connection closed (crashtest: the server applied the call; its answer was lost)"
+            raise McpError(ErrorData(code=CONNECTION_CLOSED, message=message))
+
+
+@contextlib.contextmanager
+def mcp_calls_seen(handler: FaultHandler) -> Iterator[None]:
+    """Route every MCP ``ClientSession.call_tool`` of the attempt through ``handler``
+    (nothing to do without the MCP SDK)."""
+    try:
+        from mcp.client.session import ClientSession
+    except ModuleNotFoundError:
+        yield
+        return
+    original = ClientSession.call_tool
+
+    async def call_tool(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, name, *args, **kwargs)
+        handler.mcp_answered(name)
+        return result
+
+    ClientSession.call_tool = call_tool  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ClientSession.call_tool = original  # type: ignore[method-assign]
 
 
 def _plain(value: Any) -> Any:
@@ -366,6 +413,18 @@ async def _attempt(
     handler = FaultHandler(job, killer, probe)
     for name in _faults.POINTS:
         _faults.install(name, handler.engine_hook)
+    with mcp_calls_seen(handler):
+        return await _run_attempt(conn, job, factory, handler, killer, sync)
+
+
+async def _run_attempt(
+    conn: Connection,
+    job: Job,
+    factory: Callable[..., Any],
+    handler: FaultHandler,
+    killer: _Killer,
+    sync: bool,
+) -> RunReport:
     config = dict(job.config)
     config["configurable"] = {**job.config.get("configurable", {}), "thread_id": job.thread_id}
     config["callbacks"] = [*(job.config.get("callbacks") or []), handler]
@@ -419,4 +478,5 @@ async def _attempt(
         seconds=seconds,
         fault_reached=handler.fault_reached,
         probe_error=handler.probe_error,
+        mcp_calls=handler.mcp_calls,
     )

@@ -20,6 +20,10 @@ contract declares definite, retried by the node's ``RetryPolicy``; an edited use
 message (new input at the thread's first checkpoint); an operator whose first
 answer is oversized; and requests sent from the tool's child process, the worker
 killed (``child``) while the child is still about to send.
+
+The MCP column (issue 33, opt-in: ``--mcp``) loses an MCP answer: the call goes
+over streamable HTTP to an MCP server in front of the provider, which applies it,
+and the connection closes before any of the answer reaches the client (no kill).
 """
 
 from __future__ import annotations
@@ -114,12 +118,17 @@ class CrashPoint:
     stop_ok: bool = False
     """A thread refused with this package's error before anything wrong was sent is
     *stopped*: its missing effects are excused (its duplicates are not)."""
+    mcp_lost: bool = False
+    """The faulted attempt's MCP ``tools/call`` is applied by the server and its answer
+    lost: the connection closes before the client reads any of it (no kill)."""
+    opt_in: bool = False
+    """Not in the default run: only when named (``--crash-points``) or by its flag."""
 
     @property
     def ambiguous(self) -> bool:
         """Whether a faulted first attempt leaves an effect its worker never learned
         the outcome of (the provider applied it: killed at B or C, or a lost response)."""
-        return self.first_kill in ("B", "C", "child") or self.first_timeout
+        return self.first_kill in ("B", "C", "child") or self.first_timeout or self.mcp_lost
 
     @property
     def armed(self) -> bool:
@@ -131,6 +140,7 @@ class CrashPoint:
             or self.hold
             or self.rate_limited
             or self.edit
+            or self.mcp_lost
         )
 
 
@@ -259,6 +269,17 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             providers=("lookup",),
             group="edge paths",
         ),
+        # -- MCP (issue 33; opt-in: it starts an MCP server per cell) -----------
+        CrashPoint(
+            "mcp-lost",
+            "over MCP (streamable HTTP): the server applies the call, the connection closes "
+            "before any of its answer reaches the client (no kill)",
+            mcp_lost=True,
+            resumers=0,
+            only_rows=("mcp-toolnode", "mcp-effects"),
+            opt_in=True,
+            group="MCP",
+        ),
     )
 }
 
@@ -284,6 +305,8 @@ class AttemptFaults:
     """The attempt's first request is answered with a 429 (nothing applied)."""
     kill_on: int = 1
     """Die the ``kill_on``-th time ``kill_at`` is reached."""
+    mcp_lost: bool = False
+    """The attempt's first MCP call of the lab's tool loses its answer (``mcp-lost``)."""
 
     def __post_init__(self) -> None:
         for name in ("kill_at", "pause_at"):
@@ -418,6 +441,10 @@ class Faults:
     def response_lost(self) -> bool:
         """True once per armed attempt: the response should be lost as a timeout."""
         return self._plan.timeout_after_apply and self._once("timeout")
+
+    def mcp_response_lost(self) -> bool:
+        """True once per armed attempt: its MCP call's answer is to be lost."""
+        return self._plan.mcp_lost and self._once("mcp-lost")
 
     @property
     def lookups_time_out(self) -> bool:

@@ -132,6 +132,7 @@ class Cell:
             hold=point.hold,
             rate_limit=point.rate_limited,
             kill_on=point.kill_on,
+            mcp_lost=point.mcp_lost,
         )
 
 

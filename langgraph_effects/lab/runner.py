@@ -47,6 +47,7 @@ from rich.text import Text
 
 from .faults import CRASH_POINTS, CrashPoint
 from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
+from .mcprow import opt_in_points
 from .providers import MODES
 from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
@@ -86,7 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every row as JSON")
     parser.add_argument("--strategies", metavar="A,B", help="comma-separated strategy names (default: all)")
-    parser.add_argument("--crash-points", metavar="A,B", help="comma-separated crash points (default: all)")
+    parser.add_argument(
+        "--crash-points",
+        metavar="A,B",
+        help="comma-separated crash points (default: all but the opt-in ones, e.g. mcp-lost)",
+    )
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also run the MCP column (mcp-lost: an MCP server per cell; needs the mcp extra)",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -205,13 +215,16 @@ def _main(args: argparse.Namespace) -> int:
         return _soak(args, out, available)
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
+    points, problem = opt_in_points(points, named=args.crash_points is not None, mcp=args.mcp)
+    if problem:
+        raise _Usage(problem)
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
     settings = ProviderSettings(lag=args.lag)
     cells = plan_cells(
         chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
     )
     if not cells:
-        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points")
+        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points (mcp-lost: --mcp)")
 
     results, elapsed, rundir = _run_in_workdir(args, cells)
     cpu = cpu_seconds(forkserver_pid())

@@ -56,6 +56,7 @@ BUILTIN_MODULES: list[str] = [
     "langgraph_effects.lab.ours",
     "langgraph_effects.lab.entrypoint",
     "langgraph_effects.lab.syncrow",
+    "langgraph_effects.lab.mcprow",
 ]
 
 TOOL_NAME = "send_notification"

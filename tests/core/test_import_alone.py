@@ -22,6 +22,7 @@ CORE = (
     "langgraph_effects.core.callorder",
     "langgraph_effects.core.contract",
     "langgraph_effects.core.exitcodes",
+    "langgraph_effects.core.hints",
     "langgraph_effects.core.identity",
     "langgraph_effects.core.operation",
     "langgraph_effects.core.protocol",
