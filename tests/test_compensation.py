@@ -72,11 +72,15 @@ async def test_a_confirmed_effect_is_undone_once_even_when_asked_twice(
     with Provider(path, mode="dedup") as provider:
         op = await booked(memory, provider)
         effects = worker_effects(str(path))
-        first = await compensate(memory, op.op_id, effects=effects, actor="alice", reason="payment failed")
+        first = await compensate(
+            memory, op.op_id, effects=effects, actor="alice", reason="payment failed"
+        )
         again = await compensate(memory, op.op_id, effects=effects, actor="bob")
         assert cancels(provider) == 1
     assert first.verdict == "compensate" and first.state == "undone"
-    assert again.verdict == "requested" and again.undo is not None and again.undo.op_id == first.undo.op_id  # type: ignore[union-attr]
+    assert (
+        again.verdict == "requested" and again.undo is not None and again.undo.op_id == first.undo.op_id
+    )  # type: ignore[union-attr]
     undo = first.undo
     assert undo is not None and undo.state is State.CONFIRMED
     assert undo.op_id == undo_operation_id(op.op_id) and undo.compensates == op.op_id
@@ -132,7 +136,9 @@ async def test_what_cannot_be_compensated_is_refused_and_nothing_is_written(
     assert await memory.get(undo_operation_id(op.op_id)) is None
 
 
-async def test_an_undo_that_fails_definitively_is_recorded_failed(memory: Ledger, tmp_path: Path) -> None:
+async def test_an_undo_that_fails_definitively_is_recorded_failed(
+    memory: Ledger, tmp_path: Path
+) -> None:
     class Refused(Exception):
         pass
 
@@ -224,3 +230,90 @@ async def test_sigkill_mid_undo_then_resume_undoes_once_postgres(
     ) as ledger:
         await ledger.setup()
         await _crash_and_resume(ledger, pg_dsn(), pg_schema, tmp_path, kill_at)
+
+
+# -- the operator's verdict in a review answer: "landed, undo it" ---------------------
+
+
+def _review_graph(tmp_path: Path, saver: Any) -> tuple[Any, Provider, Provider]:
+    from langchain_core.tools import tool
+
+    from tests.helpers.one_call import call, one_call_graph
+
+    hotel = Provider(tmp_path / "hotel.sqlite", mode="blind")
+    cancels_at = tmp_path / "cancels.sqlite"
+
+    @tool
+    def book(room: str) -> str:
+        """Book a room (the hotel applies it, then the gateway times out)."""
+        hotel.apply({"operation": f"book:{room}"})
+        raise TimeoutError("gateway timeout")
+
+    effects = worker_effects(str(cancels_at), book_dedup=False)
+    graph = one_call_graph([book], effects, saver, [call("book", room="12")])
+    return graph, hotel, Provider(cancels_at, mode="dedup")
+
+
+async def test_a_review_answer_landed_with_undo_compensates_once(tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langgraph.types import Command
+
+    from langgraph_effects import EffectSqliteSaver
+
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        graph, hotel, cancel_provider = _review_graph(tmp_path, saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+        [pending] = (await graph.aget_state(config)).interrupts
+        [entry] = pending.value["operations"]
+        op_id = entry["operation_id"]
+        answer = {pending.id: {op_id: {"type": "landed", "receipt": {"id": "h1"}, "undo": True}}}
+        await graph.ainvoke(Command(resume=answer), config)
+        state = await graph.aget_state(config)
+        assert not state.interrupts
+        assert hotel.count_effects() == {"book:12": 1}
+        assert cancels(cancel_provider) == 1
+        stored = await saver.ledger.get(op_id)
+        undo = await saver.ledger.get(undo_operation_id(op_id))
+    assert (
+        stored is not None
+        and stored.state is State.CONFIRMED
+        and stored.compensated_by == undo_operation_id(op_id)
+    )
+    assert undo is not None and undo.state is State.CONFIRMED and undo.compensates == op_id
+    [message] = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+    assert "being undone" in str(message.content) and "h1" in str(message.content)
+    assert message.artifact["compensated_by"] == undo.op_id
+
+
+async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.types import Command
+
+    from langgraph_effects import EffectSqliteSaver
+    from tests.helpers.one_call import call, one_call_graph
+
+    hotel = Provider(tmp_path / "hotel.sqlite", mode="blind")
+
+    @tool
+    def book(room: str) -> str:
+        """Book a room (the gateway times out)."""
+        hotel.apply({"operation": f"book:{room}"})
+        raise TimeoutError("gateway timeout")
+
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        graph = one_call_graph([book], {"book": Effect()}, saver, [call("book", room="12")])
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+        [pending] = (await graph.aget_state(config)).interrupts
+        op_id = pending.value["operations"][0]["operation_id"]
+        await graph.ainvoke(
+            Command(resume={pending.id: {op_id: {"type": "landed", "undo": True}}}), config
+        )
+        [again] = (await graph.aget_state(config)).interrupts  # asked again, with why
+        stored = await saver.ledger.get(op_id)
+    assert stored is not None and stored.state is State.REVIEW  # nothing was written
+    assert "declares no undo" in json.dumps(again.value)

@@ -366,3 +366,32 @@ _NO_UNDO = (
     "the undo of {} is not among the effects given (Effect(compensate=...)): pass the "
     "graph's effects to finish it"
 )
+
+
+def effects_of(graph: Any) -> dict[str, Effect]:
+    """The tool contracts a compiled graph's ``EffectToolNode``\\ s and ``EffectMiddleware``\\ s
+    run with (what finishing its compensations needs), found by walking its nodes."""
+    found: dict[str, Effect] = {}
+    seen: set[int] = set()
+
+    def walk(value: Any, depth: int) -> None:
+        if value is None or depth > 4 or id(value) in seen:
+            return
+        seen.add(id(value))
+        settings = getattr(value, "_settings", None)
+        if isinstance(settings, Settings):
+            found.update(settings.effects)
+            return
+        for name in ("bound", "_wrap_tool_call", "_awrap_tool_call", "func", "__self__"):
+            inner = getattr(value, name, None)
+            if inner is not None and not isinstance(inner, (str, int, float)):
+                walk(inner, depth + 1)
+        for cell in getattr(value, "__closure__", None) or ():
+            try:
+                walk(cell.cell_contents, depth + 1)
+            except ValueError:  # an empty cell
+                continue
+
+    for node in getattr(graph, "nodes", {}).values():
+        walk(node, 0)
+    return found

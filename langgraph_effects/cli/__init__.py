@@ -71,6 +71,9 @@ from . import listing  # list, show
 from . import resolve
 
 # isort: split
+from . import compensate  # compensate, compensations
+
+# isort: split
 from . import setup
 
 # isort: split
@@ -83,4 +86,15 @@ from .failures import exit_code_for
 from .main import main
 from .target import Target
 
-__all__ = ["Target", "app", "exit_code_for", "listing", "main", "passthrough", "recover", "resolve", "setup"]
+__all__ = [
+    "Target",
+    "app",
+    "compensate",
+    "exit_code_for",
+    "listing",
+    "main",
+    "passthrough",
+    "recover",
+    "resolve",
+    "setup",
+]

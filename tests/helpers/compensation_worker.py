@@ -27,8 +27,8 @@ from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.registry import open_ledger
 
 
-def effects(provider_path: str) -> dict[str, Effect]:
-    """``book`` (dedup at the provider) and its undo ``cancel`` (dedup too, own key)."""
+def effects(provider_path: str, *, book_dedup: bool = True) -> dict[str, Effect]:
+    """``book`` (dedup at the provider, or blind) and its undo ``cancel`` (dedup, own key)."""
 
     def cancel(booking: str) -> str:
         with Provider(provider_path, mode="dedup") as provider:
@@ -42,7 +42,7 @@ def effects(provider_path: str) -> dict[str, Effect]:
         args=lambda request: {"booking": request.provider_key},
         effect=Effect(dedup_window=3600),
     )
-    return {"book": Effect(dedup_window=3600, compensate=undo)}
+    return {"book": Effect(dedup_window=3600 if book_dedup else None, compensate=undo)}
 
 
 def _kill(point: str, op: Operation) -> None:
@@ -66,3 +66,8 @@ async def main(db: str, schema: str, provider_path: str, action: str, op_id: str
 
 if __name__ == "__main__":
     asyncio.run(main(*sys.argv[1:6], sys.argv[6] if len(sys.argv) > 6 else ""))
+
+
+def cli_effects() -> dict[str, Effect]:
+    """:func:`effects` at the provider named by ``$COMPENSATION_PROVIDER`` (for ``--effects``)."""
+    return effects(os.environ["COMPENSATION_PROVIDER"])
