@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from ..core.compensation import (
     may_compensate,
     receipt_of,
     review_change,
+    saga_plan,
     undo_call_id,
     undo_operation_id,
     undo_state,
@@ -57,6 +59,8 @@ from .binding import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
 from .reconcile import Scope
+
+log = logging.getLogger("langgraph_effects")
 
 #: Undo states :func:`finish_compensations` drives on (``review`` waits for an operator).
 _TO_FINISH = frozenset({State.PENDING, State.DISPATCHED, State.UNKNOWN})
@@ -395,3 +399,56 @@ def effects_of(graph: Any) -> dict[str, Effect]:
     for node in getattr(graph, "nodes", {}).values():
         walk(node, 0)
     return found
+
+
+@dataclass(frozen=True)
+class SagaReport:
+    """What a saga did after one of its calls failed definitively."""
+
+    failed: Operation
+    compensations: tuple[CompensationReport, ...] = ()
+    unsettled: tuple[Operation, ...] = ()
+    """Earlier effects in doubt: left to their own reconciliation or review, not undone."""
+    irreversible: tuple[Operation, ...] = ()
+    """Earlier confirmed effects that declare no undo: reported, never guessed at."""
+
+
+async def run_saga(
+    ledger: Ledger,
+    failed: Operation,
+    effects: Mapping[str, Effect],
+    *,
+    hash_key: bytes | None = None,
+    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
+) -> SagaReport | None:
+    """Undo the earlier confirmed effects of ``failed``'s saga (same thread, same saga
+    instance), newest first, each exactly once (see
+    :func:`~langgraph_effects.core.compensation.saga_plan`); ``None`` if it is in none.
+    Safe to run again: marked effects finish the undo they have."""
+    saga = failed.extra.get("saga")
+    if not saga:
+        return None
+    query = OperationQuery(
+        states=frozenset(State), thread_id=failed.thread_id, tenant=failed.tenant, limit=10_000
+    )
+    steps = [op for op in await ledger.list_operations(query) if op.extra.get("saga") == saga]
+    plan = saga_plan(steps, failed, lambda op: undo_for(op, effects) is not None)
+    if plan is None:
+        return None
+    reports: list[CompensationReport] = []
+    reason = f"saga {saga}: {failed.tool} ({failed.op_id}) failed definitively"
+    for op in (*plan.undo, *plan.done):
+        try:
+            reports.append(
+                await compensate(
+                    ledger, op.op_id, effects=effects, actor="saga", channel="saga", reason=reason,
+                    hash_key=hash_key, lease_seconds=lease_seconds,
+                )
+            )
+        except CompensationError as error:  # moved since it was read: reported, not raised
+            reports.append(CompensationReport(op, None, error.verdict, error.reason))
+    for op in plan.unsettled:
+        log.warning("%s: %s %s is in doubt (%s); it is not undone", reason, op.tool, op.op_id, op.state)
+    for op in plan.irreversible:
+        log.warning("%s: %s %s declares no undo; it stands", reason, op.tool, op.op_id)
+    return SagaReport(failed, tuple(reports), plan.unsettled, plan.irreversible)

@@ -116,6 +116,12 @@ class Effect:
             a later step of a saga fails definitively (see ``docs/compensation.md``).
             ``None``: the effect cannot be undone (compensation requests are refused
             and reported, never guessed at).
+        saga: the saga this tool's calls belong to: a name, or ``(args, config) -> str``
+            naming one saga instance (``lambda args, config: f"trip:{args['trip']}"``).
+            Recorded at intent. When a call of a saga fails definitively and the model
+            is answered with the failure, the earlier confirmed effects of the same saga
+            in the same thread are undone, newest first, each exactly once; those in
+            doubt are left for review, those without an undo are reported.
     """
 
     dedup_window: float | timedelta | None = None
@@ -132,8 +138,11 @@ class Effect:
     key_argument: str | None = None
     read_only_tool: bool = False
     compensate: Undo | Callable[..., Any] | None = None
+    saga: str | KeyFunction | None = None
 
     def __post_init__(self) -> None:
+        if self.saga is not None and not (callable(self.saga) or (isinstance(self.saga, str) and self.saga)):
+            raise TypeError(f"saga must be a non-empty name or (args, config) -> str, not {self.saga!r}")
         if self.compensate is not None and not isinstance(self.compensate, Undo):
             if not callable(self.compensate):
                 raise TypeError(
@@ -201,6 +210,12 @@ class Effect:
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""
         return isinstance(error, (DefiniteFailure, *self.definite_errors))
+
+    def saga_of(self, args: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+        """The saga instance a call with ``args`` belongs to (``None``: none)."""
+        if self.saga is None:
+            return None
+        return self.saga if isinstance(self.saga, str) else str(self.saga(args, config))
 
     @property
     def undo(self) -> Undo | None:
