@@ -72,15 +72,11 @@ async def test_a_confirmed_effect_is_undone_once_even_when_asked_twice(
     with Provider(path, mode="dedup") as provider:
         op = await booked(memory, provider)
         effects = worker_effects(str(path))
-        first = await compensate(
-            memory, op.op_id, effects=effects, actor="alice", reason="payment failed"
-        )
+        first = await compensate(memory, op.op_id, effects=effects, actor="alice", reason="payment failed")
         again = await compensate(memory, op.op_id, effects=effects, actor="bob")
         assert cancels(provider) == 1
     assert first.verdict == "compensate" and first.state == "undone"
-    assert (
-        again.verdict == "requested" and again.undo is not None and again.undo.op_id == first.undo.op_id
-    )  # type: ignore[union-attr]
+    assert again.verdict == "requested" and again.undo is not None and again.undo.op_id == first.undo.op_id  # type: ignore[union-attr]
     undo = first.undo
     assert undo is not None and undo.state is State.CONFIRMED
     assert undo.op_id == undo_operation_id(op.op_id) and undo.compensates == op.op_id
@@ -136,9 +132,7 @@ async def test_what_cannot_be_compensated_is_refused_and_nothing_is_written(
     assert await memory.get(undo_operation_id(op.op_id)) is None
 
 
-async def test_an_undo_that_fails_definitively_is_recorded_failed(
-    memory: Ledger, tmp_path: Path
-) -> None:
+async def test_an_undo_that_fails_definitively_is_recorded_failed(memory: Ledger, tmp_path: Path) -> None:
     class Refused(Exception):
         pass
 
@@ -208,6 +202,51 @@ async def _crash_and_resume(ledger: Ledger, db: str, schema: str, tmp_path: Path
     assert undo is not None and undo.state is State.CONFIRMED
     stored = await ledger.get(op.op_id)
     assert stored is not None and stored.state is State.CONFIRMED and stored.compensated_by == undo.op_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", ["after_intent", "before_outcome"])
+async def test_sigkill_mid_undo_then_console_recover_undoes_once(tmp_path: Path, kill_at: str) -> None:
+    from langgraph_effects import EffectSqliteSaver
+
+    db = tmp_path / "agent.sqlite"
+    path = tmp_path / "provider.sqlite"
+    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+        await saver.setup()
+        with Provider(path, mode="dedup") as provider:
+            op = await booked(saver.ledger, provider)
+            killed = _worker(str(db), "", path, "compensate", op.op_id, kill_at)
+            assert killed.returncode == -9, killed.stderr
+            assert cancels(provider) == (1 if kill_at == "before_outcome" else 0)
+            env = {
+                **os.environ,
+                "COMPENSATION_PROVIDER": str(path),
+                "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            }
+            argv = [
+                "--db",
+                str(db),
+                "--json",
+                "recover",
+                "--graph",
+                "tests.helpers.compensation_worker:make_graph",
+            ]
+            done = subprocess.run(
+                [sys.executable, "-m", "langgraph_effects.cli", *argv, "--min-idle", "0"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            report = json.loads(done.stdout)
+            assert report["threads"] == []  # an undo is finished on its own, not by a resume
+            [entry] = report["compensations"]
+            assert entry["operation_id"] == op.op_id and entry["compensation"] == "undone"
+            assert cancels(provider) == 1  # exactly one undo at the provider
+        undo = await saver.ledger.get(undo_operation_id(op.op_id))
+    assert undo is not None and undo.state is State.CONFIRMED
 
 
 @pytest.mark.slow
@@ -310,9 +349,7 @@ async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(
         await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
         [pending] = (await graph.aget_state(config)).interrupts
         op_id = pending.value["operations"][0]["operation_id"]
-        await graph.ainvoke(
-            Command(resume={pending.id: {op_id: {"type": "landed", "undo": True}}}), config
-        )
+        await graph.ainvoke(Command(resume={pending.id: {op_id: {"type": "landed", "undo": True}}}), config)
         [again] = (await graph.aget_state(config)).interrupts  # asked again, with why
         stored = await saver.ledger.get(op_id)
     assert stored is not None and stored.state is State.REVIEW  # nothing was written

@@ -71,3 +71,17 @@ if __name__ == "__main__":
 def cli_effects() -> dict[str, Effect]:
     """:func:`effects` at the provider named by ``$COMPENSATION_PROVIDER`` (for ``--effects``)."""
     return effects(os.environ["COMPENSATION_PROVIDER"])
+
+
+def make_graph(checkpointer: Any) -> Any:
+    """The graph ``recover --graph`` resumes: its node carries :func:`cli_effects`."""
+    from langchain_core.tools import tool
+
+    from tests.helpers.one_call import call, one_call_graph
+
+    @tool
+    def book(room: str) -> str:
+        """Book a room."""
+        return room
+
+    return one_call_graph([book], cli_effects(), checkpointer, [call("book", room="12")])
