@@ -83,9 +83,8 @@ async def recover(
             (default a week), so the scan costs what changed, not the whole
             history. ``None``: every decided operation. An older verdict is still
             answered by the next run of its thread, or by naming it in ``thread_ids``.
-        effects: the tool contracts, to finish interrupted compensations (undos left
-            ``pending``, ``dispatched`` by a dead sender, or ``unknown``), each exactly
-            once. Default: those of the graph's ``EffectToolNode``/``EffectMiddleware``.
+        effects: the tool contracts to finish interrupted compensations with, each once
+            (default: those of the graph's ``EffectToolNode``/``EffectMiddleware``).
 
     Returns a :class:`RecoveryReport`. A failing thread is reported (``failed``, with
     the error) and does not stop the others.
@@ -108,15 +107,14 @@ async def recover(
         if tenant is None:  # a thread with nothing in the ledger has no tenant to match
             threads += [t for t in await unfinished_threads(graph.checkpointer) if t not in threads]
     reports = [r for r in [await run.thread_safely(t) for t in threads] if r is not None]
-    undos = await _compensations(found, graph, effects, tenant, wanted, dry_run)
     return RecoveryReport(
         ledger=found.where,
         dry_run=dry_run,
         started_at=started,
+        compensations=tuple(await _compensations(found, graph, effects, tenant, wanted, dry_run)),
         finished_at=time.time(),
         threads=tuple(reports),
         options={"tenant": tenant, "thread_ids": wanted, "min_idle": min_idle, "lease_grace": lease_grace},
-        compensations=tuple(undos),
     )
 
 
