@@ -166,29 +166,26 @@ def request_plan(
         return decision, before, None
     if decision.verdict == "review_first":
         change = review_change(actor=actor, channel=channel, reason=reason)
-    else:
-        change = mark_change(
-            before, undo_operation_id(op_id), actor=actor, channel=channel, reason=reason
+        after = advance(before, change, expected_version=before.version, now=now())
+        assert after is not None
+        yield CasWithAudit(after, before.version, audit_row(before, after, change, actor))
+        return decision, after, None
+    assert undo is not None
+    # The undo's intent first: if its provider key is taken nothing was written and the
+    # request is refused; otherwise the mark (under the row lock) cannot miss.
+    made = undo_operation(before, undo, hash_key=hash_key)
+    insert = insert_step([made], None, actor)
+    if made.op_id not in (yield insert):
+        raise CompensationError(
+            op_id,
+            "key_taken",
+            f"the undo's provider key {made.provider_key!r} already belongs to another "
+            "operation in this tenant; give the undo its own key (Undo(effect=Effect(key=...)))",
         )
+    change = mark_change(before, made.op_id, actor=actor, channel=channel, reason=reason)
     after = advance(before, change, expected_version=before.version, now=now())
     assert after is not None
     yield CasWithAudit(after, before.version, audit_row(before, after, change, actor))
-    if decision.verdict == "review_first":
-        return decision, after, None
-    assert undo is not None
-    made = undo_operation(before, undo, hash_key=hash_key)
-    insert = insert_step([made], None, actor)
-    inserted = yield insert
-    if made.op_id not in inserted:
-        taken = (yield Load((made.op_id,))).get(made.op_id)
-        if taken is None:  # its provider key belongs to another operation
-            raise CompensationError(
-                op_id,
-                "key_taken",
-                f"the undo's provider key {made.provider_key!r} already belongs to another "
-                "operation in this tenant; give the undo its own key (Undo(effect=Effect(key=...)))",
-            )
-        return decision, after, taken
     return decision, after, insert.ops[0]
 
 
