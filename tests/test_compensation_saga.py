@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
@@ -29,7 +30,13 @@ from tests.helpers.agent import State as AgentState
 CONFIG: Any = {"configurable": {"thread_id": "trip-1"}}
 
 
-def trip_graph(saver: Any, provider: Provider, plan: list[tuple[str, dict[str, Any]]]) -> Any:
+def trip_graph(
+    saver: Any,
+    provider: Provider,
+    plan: list[tuple[str, dict[str, Any]]],
+    *,
+    handle_tool_errors: bool = True,
+) -> Any:
     """The model asks for one call per turn, in ``plan`` order, then stops."""
 
     def model(state: AgentState) -> dict[str, Any]:
@@ -80,7 +87,8 @@ def trip_graph(saver: Any, provider: Provider, plan: list[tuple[str, dict[str, A
     builder = StateGraph(AgentState)
     builder.add_node("model", model)
     builder.add_node(
-        "tools", EffectToolNode([hotel, car, mail, pay], effects=effects, handle_tool_errors=True)
+        "tools",
+        EffectToolNode([hotel, car, mail, pay], effects=effects, handle_tool_errors=handle_tool_errors),
     )
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
@@ -120,3 +128,45 @@ async def test_a_declined_payment_cancels_the_earlier_bookings_once(tmp_path: Pa
     undo_car, undo_rome = ops[("cancel_car", None)], ops[("cancel_hotel", None)]
     assert undo_car.state is undo_rome.state is State.CONFIRMED
     assert undo_car.created_at <= undo_rome.created_at  # newest effect undone first
+
+
+async def test_a_failure_raised_to_the_caller_undoes_nothing(tmp_path: Path) -> None:
+    """Raised, a definite failure is not final (a RetryPolicy may retry it and succeed)."""
+    provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
+    plan = [("hotel", {"trip": "rome"}), ("pay", {"trip": "rome"})]
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        graph = trip_graph(saver, provider, plan, handle_tool_errors=False)
+        with pytest.raises(DefiniteFailure):  # raised: the caller may retry it
+            await graph.ainvoke({"messages": [HumanMessage("book rome")]}, CONFIG)
+        rows = await saver.ledger.list_operations(OperationQuery(states=frozenset(State), limit=100))
+    assert provider.count_effects() == {"hotel:rome": 1}
+    assert {op.tool: op.state for op in rows} == {"hotel": State.CONFIRMED, "pay": State.FAILED}
+    assert all(op.compensated_by is None for op in rows)
+
+
+def test_effects_of_finds_the_contracts_of_a_node_and_of_a_middleware(tmp_path: Path) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from langgraph_effects import EffectMiddleware
+    from langgraph_effects._runtime.compensation import effects_of
+
+    class Model(FakeListChatModel):
+        def bind_tools(self, *args: Any, **kwargs: Any) -> Any:
+            return self
+
+    provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
+    graph = trip_graph(None, provider, [])
+    assert set(effects_of(graph)) == {"hotel", "car", "mail", "pay"}
+
+    @tool
+    def book(room: str) -> str:
+        """Book a room."""
+        return room
+
+    effect = Effect(compensate=lambda provider_key: provider_key)
+    agent = create_agent(
+        Model(responses=["ok"]), tools=[book], middleware=[EffectMiddleware(effects={"book": effect})]
+    )
+    assert effects_of(agent) == {"book": effect}
