@@ -279,6 +279,11 @@ class Undo:
                 "an undo's own effect must be effectful and cannot itself be compensated "
                 "(undo an undo by hand)"
             )
+        if self.effect is not None and (self.effect.approval != "never" or self.effect.saga is not None):
+            raise ValueError(
+                "an undo runs outside the graph's turns: its effect cannot wait for an approval "
+                "or belong to a saga (approve the compensation itself: it is an operator's call)"
+            )
 
     @property
     def tool_name(self) -> str:

@@ -127,3 +127,50 @@ def test_a_saga_counts_an_effect_already_marked_as_done() -> None:
     plan = saga_plan(list(ops.values()), ops["pay"], lambda op: True)
     assert plan is not None and [op.tool for op in plan.done] == ["car"]
     assert [op.tool for op in plan.undo] == ["mail", "hotel"]
+
+
+def _cancel(provider_key: str) -> str:
+    return provider_key
+
+
+def test_compensate_takes_an_undo_or_the_action_alone() -> None:
+    from langgraph_effects.core.contract import Effect, Undo, UndoRequest
+
+    bare = Effect(compensate=_cancel)
+    assert isinstance(bare.undo, Undo) and bare.undo.action is _cancel
+    assert bare.undo.tool_name == "_cancel" and bare.undo.contract.kind == "blind"
+    request = UndoRequest(operation_id="op-1", provider_key="k-1", tool="book", args={"room": "1"})
+    assert bare.undo.arguments(request) == {"provider_key": "k-1"}
+    shaped = Undo(_cancel, args=lambda r: {"booking": r.args["room"]}, name="cancel")
+    assert shaped.arguments(request) == {"booking": "1"} and shaped.tool_name == "cancel"
+    assert Effect().undo is None
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda E, U: E(compensate="cancel"), TypeError, "Undo, a tool or a function"),
+        (lambda E, U: E(compensate=_cancel, read_only_tool=True), ValueError, "read-only"),
+        (lambda E, U: U(_cancel, effect=E(compensate=_cancel)), ValueError, "undo an undo"),
+        (lambda E, U: U(_cancel, effect=E(approval="always")), ValueError, "approval"),
+        (lambda E, U: U(_cancel, effect=E(saga="trip")), ValueError, "saga"),
+        (lambda E, U: E(saga=""), TypeError, "saga must be"),
+        (lambda E, U: U(_cancel, args=lambda r: ["x"]).arguments(None), TypeError, "mapping"),
+    ],
+)
+def test_bad_compensation_declarations_are_refused_with_what_to_do(
+    make: object, error: type[Exception], message: str
+) -> None:
+    from langgraph_effects.core.contract import Effect, Undo
+
+    with pytest.raises(error, match=message):
+        make(Effect, Undo)  # type: ignore[operator]
+
+
+def test_a_saga_names_one_instance_per_call() -> None:
+    from langgraph_effects.core.contract import Effect
+
+    assert Effect(saga="trip").saga_of({"t": 1}, {}) == "trip"
+    per_trip = Effect(saga=lambda args, config: f"trip:{args['t']}")
+    assert per_trip.saga_of({"t": 7}, {}) == "trip:7"
+    assert Effect().saga_of({"t": 7}, {}) is None
