@@ -354,3 +354,60 @@ async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(
         stored = await saver.ledger.get(op_id)
     assert stored is not None and stored.state is State.REVIEW  # nothing was written
     assert "declares no undo" in json.dumps(again.value)
+
+
+@pytest.mark.slow
+def test_a_review_answer_with_undo_in_a_synchronous_graph(tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.types import Command
+
+    from langgraph_effects import SyncEffectSqliteSaver
+
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    with SyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        saver.setup()
+        graph, hotel, cancel_provider = _review_graph(tmp_path, saver)
+        graph.invoke({"messages": [HumanMessage("go")]}, config)
+        [pending] = graph.get_state(config).interrupts
+        op_id = pending.value["operations"][0]["operation_id"]
+        graph.invoke(Command(resume={pending.id: {op_id: {"type": "landed", "undo": True}}}), config)
+        assert not graph.get_state(config).interrupts
+    assert hotel.count_effects() == {"book:12": 1}
+    assert cancels(cancel_provider) == 1
+
+
+@pytest.mark.slow
+async def test_a_review_answer_with_undo_through_create_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.types import Command
+
+    from langgraph_effects import EffectSqliteSaver
+    from tests.helpers import agent as helper
+
+    cancels_at = tmp_path / "cancels.sqlite"
+    undo = worker_effects(str(cancels_at), book_dedup=False)["book"]
+    monkeypatch.setattr(helper, "effect_for", lambda spec, provider: {"send": undo})
+    spec = helper.Spec(
+        db=str(tmp_path / "agent.sqlite"),
+        provider=str(tmp_path / "provider.sqlite"),
+        contract="blind",
+        provider_mode="blind",
+        timeout_after_effect=[0],
+        kind="create_agent",
+    )
+    provider = helper.provider_for(spec)
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent = helper.build(spec, saver, provider)
+        await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
+        [pending] = (await agent.aget_state(config)).interrupts
+        op_id = pending.value["operations"][0]["operation_id"]
+        await agent.ainvoke(Command(resume={pending.id: {op_id: {"type": "landed", "undo": True}}}), config)
+        assert not (await agent.aget_state(config)).interrupts
+        stored = await saver.ledger.get(op_id)
+    assert provider.count_effects() == {"t1:0": 1}
+    assert cancels(Provider(cancels_at, mode="dedup")) == 1
+    assert stored is not None and stored.compensated_by == undo_operation_id(op_id)
