@@ -324,6 +324,7 @@ async def test_a_review_answer_landed_with_undo_compensates_once(tmp_path: Path)
     [message] = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
     assert "being undone" in str(message.content) and "h1" in str(message.content)
     assert message.artifact["compensated_by"] == undo.op_id
+    assert message.artifact["receipt"] == {"id": "h1"}
 
 
 async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(tmp_path: Path) -> None:

@@ -105,8 +105,11 @@ def effect_artifact(op: Operation) -> dict[str, Any]:
     }
     if "receipt" in evidence:
         artifact["receipt"] = evidence["receipt"]
-    if "compensated_by" in evidence:
+    if "compensated_by" in evidence:  # marked for undoing: what confirmed it is its cause
         artifact["compensated_by"] = evidence["compensated_by"]
+        cause = evidence.get("cause") or {}
+        if "receipt" in cause:
+            artifact["receipt"] = cause["receipt"]
     return artifact
 
 
