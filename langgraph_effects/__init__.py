@@ -28,6 +28,7 @@ if _typing.TYPE_CHECKING:
     from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup, require_contracts
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
+    from ._runtime.compensation import CompensationReport, compensate, finish_compensations
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
     from ._runtime.review import (
         AbandonDecision,
@@ -46,10 +47,13 @@ if _typing.TYPE_CHECKING:
         Landed,
         LookupRequest,
         NotLanded,
+        Undo,
+        UndoRequest,
     )
     from .core.operation import Operation, State
     from .errors import (
         ApprovalError,
+        CompensationError,
         ConfigurationError,
         DecisionConflictError,
         DefiniteFailure,
@@ -97,6 +101,8 @@ __all__ = [
     "ApprovalError",
     "AuditEntry",
     "BLIND",
+    "CompensationError",
+    "CompensationReport",
     "ConfigurationError",
     "DecisionConflictError",
     "DefiniteFailure",
@@ -144,10 +150,14 @@ __all__ = [
     "ThreadConflictError",
     "ThreadReport",
     "TransitionError",
+    "Undo",
+    "UndoRequest",
     "VerdictNotRecordedError",
     "attach_ledger",
+    "compensate",
     "current_operation",
     "effectful",
+    "finish_compensations",
     "hide_key_arguments",
     "ledger_of",
     "maybe_current_operation",
@@ -164,6 +174,8 @@ _EXPORTS: dict[str, str] = {
     "ApprovalError": "errors",
     "AuditEntry": "ledger",
     "BLIND": "core.contract",
+    "CompensationError": "errors",
+    "CompensationReport": "_runtime.compensation",
     "ConfigurationError": "errors",
     "DecisionConflictError": "errors",
     "DefiniteFailure": "errors",
@@ -211,10 +223,14 @@ _EXPORTS: dict[str, str] = {
     "ThreadConflictError": "errors",
     "ThreadReport": "recovery",
     "TransitionError": "errors",
+    "Undo": "core.contract",
+    "UndoRequest": "core.contract",
     "VerdictNotRecordedError": "errors",
     "attach_ledger": "checkpoint",
+    "compensate": "_runtime.compensation",
     "current_operation": "_runtime.context",
     "effectful": "_integrations.functional",
+    "finish_compensations": "_runtime.compensation",
     "hide_key_arguments": "_integrations.mcp",
     "ledger_of": "checkpoint",
     "maybe_current_operation": "_runtime.context",

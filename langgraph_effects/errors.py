@@ -30,6 +30,7 @@ caller can catch the package as a whole or one precise failure::
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── NondeterminismError         a Functional API entrypoint changed its call order: stopped
     ├── ReviewError                 an operator answer that cannot be applied
+    ├── CompensationError           an effect that cannot be undone now (nothing landed, no undo...)
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
     ├── OversizedError              a receipt or evidence text over its documented limit
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
@@ -432,6 +433,27 @@ class ReviewError(EffectsError):
     """An operator answer that cannot be applied (unknown operation, wrong shape)."""
 
     kind = "bad_input"
+
+
+class CompensationError(EffectsError):
+    """An effect that cannot be compensated now; nothing was written.
+
+    ``verdict`` names the rule (``not_landed``, ``irreversible``, ``in_flight``,
+    ``awaiting_review``, ``is_undo``, ``key_taken``; see
+    :func:`langgraph_effects.core.compensation.may_compensate`), ``reason`` says why.
+    """
+
+    kind = "not_compensable"
+
+    op_id: str
+    verdict: str
+    reason: str
+
+    def __init__(self, op_id: str, verdict: str, reason: str) -> None:
+        self._record(
+            f"operation {op_id} cannot be compensated: {reason}. Nothing was changed.",
+            op_id=op_id, verdict=verdict, reason=reason,
+        )
 
 
 class MalformedToolCallError(EffectsError):

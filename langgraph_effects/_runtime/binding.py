@@ -379,6 +379,8 @@ def new_call(
         extra["origin"] = source.origin
     if effect.approval == "always":
         extra["approval"] = "required"
+    if effect.saga is not None:
+        extra["saga"] = effect.saga_of(args, at.config)
     op = Operation(
         op_id=op_id,
         thread_id=at.thread_id,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from langchain_core.messages import ToolMessage
 
 from ..core import identity, protocol
-from ..core.operation import Change, Event, EvidenceKind, Operation, Owner
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
 from ..errors import (
     IllegalTransitionError,
     StaleVersionError,
@@ -188,6 +188,8 @@ class Dispatcher:
                 scope_changed=protocol.raised(op) and bool(scope_changes(op, self.scope)),
             )
             if isinstance(step, protocol.Replay):
+                if op.state is State.FAILED and op.extra.get("saga"):
+                    await self.saga(c)  # finishes what a crash interrupted; once each
                 return Reply(messages.replay(op, tool_call_id=call_id, tool=c.tool))
             if isinstance(step, protocol.Review | protocol.Approve):
                 return Reply(
@@ -271,6 +273,8 @@ class Dispatcher:
             self.leases.release(c)
         if protocol.after_record(moved, outcome) == "reconcile":
             return await self.begin(c)
+        if isinstance(outcome, protocol.Failed) and moved and c.op.extra.get("saga"):
+            await self.saga(c)
         if isinstance(outcome, protocol.Succeeded):
             return Reply(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
@@ -327,6 +331,22 @@ class Dispatcher:
                 )
         finally:
             self.leases.release(c)
+
+    async def saga(self, c: CallRecord) -> None:
+        """``c`` failed definitively and was answered so: undo the earlier effects of its
+        saga (see :func:`~langgraph_effects._runtime.compensation.run_saga`). A failure
+        raised to the caller is not final (a retry may follow): nothing is undone."""
+        if protocol.raised(c.op):
+            return
+        from .compensation import run_saga  # only sagas pay for the import
+
+        try:
+            await run_saga(
+                self.ledger, c.op, self.settings.effects,
+                hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
+            )
+        except Exception as error:  # the failure is recorded; recover finishes the undos
+            log.warning("saga compensation after %s did not finish: %s", c.op.op_id, error)
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -105,6 +105,11 @@ def effect_artifact(op: Operation) -> dict[str, Any]:
     }
     if "receipt" in evidence:
         artifact["receipt"] = evidence["receipt"]
+    if "compensated_by" in evidence:  # marked for undoing: what confirmed it is its cause
+        artifact["compensated_by"] = evidence["compensated_by"]
+        cause = evidence.get("cause") or {}
+        if "receipt" in cause:
+            artifact["receipt"] = cause["receipt"]
     return artifact
 
 
@@ -132,7 +137,14 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
     kind = evidence.get("kind")
     receipt = _receipt_text(evidence.get("receipt"))
     status: str = "success"
-    if op.state is State.CONFIRMED and kind == EvidenceKind.VERDICT:
+    if op.state is State.CONFIRMED and kind == EvidenceKind.COMPENSATION:
+        receipt = _receipt_text((evidence.get("cause") or {}).get("receipt"))
+        content = (
+            f"The {tool} effect landed, and it is being undone: an operator (or a later "
+            f"step that failed) asked for its compensation, which runs once.{receipt} Treat "
+            "it as cancelled; do not repeat it or undo it yourself."
+        )
+    elif op.state is State.CONFIRMED and kind == EvidenceKind.VERDICT:
         content = (
             f"The {tool} effect landed: an operator checked with the provider and confirmed "
             f"it after the call was interrupted.{receipt} It is done; do not repeat it."

@@ -403,6 +403,8 @@ def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, A
         "evidence": dict(op.evidence) if op.evidence is not None else None,
         "decision_ids": [decision for decision, _ in op.decisions],
         "extra": dict(op.extra),
+        "compensates": op.compensates,
+        "compensated_by": op.compensated_by,
         "created_at": op.created_at,
         "updated_at": op.updated_at,
     }

@@ -57,6 +57,10 @@ class LandedDecision(_Strict):
         default=None,
         json_schema_extra={"description": f"at most {MAX_RECEIPT_BYTES:,} bytes as JSON (UTF-8)"},
     )
+    undo: bool = Field(
+        default=False,
+        description="It landed and must not stand: run its undo (Effect(compensate=...)) once.",
+    )
 
     @field_validator("receipt")
     @classmethod
@@ -273,6 +277,10 @@ def decision_change(
     evidence["channel"] = channel
     if isinstance(decision, LandedDecision):
         evidence["receipt"] = content.get("receipt")
+        if decision.undo:
+            evidence["undo"] = True
+        else:  # the content an answer without ``undo`` always had: same decision digest
+            content.pop("undo", None)
     if isinstance(decision, AbandonDecision):
         evidence["reason"] = decision.reason
     return Change(

@@ -72,6 +72,9 @@ from . import listing  # list, show
 from . import resolve
 
 # isort: split
+from . import compensate  # compensate, compensations
+
+# isort: split
 from . import setup
 
 # isort: split
@@ -90,6 +93,7 @@ from .target import Target
 __all__ = [
     "Target",
     "app",
+    "compensate",
     "exit_code_for",
     "listing",
     "main",

@@ -45,7 +45,7 @@ def exit_code_for(error: BaseException) -> int:
         return exit_code_for(error.cause) if isinstance(error.cause, errors.EffectsError) else EXIT_REFUSED
     if isinstance(error, errors.OperationNotFoundError):
         return EXIT_NOT_FOUND
-    if isinstance(error, errors.TransitionError):
+    if isinstance(error, errors.TransitionError | errors.CompensationError):
         return EXIT_REFUSED
     if isinstance(error, errors.LedgerError):
         return EXIT_LEDGER

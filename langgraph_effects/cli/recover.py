@@ -182,7 +182,7 @@ def recover_command(
 def _render_recovery(report: RecoveryReport, target: Target) -> None:
     console = stdout()
     head = "Recovery (dry run)" if report.dry_run else "Recovery"
-    if not report.threads:
+    if not report.threads and not report.compensations:
         console.print(
             Text.assemble((f"{head}: ", "bold"), ("nothing to do", "green"), f" in {report.ledger}: "
                           "no thread needs recovery.")
@@ -215,6 +215,16 @@ def _render_recovery(report: RecoveryReport, target: Target) -> None:
         for op in t.operations:
             console.print(_recovery_line(op))
             console.print(Padding(Text(op.detail, style="dim"), (0, 0, 0, 4)))
+    for c in report.compensations:
+        console.print(
+            Text.assemble(
+                ("compensation ", "bold"),
+                f"of {c.operation.op_id} ({c.operation.tool}): ",
+                (c.state, "bold green" if c.state == "undone" else "bold yellow"),
+                f" ({c.reason})" + (f": {c.error}" if c.error else ""),
+            ),
+            soft_wrap=True,
+        )
     needs = report.awaiting_review
     if needs:
         console.print()

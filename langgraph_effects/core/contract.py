@@ -110,6 +110,18 @@ class Effect:
             tool's input schema must have that argument (checked when the node is
             built, or on the middleware's first call of the tool).
         read_only_tool: see :meth:`read_only`.
+        compensate: how to undo an effect that landed (an :class:`Undo`, or the undo
+            tool or function itself): run exactly once, as its own operation with its
+            own contract, when an operator decides the effect must not stand, or when
+            a later step of a saga fails definitively (see ``docs/compensation.md``).
+            ``None``: the effect cannot be undone (compensation requests are refused
+            and reported, never guessed at).
+        saga: the saga this tool's calls belong to: a name, or ``(args, config) -> str``
+            naming one saga instance (``lambda args, config: f"trip:{args['trip']}"``).
+            Recorded at intent. When a call of a saga fails definitively and the model
+            is answered with the failure, the earlier confirmed effects of the same saga
+            in the same thread are undone, newest first, each exactly once; those in
+            doubt are left for review, those without an undo are reported.
     """
 
     dedup_window: float | timedelta | None = None
@@ -125,8 +137,20 @@ class Effect:
     max_attempts: int = 3
     key_argument: str | None = None
     read_only_tool: bool = False
+    compensate: Undo | Callable[..., Any] | None = None
+    saga: str | KeyFunction | None = None
 
     def __post_init__(self) -> None:
+        if self.saga is not None and not (callable(self.saga) or (isinstance(self.saga, str) and self.saga)):
+            raise TypeError(f"saga must be a non-empty name or (args, config) -> str, not {self.saga!r}")
+        if self.compensate is not None and not isinstance(self.compensate, Undo):
+            if not callable(self.compensate):
+                raise TypeError(
+                    f"compensate must be an Undo, a tool or a function, not {self.compensate!r}"
+                )
+            object.__setattr__(self, "compensate", Undo(self.compensate))
+        if self.compensate is not None and self.read_only_tool:
+            raise ValueError("a read-only tool has no effect to compensate: drop compensate=")
         if self.lookup_consistency not in ("strong", "eventual"):
             raise ValueError(
                 f"lookup_consistency must be 'strong' or 'eventual', not {self.lookup_consistency!r}"
@@ -186,6 +210,101 @@ class Effect:
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""
         return isinstance(error, (DefiniteFailure, *self.definite_errors))
+
+    def saga_of(self, args: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+        """The saga instance a call with ``args`` belongs to (``None``: none)."""
+        if self.saga is None:
+            return None
+        return self.saga if isinstance(self.saga, str) else str(self.saga(args, config))
+
+    @property
+    def undo(self) -> Undo | None:
+        """The declared :class:`Undo` (``compensate=`` normalized), or ``None``."""
+        return self.compensate if isinstance(self.compensate, Undo) else None
+
+
+@dataclass(frozen=True)
+class UndoRequest:
+    """What an :class:`Undo`'s ``args`` function receives: the effect to undo."""
+
+    operation_id: str
+    """The id of the operation being undone."""
+    provider_key: str
+    """The provider key it was sent under (often what the provider's cancel takes)."""
+    tool: str
+    args: Mapping[str, Any]
+    """Its arguments as the ledger stores them (secret fields redacted)."""
+    receipt: Any = None
+    """What proved it landed: the tool's recorded output, a lookup's or an operator's receipt."""
+
+
+UndoArgs = Callable[[UndoRequest], Mapping[str, Any]]
+"""``(UndoRequest) -> dict``: the undo's arguments, derived from the effect it undoes."""
+
+
+@dataclass(frozen=True)
+class Undo:
+    """How to undo an effect that landed (``Effect(compensate=Undo(...))``).
+
+    The undo is an effectful call of its own: it runs through the same protocol as a
+    tool call, as a separate operation bound to the one it undoes, under its own
+    provider key (derived from the undone operation's id: the same on every resume),
+    with its own contract (``effect``) deciding what recovery may do if a crash
+    leaves it in doubt.
+
+    Args:
+        action: the undo itself: a LangChain tool (invoked with the arguments), or a
+            function, sync or async, called with them as keyword arguments. Inside
+            it, :func:`~langgraph_effects.current_operation` is the undo's operation
+            (its ``provider_key`` is the undo's idempotency key).
+        args: ``(UndoRequest) -> dict``, the undo's arguments. Default:
+            ``{"provider_key": <the undone operation's provider key>}``.
+        effect: the undo's contract (dedup window, lookup, definite errors, key
+            argument...). Default: blind, so an undo left in doubt by a crash goes
+            to review rather than being sent twice.
+        name: the undo's tool name in the ledger (default: the tool's name or the
+            function's ``__name__``).
+    """
+
+    action: Callable[..., Any]
+    args: UndoArgs | None = None
+    effect: Effect | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.action) and not hasattr(self.action, "ainvoke"):
+            raise TypeError(f"Undo(action=...) must be a tool or a function, not {self.action!r}")
+        if self.effect is not None and (self.effect.read_only_tool or self.effect.compensate is not None):
+            raise ValueError(
+                "an undo's own effect must be effectful and cannot itself be compensated "
+                "(undo an undo by hand)"
+            )
+        if self.effect is not None and (self.effect.approval != "never" or self.effect.saga is not None):
+            raise ValueError(
+                "an undo runs outside the graph's turns: its effect cannot wait for an approval "
+                "or belong to a saga (approve the compensation itself: it is an operator's call)"
+            )
+
+    @property
+    def tool_name(self) -> str:
+        """The name the undo is recorded under."""
+        return self.name or str(
+            getattr(self.action, "name", None) or getattr(self.action, "__name__", "undo")
+        )
+
+    @property
+    def contract(self) -> Effect:
+        """The undo's own contract (blind when none was declared)."""
+        return self.effect if self.effect is not None else BLIND
+
+    def arguments(self, request: UndoRequest) -> dict[str, Any]:
+        """The undo's arguments for ``request``."""
+        if self.args is None:
+            return {"provider_key": request.provider_key}
+        made = self.args(request)
+        if not isinstance(made, Mapping):
+            raise TypeError(f"Undo(args=...) must return a mapping, not {type(made).__name__}")
+        return dict(made)
 
 
 #: The contract of a tool nobody declared: safe by default.

@@ -84,6 +84,10 @@ class Event(str, enum.Enum):
     """Verdict: the operator checked and it did not land; cleared to send again."""
     ABANDON = "abandon"
     """Verdict (or rejected approval): close without confirming the effect."""
+    COMPENSATE = "compensate"
+    """A confirmed effect is to be undone: its undo (a new operation, named in the
+    evidence's ``compensated_by``) is recorded in the same commit. It stays confirmed:
+    the effect did land; the undo's own state says how the compensation stands."""
 
     def __str__(self) -> str:
         return self.value
@@ -107,6 +111,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (State.REVIEW, Event.LANDED): State.CONFIRMED,
     (State.REVIEW, Event.NOT_LANDED): State.PENDING,
     (State.REVIEW, Event.ABANDON): State.ABANDONED,
+    (State.CONFIRMED, Event.COMPENSATE): State.CONFIRMED,
 }
 
 #: Events that put a request on the wire: they take a lease and count an attempt.
@@ -114,6 +119,9 @@ SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND, Event.RETRY
 #: The one way out of a terminal state: a caller's retry of a definite failure it was
 #: raised. ``failed`` is terminal (nothing landed, nothing to resolve) until then.
 REOPENING: Mapping[State, Event] = {State.FAILED: Event.RETRY}
+#: Rows of the table that leave a terminal state where it is and only mark it: a
+#: confirmed effect marked for compensation (see :mod:`.compensation`).
+MARKS: Mapping[State, Event] = {State.CONFIRMED: Event.COMPENSATE}
 #: Events that are an operator's verdict: they need a decision id.
 VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
 #: States a verdict may land on, derived from the table: the one place that says so.
@@ -155,6 +163,9 @@ class EvidenceKind(str, enum.Enum):
     """The call never started."""
     VERDICT = "verdict"
     """An operator's verdict (interrupt answer, console or API)."""
+    COMPENSATION = "compensation"
+    """A compensation was requested: the undo it names was recorded (on a confirmed
+    effect), or the outcome must be settled first (an ``unknown`` one goes to review)."""
 
     def __str__(self) -> str:
         return self.value
@@ -298,6 +309,20 @@ class Operation:
     :func:`needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
     detection compares). ``edited_from`` (the operation an approver's edit replaced) is
     written for operators and never read. Other keys are kept and shown, never read."""
+
+    @property
+    def compensates(self) -> str | None:
+        """For an undo: the id of the operation it undoes (recorded at its intent)."""
+        found = self.extra.get("compensates")
+        return str(found) if found else None
+
+    @property
+    def compensated_by(self) -> str | None:
+        """For an effect marked for compensation: the id of its undo operation."""
+        evidence = self.evidence or {}
+        if evidence.get("kind") == "compensation" and evidence.get("compensated_by"):
+            return str(evidence["compensated_by"])
+        return None
 
     @property
     def terminal(self) -> bool:

@@ -115,6 +115,8 @@ def waits_for_human(op: Operation) -> bool:
 def decided_out_of_band(op: Operation) -> bool:
     """The operation's last change is an operator's verdict given through the console or API."""
     evidence = op.evidence or {}
+    if evidence.get("kind") == EvidenceKind.COMPENSATION:  # "landed, undo it" from the console
+        evidence = evidence.get("cause") or {}
     return evidence.get("kind") == EvidenceKind.VERDICT and evidence.get("channel") in ("console", "api")
 
 

@@ -21,10 +21,12 @@ _SCAN_LIMIT = 1_000_000
 
 
 async def operations_of(ledger: Ledger, thread_id: str, tenant: str | None) -> list[Operation]:
-    """Every operation of the thread (of ``tenant``, if given)."""
-    return await ledger.list_operations(
+    """Every operation of the thread (of ``tenant``, if given), undos left out: no call
+    of the graph answers for them (recovery finishes them on their own)."""
+    found = await ledger.list_operations(
         OperationQuery(thread_id=thread_id, tenant=tenant, limit=_SCAN_LIMIT)
     )
+    return [op for op in found if op.compensates is None]
 
 
 async def _candidate_threads(
@@ -41,7 +43,8 @@ async def _candidate_threads(
         OperationQuery(states=UNRESOLVED, tenant=tenant, limit=_SCAN_LIMIT)
     )
     for op in unresolved:
-        first_seen.setdefault(op.thread_id, op.updated_at)
+        if op.compensates is None:  # an undo is finished on its own, not by a resume
+            first_seen.setdefault(op.thread_id, op.updated_at)
     decided = await ledger.list_operations(
         OperationQuery(
             states=frozenset({State.CONFIRMED, State.ABANDONED}),

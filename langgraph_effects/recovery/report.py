@@ -233,6 +233,9 @@ class RecoveryReport:
     threads: tuple[ThreadReport, ...]
     options: Mapping[str, Any] = field(default_factory=dict)
     """The arguments recovery ran with (tenant, threads, min_idle, lease_grace)."""
+    compensations: tuple[Any, ...] = ()
+    """The interrupted compensations recovery finished (or, in a dry run, would):
+    :class:`~langgraph_effects.CompensationReport` each."""
 
     @property
     def resumed(self) -> tuple[ThreadReport, ...]:
@@ -242,7 +245,9 @@ class RecoveryReport:
     @property
     def nothing_to_do(self) -> bool:
         """No thread was (or, in a dry run, would be) resumed."""
-        return not any(t.action in ("resumed", "would_resume") for t in self.threads)
+        return not self.compensations and not any(
+            t.action in ("resumed", "would_resume") for t in self.threads
+        )
 
     @property
     def in_flight(self) -> tuple[ThreadReport, ...]:
@@ -276,6 +281,8 @@ class RecoveryReport:
             out[t.action] = out.get(t.action, 0) + 1
         out["threads"] = len(self.threads)
         out["operations_awaiting_review"] = len(self.awaiting_review)
+        if self.compensations:
+            out["compensations"] = len(self.compensations)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -287,12 +294,30 @@ class RecoveryReport:
             "counts": self.counts(),
             "awaiting_review": list(self.awaiting_review),
             "threads": [t.to_json() for t in self.threads],
+            "compensations": [
+                {
+                    "operation_id": c.operation.op_id,
+                    "tool": c.operation.tool,
+                    "undo_id": c.undo.op_id if c.undo is not None else None,
+                    "undo_state": c.undo.state.value if c.undo is not None else None,
+                    "compensation": c.state,
+                    "reason": c.reason,
+                    "error": c.error,
+                }
+                for c in self.compensations
+            ],
         }
 
     def summary(self) -> str:
         """A plain-text account, one line per thread and per operation (for logs)."""
         head = "Recovery (dry run)" if self.dry_run else "Recovery"
+        undos = [
+            f"  compensation of {c.operation.op_id} {c.operation.tool}: {c.state} ({c.reason})"
+            for c in self.compensations
+        ]
         if not self.threads:
+            if undos:
+                return "\n".join([f"{head} of {self.ledger}: no thread needs recovery.", *undos])
             return f"{head} of {self.ledger}: nothing to do, no thread needs recovery."
         resumed = sum(1 for t in self.threads if t.action in ("resumed", "would_resume"))
         verb = "would resume" if self.dry_run else "resumed"
@@ -319,7 +344,7 @@ class RecoveryReport:
                 f"  {len(self.awaiting_review)} operation(s) wait for an operator: "
                 "langgraph-effects show OPERATION, then resolve it."
             )
-        return "\n".join(lines)
+        return "\n".join([*lines, *undos])
 
 
 def _awaiting_approval(op: Operation) -> bool:

@@ -8,8 +8,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._runtime.compensation import (
+    CompensationReport,
+    compensations,
+    effects_of,
+    finish_compensations,
+)
 from .._runtime.lease import DEFAULT_LEASE_SECONDS, lease_expired
 from ..checkpoint import ledger_of
+from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError
 from ..ledger.base import Ledger
@@ -42,6 +49,7 @@ async def recover(
     context: Any = None,
     durability: Literal["sync", "async"] = "sync",
     verdicts_within: float | None = DEFAULT_VERDICTS_WITHIN,
+    effects: Mapping[str, Effect] | None = None,
 ) -> RecoveryReport:
     """Find threads a crash left mid-effect, resume each once, and report what happened.
 
@@ -75,6 +83,8 @@ async def recover(
             (default a week), so the scan costs what changed, not the whole
             history. ``None``: every decided operation. An older verdict is still
             answered by the next run of its thread, or by naming it in ``thread_ids``.
+        effects: the tool contracts to finish interrupted compensations with, each once
+            (default: those of the graph's ``EffectToolNode``/``EffectMiddleware``).
 
     Returns a :class:`RecoveryReport`. A failing thread is reported (``failed``, with
     the error) and does not stop the others.
@@ -101,10 +111,34 @@ async def recover(
         ledger=found.where,
         dry_run=dry_run,
         started_at=started,
+        compensations=tuple(await _compensations(found, graph, effects, tenant, wanted, dry_run)),
         finished_at=time.time(),
         threads=tuple(reports),
         options={"tenant": tenant, "thread_ids": wanted, "min_idle": min_idle, "lease_grace": lease_grace},
     )
+
+
+async def _compensations(
+    ledger: Ledger,
+    graph: Any,
+    effects: Mapping[str, Effect] | None,
+    tenant: str | None,
+    threads: list[str] | None,
+    dry_run: bool,
+) -> list[CompensationReport]:
+    """Finish the compensations a crash interrupted (in a dry run: say which)."""
+    pending = [
+        (undo, op)
+        for undo, op in await compensations(ledger, tenant=tenant)
+        if op is not None and (threads is None or op.thread_id in threads)
+    ]
+    if not pending:
+        return []
+    if dry_run:
+        return [CompensationReport(op, undo, "requested", "would finish") for undo, op in pending]
+    contracts = effects if effects is not None else effects_of(graph)
+    only = [op.op_id for _, op in pending]
+    return await finish_compensations(ledger, effects=contracts, tenant=tenant, only=only)
 
 
 def _check_arguments(

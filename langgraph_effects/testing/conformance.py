@@ -28,12 +28,14 @@ decision id; the audit trail in order; leases renewed only by their owner (also
 from another thread, when the ledger offers a renewer); every listing's filters
 and order; racing writers (exactly one wins); the schema version; and the steps
 plans ask directly (``FindOrInsert``, ``CasEach``, compare-and-sets writing only
-the mutable columns).
+the mutable columns); a compensation request as one transaction (the effect's mark
+and its undo's intent, or neither).
 """
 
 from __future__ import annotations
 
 from ._cases import ESCALATE, LOSE, dispatch, ids, make_op, owner, populate, succeed, trail_len
+from ._compensation import CompensationCases
 from ._reads import ReadCases
 from ._writes import WriteCases
 
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 
-class LedgerConformance(WriteCases, ReadCases):
+class LedgerConformance(WriteCases, ReadCases, CompensationCases):
     """Every case of the ledger contract, as test methods.
 
     Subclass it (the class name must start with ``Test`` for pytest to collect it)

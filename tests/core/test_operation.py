@@ -21,6 +21,7 @@ from hypothesis import event as note_event
 from hypothesis import strategies as st
 
 from langgraph_effects.core.operation import (
+    MARKS,
     REOPENING,
     SENDING,
     TERMINAL,
@@ -228,8 +229,11 @@ class Run:
         op, model = self.op, self.model
         assert (op.state, op.version, op.attempts) == (model.state, model.version, model.attempts)
         assert {d for d, _ in op.decisions} == set(model.decisions)
-        # Terminal stays terminal, but for a retry of a definite failure.
-        if before.terminal and REOPENING.get(before.state) is not change.event:
+        # Terminal stays terminal, but for a retry of a definite failure (a mark, such
+        # as a compensation, is a new version in the same state).
+        if before.terminal and change.event is MARKS.get(before.state):
+            assert op.state is before.state
+        elif before.terminal and REOPENING.get(before.state) is not change.event:
             assert op is before
         # Every decision applied so far is still a no-op when it arrives again,
         # whatever happened since and whatever version the re-sender read.
@@ -239,7 +243,8 @@ class Run:
     def _check_accepted(self, before: Operation, change: Change, after: Operation | None) -> None:
         assert after is not None
         assert isinstance(after.state, State)
-        assert not before.terminal or REOPENING.get(before.state) is change.event, (
+        kept = (REOPENING.get(before.state), MARKS.get(before.state))
+        assert not before.terminal or change.event in kept, (
             "a terminal operation accepted an event"
         )
         # Every accepted step is a row of the table.
@@ -258,7 +263,7 @@ class Run:
 
     def finish(self) -> None:
         if self.op.terminal:
-            for event in set(Event) - {REOPENING.get(self.op.state)}:
+            for event in set(Event) - {REOPENING.get(self.op.state), MARKS.get(self.op.state)}:
                 change = Change(event, owner=OWNER, lease_expires_at=1.0, decision_id="fresh")
                 with pytest.raises(IllegalTransitionError):
                     advance(self.op, change, expected_version=self.op.version, now=self.clock)
@@ -315,7 +320,9 @@ def test_every_pair_is_either_a_row_or_refused(state: State, event: Event) -> No
 def test_terminal_states_have_no_outgoing_rows_but_a_retry() -> None:
     assert set(State) == TERMINAL | UNRESOLVED and not TERMINAL & UNRESOLVED
     for state, event in TRANSITIONS:
-        assert state not in TERMINAL or REOPENING.get(state) is event
+        assert state not in TERMINAL or event in (REOPENING.get(state), MARKS.get(state))
+    for state, event in MARKS.items():
+        assert TRANSITIONS[(state, event)] is state  # a mark moves nothing
     assert TRANSITIONS[(State.FAILED, Event.RETRY)] is State.DISPATCHED
     # Every unresolved state can still reach a terminal one.
     for state in UNRESOLVED:
