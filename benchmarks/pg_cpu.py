@@ -28,10 +28,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import psycopg  # noqa: E402
-from bench_common import DEFAULT_PG_DSN, fresh_pg_database  # noqa: E402
-
-from scenarios import turn  # noqa: E402
+import psycopg
+from bench_common import DEFAULT_PG_DSN, fresh_pg_database
+from scenarios import turn
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -64,8 +63,10 @@ async def bare_pairs(conn: psycopg.AsyncConnection[Any], n: int, tag: list[int])
         key = f"b-{os.getpid()}-{tag[0]}"
         await conn.execute("INSERT INTO bare (id, state, version, body) VALUES (%s, %s, 1, %s)",
                            [key, "dispatched", body])
-        await conn.execute("UPDATE bare SET state = %s, version = 2, result = %s WHERE id = %s AND version = 1",
-                           ["confirmed", b'{"id": "m"}', key])
+        await conn.execute(
+            "UPDATE bare SET state = %s, version = 2, result = %s WHERE id = %s AND version = 1",
+            ["confirmed", b'{"id": "m"}', key],
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -122,10 +123,12 @@ async def main(args: argparse.Namespace) -> None:
                 t[2] += l1 - l0
         n = args.batches * args.turns
         print(f"load average {os.getloadavg()}; path {args.path}, fan-out {args.fanout}, "
-              f"{args.batches} batches of {args.turns} turns; CPU ms per turn (bare: per {args.fanout} pairs)")
+              f"{args.batches} batches of {args.turns} turns; CPU ms per turn "
+              f"(bare: per {args.fanout} pairs)")
         print(f"{'':8}{'process':>9}{'server':>9}{'(ledger)':>9}{'total':>9}")
         for name, (c, s, led) in totals.items():
-            print(f"{name:<8}{c * 1e3 / n:>9.2f}{s * 1e3 / n:>9.2f}{led * 1e3 / n:>9.2f}{(c + s) * 1e3 / n:>9.2f}")
+            cols = (c, s, led, c + s)
+            print(f"{name:<8}" + "".join(f"{x * 1e3 / n:>9.2f}" for x in cols))
         p, o = totals["plain"], totals["ours"]
         f = args.fanout
         print(f"ours - plain per call: process {(o[0] - p[0]) * 1e3 / n / f:.2f}, "
