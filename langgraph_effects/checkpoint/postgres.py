@@ -206,11 +206,10 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
             mode = "branch"
         else:
             mode = "own-late" if checkpoint_id and self._written.has_child(checkpoint_id) else "on"
-        if self._session_fenced and checkpoint_id and self._recognises_own:
-            recognised = _LAST_SAVED.get(self.conn) == saving
-            if recognised and mode == "own-late":
+        if self._session_fenced and checkpoint_id and _LAST_SAVED.get(self.conn) == saving:
+            if mode == "own-late" and self._recognises_own:
                 return  # the trigger takes them as this session's own late results
-            if recognised and mode == "on":
+            if mode == "on":  # (also while setup() may replace an earlier trigger function)
                 await cur.execute(_FORGET_SAVED_SQL)
                 forgetting = _FORGETTING.get()
                 if forgetting is not None:
