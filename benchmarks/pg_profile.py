@@ -46,7 +46,7 @@ from bench_common import (
     trace_pg_connection,
     untrace_pg_connection,
 )
-from ledger_throughput import server_cpu
+from scenarios.ledger_throughput import server_cpu
 
 from langgraph_effects.core.operation import Change, Event, Owner
 from langgraph_effects.ledger.postgres import PostgresLedger
@@ -169,7 +169,7 @@ def _print_profile(prof: cProfile.Profile, per: int, unit: str) -> None:
 
 
 async def turns_main(args: argparse.Namespace) -> None:
-    import bench_e2e
+    from scenarios import turn as bench_e2e
 
     async with fresh_pg_database(args.dsn) as dsn, bench_e2e.postgres_savers(dsn) as (_, saver):
         # node: ToolNode; middleware: the floor, a no-op middleware with the same hooks

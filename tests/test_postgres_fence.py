@@ -128,17 +128,42 @@ async def test_a_fenced_save_sends_what_langgraphs_sends(dsn: str, pipeline: boo
             await saver.aput_writes(first, [("messages", [AIMessage("late")])], "task-2")
         with sent(saver.conn) as counts["checkpoint, deliberate branch"]:
             await put(saver, first, "fork", 3, source="update", edit=True)
+        third = await put(saver, second, "c", 4)
+        with sent(saver.conn) as counts["writes, own late ones, older"]:
+            await saver.aput_writes(first, [("messages", [AIMessage("later")])], "task-3")
         assert counts == {
             "writes, checked": plain_writes,
             "checkpoint, checked": plain_put,
-            # Telling the trigger that these are its own is one statement more.
-            "writes, own late ones": {"Sync": 1, "Execute": plain_writes["Execute"] + 1},
-            # So is telling it that a save branches on purpose (rare: time travel, edits).
+            # The trigger knows the session's last save (a child of ``first``): it
+            # takes task results on ``first`` as its session's own by itself.
+            "writes, own late ones": plain_writes,
+            # Telling it that a save branches on purpose is one statement more (rare:
+            # time travel, edits)...
             "checkpoint, deliberate branch": {"Sync": 1, "Execute": plain_put["Execute"] + 1},
+            # ...and so is telling it that results on an older checkpoint are its own.
+            "writes, own late ones, older": {"Sync": 1, "Execute": plain_writes["Execute"] + 1},
         }, counts
         assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE checkpoint_id = %s",
-                                first["configurable"]["checkpoint_id"]) == 2
-        assert second["configurable"]["checkpoint_id"]
+                                first["configurable"]["checkpoint_id"]) == 3
+        assert second["configurable"]["checkpoint_id"] and third["configurable"]["checkpoint_id"]
+
+
+async def test_the_trigger_takes_as_its_own_only_what_the_saver_does(dsn: str) -> None:
+    # Another saver on the same connection (so the same session) did not move past
+    # ``start``: its task results there are refused, though the session's last save
+    # is a child of ``start``; and the saver that did goes on.
+    async with effect_saver(dsn) as saver:
+        thread = uuid.uuid4().hex
+        start = await put(saver, root(thread), "start", 1)
+        await put(saver, start, "child", 2)
+        other = EffectPostgresSaver(saver.conn, saver.ledger)
+        with pytest.raises(ThreadConflictError):
+            await other.aput_writes(start, [("messages", [AIMessage("late")])], "task-other")
+        await saver.aput_writes(start, [("messages", [AIMessage("late")])], "task-own")
+        assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s "
+                                "AND task_id = %s", thread, "task-own") == 1
+        assert await count_rows(saver, "SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s "
+                                "AND task_id = %s", thread, "task-other") == 0
 
 
 async def test_a_plain_saver_sharing_the_tables_is_left_alone(dsn: str) -> None:

@@ -3,6 +3,7 @@ database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fen
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -19,7 +20,7 @@ from .._private import postgres_connection, postgres_saver_cursor
 from ..errors import ConfigurationError, ThreadConflictError
 from ..ledger.postgres import PostgresLedger
 from . import _fence, _sides, _unfinished
-from ._fence import Put
+from ._fence import Coordinates, Put
 
 
 class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSaver):
@@ -52,6 +53,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         self._written = _fence.Written()
         self._fence_ready = False  # the fence's triggers were seen by this saver
         self._session_fenced = False  # its connection's session asked them to fence it
+        self._recognises_own = False  # their function knows the session's own late results
 
     @classmethod
     @asynccontextmanager
@@ -157,7 +159,10 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
             return
         own_session = isinstance(self.conn, AsyncConnection)
         async with self.lock, postgres_connection(self.conn) as conn:
-            enabled = await _value(conn, _TRIGGERS_ENABLED_SQL, "on" if own_session else None, _TRIGGER)
+            cur = conn.cursor(row_factory=tuple_row)
+            params = {"mode": "on" if own_session else None, "trigger": _TRIGGER}
+            await cur.execute(_TRIGGERS_ENABLED_SQL, params)
+            enabled, _, current = await cur.fetchone() or (0, None, 0)
             if self.pipe is not None:
                 await self.pipe.sync()  # commit the session's mode now, not with the next save
         if enabled != len(_FENCED_TABLES):
@@ -167,6 +172,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
             )
         self._fence_ready = True
         self._session_fenced = own_session
+        self._recognises_own = own_session and bool(current)
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
@@ -183,13 +189,33 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
             saving = _SAVING.get()
             if saving is not None:
-                if _BRANCHING.get():
-                    mode = "branch"
-                else:
-                    mode = "own-late" if saving and self._written.has_child(saving) else "on"
-                if mode != "on" or not self._session_fenced:
-                    await cur.execute(_FENCE_MODE_SQL, (mode,))
+                await self._tell_fence(cur, saving)
             yield cur
+
+    async def _tell_fence(self, cur: AsyncCursor[DictRow], saving: Coordinates) -> None:
+        """The statement that tells the trigger how to fence this save, when one is needed.
+
+        On its own session the trigger remembers the parent of the last checkpoint
+        that session saved under the rule, and takes task results on that parent for
+        the session's own late ones (the lock only) by itself: the saver sends nothing
+        when it agrees, and clears the trigger's memory in the one case it does not
+        (another saver on the same connection moved past that checkpoint).
+        """
+        checkpoint_id = saving[2]
+        if _BRANCHING.get():
+            mode = "branch"
+        else:
+            mode = "own-late" if checkpoint_id and self._written.has_child(checkpoint_id) else "on"
+        if self._session_fenced and checkpoint_id and _LAST_SAVED.get(self.conn) == saving:
+            if mode == "own-late" and self._recognises_own:
+                return  # the trigger takes them as this session's own late results
+            if mode == "on":  # (also while setup() may replace an earlier trigger function)
+                await cur.execute(_FORGET_SAVED_SQL)
+                forgetting = _FORGETTING.get()
+                if forgetting is not None:
+                    forgetting.append(saving)  # forgotten here too once this commits
+        if mode != "on" or not self._session_fenced:
+            await cur.execute(_FENCE_MODE_SQL, (mode,))
 
     @asynccontextmanager
     async def _refusals(self, thread_id: str, ns: str, parent: str | None, what: str) -> AsyncIterator[None]:
@@ -212,7 +238,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
     async def _put_fenced(self, put: Put) -> RunnableConfig:
         await self._check_fence()
         thread_id, ns, parent = _fence.coordinates(put.config)
-        saving, branching = _SAVING.set(""), _BRANCHING.set(not put.check)
+        saving, branching = _SAVING.set((thread_id, ns, "")), _BRANCHING.set(not put.check)
         try:
             async with self._refusals(thread_id, ns, parent, "checkpoint"):
                 saved: RunnableConfig = await AsyncPostgresSaver.aput(
@@ -221,6 +247,9 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         finally:
             _SAVING.reset(saving)
             _BRANCHING.reset(branching)
+        if put.check and self._session_fenced:
+            # Committed under the rule on this session: what its trigger now remembers.
+            _LAST_SAVED[self.conn] = (thread_id, ns, parent or "")
         return saved
 
     async def _put_writes_fenced(
@@ -229,13 +258,18 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
     ) -> None:
         await self._check_fence()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
-        saving, branching = _SAVING.set(str(checkpoint_id)), _BRANCHING.set(not check)
+        saving, branching = _SAVING.set((thread_id, ns, str(checkpoint_id or ""))), _BRANCHING.set(not check)
+        forgotten: list[Coordinates] = []
+        forgetting = _FORGETTING.set(forgotten)
         try:
             async with self._refusals(thread_id, ns, checkpoint_id, "task results"):
                 await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
         finally:
             _SAVING.reset(saving)
             _BRANCHING.reset(branching)
+            _FORGETTING.reset(forgetting)
+        if forgotten and _LAST_SAVED.get(self.conn) == forgotten[-1]:
+            del _LAST_SAVED[self.conn]
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints the given runs saved (their metadata ``run_id``) and
@@ -285,9 +319,20 @@ _REFUSED = "LGE01"
 #: saver's own connection once, for one transaction otherwise.
 _FENCE_MODE = "langgraph_effects.fence"
 _FENCE_MODE_SQL = f"SELECT set_config('{_FENCE_MODE}', %s, true)"
-#: Inside a fenced save: "" for a checkpoint, else the checkpoint whose task results
-#: the current ``aput_writes`` stores.
-_SAVING: ContextVar[str | None] = ContextVar("langgraph_effects_saving", default=None)
+#: Inside a fenced save: (thread, namespace, "") for a checkpoint, else (thread,
+#: namespace, the checkpoint whose task results the current ``aput_writes`` stores).
+_SAVING: ContextVar[Coordinates | None] = ContextVar("langgraph_effects_saving", default=None)
+#: The session setting where the trigger remembers (thread, namespace, parent) of the
+#: last checkpoint its session saved under the rule, and the session's own setting
+#: that asks it to (a connection of a saver's own, never a pooled one).
+_SAVED = "langgraph_effects.fence_saved"
+_SESSION = "langgraph_effects.fence_session"
+_FORGET_SAVED_SQL = f"SELECT set_config('{_SAVED}', '', false)"
+#: Per checkpoint connection: what its session's trigger remembers (see ``_SAVED``).
+#: Changed only once the transaction that changes the trigger's memory has committed.
+_LAST_SAVED: weakref.WeakKeyDictionary[Any, Coordinates] = weakref.WeakKeyDictionary()
+#: Inside ``aput_writes``: what its transaction tells the trigger to forget.
+_FORGETTING: ContextVar[list[Coordinates] | None] = ContextVar("langgraph_effects_forgetting", default=None)
 #: Inside a fenced save: it branches on purpose (the trigger only takes the lock).
 _BRANCHING: ContextVar[bool] = ContextVar("langgraph_effects_branching", default=False)
 
@@ -329,6 +374,7 @@ DECLARE
     parent text;
     own text := '';
     child text;
+    place text;
 BEGIN
     IF mode IS NULL OR mode NOT IN ('on', 'own-late', 'branch') THEN
         RETURN NEW;  -- not a fenced saver's insert
@@ -336,13 +382,15 @@ BEGIN
     -- Held until the transaction ends: the check and the insert are atomic for every
     -- runner of this thread. The key earlier versions hashed in Python (one lock
     -- during an upgrade).
-    PERFORM pg_advisory_xact_lock(hashtextextended(
-        'langgraph-effects/fence' || chr(31) || NEW.thread_id || chr(31) || NEW.checkpoint_ns, 0));
+    place := 'langgraph-effects/fence' || chr(31) || NEW.thread_id || chr(31) || NEW.checkpoint_ns;
+    PERFORM pg_advisory_xact_lock(hashtextextended(place, 0));
     IF mode <> 'on' THEN
         RETURN NEW;  -- a branch on purpose, or this saver's own late task results: the lock only
     ELSIF TG_TABLE_NAME = 'checkpoints' THEN
         parent := NEW.parent_checkpoint_id;  -- refuse a second child of the parent
         own := NEW.checkpoint_id;
+    ELSIF current_setting('{_SAVED}', true) = place || chr(31) || NEW.checkpoint_id THEN
+        RETURN NEW;  -- this session's last save moved past it: its own late results, the lock only
     ELSE
         parent := NEW.checkpoint_id;  -- refuse task results on a checkpoint moved past
     END IF;
@@ -361,6 +409,10 @@ BEGIN
             CASE WHEN TG_TABLE_NAME = 'checkpoints' THEN 'checkpoint' ELSE 'writes' END,
             NEW.thread_id, NEW.checkpoint_ns, coalesce(parent, 'its start'), child);
     END IF;
+    IF TG_TABLE_NAME = 'checkpoints' AND current_setting('{_SESSION}', true) = 'on' THEN
+        -- Undone if this transaction rolls back; read by this session's next saves.
+        PERFORM set_config('{_SAVED}', place || chr(31) || coalesce(parent, ''), false);
+    END IF;
     RETURN NEW;
 END
 """
@@ -373,11 +425,17 @@ _TRIGGER_FOUND_SQL = (
     "SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = %s AND n.nspname = %s AND c.relname = %s"
 )
-#: The fence's triggers enabled on LangGraph's tables; sets the session's mode unless NULL.
+#: The fence's triggers enabled on LangGraph's tables; sets the session's mode (and
+#: asks the trigger to remember its saves) unless NULL; whether the trigger's function
+#: is one that can (a database set up by an earlier version until setup runs again).
 _TRIGGERS_ENABLED_SQL = (
     f"SELECT count(*), set_config('{_FENCE_MODE}', "
-    f"coalesce(%s, current_setting('{_FENCE_MODE}', true), ''), false) "
-    "FROM pg_trigger WHERE tgname = %s AND tgenabled <> 'D' AND tgrelid IN ("
+    f"coalesce(%(mode)s, current_setting('{_FENCE_MODE}', true), ''), false) "
+    f"|| set_config('{_SESSION}', coalesce(%(mode)s, current_setting('{_SESSION}', true), ''), false), "
+    f"(SELECT count(*) FROM pg_proc WHERE proname = '{_TRIGGER_FUNCTION}' "
+    f"AND strpos(prosrc, '{_SAVED}') > 0 AND pronamespace = "
+    "(SELECT relnamespace FROM pg_class WHERE oid = to_regclass('checkpoints'))) "
+    "FROM pg_trigger WHERE tgname = %(trigger)s AND tgenabled <> 'D' AND tgrelid IN ("
     + ", ".join(f"to_regclass('{table}')" for table in _FENCED_TABLES)
     + ")"
 )
