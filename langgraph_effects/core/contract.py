@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ..errors import DefiniteFailure
+from .controls import Budget, CircuitBreaker, Controls, controls_of
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ class Effect:
             there and is the same on every re-send and resume of the operation. The
             tool's input schema must have that argument (checked when the node is
             built, or on the middleware's first call of the tool).
+        budgets: durable :class:`~langgraph_effects.Budget`\\ s this tool's sends count
+            against (shared by every tool listing a budget of the same name): a send
+            over budget is refused, or held for an approver (see ``docs/budgets.md``).
+        circuit: a durable :class:`~langgraph_effects.CircuitBreaker` for this tool's
+            provider: while it is open, sends are refused before anything leaves
+            (see ``docs/circuit-breakers.md``).
         read_only_tool: see :meth:`read_only`.
     """
 
@@ -124,6 +131,8 @@ class Effect:
     approval: ApprovalMode = "never"
     max_attempts: int = 3
     key_argument: str | None = None
+    budgets: Sequence[Budget] = ()
+    circuit: CircuitBreaker | None = None
     read_only_tool: bool = False
 
     def __post_init__(self) -> None:
@@ -143,6 +152,8 @@ class Effect:
             raise ValueError(
                 f"key_argument must be a non-empty argument name, not {self.key_argument!r}"
             )
+        object.__setattr__(self, "budgets", tuple(self.budgets))
+        object.__setattr__(self, "_controls", controls_of(self.budgets, self.circuit))
         for exc in self.definite_errors:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise TypeError(f"definite_errors must be exception types, got {exc!r}")
@@ -156,6 +167,11 @@ class Effect:
     def blind(cls, **kwargs: Any) -> Effect:
         """A provider that can neither dedup nor be queried: ambiguity goes to review."""
         return cls(**kwargs)
+
+    @property
+    def controls(self) -> Controls:
+        """Its budgets and circuit breaker (falsy when it declares neither)."""
+        return self._controls  # type: ignore[attr-defined,no-any-return]
 
     @property
     def dedup_seconds(self) -> float | None:

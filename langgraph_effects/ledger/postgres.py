@@ -46,6 +46,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerError, LedgerUnavailableError
 from . import base
@@ -61,6 +62,7 @@ from .base import (
     from_row,
 )
 from .codec import mutable_row, read_text, stored_text
+from .controls import row_from, row_values
 from .group import PlanResult, Regroup
 from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
@@ -134,6 +136,16 @@ MIGRATIONS: tuple[str, ...] = (
         ON {{s}}effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
         ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
+    """,
+    # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
+    """
+    CREATE TABLE {s}effect_controls (
+        control text NOT NULL,
+        scope text NOT NULL,
+        state text NOT NULL DEFAULT '{{}}',
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (control, scope)
+    );
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -255,6 +267,24 @@ class PostgresLedger(Ledger):
         # The same for one new row, sent as scalars (see pgsql).
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
+        controls = f"{prefix}effect_controls"
+        keys = "SELECT * FROM unnest(%s::text[], %s::text[]) AS k (control, scope)"
+        # An empty row first (a key nobody charged yet), so that FOR UPDATE has a row to
+        # hold: two transactions charging a new budget queue on it.
+        self._control_rows_sql = (
+            f"INSERT INTO {controls} (control, scope, state, updated_at) "
+            f"SELECT control, scope, '{{}}', 0 FROM ({keys}) AS k ON CONFLICT DO NOTHING"
+        )
+        self._lock_controls_sql = (
+            f"SELECT * FROM {controls} WHERE (control, scope) IN ({keys}) "
+            "ORDER BY control, scope FOR UPDATE"
+        )
+        self._write_control_sql = (
+            f"INSERT INTO {controls} (control, scope, state, updated_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (control, scope) DO UPDATE SET state = excluded.state, "
+            "updated_at = excluded.updated_at"
+        )
+        self._list_controls_sql = f"SELECT * FROM {controls} WHERE control <> 'hold' ORDER BY control, scope"
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
         self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
@@ -626,6 +656,25 @@ class _Steps(AsyncStepDefaults):
         params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
         await self.cur.execute(self.ledger._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
         return await self.cur.fetchone() is not None
+
+    async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
+        if not step.keys:
+            return {}
+        params = [[stored_text(k[0]) for k in step.keys], [stored_text(k[1]) for k in step.keys]]
+        await self.cur.execute(self.ledger._control_rows_sql, params)
+        await self.cur.execute(self.ledger._lock_controls_sql, params)
+        return {(row := row_from(r)).key: row for r in await self.cur.fetchall()}
+
+    async def write_controls(self, step: base.WriteControls) -> None:
+        values = [row_values(row) for row in step.rows]
+        await self.cur.executemany(
+            self.ledger._write_control_sql,
+            [(v["control"], v["scope"], v["state"], v["updated_at"]) for v in values],
+        )
+
+    async def list_controls(self, step: base.ListControls) -> list[ControlRow]:
+        await self.cur.execute(self.ledger._list_controls_sql)
+        return [row_from(r) for r in await self.cur.fetchall()]
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(
