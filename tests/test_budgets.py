@@ -3,15 +3,21 @@ approval an operator may give to send over budget once, and a refusal replayed."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from langgraph_effects import EffectSqliteSaver, OperationQuery
-from langgraph_effects.core.operation import State
+from langgraph_effects import Budget, CircuitBreaker, EffectSqliteSaver, OperationQuery, SqliteLedger
+from langgraph_effects.core.controls import Call, Controls
+from langgraph_effects.core.operation import Change, Event, State
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger.controls import controlled_plan
+from langgraph_effects.testing.conformance import dispatch, make_op
+from tests.helpers import run_console
 from tests.helpers.controls_worker import Spec, build
 
 
@@ -71,3 +77,31 @@ async def test_an_approver_may_send_over_budget_once_and_it_is_counted(tmp_path:
         [budget] = [r for r in await saver.ledger.control_rows() if r.control == "budget:payments"]
         assert budget.state["sends"] == 2
     assert provider.count_effects() == {"a": 1, "b": 1}
+
+
+@pytest.mark.slow  # runs the console in two processes
+async def test_the_console_shows_budgets_used_and_left_and_open_circuits(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    budget = Budget("payments", max_sends=2, max_total=50, total_of="amount", per="thread")
+    controls = Controls((budget,), CircuitBreaker("bank", failures=1, cooldown=600))
+    async with SqliteLedger.from_conn_string(path) as ledger:
+        await ledger.setup()
+        await ledger.record_intents([make_op(op_id="op-a", provider_key="k-a", thread_id="t1")])
+        call = Call("op-a", "t1", "", {"amount": 20})
+
+        def plan(change: Change, version: int) -> Any:
+            return controlled_plan("op-a", change, version, "test", ledger.where, None, controls, call)
+
+        sent = await ledger.transact(lambda: plan(dispatch("tok"), 1))
+        timeout = Change(Event.LOSE, evidence={"kind": "timeout"})
+        await ledger.transact(lambda: plan(timeout, sent.op.version))
+    out = run_console("--db", str(path), "--json", "controls")
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    [used] = shown["budgets"]
+    assert (used["name"], used["scope"], used["sends"], used["sends_left"]) == ("payments", ["", "t1"], 1, 1)
+    assert (used["total"], used["total_left"]) == (20.0, 30.0)  # an unknown outcome keeps its share
+    [circuit] = shown["circuits"]
+    assert (circuit["name"], circuit["status"]) == ("bank", "open")
+    text = run_console("--db", str(path), "controls")
+    assert text.returncode == 0 and "open" in text.stdout and "payments" in text.stdout

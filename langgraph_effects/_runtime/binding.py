@@ -583,4 +583,4 @@ def staged(effect: Effect) -> bool:
     """Calls whose intent is committed ``pending`` first (a false ``unknown`` would cost
     a human): blind ones, and ones that need an approval before dispatch; and calls
     with budgets or a circuit breaker, whose send is admitted in its own commit."""
-    return effect.kind == "blind" or effect.approval == "always" or bool(effect.controls)
+    return effect.kind == "blind" or effect.approval == "always" or effect.controls is not None

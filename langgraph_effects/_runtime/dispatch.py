@@ -431,7 +431,7 @@ class Dispatcher:
             version = c.op.version if expected is None else expected
             # The row as we last saw it saves the ledger a locking read when it is current.
             before = c.op if version == c.op.version else None
-            if c.effect.controls and change.event in HEARD:
+            if c.effect.controls is not None and change.event in HEARD:
                 return await self._controlled(c, change, version, before)
             c.op = await self.ledger.transition(
                 c.op.op_id, change, expected_version=version, before=before
@@ -448,6 +448,7 @@ class Dispatcher:
         outcome recorded on them) in the transition's own transaction. A refused send
         moves nothing and leaves the refusal on ``c``."""
         op, where, controls = c.op, self.ledger.where, c.effect.controls
+        assert controls is not None
         call = Call(op.op_id, op.thread_id, op.tenant, c.args, self.run_id)
         moved = await self.ledger.transact(
             lambda: controlled_plan(op.op_id, change, version, DEFAULT_ACTOR, where, before, controls, call)

@@ -58,7 +58,8 @@ command shares), ``target`` (which ledger ``--db``/``--schema`` name, and openin
 or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
-``recover``; ``passthrough``: lab and crashtest), and ``main`` (the entry point).
+``recover``; ``controls``: budgets and circuit breakers; ``passthrough``: lab and
+crashtest), and ``main`` (the entry point).
 """
 
 from __future__ import annotations
@@ -77,10 +78,24 @@ from . import setup
 from . import recover
 
 # isort: split
+from . import controls  # budgets and circuit breakers
+
+# isort: split
 from . import passthrough  # lab, crashtest
 from .app import app
 from .failures import exit_code_for
 from .main import main
 from .target import Target
 
-__all__ = ["Target", "app", "exit_code_for", "listing", "main", "passthrough", "recover", "resolve", "setup"]
+__all__ = [
+    "Target",
+    "app",
+    "controls",
+    "exit_code_for",
+    "listing",
+    "main",
+    "passthrough",
+    "recover",
+    "resolve",
+    "setup",
+]

@@ -153,7 +153,8 @@ class Effect:
                 f"key_argument must be a non-empty argument name, not {self.key_argument!r}"
             )
         object.__setattr__(self, "budgets", tuple(self.budgets))
-        object.__setattr__(self, "_controls", controls_of(self.budgets, self.circuit))
+        controls = controls_of(self.budgets, self.circuit)
+        object.__setattr__(self, "_controls", controls if controls.budgets or controls.circuit else None)
         for exc in self.definite_errors:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise TypeError(f"definite_errors must be exception types, got {exc!r}")
@@ -169,8 +170,8 @@ class Effect:
         return cls(**kwargs)
 
     @property
-    def controls(self) -> Controls:
-        """Its budgets and circuit breaker (falsy when it declares neither)."""
+    def controls(self) -> Controls | None:
+        """Its budgets and circuit breaker (``None`` when it declares neither)."""
         return self._controls  # type: ignore[attr-defined,no-any-return]
 
     @property

@@ -309,7 +309,7 @@ def admit(
             )
             return Admission(Refusal("circuit", breaker.name, why))
         if status == "half-open":
-            writes.append(_evolve(row, now, probe=call.op_id, probe_at=now))
+            writes.append(_evolve(row, now, probe=call.op_id, probe_at=now, **_shape(breaker)))
     hold = _row(rows, hold_key(call.op_id))
     if hold.state.get("charges"):
         return Admission(None, tuple(writes))
@@ -325,7 +325,8 @@ def admit(
             reason = over + _window_note(budget)
             return Admission(Refusal("budget", budget.name, reason, ask=budget.on_exceed == "approve"))
         sends, total = int(row.state.get("sends", 0)), float(row.state.get("total", 0.0))
-        writes.append(_evolve(row, now, sends=sends + 1, total=total + amount))
+        limits = {"max_sends": budget.max_sends, "max_total": budget.max_total}  # for the console
+        writes.append(_evolve(row, now, sends=sends + 1, total=total + amount, **limits))
         charges.append([key[0], key[1], amount])
     if charges:
         writes.append(_evolve(hold, now, charges=charges))
@@ -396,31 +397,61 @@ def _circuit_after(
     if not failed:
         if state.get("opened_at") is None and not state.get("failures"):
             return row
-        return ControlRow(row.control, row.scope, {"failures": []}, now)
+        return ControlRow(row.control, row.scope, {"failures": [], **_shape(breaker)}, now)
     within = _seconds(breaker.within) or 0.0
     failures = [float(t) for t in state.get("failures") or () if now - float(t) < within]
     failures = [*failures, now][-breaker.failures :]
     opened = state.get("opened_at")
     probe = state.get("probe")
     if probe == op_id or (opened is None and len(failures) >= breaker.failures):
-        return ControlRow(row.control, row.scope, {"failures": failures, "opened_at": now}, now)
-    return _evolve(row, now, failures=failures)
+        opened_state = {"failures": failures, "opened_at": now, **_shape(breaker)}
+        return ControlRow(row.control, row.scope, opened_state, now)
+    return _evolve(row, now, failures=failures, **_shape(breaker))
+
+
+def _shape(breaker: CircuitBreaker) -> dict[str, Any]:
+    """What a breaker's row keeps of its declaration, for the console."""
+    return {"threshold": breaker.failures, "cooldown": _seconds(breaker.cooldown)}
 
 
 def _evolve(row: ControlRow, now: float, **state: Any) -> ControlRow:
     return ControlRow(row.control, row.scope, {**row.state, **state}, now)
 
 
-def budget_usage(budget: Budget, row: ControlRow) -> dict[str, Any]:
-    """What the console shows of a budget row: used and left."""
-    sends, total = int(row.state.get("sends", 0)), float(row.state.get("total", 0.0))
-    shown: dict[str, Any] = {"sends": sends}
-    if budget.max_sends is not None:
-        shown["sends_left"] = max(budget.max_sends - sends, 0)
-    if budget.max_total is not None:
-        shown["total"] = total
-        shown["total_left"] = max(budget.max_total - total, 0.0)
-    return shown
+def describe(row: ControlRow, *, now: float) -> dict[str, Any] | None:
+    """What the console shows of a stored row (``None``: a row nobody charged yet).
+
+    A budget: its name, scope, sends and total used, and what is left of the limits
+    recorded with its last charge. A circuit breaker: its name and status
+    (``closed``, ``open``, ``half-open`` or ``probing``), recent failures, and when
+    it opened."""
+    state = row.state
+    if row.control.startswith("budget:") and "sends" in state:
+        sends, total = int(state.get("sends", 0)), float(state.get("total", 0.0))
+        max_sends, max_total = state.get("max_sends"), state.get("max_total")
+        return {
+            "kind": "budget",
+            "name": row.control.removeprefix("budget:"),
+            "scope": json.loads(row.scope) if row.scope.startswith("[") else row.scope,
+            "sends": sends,
+            "sends_left": None if max_sends is None else max(int(max_sends) - sends, 0),
+            "total": total,
+            "total_left": None if max_total is None else max(float(max_total) - total, 0.0),
+            "updated_at": row.updated_at,
+        }
+    if row.control.startswith("circuit:") and state:
+        cooldown = float(state.get("cooldown") or 0.0)
+        breaker = CircuitBreaker(row.control.removeprefix("circuit:"), cooldown=cooldown or 1.0)
+        return {
+            "kind": "circuit",
+            "name": breaker.name,
+            "status": circuit_status(breaker, state, now),
+            "failures": len(state.get("failures") or ()),
+            "threshold": state.get("threshold"),
+            "opened_at": state.get("opened_at"),
+            "updated_at": row.updated_at,
+        }
+    return None
 
 
 def controls_of(budgets: Sequence[Budget], circuit: CircuitBreaker | None) -> Controls:

@@ -49,7 +49,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerError, LedgerUnavailableError
-from . import base
+from . import base, pgcontrols
 from .base import (
     MUTABLE_COLUMNS,
     UNRESOLVED_SQL,
@@ -62,7 +62,6 @@ from .base import (
     from_row,
 )
 from .codec import mutable_row, read_text, stored_text
-from .controls import row_from, row_values
 from .group import PlanResult, Regroup
 from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
@@ -267,24 +266,7 @@ class PostgresLedger(Ledger):
         # The same for one new row, sent as scalars (see pgsql).
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
-        controls = f"{prefix}effect_controls"
-        keys = "SELECT * FROM unnest(%s::text[], %s::text[]) AS k (control, scope)"
-        # An empty row first (a key nobody charged yet), so that FOR UPDATE has a row to
-        # hold: two transactions charging a new budget queue on it.
-        self._control_rows_sql = (
-            f"INSERT INTO {controls} (control, scope, state, updated_at) "
-            f"SELECT control, scope, '{{}}', 0 FROM ({keys}) AS k ON CONFLICT DO NOTHING"
-        )
-        self._lock_controls_sql = (
-            f"SELECT * FROM {controls} WHERE (control, scope) IN ({keys}) "
-            "ORDER BY control, scope FOR UPDATE"
-        )
-        self._write_control_sql = (
-            f"INSERT INTO {controls} (control, scope, state, updated_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (control, scope) DO UPDATE SET state = excluded.state, "
-            "updated_at = excluded.updated_at"
-        )
-        self._list_controls_sql = f"SELECT * FROM {controls} WHERE control <> 'hold' ORDER BY control, scope"
+        self._controls_sql = pgcontrols.ControlStatements.on(prefix)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
         self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
@@ -658,23 +640,13 @@ class _Steps(AsyncStepDefaults):
         return await self.cur.fetchone() is not None
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
-        if not step.keys:
-            return {}
-        params = [[stored_text(k[0]) for k in step.keys], [stored_text(k[1]) for k in step.keys]]
-        await self.cur.execute(self.ledger._control_rows_sql, params)
-        await self.cur.execute(self.ledger._lock_controls_sql, params)
-        return {(row := row_from(r)).key: row for r in await self.cur.fetchall()}
+        return await pgcontrols.lock_controls(self.cur, self.ledger._controls_sql, step)
 
     async def write_controls(self, step: base.WriteControls) -> None:
-        values = [row_values(row) for row in step.rows]
-        await self.cur.executemany(
-            self.ledger._write_control_sql,
-            [(v["control"], v["scope"], v["state"], v["updated_at"]) for v in values],
-        )
+        await pgcontrols.write_controls(self.cur, self.ledger._controls_sql, step)
 
     async def list_controls(self, step: base.ListControls) -> list[ControlRow]:
-        await self.cur.execute(self.ledger._list_controls_sql)
-        return [row_from(r) for r in await self.cur.fetchall()]
+        return await pgcontrols.list_controls(self.cur, self.ledger._controls_sql, step)
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(

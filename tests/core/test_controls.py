@@ -18,6 +18,7 @@ from langgraph_effects.core.controls import (
     budget_scope,
     charged_keys,
     circuit_status,
+    describe,
     hold_key,
     outcome_of,
     settle,
@@ -175,7 +176,7 @@ def test_failures_within_the_window_open_the_circuit_and_a_success_closes_it() -
     spread = run_outcomes([("a", "fail", None, 1.0), ("b", "fail", None, 70.0), ("c", "fail", None, 71.0)])
     assert spread[BREAKER.key].state.get("opened_at") is None  # the first fell out of the window
     healed = run_outcomes([("a", "fail", None, 1.0), ("b", "fail", None, 2.0), ("c", "succeed", None, 3.0)])
-    assert healed[BREAKER.key].state == {"failures": []}
+    assert healed[BREAKER.key].state["failures"] == [] and "opened_at" not in healed[BREAKER.key].state
     crash = run_outcomes([(x, "lose", {"kind": "lease"}, 1.0) for x in "abcd"])
     assert crash == {}  # our own worker dying says nothing of the provider
 
@@ -208,3 +209,17 @@ def test_the_rows_are_locked_in_one_order() -> None:
 )
 def test_outcome_of_a_transition(event: str, evidence: Any, outcome: str) -> None:
     assert outcome_of(event, evidence) == outcome
+
+
+def test_the_console_reads_used_and_left_and_circuit_status_from_the_rows() -> None:
+    budget = Budget("sends", max_sends=5, max_total=100, total_of="amount")
+    rows = apply({}, admit(Controls((budget,), BREAKER), CALL, {}, now=0.0).writes)
+    shown = describe(rows[(budget.control, '["acme"]')], now=1.0)
+    assert shown is not None
+    assert (shown["sends"], shown["sends_left"], shown["total"], shown["total_left"]) == (1, 4, 30.0, 70.0)
+    assert describe(rows[hold_key("op1")], now=1.0) is None
+    opened = run_outcomes([(x, "fail", None, 10.0) for x in "abc"])
+    circuit = describe(opened[BREAKER.key], now=20.0)
+    assert circuit is not None
+    assert (circuit["status"], circuit["failures"], circuit["threshold"]) == ("open", 3, 3)
+    assert describe(ControlRow("budget:new", '["acme"]'), now=0.0) is None  # a lock's empty row
