@@ -285,6 +285,7 @@ def admit(
     now: float,
     override: bool = False,
     circuit: bool = True,
+    keyed_at: float | None = None,
 ) -> Admission:
     """Whether a send of ``call`` may leave at ``now``, given the rows of
     :func:`admit_keys` as stored (missing rows are empty).
@@ -292,7 +293,8 @@ def admit(
     ``override``: an approver allowed this send over budget (it is still counted).
     ``circuit``: whether the circuit breaker gates this send (a re-send that settles
     an earlier, ambiguous send is not gated). An operation that already holds its
-    share (its hold row has charges) is not charged again.
+    share (its hold row has charges) is not charged again. ``keyed_at``: the time
+    :func:`admit_keys` was asked at (the rows were locked then; default ``now``).
     """
     writes: list[ControlRow] = []
     breaker = controls.circuit
@@ -315,7 +317,7 @@ def admit(
         return Admission(None, tuple(writes))
     charges: list[list[Any]] = []
     for budget in controls.budgets:
-        key = (budget.control, budget_scope(budget, call, now))
+        key = (budget.control, budget_scope(budget, call, now if keyed_at is None else keyed_at))
         row = _row(rows, key)
         amount = _amount(budget, call)
         if isinstance(amount, str):

@@ -79,16 +79,14 @@ def controlled_plan(
     event locks the rows it may change (the hold first, then the rows it charged
     and the circuit's), then transitions, then writes what the outcome does.
     """
-    stamp = now()
     if change.event in CHARGING:
+        stamp = now()
         keys = rules.admit_keys(controls, call, stamp)
         rows = yield LockControls(tuple(keys))
+        # The clock read once the rows are held: what this send's decision and the
+        # sends and outcomes serialized on the same rows are ordered by.
         admission = rules.admit(
-            controls,
-            call,
-            rows,
-            now=stamp,
-            override=approved(change),
+            controls, call, rows, now=now(), override=approved(change), keyed_at=stamp
         )
         if admission.refusal is not None:
             return admission.refusal
@@ -103,7 +101,7 @@ def controlled_plan(
     rows = {**hold, **((yield LockControls(tuple(sorted(more)))) if more else {})}
     moved = yield from transition_plan(op_id, change, expected_version, actor, where, seen=seen)
     if moved.applied:
-        writes = rules.settle(controls, op_id, change.event.value, change.evidence, rows, now=stamp)
+        writes = rules.settle(controls, op_id, change.event.value, change.evidence, rows, now=now())
         if writes:
             yield WriteControls(writes)
     return moved
