@@ -32,6 +32,9 @@ caller can catch the package as a whole or one precise failure::
     ├── ReviewError                 an operator answer that cannot be applied
     ├── CompensationError           an effect that cannot be undone now (nothing landed, no undo...)
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
+    ├── ControlRefusedError         a send refused by a budget or a circuit breaker: not sent
+    │   ├── BudgetExceededError     the send would exceed a durable budget
+    │   └── CircuitOpenError        the provider's circuit breaker is open
     ├── OversizedError              a receipt or evidence text over its documented limit
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
 
@@ -474,6 +477,33 @@ class MalformedToolCallError(EffectsError):
             "tool again, one call per id.",
             tool=tool, tool_call_id=tool_call_id, why=why,
         )
+
+
+class ControlRefusedError(EffectsError):
+    """A send refused by a budget or a circuit breaker before anything left.
+
+    The model is answered with an error ToolMessage whose artifact names the subclass
+    (``{"error": "BudgetExceededError", "sent": False, "control": ...}``); nothing is
+    raised to the graph. ``control`` is the budget's or breaker's name.
+    """
+
+    tool: str
+    control: str
+    reason: str
+
+    def __init__(self, tool: str, control: str, reason: str) -> None:
+        self._record(
+            f"The {tool} call was not sent: {reason}.",
+            tool=tool, control=control, reason=reason,
+        )
+
+
+class BudgetExceededError(ControlRefusedError):
+    """The send would exceed a durable :class:`~langgraph_effects.Budget`: not sent."""
+
+
+class CircuitOpenError(ControlRefusedError):
+    """The provider's :class:`~langgraph_effects.CircuitBreaker` is open: not sent."""
 
 
 class OversizedError(EffectsError, ValueError):

@@ -382,7 +382,11 @@ def approval_payload(gated: list[CallRecord], refused: str | None) -> dict[str, 
                 "name": c.tool,
                 "args": dict(c.op.args),
                 "description": notice + (
-                    f"{c.tool} changes the outside world and needs approval before it is "
+                    f"{c.tool} is over a budget ({c.refusal.reason}): approve to send it once "
+                    f"anyway (it is counted), or reject it (operation {c.op.op_id}, args hash "
+                    f"{c.op.args_hash})."
+                    if c.refusal is not None
+                    else f"{c.tool} changes the outside world and needs approval before it is "
                     f"sent (operation {c.op.op_id}, args hash {c.op.args_hash})."
                 ),
             }

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from .. import _private
 from ..core import identity
 from ..core.contract import BLIND, Effect
+from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
 from ..errors import (
     DurabilityError,
@@ -89,6 +90,8 @@ class CallRecord:
     conflict: str | None = None
     batch_token: str | None = None
     edited: bool = False
+    refusal: Refusal | None = None
+    """Why a budget or circuit breaker refused its last send (``None``: it did not)."""
 
 
 def by_id(ops: Iterable[Operation]) -> dict[str, Operation]:
@@ -580,5 +583,6 @@ def _bind_replans(
 
 def staged(effect: Effect) -> bool:
     """Calls whose intent is committed ``pending`` first (a false ``unknown`` would cost
-    a human): blind ones, and ones that need an approval before dispatch."""
-    return effect.kind == "blind" or effect.approval == "always"
+    a human): blind ones, and ones that need an approval before dispatch; and calls
+    with budgets or a circuit breaker, whose send is admitted in its own commit."""
+    return effect.kind == "blind" or effect.approval == "always" or effect.controls is not None

@@ -21,13 +21,15 @@ from typing import Any, Literal
 from langchain_core.messages import ToolMessage
 
 from ..core import identity, protocol
+from ..core.controls import Call, Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
 from ..errors import (
     IllegalTransitionError,
     StaleVersionError,
     TransitionError,
 )
-from ..ledger.base import Ledger
+from ..ledger.base import DEFAULT_ACTOR, Ledger
+from ..ledger.controls import HEARD, controlled_plan
 from . import faults as _faults
 from . import lease, messages
 from .binding import CallRecord, Settings
@@ -158,6 +160,8 @@ class Dispatcher:
     leases: Leases
     closed: Callable[[], bool]
     leased: Callable[[], Iterable[CallRecord]]
+    run_id: str | None = None
+    """The run's id, for budgets counted per run."""
     _reading: asyncio.Future[dict[str, Operation]] | None = field(default=None, init=False)
 
     # -- per call --------------------------------------------------------------------
@@ -200,9 +204,13 @@ class Dispatcher:
                 if _faults.installed:
                     _faults.fire("after_intent", op)
                 await self.send(c, Event.DISPATCH, {"kind": EvidenceKind.INTENT})
+                if c.refusal is not None:
+                    return await self._refused(c, c.refusal)
                 continue
             if isinstance(step, protocol.Retry):
                 await self.send(c, Event.RETRY, dict(step.evidence))
+                if c.refusal is not None:
+                    return await self._refused(c, c.refusal)
                 continue
             if isinstance(step, protocol.Run):
                 if c.batch_token is not None and _faults.installed:
@@ -283,6 +291,34 @@ class Dispatcher:
             )
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
         return Reply(error=error) if output is None and error is not None else Reply(output)
+
+    async def _refused(self, c: CallRecord, refusal: Refusal) -> Reply:
+        """A budget or circuit breaker refused the send: nothing left. Held for an
+        approver (a budget with ``on_exceed="approve"``), or answered with a refusal,
+        recorded (``abandoned``, the refusal as its result) when the call had never
+        been sent, so a resume answers the same."""
+        if refusal.ask:
+            return Reply(
+                messages.review_placeholder(c.op, tool_call_id=c.call_id, tool=c.tool), waits_for="approval"
+            )
+        message = messages.refused(c.tool, c.call_id, refusal)
+        if c.op.state is State.PENDING:
+            kind, blob = messages.dump(message)
+            content = {"decision": "refused", "by": f"{refusal.kind} {refusal.name}"}
+            await self.move(
+                c,
+                Change(
+                    Event.ABANDON,
+                    evidence={"kind": EvidenceKind.CONTROL, "control": f"{refusal.kind}:{refusal.name}",
+                              "reason": refusal.reason},
+                    result_type=kind,
+                    result=blob,
+                    decision_id=f"refused:{c.op.version}",
+                    decision=content,
+                ),
+                expected=c.op.version,
+            )
+        return Reply(message)
 
     async def _record_late(self, c: CallRecord, outcome: protocol.Outcome, token: str) -> None:
         """Another worker took the operation over while our tool ran: what it did is
@@ -385,6 +421,7 @@ class Dispatcher:
         decision_id: str | None = None,
         decision: Mapping[str, Any] | None = None,
     ) -> None:
+        c.refusal = None
         owner = await lease.new_owner_async()
         try:
             moved = await self.move(
@@ -414,6 +451,8 @@ class Dispatcher:
             version = c.op.version if expected is None else expected
             # The row as we last saw it saves the ledger a locking read when it is current.
             before = c.op if version == c.op.version else None
+            if c.effect.controls is not None and change.event in HEARD:
+                return await self._controlled(c, change, version, before)
             c.op = await self.ledger.transition(
                 c.op.op_id, change, expected_version=version, before=before
             )
@@ -421,6 +460,24 @@ class Dispatcher:
         except (StaleVersionError, IllegalTransitionError):
             c.op = await self.reload(c)
             return False
+
+    async def _controlled(
+        self, c: CallRecord, change: Change, version: int, before: Operation | None
+    ) -> bool:
+        """:meth:`move` for a call with budgets or a circuit breaker: admitted (or its
+        outcome recorded on them) in the transition's own transaction. A refused send
+        moves nothing and leaves the refusal on ``c``."""
+        op, where, controls = c.op, self.ledger.where, c.effect.controls
+        assert controls is not None
+        call = Call(op.op_id, op.thread_id, op.tenant, c.args, self.run_id)
+        moved = await self.ledger.transact(
+            lambda: controlled_plan(op.op_id, change, version, DEFAULT_ACTOR, where, before, controls, call)
+        )
+        if isinstance(moved, Refusal):
+            c.refusal = moved
+            return False
+        c.op = moved.op
+        return True
 
     async def reload(self, c: CallRecord) -> Operation:
         found = await self.ledger.get(c.op.op_id)

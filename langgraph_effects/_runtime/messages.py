@@ -15,9 +15,10 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
+from ..core.controls import Refusal
 from ..core.identity import canonical_json
 from ..core.operation import EvidenceKind, Operation, State
-from ..errors import OversizedError
+from ..errors import BudgetExceededError, CircuitOpenError, OversizedError
 
 _SERDE = JsonPlusSerializer()
 
@@ -198,6 +199,25 @@ def replay(op: Operation, *, tool_call_id: str, tool: str) -> Any:
             output = output.model_copy(update={"tool_call_id": tool_call_id})
         return decorate(output, op)
     return settled_message(op, tool_call_id=tool_call_id, tool=tool)
+
+
+def refused(tool: str, tool_call_id: str, refusal: Refusal) -> ToolMessage:
+    """The answer to a send a budget or circuit breaker refused: nothing was sent."""
+    error = (BudgetExceededError if refusal.kind == "budget" else CircuitOpenError)(
+        tool, refusal.name, refusal.reason
+    )
+    advice = (
+        " Do not retry it now; tell the user the limit was reached."
+        if refusal.kind == "budget"
+        else " The provider is failing; try again later."
+    )
+    return ToolMessage(
+        content=str(error) + advice,
+        name=tool,
+        tool_call_id=tool_call_id,
+        status="error",
+        artifact={"error": type(error).__name__, "sent": False, "control": refusal.name},
+    )
 
 
 def review_placeholder(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessage:

@@ -106,6 +106,7 @@ class Session:
             leases=self._leases,
             closed=lambda: self._closed,
             leased=self._calls.values,
+            run_id=_run_id(config),
         )
         self._check_args = check_args
         self._asker: Asker | None = None  # made when somebody needs asking
@@ -311,6 +312,13 @@ class Session:
             self._waits_for.pop(call_id, None)
         self._notice = applied.notice
         return applied.count
+
+
+def _run_id(config: Mapping[str, Any]) -> str | None:
+    """The run a budget counted per run is counted in: ``configurable.run_id``, or the
+    config's own ``run_id``."""
+    found = (config.get("configurable") or {}).get("run_id") or config.get("run_id")
+    return None if found is None else str(found)
 
 
 def _new_calls(

@@ -58,8 +58,8 @@ command shares), ``target`` (which ledger ``--db``/``--schema`` name, and openin
 or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
-``recover``; ``passthrough``: lab and crashtest; ``mcptools``: mcp-tools), and ``main``
-(the entry point).
+``recover``; ``controls``: budgets and circuit breakers; ``passthrough``: lab and
+crashtest; ``mcptools``: mcp-tools), and ``main`` (the entry point).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ from . import setup
 from . import recover
 
 # isort: split
+from . import controls  # budgets and circuit breakers
+
+# isort: split
 from . import passthrough  # lab, crashtest
 
 # isort: split
@@ -94,6 +97,7 @@ __all__ = [
     "Target",
     "app",
     "compensate",
+    "controls",
     "exit_code_for",
     "listing",
     "main",

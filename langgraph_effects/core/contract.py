@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ..errors import DefiniteFailure
+from .controls import Budget, CircuitBreaker, Controls, controls_of
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ class Effect:
             there and is the same on every re-send and resume of the operation. The
             tool's input schema must have that argument (checked when the node is
             built, or on the middleware's first call of the tool).
+        budgets: durable :class:`~langgraph_effects.Budget`\\ s this tool's sends count
+            against (shared by every tool listing a budget of the same name): a send
+            over budget is refused, or held for an approver (see ``docs/budgets.md``).
+        circuit: a durable :class:`~langgraph_effects.CircuitBreaker` for this tool's
+            provider: while it is open, sends are refused before anything leaves
+            (see ``docs/circuit-breakers.md``).
         read_only_tool: see :meth:`read_only`.
         compensate: how to undo an effect that landed (an :class:`Undo`, or the undo
             tool or function itself): run exactly once, as its own operation with its
@@ -136,6 +143,8 @@ class Effect:
     approval: ApprovalMode = "never"
     max_attempts: int = 3
     key_argument: str | None = None
+    budgets: Sequence[Budget] = ()
+    circuit: CircuitBreaker | None = None
     read_only_tool: bool = False
     compensate: Undo | Callable[..., Any] | None = None
     saga: str | KeyFunction | None = None
@@ -167,6 +176,9 @@ class Effect:
             raise ValueError(
                 f"key_argument must be a non-empty argument name, not {self.key_argument!r}"
             )
+        object.__setattr__(self, "budgets", tuple(self.budgets))
+        controls = controls_of(self.budgets, self.circuit)
+        object.__setattr__(self, "_controls", controls if controls.budgets or controls.circuit else None)
         for exc in self.definite_errors:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise TypeError(f"definite_errors must be exception types, got {exc!r}")
@@ -180,6 +192,11 @@ class Effect:
     def blind(cls, **kwargs: Any) -> Effect:
         """A provider that can neither dedup nor be queried: ambiguity goes to review."""
         return cls(**kwargs)
+
+    @property
+    def controls(self) -> Controls | None:
+        """Its budgets and circuit breaker (``None`` when it declares neither)."""
+        return self._controls  # type: ignore[attr-defined,no-any-return]
 
     @property
     def dedup_seconds(self) -> float | None:

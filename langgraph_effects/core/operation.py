@@ -161,6 +161,8 @@ class EvidenceKind(str, enum.Enum):
     """The call used up its ``max_attempts``."""
     NOT_RUN = "not_run"
     """The call never started."""
+    CONTROL = "control"
+    """A budget or circuit breaker refused the send: nothing left."""
     VERDICT = "verdict"
     """An operator's verdict (interrupt answer, console or API)."""
     COMPENSATION = "compensation"

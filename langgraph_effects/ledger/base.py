@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from ..core.controls import ControlRow
 from ..core.operation import UNRESOLVED, Change, Operation, State, advance, create
 from ..errors import (
     LedgerCorruptError,
@@ -48,9 +49,12 @@ from .steps import Find as Find
 from .steps import FindOrInsert as FindOrInsert
 from .steps import InsertWithAudit as InsertWithAudit
 from .steps import LedgerStep as LedgerStep
+from .steps import ListControls as ListControls
 from .steps import Load as Load
 from .steps import Lock as Lock
+from .steps import LockControls as LockControls
 from .steps import OurTables as OurTables
+from .steps import WriteControls as WriteControls
 
 T = TypeVar("T")
 
@@ -528,6 +532,11 @@ class Ledger(abc.ABC):
         _, found = await self._read(lookup_plan((), thread_id, payloads))
         return found
 
+    async def control_rows(self) -> list[ControlRow]:
+        """Every budget and circuit-breaker row (not the operations' holds), sorted by
+        (control, scope): what the console shows."""
+        return await self._read(_list_controls())
+
     async def unresolved(
         self, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000
     ) -> list[Operation]:
@@ -542,6 +551,10 @@ class Ledger(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _list_controls() -> Plan[list[ControlRow]]:
+    return (yield ListControls())  # type: ignore[no-any-return]
 
 
 def now() -> float:

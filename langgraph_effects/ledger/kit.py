@@ -4,7 +4,8 @@ A backend stores; the ledger's rules (the state machine, who may renew a lease,
 group commit, the migration order) are written once, as *plans* that yield storage
 steps (:mod:`.steps`). A backend answers each step with one method of its own
 (``lock``, ``load``, ``find``, ``insert_with_audit``, ``find_or_insert``,
-``cas_with_audit``, ``cas_each``, ``our_tables``, ``count_migrations``,
+``cas_with_audit``, ``cas_each``, ``lock_controls``, ``write_controls``,
+``list_controls``, ``our_tables``, ``count_migrations``,
 ``create_ledger``, ``apply_migration``), runs each plan as one transaction, and
 answers three queries that are not plans (``list_operations``, ``audit``,
 ``renew_lease``). :class:`LedgerBackend` does the running: subclass it, write the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import abc
 import asyncio
 
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerError, LedgerNotFoundError, LedgerUnavailableError
 from .base import (
@@ -60,11 +62,14 @@ from .steps import (
     FindOrInsert,
     InsertWithAudit,
     LedgerStep,
+    ListControls,
     Load,
     Lock,
+    LockControls,
     OurTables,
     StepDefaults,
     StepRunner,
+    WriteControls,
     answer,
     answerer,
 )
@@ -82,6 +87,7 @@ __all__ = [
     "Backend",
     "CasEach",
     "CasWithAudit",
+    "ControlRow",
     "CountMigrations",
     "CreateLedger",
     "Find",
@@ -93,8 +99,10 @@ __all__ = [
     "LedgerNotFoundError",
     "LedgerUnavailableError",
     "LedgerOptions",
+    "ListControls",
     "Load",
     "Lock",
+    "LockControls",
     "OpenLedger",
     "Operation",
     "OperationQuery",
@@ -103,6 +111,7 @@ __all__ = [
     "LedgerStep",
     "StepDefaults",
     "StepRunner",
+    "WriteControls",
     "adrive_plan",
     "answer",
     "answerer",
@@ -200,6 +209,26 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
     async def cas_with_audit(self, step: CasWithAudit) -> bool:
         """Whether the row was at ``expected_version`` (then its mutable columns and the
         audit row are written)."""
+
+    async def lock_controls(self, step: LockControls) -> dict[tuple[str, str], ControlRow]:
+        """The control rows stored under ``step.keys``, held until the transaction ends
+        (budgets and circuit breakers; see :class:`~.steps.LockControls`)."""
+        raise self._no_controls()
+
+    async def write_controls(self, step: WriteControls) -> None:
+        """Store each of ``step.rows`` (insert, or replace its state)."""
+        raise self._no_controls()
+
+    async def list_controls(self, step: ListControls) -> list[ControlRow]:
+        """Every control row but the holds (control ``"hold"``), sorted by key."""
+        raise self._no_controls()
+
+    def _no_controls(self) -> LedgerError:
+        return LedgerError(
+            f"the ledger backend at {self.where} stores no budgets or circuit breakers (it has "
+            "no lock_controls/write_controls/list_controls): declare none on its tools, or "
+            "add those three steps to the backend (see docs/backends.md)."
+        )
 
     @abc.abstractmethod
     async def our_tables(self, step: OurTables) -> set[str]:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 from .base import (
     MUTABLE_COLUMNS,
@@ -30,10 +31,13 @@ from .steps import (
     CreateLedger,
     Find,
     InsertWithAudit,
+    ListControls,
     Load,
     Lock,
+    LockControls,
     OurTables,
     StepDefaults,
+    WriteControls,
     answer,
 )
 
@@ -62,6 +66,8 @@ class InMemoryLedger(StepDefaults, Ledger):
         self.commits = 0
         #: Migrations recorded (``None``: never set up; the dictionaries work anyway).
         self._migrations: int | None = None
+        #: Control rows (budgets, circuit breakers, holds) by (control, scope).
+        self._controls: dict[tuple[str, str], ControlRow] = {}
 
     async def aclose(self) -> None:
         return None
@@ -125,6 +131,16 @@ class InMemoryLedger(StepDefaults, Ledger):
         self._ops[step.after.op_id] = dataclasses.replace(stored, **fresh)
         self._append_audit(step.audit)
         return True
+
+    def lock_controls(self, step: LockControls) -> dict[tuple[str, str], ControlRow]:
+        return {k: self._controls[k] for k in step.keys if k in self._controls}  # the plan holds the lock
+
+    def write_controls(self, step: WriteControls) -> None:
+        for row in step.rows:
+            self._controls[row.key] = row
+
+    def list_controls(self, step: ListControls) -> list[ControlRow]:
+        return [row for key, row in sorted(self._controls.items()) if row.control != "hold"]
 
     def our_tables(self, step: OurTables) -> set[str]:
         return set(LEDGER_TABLES) if self._migrations is not None else set()

@@ -46,9 +46,10 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerError, LedgerUnavailableError
-from . import base
+from . import base, pgcontrols
 from .base import (
     MUTABLE_COLUMNS,
     UNRESOLVED_SQL,
@@ -134,6 +135,16 @@ MIGRATIONS: tuple[str, ...] = (
         ON {{s}}effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
         ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
+    """,
+    # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
+    """
+    CREATE TABLE {s}effect_controls (
+        control text NOT NULL,
+        scope text NOT NULL,
+        state text NOT NULL DEFAULT '{{}}',
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (control, scope)
+    );
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -255,6 +266,7 @@ class PostgresLedger(Ledger):
         # The same for one new row, sent as scalars (see pgsql).
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
+        self._controls_sql = pgcontrols.ControlStatements.on(prefix)
         self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
         self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
@@ -626,6 +638,15 @@ class _Steps(AsyncStepDefaults):
         params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
         await self.cur.execute(self.ledger._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
         return await self.cur.fetchone() is not None
+
+    async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
+        return await pgcontrols.lock_controls(self.cur, self.ledger._controls_sql, step)
+
+    async def write_controls(self, step: base.WriteControls) -> None:
+        await pgcontrols.write_controls(self.cur, self.ledger._controls_sql, step)
+
+    async def list_controls(self, step: base.ListControls) -> list[ControlRow]:
+        return await pgcontrols.list_controls(self.cur, self.ledger._controls_sql, step)
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(

@@ -21,6 +21,7 @@ from urllib.parse import quote
 import aiosqlite
 
 from .._private import run_in_connection_thread
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerCorruptError, LedgerUnavailableError
 from . import base
@@ -38,6 +39,7 @@ from .base import (
     where_clause,
 )
 from .codec import mutable_row, origin_text, stored_text
+from .controls import row_from, row_values
 from .group import PlanResult, Regroup
 from .grouped import group_plan
 from .steps import StepDefaults, answerer
@@ -99,6 +101,16 @@ MIGRATIONS: tuple[str, ...] = (
         ON effect_operations (updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
         ON effect_operations (thread_id, updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
+    """,
+    # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
+    """
+    CREATE TABLE effect_controls (
+        control TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT '{}',
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (control, scope)
+    ) WITHOUT ROWID;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -390,6 +402,16 @@ class _Steps(StepDefaults):
             self.db.execute(_INSERT_AUDIT, step.audit)
         return matched
 
+    def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
+        return _lock_controls(self.db, step)
+
+    def write_controls(self, step: base.WriteControls) -> None:
+        self.db.executemany(_WRITE_CONTROL, [row_values(row) for row in step.rows])
+
+    def list_controls(self, step: base.ListControls) -> list[ControlRow]:
+        sql = "SELECT * FROM effect_controls WHERE control != 'hold' ORDER BY control, scope"
+        return [row_from(r) for r in self.db.execute(sql)]
+
     def our_tables(self, step: base.OurTables) -> set[str]:
         marks = ", ".join("?" * len(base.LEDGER_TABLES))
         sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
@@ -406,6 +428,26 @@ class _Steps(StepDefaults):
         for statement in base.sql_statements(MIGRATIONS[step.index]):
             self.db.execute(statement)
         self.db.execute("INSERT INTO effect_migrations (v, applied_at) VALUES (?, ?)", (step.index, now()))
+
+
+_WRITE_CONTROL = (
+    "INSERT INTO effect_controls (control, scope, state, updated_at) "
+    "VALUES (:control, :scope, :state, :updated_at) ON CONFLICT (control, scope) "
+    "DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"
+)
+
+
+def _lock_controls(db: sqlite3.Connection, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
+    # BEGIN IMMEDIATE already holds the write lock: no other writer reads these until commit.
+    if not step.keys:
+        return {}
+    pairs = ", ".join(["(?, ?)"] * len(step.keys))
+    sql = (
+        f"SELECT c.* FROM (VALUES {pairs}) AS k JOIN effect_controls AS c "
+        "ON c.control = k.column1 AND c.scope = k.column2"
+    )
+    params = [stored_text(v) for key in step.keys for v in key]
+    return {(row := row_from(r)).key: row for r in db.execute(sql, params)}
 
 
 def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Protocol
 
+from ..core.controls import ControlRow
 from ..core.operation import Operation
 
 #: The tables of a SQL ledger (what :class:`OurTables` is answered with once set up).
-LEDGER_TABLES: tuple[str, ...] = ("effect_operations", "effect_audit", "effect_migrations")
+LEDGER_TABLES: tuple[str, ...] = (
+    "effect_operations", "effect_audit", "effect_controls", "effect_migrations"
+)
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,39 @@ class CasEach:
 
 
 @dataclass(frozen=True)
+class LockControls:
+    """Load the control rows (:class:`~langgraph_effects.core.controls.ControlRow`) with
+    these (control, scope) ``keys``, given in sorted order, and hold them until the
+    transaction ends; a key with no row yet is held too (a SQL backend inserts an
+    empty row first), so two transactions charging the same new budget queue instead
+    of both starting from zero. Answered with ``{key: ControlRow}`` (a key may be
+    missing: no row)."""
+
+    keys: tuple[tuple[str, str], ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class WriteControls:
+    """Store each control row (insert, or replace its ``state`` and ``updated_at``);
+    answered with ``None``."""
+
+    rows: tuple[ControlRow, ...]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ListControls:
+    """Every control row but the operations' holds (control ``"hold"``), without a
+    lock; answered with a list of ``ControlRow``, sorted by (control, scope)."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
 class OurTables:
     """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names. A
-    backend without tables answers all three once :class:`CreateLedger` ran, none before."""
+    backend without tables answers all of them once :class:`CreateLedger` ran, none before."""
 
     writes: ClassVar[bool] = False
 
@@ -135,6 +168,9 @@ LedgerStep = (
     | FindOrInsert
     | CasWithAudit
     | CasEach
+    | LockControls
+    | WriteControls
+    | ListControls
     | OurTables
     | CountMigrations
     | CreateLedger
@@ -154,6 +190,9 @@ STEP_METHODS: dict[type, str] = {
     FindOrInsert: "find_or_insert",
     CasWithAudit: "cas_with_audit",
     CasEach: "cas_each",
+    LockControls: "lock_controls",
+    WriteControls: "write_controls",
+    ListControls: "list_controls",
     OurTables: "our_tables",
     CountMigrations: "count_migrations",
     CreateLedger: "create_ledger",
@@ -177,6 +216,9 @@ class StepRunner(Protocol):
     def find_or_insert(self, step: FindOrInsert) -> Any: ...
     def cas_with_audit(self, step: CasWithAudit) -> Any: ...
     def cas_each(self, step: CasEach) -> Any: ...
+    def lock_controls(self, step: LockControls) -> Any: ...
+    def write_controls(self, step: WriteControls) -> Any: ...
+    def list_controls(self, step: ListControls) -> Any: ...
     def our_tables(self, step: OurTables) -> Any: ...
     def count_migrations(self, step: CountMigrations) -> Any: ...
     def create_ledger(self, step: CreateLedger) -> Any: ...

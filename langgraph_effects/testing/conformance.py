@@ -29,13 +29,17 @@ from another thread, when the ledger offers a renewer); every listing's filters
 and order; racing writers (exactly one wins); the schema version; and the steps
 plans ask directly (``FindOrInsert``, ``CasEach``, compare-and-sets writing only
 the mutable columns); a compensation request as one transaction (the effect's mark
-and its undo's intent, or neither).
+and its undo's intent, or neither); and the control rows of budgets and circuit
+breakers (``LockControls``, ``WriteControls``, ``ListControls``): a send over budget
+refused writing nothing, a definite failure giving its share back, racing sends never
+taking more than the budget, a circuit refusing while open.
 """
 
 from __future__ import annotations
 
 from ._cases import ESCALATE, LOSE, dispatch, ids, make_op, owner, populate, succeed, trail_len
 from ._compensation import CompensationCases
+from ._controls import ControlCases
 from ._reads import ReadCases
 from ._writes import WriteCases
 
@@ -53,7 +57,7 @@ __all__ = [
 ]
 
 
-class LedgerConformance(WriteCases, ReadCases, CompensationCases):
+class LedgerConformance(WriteCases, ReadCases, CompensationCases, ControlCases):
     """Every case of the ledger contract, as test methods.
 
     Subclass it (the class name must start with ``Test`` for pytest to collect it)

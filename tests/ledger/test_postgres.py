@@ -67,7 +67,9 @@ async def test_setup_twice_is_idempotent(pg_schema: str, make_op: OpFactory) -> 
         await ledger.setup()
         assert await ledger.get(op.op_id) == op
     assert await migrations_in(pg_schema) == list(range(SCHEMA_VERSION))
-    assert await tables_in(pg_schema) == {"effect_operations", "effect_audit", "effect_migrations"}
+    assert await tables_in(pg_schema) == {
+        "effect_operations", "effect_audit", "effect_controls", "effect_migrations"
+    }
 
 
 async def test_concurrent_setups_in_separate_pools(pg_schema: str) -> None:

@@ -21,17 +21,21 @@ from langgraph_effects.ledger.kit import (
     ApplyMigration,
     AuditEntry,
     CasWithAudit,
+    ControlRow,
     CountMigrations,
     CreateLedger,
     Find,
     InsertWithAudit,
     LedgerBackend,
     LedgerOptions,
+    ListControls,
     Load,
     Lock,
+    LockControls,
     Operation,
     OperationQuery,
     OurTables,
+    WriteControls,
     audit_from_row,
     from_row,
     listing_order,
@@ -45,7 +49,7 @@ SCHEME = "jsonfile"
 
 
 def _empty() -> dict[str, Any]:
-    return {"migrations": None, "ops": {}, "audit": {}}
+    return {"migrations": None, "ops": {}, "audit": {}, "controls": {}}
 
 
 def _encode(value: Any) -> Any:
@@ -54,6 +58,10 @@ def _encode(value: Any) -> Any:
 
 def _operation(row: dict[str, Any]) -> Operation:
     return from_row({k: base64.b64decode(v["base64"]) if isinstance(v, dict) else v for k, v in row.items()})
+
+
+def _control(row: dict[str, Any]) -> ControlRow:
+    return ControlRow(row["control"], row["scope"], row["state"], row["updated_at"])
 
 
 class JsonFileLedger(LedgerBackend):
@@ -144,6 +152,25 @@ class JsonFileLedger(LedgerBackend):
         row.update({c: _encode(fresh[c]) for c in MUTABLE_COLUMNS})
         self._state["audit"].setdefault(step.after.op_id, []).append(step.audit)
         return True
+
+    async def lock_controls(self, step: LockControls) -> dict[tuple[str, str], ControlRow]:
+        stored = self._state.setdefault("controls", {})  # the whole file is this transaction's
+        found = (stored.get(json.dumps(list(key))) for key in step.keys)
+        return {(c.control, c.scope): c for c in (_control(row) for row in found if row is not None)}
+
+    async def write_controls(self, step: WriteControls) -> None:
+        stored = self._state.setdefault("controls", {})
+        for row in step.rows:
+            stored[json.dumps([row.control, row.scope])] = {
+                "control": row.control,
+                "scope": row.scope,
+                "state": dict(row.state),
+                "updated_at": row.updated_at,
+            }
+
+    async def list_controls(self, step: ListControls) -> list[ControlRow]:
+        rows = [_control(row) for row in self._state.setdefault("controls", {}).values()]
+        return sorted((r for r in rows if r.control != "hold"), key=lambda r: (r.control, r.scope))
 
     async def our_tables(self, step: OurTables) -> set[str]:
         return set(LEDGER_TABLES) if self._state["migrations"] is not None else set()
