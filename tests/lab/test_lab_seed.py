@@ -1,4 +1,4 @@
-"""A small crash lab (10 operations, every 5th faulted) over the seed strategies.
+"""A small crash lab (20 operations, every 10th faulted) over the seed strategies.
 
 It asserts the seed experiment's shape from the provider's own records, and
 checks the extension point: rows flagged as ours decide the exit code, and an
@@ -31,7 +31,7 @@ from langgraph_effects.lab.strategies import (
 # slow; one group: the module-scoped lab run is made once, on one xdist worker
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_seed")]
 
-OPS, KILL_EVERY = 10, 5
+OPS, KILL_EVERY = 20, 10
 KILLED = OPS // KILL_EVERY
 SEED = "retry-only,record-after,record-before,provider-key"
 POINTS = "none,A,B,C,timeout,duplicate,policy"
@@ -114,7 +114,7 @@ def test_kills_are_real_and_counted(seed_lab: Any) -> None:
         faulted = 0 if point == "none" else KILLED
         assert row["faulted"] == faulted, (strategy, point)
         assert row["kills"] == (0 if point in ("none", "timeout") else KILLED), (strategy, point)
-        assert row["faulted_operations"] == ([5, 10] if faulted else [])
+        assert row["faulted_operations"] == ([10, 20] if faulted else [])
     # The provider saw the re-sends it deduplicated.
     assert rows[("provider-key", "B")]["sends"] == OPS + KILLED
 
