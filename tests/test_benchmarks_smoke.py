@@ -84,6 +84,7 @@ def check_counts(row: dict[str, Any]) -> None:
         assert row[f"checkpoint_commits_per_run_{side}"] >= 4
 
 
+@pytest.mark.xdist_group("bench_quick_run")  # the longest run here: its own group starts it first
 def test_quick_default_run_reports_the_main_table(tmp_path: Path) -> None:
     proc, report = run_bench(tmp_path, "--no-postgres", "--pyperf", str(tmp_path / "suite.json"))
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.lab.providers import Provider
+from tests.helpers.forked import run_module
 from tests.helpers.turns_agent import TurnSpec, spec_json
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -25,13 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_turn(spec: TurnSpec, *, expect_kill: bool = False) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.turns_agent", spec_json(spec)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_module("tests.helpers.turns_agent", spec_json(spec), cwd=ROOT, timeout=180)
     if expect_kill:
         assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
         return {}

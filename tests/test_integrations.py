@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.lab.providers import Provider
+from tests.helpers.forked import run_module
 from tests.test_node_crash import ROOT, effects, requests, run_worker, spec, tool_messages
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -41,13 +40,8 @@ def test_subgraph_review_surfaces_in_the_parent(tmp_path: Path) -> None:
 
 
 def run_functional(spec: dict[str, Any], *, expect_kill: bool = False) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.functional_agent", json.dumps(spec)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # A forked worker: test_identity.py runs thirty crash-and-resume pairs of these.
+    proc = run_module("tests.helpers.functional_agent", json.dumps(spec), cwd=ROOT)
     if expect_kill:
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
         return {}

@@ -154,6 +154,7 @@ def apply_times(provider_path: Path) -> list[float]:
 
 
 @pytest.mark.crash
+@pytest.mark.xdist_group("postgres_eight_workers")  # long: its own group starts it first
 def test_eight_workers_racing_over_fifty_threads_dispatch_each_operation_once(
     pg_schema: str, tmp_path: Path
 ) -> None:

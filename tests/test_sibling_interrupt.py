@@ -22,7 +22,6 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_effects import (
@@ -41,7 +40,7 @@ from langgraph_effects.core.operation import Operation
 from langgraph_effects.core.operation import State as OpState
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.testing import ScriptedChatModel
-from tests.helpers.agent import State
+from tests.helpers.agent import State, tool_loop
 from tests.helpers.lease_leaks import released_leases
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
@@ -98,15 +97,7 @@ def build(saver: Any, provider: Provider, *, sync: bool, middleware: bool = Fals
             checkpointer=saver,
         )
     node = EffectToolNode([open_ticket, ask_human], effects=effects)
-    builder = StateGraph(State)
-    builder.add_node("model", model)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges(
-        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
-    )
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(model, node, saver)
 
 
 def in_flight(provider: Provider) -> int:

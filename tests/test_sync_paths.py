@@ -206,19 +206,9 @@ def _portal_lease_expiries(saver: Any) -> list[float]:
 
 def _with_tools(graph: Any, node: Any, saver: Any) -> Any:
     """The agent graph of ``graph`` with its tool node replaced by ``node``."""
-    from langgraph.graph import END, START, StateGraph
+    from tests.helpers.agent import tool_loop
 
-    from tests.helpers.agent import State
-
-    builder = StateGraph(State)
-    builder.add_node("model", graph.builder.nodes["model"].runnable)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges(
-        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
-    )
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(graph.builder.nodes["model"].runnable, node, saver)
 
 
 # -- the wrong side: refused before anything is read, saved or sent -------------------------

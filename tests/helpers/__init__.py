@@ -17,12 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_python(*args: str, expect_kill: bool = False) -> dict[str, Any]:
-    """Run ``python ARGS`` from the repository root as a worker process: with
-    ``expect_kill``, assert it died by SIGKILL and return ``{}``; else assert it exited 0
-    and return the JSON on the last line it printed."""
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    """Run ``python -m MODULE ...`` or ``python -c CODE ...`` from the repository root as
+    a worker process, forked from a fork server with LangGraph imported (``forked.py``):
+    with ``expect_kill``, assert it died by SIGKILL and return ``{}``; else assert it
+    exited 0 and return the JSON on the last line it printed."""
+    from tests.helpers.forked import run_module
+
+    assert args[0] in ("-m", "-c"), args
+    proc = run_module(*(args[1:] if args[0] == "-m" else args), cwd=ROOT)
     if expect_kill:
         assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
         return {}

@@ -139,13 +139,17 @@ def build(spec: Spec, saver: Any, provider: Provider) -> Any:
         return parent.compile(checkpointer=saver)
     if spec.kind != "graph":
         return build_agent(spec, saver, provider)
-    builder = StateGraph(State)
-    builder.add_node("model", model_for(spec))
     node = EffectToolNode([send_tool(spec, provider)], effects=effect_for(spec, provider))
-    if spec.retry:
-        builder.add_node("tools", node, retry_policy=RetryPolicy(max_attempts=3, initial_interval=0.01))
-    else:
-        builder.add_node("tools", node)
+    retry = RetryPolicy(max_attempts=3, initial_interval=0.01) if spec.retry else None
+    return tool_loop(model_for(spec), node, saver, retry_policy=retry)
+
+
+def tool_loop(model: Any, tools: Any, saver: Any, *, state: Any = State, **tools_options: Any) -> Any:
+    """The agent graph: ``model``, then ``tools`` while the model asks for calls, compiled on
+    ``saver`` (``tools_options`` go to the tools node: ``retry_policy``)."""
+    builder = StateGraph(state)
+    builder.add_node("model", model)
+    builder.add_node("tools", tools, **tools_options)
     builder.add_edge(START, "model")
     builder.add_conditional_edges(
         "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]

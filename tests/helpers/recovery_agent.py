@@ -32,14 +32,13 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
-from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import EffectSqliteSaver
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
-from tests.helpers.agent import Spec, State, describe, effect_for, model_for, provider_for
+from tests.helpers.agent import Spec, describe, effect_for, model_for, provider_for, tool_loop
 
 SPEC_ENV = "RECOVERY_AGENT_SPEC"
 
@@ -73,22 +72,10 @@ def send_tool(spec: RecoverySpec, provider: Provider) -> BaseTool:
 
 def build(spec: RecoverySpec, saver: Any, provider: Provider | None = None) -> Any:
     provider = provider or provider_for(spec)
-    builder = StateGraph(State)
-    builder.add_node("model", model_for(spec))
-    builder.add_node(
-        "tools",
-        EffectToolNode(
-            [send_tool(spec, provider)],
-            effects=effect_for(spec, provider),
-            lease_seconds=spec.lease_seconds,
-        ),
+    node = EffectToolNode(
+        [send_tool(spec, provider)], effects=effect_for(spec, provider), lease_seconds=spec.lease_seconds
     )
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges(
-        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
-    )
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(model_for(spec), node, saver)
 
 
 def make_graph(checkpointer: Any) -> Any:

@@ -28,13 +28,13 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
-from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import RetryPolicy
 
 from langgraph_effects import Effect, EffectSqliteSaver
 from langgraph_effects._runtime.context import maybe_current_operation
 from langgraph_effects.lab.providers import Provider, RateLimited
+from tests.helpers.agent import tool_loop
 
 OPERATION = "t1:0"
 CHARGE = Effect(dedup_window=3600, definite_errors=(RateLimited,))
@@ -118,16 +118,8 @@ def build_node(spec: RetrySpec, saver: Any, provider: Provider) -> Any:
         node = ToolNode(tools, **options)
     else:
         node = EffectToolNode(tools, effects={"charge": CHARGE}, **options)
-    builder = StateGraph(_Messages)
-    builder.add_node("model", _model)
     policy = RetryPolicy(max_attempts=3, initial_interval=0.01, retry_on=retry_on(spec))
-    builder.add_node("tools", node, retry_policy=policy if spec.retry else None)
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges(
-        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
-    )
-    builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(_model, node, saver, state=_Messages, retry_policy=policy if spec.retry else None)
 
 
 def build_agent(spec: RetrySpec, saver: Any, provider: Provider) -> Any:

@@ -1,4 +1,4 @@
-"""A small crash lab (20 operations, every 10th faulted) over our rows, in CI.
+"""A small crash lab (10 operations, every 5th faulted) over our rows, in CI.
 
 ``EffectToolNode`` runs under each provider with the contract that provider
 offers; every crash point is a real SIGKILL (or a lost response, a second worker,
@@ -25,7 +25,7 @@ from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport,
 # slow; one group: the module-scoped lab run is made once, on one xdist worker
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_ours")]
 
-OPS, KILL_EVERY = 20, 10
+OPS, KILL_EVERY = 10, 5
 KILLED = OPS // KILL_EVERY
 PROVIDERS = ("dedup", "lookup", "lagging", "withdrawn", "blind")
 POINTS = ("none", "A", "B", "C", "timeout", "duplicate", "policy", "lookup-timeout")
