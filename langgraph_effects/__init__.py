@@ -36,7 +36,6 @@ if _typing.TYPE_CHECKING:
         NotLandedDecision,
         resume_command,
     )
-    from .checkpoint import attach_ledger, ledger_of
     from .checkpoint.postgres import EffectPostgresSaver
     from .checkpoint.sqlite import EffectSqliteSaver
     from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
@@ -89,6 +88,7 @@ if _typing.TYPE_CHECKING:
         OperationQuery,
         SqliteLedger,
     )
+    from .ledger.base import attach_ledger, ledger_of
     from .ledger.postgres import PostgresLedger
     from .recovery import (
         OperationReport,
@@ -240,13 +240,13 @@ _EXPORTS: dict[str, str] = {
     "Undo": "core.contract",
     "UndoRequest": "core.contract",
     "VerdictNotRecordedError": "errors",
-    "attach_ledger": "checkpoint",
+    "attach_ledger": "ledger.base",
     "compensate": "_runtime.compensation",
     "current_operation": "_runtime.context",
     "effectful": "_integrations.functional",
     "finish_compensations": "_runtime.compensation",
     "hide_key_arguments": "_integrations.mcp",
-    "ledger_of": "checkpoint",
+    "ledger_of": "ledger.base",
     "maybe_current_operation": "_runtime.context",
     "mcp_lookup": "_integrations.mcp",
     "recover": "recovery",

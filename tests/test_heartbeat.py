@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from langgraph_effects._runtime.heartbeat import Heartbeat
+from langgraph_effects._runtime.dispatch import Heartbeat
 
 
 def _counter(result: bool = True, delay: float = 0.0) -> tuple[list[float], Heartbeat]:
@@ -61,7 +61,7 @@ def test_stopped_heartbeats_leave_the_schedule_at_once() -> None:
     """Most calls end long before their first renewal is due. Their heartbeats must not
     wait in the schedule until then: objects that outlive a few collections and then
     die are what make CPython run full collections of the whole process."""
-    from langgraph_effects._runtime import heartbeat
+    from langgraph_effects._runtime import dispatch as heartbeat
 
     beats = [Heartbeat(lambda: True, interval=30.0, name=f"h{i}").start() for i in range(10)]
     for beat in beats:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from langgraph_effects._runtime.messages import MAX_RECEIPT_BYTES
-from langgraph_effects._runtime.reconcile import Reconciliation, Scope, reconcile
+from langgraph_effects._runtime.reconcile import Reconciliation, reconcile
 from langgraph_effects.core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from langgraph_effects.core.operation import Operation, State
+from langgraph_effects.core.operation import Operation, Scope, State
 
 SENT = 1000.0
 SCOPE = Scope(tenant="acme")

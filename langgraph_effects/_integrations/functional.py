@@ -46,12 +46,11 @@ from .._runtime.session import (
     run_rounds,
     run_rounds_sync,
 )
-from ..checkpoint import ledger_of
 from ..core import callorder, identity
 from ..core.callorder import Crossing, Placed
 from ..core.contract import Effect
 from ..errors import ConfigurationError, NoLedgerError, NondeterminismError
-from ..ledger.base import Ledger
+from ..ledger.base import Ledger, ledger_of
 from . import keys
 
 P = ParamSpec("P")

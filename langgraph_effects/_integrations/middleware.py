@@ -61,11 +61,10 @@ from .._runtime.session import (
     run_rounds,
     run_rounds_sync,
 )
-from ..checkpoint import ledger_of
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..errors import NoLedgerError
-from ..ledger.base import Ledger
+from ..ledger.base import Ledger, ledger_of
 from . import keys
 
 ToolResult = ToolMessage | Command[Any]

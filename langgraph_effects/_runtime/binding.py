@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -19,7 +19,7 @@ from .. import _private
 from ..core import identity
 from ..core.contract import BLIND, Effect
 from ..core.controls import Refusal
-from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..errors import (
     DurabilityError,
 )
@@ -34,9 +34,10 @@ from ..ledger.base import (
     recorded_plan,
     split_found,
 )
-from .heartbeat import Heartbeat
 from .lease import DEFAULT_LEASE_SECONDS
-from .reconcile import Scope
+
+if TYPE_CHECKING:
+    from .dispatch import Heartbeat
 
 log = logging.getLogger("langgraph_effects")
 
@@ -413,7 +414,7 @@ def open_plan(
     *,
     source: Source | None,
     settings: Settings,
-    config: Mapping[str, Any],
+    durability: str | None,
     history_known: bool,
     owner: Owner | None,
 ) -> Plan[None]:
@@ -447,7 +448,7 @@ def open_plan(
         # asked from another state is no re-plan, and must not cost a second trip.
         source.origin if replans and source is not None else None,
     )
-    exiting = _private.durability(config) == "exit"
+    exiting = durability == "exit"
     if exiting:
         found = yield find  # a new intent is refused below
     else:

@@ -42,7 +42,7 @@ from ..core.compensation import (
 )
 from ..core.contract import Effect, Undo, UndoRequest
 from ..core.keys import with_key
-from ..core.operation import Operation, State, advance
+from ..core.operation import Operation, Scope, State, advance
 from ..errors import CompensationError, OperationNotFoundError
 from ..ledger.base import (
     DEFAULT_ACTOR,
@@ -58,7 +58,6 @@ from . import lease
 from .binding import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
-from .reconcile import Scope
 
 log = logging.getLogger("langgraph_effects")
 

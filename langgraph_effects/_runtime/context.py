@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..core.operation import Operation
+
 
 @dataclass(frozen=True)
 class OperationInfo:
@@ -29,9 +31,23 @@ class OperationInfo:
     thread_id: str
     tenant: str
 
+    @classmethod
+    def of(cls, op: Operation) -> OperationInfo:
+        """What a tool may know of ``op``."""
+        return cls(
+            operation_id=op.op_id,
+            provider_key=op.provider_key,
+            attempt=op.attempts,
+            tool=op.tool,
+            args_hash=op.args_hash,
+            thread_id=op.thread_id,
+            tenant=op.tenant,
+        )
 
-#: The operation of the call running now (set around the tool by the session's call loop).
-CURRENT_OPERATION: ContextVar[OperationInfo | None] = ContextVar("langgraph_effects_operation", default=None)
+
+#: The operation of the call running now (set around the tool by the session's call loop);
+#: :func:`current_operation` makes the :class:`OperationInfo` a tool asks for.
+CURRENT_OPERATION: ContextVar[Operation | None] = ContextVar("langgraph_effects_operation", default=None)
 _CURRENT = CURRENT_OPERATION
 
 
@@ -41,13 +57,13 @@ def current_operation() -> OperationInfo:
     Raises ``RuntimeError`` outside one (a read-only tool, or code not run by
     ``EffectToolNode`` / ``EffectMiddleware``).
     """
-    info = _CURRENT.get()
-    if info is None:
+    op = _CURRENT.get()
+    if op is None:
         raise RuntimeError(
             "current_operation() is only available inside an effectful tool call run by "
             "EffectToolNode or EffectMiddleware"
         )
-    return info
+    return OperationInfo.of(op)
 
 
 def maybe_current_operation() -> OperationInfo | None:
@@ -64,12 +80,13 @@ def maybe_current_operation() -> OperationInfo | None:
     twice; :func:`current_operation` raises instead, for tools that must never run
     unprotected.
     """
-    return _CURRENT.get()
+    op = _CURRENT.get()
+    return None if op is None else OperationInfo.of(op)
 
 
 @contextmanager
-def running(info: OperationInfo) -> Iterator[None]:
-    token = _CURRENT.set(info)
+def running(op: Operation) -> Iterator[None]:
+    token = _CURRENT.set(op)
     try:
         yield
     finally:

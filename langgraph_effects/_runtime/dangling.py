@@ -20,12 +20,11 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from .. import _private
 from ..core import identity
-from ..core.operation import Operation
+from ..core.operation import Operation, Scope
 from ..ledger.base import Ledger
 from . import messages
 from .binding import Coordinates, Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
 from .messages import unanswered
-from .reconcile import Scope
 
 __all__ = ["DanglingAnswer", "find_answers", "insert_answers", "unanswered"]
 

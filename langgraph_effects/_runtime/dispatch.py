@@ -5,37 +5,42 @@ pure decisions of :mod:`langgraph_effects.core.protocol` name (moves, leases, he
 A :class:`Dispatcher` keeps no state of a session's: it moves the :class:`CallRecord` it
 is handed and answers a :class:`Directive`; the session files the answer (who waits for
 a human). The dispatch owners a session's open made for several calls at once are
-counted by :class:`Leases`, which the session owns and hands in.
+counted by :class:`Leases`, which the session owns and hands in; the leases of
+running calls are renewed by one :class:`Heartbeat` scheduler thread per process
+(at the end).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import ToolMessage
 
 from ..core import identity, protocol
-from ..core.controls import Call, Refusal
-from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, State
+from ..core.controls import Refusal
+from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..errors import (
     IllegalTransitionError,
     StaleVersionError,
     TransitionError,
 )
-from ..ledger.base import DEFAULT_ACTOR, Ledger
-from ..ledger.controls import HEARD, controlled_plan
+from ..ledger.base import Ledger
+from ..ledger.controls import HEARD
+from . import admission, lease, messages
 from . import faults as _faults
-from . import lease, messages
 from .binding import CallRecord, Settings
-from .context import OperationInfo
-from .heartbeat import Heartbeat
-from .reconcile import Scope, reconcile, scope_changes
+from .reconcile import reconcile, scope_changes
 
 log = logging.getLogger("langgraph_effects")
 
@@ -49,7 +54,7 @@ _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not r
 class RunTool:
     """Run the tool now, under this operation's lease."""
 
-    info: OperationInfo
+    op: Operation
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ class Dispatcher:
                         await self.stand_down(c)
                         return _not_run(c)
                     c.running = True
-                    return RunTool(self._info(c))
+                    return RunTool(c.op)
                 continue
             if isinstance(step, protocol.Wait):
                 await self.wait_for_other(c)
@@ -293,32 +298,13 @@ class Dispatcher:
         return Reply(error=error) if output is None and error is not None else Reply(output)
 
     async def _refused(self, c: CallRecord, refusal: Refusal) -> Reply:
-        """A budget or circuit breaker refused the send: nothing left. Held for an
-        approver (a budget with ``on_exceed="approve"``), or answered with a refusal,
-        recorded (``abandoned``, the refusal as its result) when the call had never
-        been sent, so a resume answers the same."""
+        """A budget or circuit breaker refused the send: held for an approver, or
+        answered (and recorded) with the refusal (:func:`.admission.record_refusal`)."""
         if refusal.ask:
             return Reply(
                 messages.review_placeholder(c.op, tool_call_id=c.call_id, tool=c.tool), waits_for="approval"
             )
-        message = messages.refused(c.tool, c.call_id, refusal)
-        if c.op.state is State.PENDING:
-            kind, blob = messages.dump(message)
-            content = {"decision": "refused", "by": f"{refusal.kind} {refusal.name}"}
-            await self.move(
-                c,
-                Change(
-                    Event.ABANDON,
-                    evidence={"kind": EvidenceKind.CONTROL, "control": f"{refusal.kind}:{refusal.name}",
-                              "reason": refusal.reason},
-                    result_type=kind,
-                    result=blob,
-                    decision_id=f"refused:{c.op.version}",
-                    decision=content,
-                ),
-                expected=c.op.version,
-            )
-        return Reply(message)
+        return Reply(await admission.record_refusal(c, refusal, self.move))
 
     async def _record_late(self, c: CallRecord, outcome: protocol.Outcome, token: str) -> None:
         """Another worker took the operation over while our tool ran: what it did is
@@ -401,17 +387,6 @@ class Dispatcher:
             return dict(evidence)
         return json.loads(self._scrub(c, json.dumps(evidence, default=str)))  # type: ignore[no-any-return]
 
-    def _info(self, c: CallRecord) -> OperationInfo:
-        return OperationInfo(
-            operation_id=c.op.op_id,
-            provider_key=c.op.provider_key,
-            attempt=c.op.attempts,
-            tool=c.tool,
-            args_hash=c.op.args_hash,
-            thread_id=c.op.thread_id,
-            tenant=c.op.tenant,
-        )
-
     async def send(
         self,
         c: CallRecord,
@@ -452,7 +427,7 @@ class Dispatcher:
             # The row as we last saw it saves the ledger a locking read when it is current.
             before = c.op if version == c.op.version else None
             if c.effect.controls is not None and change.event in HEARD:
-                return await self._controlled(c, change, version, before)
+                return await admission.controlled_move(self.ledger, c, change, version, before, self.run_id)
             c.op = await self.ledger.transition(
                 c.op.op_id, change, expected_version=version, before=before
             )
@@ -460,24 +435,6 @@ class Dispatcher:
         except (StaleVersionError, IllegalTransitionError):
             c.op = await self.reload(c)
             return False
-
-    async def _controlled(
-        self, c: CallRecord, change: Change, version: int, before: Operation | None
-    ) -> bool:
-        """:meth:`move` for a call with budgets or a circuit breaker: admitted (or its
-        outcome recorded on them) in the transition's own transaction. A refused send
-        moves nothing and leaves the refusal on ``c``."""
-        op, where, controls = c.op, self.ledger.where, c.effect.controls
-        assert controls is not None
-        call = Call(op.op_id, op.thread_id, op.tenant, c.args, self.run_id)
-        moved = await self.ledger.transact(
-            lambda: controlled_plan(op.op_id, change, version, DEFAULT_ACTOR, where, before, controls, call)
-        )
-        if isinstance(moved, Refusal):
-            c.refusal = moved
-            return False
-        c.op = moved.op
-        return True
 
     async def reload(self, c: CallRecord) -> Operation:
         found = await self.ledger.get(c.op.op_id)
@@ -602,3 +559,119 @@ def _error_message(c: CallRecord, error: BaseException) -> ToolMessage:
         status="error",
     )
 
+
+# Lease heartbeats: one scheduler thread per process renews every running dispatch.
+#
+# A thread, not a task on the event loop: a tool that blocks the loop (a
+# ``time.sleep`` inside ``async def``) must not let its lease lapse on other hosts.
+# One thread for all of them, not one each: starting a thread per call costs more
+# than the whole ledger commit it protects, and most calls finish long before their
+# first renewal is due. Renewals themselves run on a small pool, so one slow
+# renewal (a database waiting out a lock) does not hold the others back.
+
+#: The scheduler looks at its heap at least this often (seconds), so a heartbeat due
+#: later than that is added without waking the thread.
+_TICK = 1.0
+
+
+#: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
+Renew = Callable[[], bool]
+
+
+class Heartbeat:
+    """Renews one lease every ``interval`` seconds (first after one interval) until
+    :meth:`stop` or until ``renew`` returns ``False`` (the lease is no longer ours)."""
+
+    def __init__(self, renew: Renew, *, interval: float, name: str = "lease") -> None:
+        self._renew = renew
+        self.interval = interval
+        self.name = name
+        self.stopped = False
+
+    def start(self) -> Heartbeat:
+        """Start renewing. Never blocks."""
+        _scheduler().add(self, time.monotonic() + self.interval)
+        return self
+
+    def stop(self) -> None:
+        """Stop renewing (a renewal already running finishes). Never blocks."""
+        if not self.stopped:
+            self.stopped = True
+            _scheduler().dropped()
+
+    def beat(self) -> bool:
+        """Renew once; whether to keep beating."""
+        if self.stopped:
+            return False
+        try:
+            return bool(self._renew())
+        except Exception as error:  # a missed heartbeat only shortens the lease
+            log.warning("lease heartbeat %s failed: %s", self.name, error)
+            return True
+
+
+class _Scheduler:
+    """The process's heartbeat thread: a heap of due times, woken when one is added."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Heartbeat]] = []
+        self._seq = itertools.count()
+        self._stopped = 0
+        self._wake_at = 0.0  # when the thread will next look at the heap on its own
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="langgraph-effects-renew")
+        self._thread = threading.Thread(target=self._run, name="langgraph-effects-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add(self, beat: Heartbeat, when: float) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (when, next(self._seq), beat))
+            # Woken only if it would sleep past this one: a call that starts and ends
+            # between two ticks costs no thread wake-up at all.
+            if when < self._wake_at:
+                self._cond.notify()
+
+    def dropped(self) -> None:
+        """A heartbeat stopped: forget stopped ones once they are most of the heap."""
+        with self._cond:
+            self._stopped += 1
+            if self._stopped * 2 > len(self._due):
+                self._due = [entry for entry in self._due if not entry[2].stopped]
+                heapq.heapify(self._due)
+                self._stopped = 0
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._due and self._due[0][0] <= now:
+                        break
+                    self._wake_at = min(self._due[0][0] if self._due else now + _TICK, now + _TICK)
+                    self._cond.wait(self._wake_at - now)
+                self._wake_at = 0.0  # awake: adding never needs to notify
+                _, _, beat = heapq.heappop(self._due)
+                if beat.stopped:
+                    self._stopped = max(0, self._stopped - 1)
+                    continue
+            self._pool.submit(self._fire, beat)
+
+    def _fire(self, beat: Heartbeat) -> None:
+        if beat.beat() and not beat.stopped:
+            self.add(beat, time.monotonic() + beat.interval)
+
+
+_lock = threading.Lock()
+
+
+_current: _Scheduler | None = None
+
+
+def _scheduler() -> _Scheduler:
+    """The scheduler of this process (a forked child makes its own: threads do not fork)."""
+    global _current
+    with _lock:
+        if _current is None or _current.pid != os.getpid():
+            _current = _Scheduler()
+        return _current

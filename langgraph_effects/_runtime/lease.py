@@ -324,7 +324,7 @@ def new_owner() -> Owner:
         started=_own_start(pid),
         token=token,
         lock=_hold(token),
-        since=processes.ticks_now(),
+        since=ticks_now(),
         node=processes.node_id(pid),
     )
 
@@ -470,7 +470,7 @@ def ready_owner() -> Owner | None:
     # Its dispatch begins now, not when it was made (Owner.since). Set in place: the
     # spare was made here and nobody else has seen it (a copy costs 5-10 µs more).
     owner = taken[0]
-    object.__setattr__(owner, "since", processes.ticks_now())
+    object.__setattr__(owner, "since", ticks_now())
     return owner
 
 
@@ -670,3 +670,17 @@ def lease_expired(op: Operation, *, now: float | None = None) -> bool:
     if alive is not None:
         return not alive
     return not op.lease_live(time.time() if now is None else now)
+
+
+@cache
+def _ticks_per_second() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return 100
+
+
+def ticks_now() -> float:
+    """Now, in the unit and clock of :func:`.processes.process_start_time` (ticks since
+    boot): when a dispatch begins (``Owner.since``)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * _ticks_per_second()

@@ -25,7 +25,6 @@ user's process); the callers then fall back to what they can prove otherwise.
 from __future__ import annotations
 
 import os
-import time
 from functools import cache
 
 #: Who a process descends from, oldest first: ``pid:start`` of each process that
@@ -48,19 +47,6 @@ def process_start_time(pid: int) -> float | None:
         return float(fields[19])  # field 22 overall: starttime
     except (IndexError, ValueError):
         return None
-
-
-@cache
-def _ticks_per_second() -> int:
-    try:
-        return os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError):
-        return 100
-
-
-def ticks_now() -> float:
-    """Now, in the unit and clock of :func:`process_start_time` (ticks since boot)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME) * _ticks_per_second()
 
 
 @cache

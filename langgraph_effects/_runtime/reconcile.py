@@ -14,11 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
-from ..core.operation import Operation
+from ..core.operation import Operation, Scope
 from ..core.reconcile import (
     PollAgain,
     Reconciliation,
-    Scope,
     after_inconclusive,
     after_landed,
     after_not_landed,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -47,7 +48,7 @@ from pydantic import BaseModel, ValidationError
 from .. import _private
 from ..core import identity
 from ..core.keys import with_key
-from ..core.operation import Operation, Owner
+from ..core.operation import Operation, Owner, Scope
 from ..errors import DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
 from . import lease
@@ -68,7 +69,6 @@ from .binding import (
 from .context import CURRENT_OPERATION
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
 from .messages import encodable
-from .reconcile import Scope
 from .review import EffectAnswer
 
 R = TypeVar("R")
@@ -160,13 +160,15 @@ class Session:
                 owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}
             records = list(calls.values())
+            durability = _private.durability(config)
             await ledger.transact(
-                lambda: open_plan(
+                partial(
+                    open_plan,
                     records,
                     derived,
                     source=source,
                     settings=settings,
-                    config=config,
+                    durability=durability,
                     history_known=bool(history),
                     owner=owner,
                 )
@@ -261,7 +263,7 @@ class Session:
             try:
                 yield _OnLoop(lambda: self._leases.start_heartbeat(c))
                 # The ContextVar itself, not a context manager: one module fewer on the path.
-                current = CURRENT_OPERATION.set(directive.info)
+                current = CURRENT_OPERATION.set(directive.op)
                 try:
                     output, error = yield _CALLER
                 finally:

@@ -56,6 +56,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         super().__init__(conn, **kwargs)
         self.ledger = ledger
         self._written = _fence.Written()
+        self._ready = False
 
     @classmethod
     @asynccontextmanager
@@ -77,13 +78,15 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; our part
         runs once, not as an empty write transaction on every checkpoint call.
         """
-        if sqlite_saver_is_setup(self):
+        if self._ready or sqlite_saver_is_setup(self):
+            self._ready = True
             return
         await self.ledger.setup()
         await super().setup()
         async with self.lock:
             await self.conn.execute(_fence.INDEX_SQL)
             await self.conn.commit()
+        self._ready = True
 
     async def unfinished_threads(self) -> list[str]:
         """Threads whose newest checkpoint has input or a step no checkpoint finished

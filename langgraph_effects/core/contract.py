@@ -13,7 +13,7 @@ What the provider can prove decides what recovery may do (see docs/architecture.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -149,7 +149,16 @@ class Effect:
     compensate: Undo | Callable[..., Any] | None = None
     saga: str | KeyFunction | None = None
 
+    kind: str = field(init=False, repr=False, compare=False)
+    """The contract's name as recorded in the ledger (``"blind"``, ``"dedup"``,
+    ``"lookup"``, ``"lookup-eventual"`` or ``"read-only"``), set at construction."""
+
+    controls: Controls | None = field(init=False, repr=False, compare=False)
+    """Its budgets and circuit breaker (``None`` when it declares neither), set at
+    construction."""
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", _kind(self))
         if self.saga is not None and not (callable(self.saga) or (isinstance(self.saga, str) and self.saga)):
             raise TypeError(f"saga must be a non-empty name or (args, config) -> str, not {self.saga!r}")
         if self.compensate is not None and not isinstance(self.compensate, Undo):
@@ -178,7 +187,7 @@ class Effect:
             )
         object.__setattr__(self, "budgets", tuple(self.budgets))
         controls = controls_of(self.budgets, self.circuit)
-        object.__setattr__(self, "_controls", controls if controls.budgets or controls.circuit else None)
+        object.__setattr__(self, "controls", controls if controls.budgets or controls.circuit else None)
         for exc in self.definite_errors:
             if not (isinstance(exc, type) and issubclass(exc, BaseException)):
                 raise TypeError(f"definite_errors must be exception types, got {exc!r}")
@@ -194,11 +203,6 @@ class Effect:
         return cls(**kwargs)
 
     @property
-    def controls(self) -> Controls | None:
-        """Its budgets and circuit breaker (``None`` when it declares neither)."""
-        return self._controls  # type: ignore[attr-defined,no-any-return]
-
-    @property
     def dedup_seconds(self) -> float | None:
         """``dedup_window`` in seconds (``None``: the provider does not deduplicate)."""
         return _seconds(self.dedup_window)
@@ -212,17 +216,6 @@ class Effect:
     def lookup_timeout_seconds(self) -> float:
         """``lookup_timeout`` in seconds (``0``: no timeout)."""
         return _seconds(self.lookup_timeout) or 0.0
-
-    @property
-    def kind(self) -> str:
-        """The contract's name as recorded in the ledger."""
-        if self.read_only_tool:
-            return "read-only"
-        if self.lookup is not None:
-            return "lookup-eventual" if self.lookup_consistency == "eventual" else "lookup"
-        if self.dedup_window is not None:
-            return "dedup"
-        return "blind"
 
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""
@@ -322,6 +315,17 @@ class Undo:
         if not isinstance(made, Mapping):
             raise TypeError(f"Undo(args=...) must return a mapping, not {type(made).__name__}")
         return dict(made)
+
+
+def _kind(effect: Effect) -> str:
+    """The contract's name as recorded in the ledger."""
+    if effect.read_only_tool:
+        return "read-only"
+    if effect.lookup is not None:
+        return "lookup-eventual" if effect.lookup_consistency == "eventual" else "lookup"
+    if effect.dedup_window is not None:
+        return "dedup"
+    return "blind"
 
 
 #: The contract of a tool nobody declared: safe by default.

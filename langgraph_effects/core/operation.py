@@ -464,5 +464,13 @@ def mermaid() -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The authority a call runs under: recorded at intent, re-checked before a re-send."""
+
+    tenant: str = ""
+    policy_version: str | None = None
+
+
 if __name__ == "__main__":  # pragma: no cover - documentation helper
     print(mermaid())

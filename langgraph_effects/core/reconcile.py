@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .contract import Effect
-from .operation import Event, EvidenceKind, Operation
+from .operation import Event, EvidenceKind, Operation, Scope
 
 ReconcileAction = Literal["confirm", "resend", "escalate"]
 """What reconciliation concluded: the effect landed, re-send it, or ask an operator."""
@@ -38,14 +38,6 @@ _EVENTS: Mapping[str, Event] = {
     "resend": Event.RESEND,
     "escalate": Event.ESCALATE,
 }
-
-
-@dataclass(frozen=True)
-class Scope:
-    """The authority a call runs under: recorded at intent, re-checked before a re-send."""
-
-    tenant: str = ""
-    policy_version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,10 @@ from .._runtime import faults as _faults
 from .._runtime.context import current_operation
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.review import REVIEW_TYPE, resume_command
-from ..checkpoint import attach_ledger, ledger_of
 from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from ..core.operation import Operation
-from ..ledger.base import unresolved_values
+from ..ledger.base import attach_ledger, ledger_of
+from ..ledger.query import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
 from .faults import CRASH_POINTS
 from .providers import (

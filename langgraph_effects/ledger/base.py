@@ -9,19 +9,21 @@ the public kit for new backends is :mod:`.kit`); the rules (the pure
 :func:`~langgraph_effects.core.operation.advance`, who may renew a lease, how migrations
 are ordered) live here, once. Unresolved operations
 are never expired or deleted by time: no step deletes. Writes that arrive while
-another is in flight share the next transaction (group commit, :mod:`.group`).
+another is in flight share the next transaction (group commit, :class:`GroupCommit`, at the end).
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..core.controls import ControlRow
-from ..core.operation import UNRESOLVED, Change, Operation, State, advance, create
+from ..core.operation import Change, Operation, State, advance, create
 from ..errors import (
     LedgerCorruptError,
     LedgerError,
@@ -35,9 +37,8 @@ from .codec import AuditEntry as AuditEntry
 from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
-from .codec import stored_text
 from .codec import to_row as to_row
-from .group import GroupCommit, PlanResult
+from .query import OperationQuery as OperationQuery
 from .steps import ALONE as ALONE
 from .steps import LEDGER_TABLES as LEDGER_TABLES
 from .steps import ApplyMigration as ApplyMigration
@@ -59,27 +60,6 @@ from .steps import WriteControls as WriteControls
 T = TypeVar("T")
 
 DEFAULT_ACTOR = "langgraph-effects"
-
-
-@dataclass(frozen=True)
-class OperationQuery:
-    """A filter for :meth:`Ledger.list_operations`. Empty fields do not filter."""
-
-    states: frozenset[State] | None = None
-    thread_id: str | None = None
-    tenant: str | None = None
-    tool: str | None = None
-    updated_before: float | None = None
-    """Only operations not touched since this time (for "older than")."""
-    updated_after: float | None = None
-    """Only operations changed after this time (for "what changed since we last looked")."""
-    limit: int = 100
-
-    @classmethod
-    def unresolved(
-        cls, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000
-    ) -> OperationQuery:
-        return cls(states=UNRESOLVED, thread_id=thread_id, tenant=tenant, limit=limit)
 
 
 Plan = Generator[LedgerStep, Any, T]
@@ -561,37 +541,116 @@ def now() -> float:
     return time.time()
 
 
-def unresolved_values() -> list[str]:
-    """The unresolved states' names, in a fixed order (for SQL ``IN`` lists)."""
-    return sorted(s.value for s in UNRESOLVED)
+_ATTACHED: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
 
 
+def attach_ledger(checkpointer: Any, ledger: Ledger) -> Any:
+    """Make ``ledger`` the ledger of ``checkpointer`` (any LangGraph saver); returns it.
 
-#: The unresolved states as a SQL list literal: a query spelled with it matches the
-#: partial indexes both SQL backends create on it.
-UNRESOLVED_SQL = ", ".join(f"'{s}'" for s in unresolved_values())
+    ``EffectToolNode`` and ``EffectMiddleware`` without ``ledger=`` use the ledger of
+    the graph's checkpointer. Keep the ledger in the same database as the
+    checkpoints, on its own connection.
+    """
+    _ATTACHED[checkpointer] = ledger
+    return checkpointer
 
 
-def where_clause(query: OperationQuery, mark: str) -> tuple[str, list[Any]]:
-    """``query``'s filters as a SQL ``WHERE`` (or ``""``) and its parameters."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if query.states is not None:
-        values = sorted(s.value for s in query.states)
-        if values == unresolved_values():
-            clauses.append(f"state IN ({UNRESOLVED_SQL})")
-        else:
-            clauses.append(f"state IN ({', '.join([mark] * len(values))})")
-            params.extend(values)
-    for column in ("thread_id", "tenant", "tool"):
-        value = getattr(query, column)
-        if value is not None:
-            clauses.append(f"{column} = {mark}")
-            params.append(stored_text(value))
-    if query.updated_before is not None:
-        clauses.append(f"updated_at < {mark}")
-        params.append(query.updated_before)
-    if query.updated_after is not None:
-        clauses.append(f"updated_at > {mark}")
-        params.append(query.updated_after)
-    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+def ledger_of(checkpointer: Any) -> Ledger | None:
+    """The ledger a checkpointer carries, or ``None``."""
+    if checkpointer is None:
+        return None
+    own = getattr(checkpointer, "ledger", None)
+    if isinstance(own, Ledger):
+        return own
+    try:
+        return _ATTACHED.get(checkpointer)
+    except TypeError:  # not weak-referenceable
+        return None
+
+
+# Group commit: write plans that arrive together share one transaction.
+#
+# While one write transaction of a ledger is in flight, further write plans queue;
+# when it ends, everything queued runs as the next single transaction (one durable
+# commit for all of them). Each caller still gets its own result or its own
+# exception, as if its plan had run alone, and no caller's await returns before the
+# commit that holds its writes has returned.
+#
+# Isolation inside a group relies on the plans' own contract: a plan that raises has
+# written nothing (its steps up to then were reads, or writes that matched no row),
+# so its neighbours' writes can still commit. A plan that raises *after* writing, or
+# a database error in the middle of a group, rolls the group back and every plan is
+# run again in a transaction of its own. That is why the queue holds plan *makers*:
+# a generator half-driven cannot be run a second time.
+
+@dataclass(frozen=True)
+class PlanResult(Generic[T]):
+    """What one plan of a group came to: its result, or the exception it raised."""
+
+    value: T | None = None
+    error: BaseException | None = None
+
+    def unwrap(self) -> T:
+        """The plan's result, or its exception raised here (in its caller's task)."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+class Regroup(Exception):
+    """A plan raised after it had written: the group must be rolled back and each
+    plan run on its own (never seen by callers)."""
+
+
+#: Runs plan makers as one transaction, one outcome per maker, in order.
+RunGroup = Callable[[Sequence[Callable[[], Any]]], Awaitable[list[PlanResult[Any]]]]
+
+
+class GroupCommit:
+    """The queue of one ledger's write plans, drained one transaction at a time."""
+
+    def __init__(self, run: RunGroup) -> None:
+        self._run = run
+        self._queue: list[tuple[Callable[[], Any], asyncio.Future[PlanResult[Any]]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def submit(self, make: Callable[[], Any]) -> Any:
+        """Run the plan ``make()`` builds in the next transaction; its result."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a ledger reused under a new event loop
+            self._loop, self._queue, self._task = loop, [], None
+        future: asyncio.Future[PlanResult[Any]] = loop.create_future()
+        self._queue.append((make, future))
+        if self._task is None:
+            # Started on the next turn of the loop: callers arriving in this one
+            # (parallel tool calls gathered together) join the first transaction.
+            self._task = loop.create_task(self._drain())
+        return (await future).unwrap()
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                # A caller cancelled before its turn: its plan never runs.
+                batch = [(make, fut) for make, fut in batch if not fut.done()]
+                if not batch:
+                    continue
+                try:
+                    outcomes = await self._run([make for make, _ in batch])
+                except BaseException as error:  # e.g. the ledger is closed: all of them hear it
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_result(PlanResult(error=error))
+                    if not isinstance(error, Exception):
+                        raise
+                    continue
+                for (_, fut), outcome in zip(batch, outcomes, strict=True):
+                    if not fut.done():
+                        fut.set_result(outcome)
+        finally:
+            self._task = None
+            for _, fut in self._queue:  # only left behind if the loop is going away
+                if not fut.done():
+                    fut.cancel()
+            self._queue = []

@@ -23,9 +23,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.operation import Operation
-from .base import CasEach, CasWithAudit, Find, FindOrInsert, InsertWithAudit, LedgerStep, Plan, _Run
+from .base import (
+    CasEach,
+    CasWithAudit,
+    Find,
+    FindOrInsert,
+    InsertWithAudit,
+    LedgerStep,
+    Plan,
+    PlanResult,
+    Regroup,
+    _Run,
+)
 from .codec import encoded_extra, origin_text
-from .group import PlanResult, Regroup
 
 
 def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[PlanResult[Any]]]:

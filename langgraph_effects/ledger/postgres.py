@@ -52,17 +52,17 @@ from ..errors import LedgerError, LedgerUnavailableError
 from . import base, pgcontrols
 from .base import (
     MUTABLE_COLUMNS,
-    UNRESOLVED_SQL,
     AuditEntry,
     Ledger,
     OperationQuery,
+    PlanResult,
+    Regroup,
     T,
     adrive_plan,
     audit_from_row,
     from_row,
 )
 from .codec import mutable_row, read_text, stored_text
-from .group import PlanResult, Regroup
 from .grouped import group_plan
 from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
 from .pgsql import (
@@ -75,6 +75,7 @@ from .pgsql import (
     insert_sql,
     one_row,
 )
+from .query import UNRESOLVED_SQL, where_clause
 from .steps import AsyncStepDefaults, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
@@ -588,7 +589,7 @@ class PostgresLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        where, params = base.where_clause(query, "%s")
+        where, params = where_clause(query, "%s")
         params.append(query.limit)
         rows = await self._fetch(
             f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params

@@ -29,6 +29,8 @@ from .base import (
     AuditEntry,
     Ledger,
     OperationQuery,
+    PlanResult,
+    Regroup,
     audit_from_row,
     drive_plan,
     from_row,
@@ -36,12 +38,11 @@ from .base import (
     now,
     renewal_sql,
     to_row,
-    where_clause,
 )
 from .codec import mutable_row, origin_text, stored_text
 from .controls import row_from, row_values
-from .group import PlanResult, Regroup
 from .grouped import group_plan
+from .query import UNRESOLVED_SQL, where_clause
 from .steps import StepDefaults, answerer
 
 T = TypeVar("T")
@@ -98,9 +99,9 @@ MIGRATIONS: tuple[str, ...] = (
     # Partial indexes: finding unresolved work costs O(result), not O(history).
     f"""
     CREATE INDEX effect_operations_unresolved
-        ON effect_operations (updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
+        ON effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
     CREATE INDEX effect_operations_unresolved_thread
-        ON effect_operations (thread_id, updated_at) WHERE state IN ({base.UNRESOLVED_SQL});
+        ON effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
     """,
     # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
     """

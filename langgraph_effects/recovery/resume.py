@@ -15,11 +15,10 @@ from .._runtime.compensation import (
     finish_compensations,
 )
 from .._runtime.lease import DEFAULT_LEASE_SECONDS, lease_expired
-from ..checkpoint import ledger_of
 from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError
-from ..ledger.base import Ledger
+from ..ledger.base import Ledger, ledger_of
 from .classify import Policy, ThreadDecision, classify
 from .narrative import settled
 from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads

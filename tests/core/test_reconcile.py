@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from langgraph_effects.core.contract import Effect, Inconclusive, LookupRequest
-from langgraph_effects.core.operation import Event, Operation, State
+from langgraph_effects.core.operation import Event, Operation, Scope, State
 from langgraph_effects.core.reconcile import (
     PollAgain,
     Reconciliation,
-    Scope,
     after_inconclusive,
     after_landed,
     after_not_landed,

@@ -63,10 +63,10 @@ from langgraph_effects import Effect, recover
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects._runtime.context import current_operation
-from langgraph_effects.checkpoint import attach_ledger
 from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger.base import attach_ledger
 from langgraph_effects.ledger.sqlite import SqliteLedger, connect
 from tests.helpers.agent import State
 
