@@ -28,6 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing import spawn
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkServerContext
 from typing import Any, Literal
@@ -372,11 +373,29 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
 _PROCESS_LOCK = threading.Lock()
 
 
-def context() -> ForkServerContext:
-    """The multiprocessing context: a fork server with the heavy imports preloaded."""
+def context(extra: Sequence[str] = ()) -> ForkServerContext:
+    """The multiprocessing context: a fork server with the heavy imports preloaded
+    (the lab's, then ``extra``, then :mod:`.zygote`)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, *BUILTIN_MODULES])
+    # Ignored once the server runs; a preload that fails to import is skipped. The
+    # zygote comes last: it freezes what the others imported.
+    ctx.set_forkserver_preload([__name__, *BUILTIN_MODULES, *extra, f"{__package__}.zygote"])
+    _share_main()
     return ctx
+
+
+#: The lab's ``__main__`` path, for the fork server (:mod:`.zygote`).
+MAIN_ENV = "LANGGRAPH_EFFECTS_LAB_MAIN"
+
+
+def _share_main() -> None:
+    """Name ``__main__``'s path, as multiprocessing sends it to each worker, for the fork
+    server to import (it inherits the environment; see :mod:`.zygote`)."""
+    path = spawn.get_preparation_data("lab").get("init_main_from_path")
+    if path:
+        os.environ[MAIN_ENV] = path
+    else:
+        os.environ.pop(MAIN_ENV, None)
 
 
 def forkserver_pid() -> int | None:
