@@ -54,6 +54,9 @@ from .strategies import (
     lab_graph,
 )
 
+#: Where the package keeps its lease lock files (see ``_runtime/lease.py``).
+RUNTIME_DIR_ENV = "LANGGRAPH_EFFECTS_RUNTIME_DIR"
+
 #: A lone worker at a rendezvous is released after this long (its twin may be
 #: legitimately held back, e.g. waiting on the first one's lease).
 RENDEZVOUS_TIMEOUT = 0.5
@@ -164,6 +167,9 @@ class WorkerError(RuntimeError):
 
 def serve(conn: Connection, spec: WorkerSpec) -> None:
     """The worker process's entry point."""
+    # The cell's own lock directory, beside its files (tmpfs in a default run): not
+    # the user's shared one, which every new worker would sweep once, lock by lock.
+    os.environ[RUNTIME_DIR_ENV] = str(spec.files.runtime)
     if spec.sync:
         from .syncrow import serve_sync
 
