@@ -1,6 +1,7 @@
 """Workers fork from a warm fork server (zygote.py): a program started by path runs
 its ``__main__`` once in the server, not once per worker, and the server's imports
-are frozen out of the garbage collector's reach.
+are frozen out of the garbage collector's reach. Each cell's workers keep their lease
+lock files in the cell's own directory.
 
 The program below is a real script started by path, as the ``langgraph-effects``
 console script is; each run of its top level appends a line to a file, so the file
@@ -64,3 +65,18 @@ def test_a_program_started_by_path_runs_its_main_once_in_the_fork_server(tmp_pat
         assert f"top {pid}" not in tops
         assert frozen == "True"  # the server's objects are frozen
         assert main == str(script)  # the worker's __main__ is the program, inherited
+
+
+@pytest.mark.crash
+def test_a_cells_workers_keep_their_lease_locks_in_the_cells_own_directory(tmp_path: Path) -> None:
+    from langgraph_effects.lab.runner import main
+
+    argv = ["--ops", "2", "--kill-every", "2", "--strategies", "EffectToolNode", "--crash-points", "B"]
+    code = main([*argv, "--workdir", str(tmp_path)])
+    assert code == 0
+    [run] = list(tmp_path.iterdir())
+    cells = sorted(run.iterdir())
+    assert cells
+    for cell in cells:
+        # The killed worker's dispatch held a lock file there: the cell's, nobody else's.
+        assert list((cell / "runtime").glob("*.lock")), cell.name
