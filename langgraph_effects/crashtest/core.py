@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import multiprocessing
 import os
 import random as _random
 import shutil
@@ -27,8 +26,8 @@ from typing import Any, cast
 from .._runtime.review import REVIEW_TYPE, resume_command
 from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
-from ..lab.strategies import BUILTIN_MODULES
 from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive_workers
+from ..lab.worker import context as lab_context
 from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (
@@ -178,11 +177,7 @@ async def _probe(probe: Callable[[str], Any], name: str, thread_id: str) -> int:
 
 def _context(extra: Sequence[str] = ()) -> ForkServerContext:
     """The lab's fork server (LangGraph preloaded), plus this module and ``extra``."""
-    ctx = multiprocessing.get_context("forkserver")
-    preload = ["langgraph_effects.lab.worker", *BUILTIN_MODULES, "langgraph_effects.crashtest.worker"]
-    # Ignored once the server runs; a preload that fails to import is skipped.
-    ctx.set_forkserver_preload([*preload, *extra])
-    return ctx
+    return lab_context(["langgraph_effects.crashtest.worker", *extra])
 
 
 class _Handle(WorkerHandle):

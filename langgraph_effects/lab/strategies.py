@@ -117,6 +117,12 @@ class CellFiles:
         """Marker files of child senders still on their way (``child-process``)."""
         return self.workdir / "children"
 
+    @property
+    def runtime(self) -> Path:
+        """The lease lock files of the cell's workers (``LANGGRAPH_EFFECTS_RUNTIME_DIR``):
+        the cell is one deployment on one host, its workers share the directory."""
+        return self.workdir / "runtime"
+
 
 @dataclass(frozen=True)
 class BuildContext:

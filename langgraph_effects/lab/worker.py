@@ -28,6 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing import spawn
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkServerContext
 from typing import Any, Literal
@@ -52,6 +53,9 @@ from .strategies import (
     WholeGraph,
     lab_graph,
 )
+
+#: Where the package keeps its lease lock files (see ``_runtime/lease.py``).
+RUNTIME_DIR_ENV = "LANGGRAPH_EFFECTS_RUNTIME_DIR"
 
 #: A lone worker at a rendezvous is released after this long (its twin may be
 #: legitimately held back, e.g. waiting on the first one's lease).
@@ -163,6 +167,9 @@ class WorkerError(RuntimeError):
 
 def serve(conn: Connection, spec: WorkerSpec) -> None:
     """The worker process's entry point."""
+    # The cell's own lock directory, beside its files (tmpfs in a default run): not
+    # the user's shared one, which every new worker would sweep once, lock by lock.
+    os.environ[RUNTIME_DIR_ENV] = str(spec.files.runtime)
     if spec.sync:
         from .syncrow import serve_sync
 
@@ -372,11 +379,29 @@ async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> 
 _PROCESS_LOCK = threading.Lock()
 
 
-def context() -> ForkServerContext:
-    """The multiprocessing context: a fork server with the heavy imports preloaded."""
+def context(extra: Sequence[str] = ()) -> ForkServerContext:
+    """The multiprocessing context: a fork server with the heavy imports preloaded
+    (the lab's, then ``extra``, then :mod:`.zygote`)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, *BUILTIN_MODULES])
+    # Ignored once the server runs; a preload that fails to import is skipped. The
+    # zygote comes last: it freezes what the others imported.
+    ctx.set_forkserver_preload([__name__, *BUILTIN_MODULES, *extra, f"{__package__}.zygote"])
+    _share_main()
     return ctx
+
+
+#: The lab's ``__main__`` path, for the fork server (:mod:`.zygote`).
+MAIN_ENV = "LANGGRAPH_EFFECTS_LAB_MAIN"
+
+
+def _share_main() -> None:
+    """Name ``__main__``'s path, as multiprocessing sends it to each worker, for the fork
+    server to import (it inherits the environment; see :mod:`.zygote`)."""
+    path = spawn.get_preparation_data("lab").get("init_main_from_path")
+    if path:
+        os.environ[MAIN_ENV] = path
+    else:
+        os.environ.pop(MAIN_ENV, None)
 
 
 def forkserver_pid() -> int | None:
