@@ -48,7 +48,7 @@ from ..core.controls import Budget, CircuitBreaker
 from ..core.operation import Operation, State
 from ..ledger.query import OperationQuery
 from ..ledger.registry import open_ledger
-from .faults import CONTROL_COLUMNS, CRASH_POINTS
+from .faults import CIRCUIT_COOLDOWN, CONTROL_COLUMNS, CRASH_POINTS
 from .ours import DEFINITE_ERRORS, audit_ledger
 from .strategies import (
     CHARGE_TOOL,
@@ -64,8 +64,10 @@ from .strategies import (
 
 NAME = "EffectToolNode (controls)"
 BUDGET = Budget("lab-sends", max_sends=1, per="run")
-#: Two failures open it; the cooldown outlasts any cell, so no probe is let through.
-CIRCUIT = CircuitBreaker("lab-provider", failures=2, within=600, cooldown=600)
+#: Two failures open it; after each cooldown one probe may go (and fails: it reopens it).
+CIRCUIT = CircuitBreaker("lab-provider", failures=2, within=600, cooldown=CIRCUIT_COOLDOWN)
+#: Clock reads of one transaction differ by microseconds: what a timestamp rule forgives.
+CLOCK_SLACK = 0.005
 
 ToolOutput = ToolMessage | Any
 
@@ -173,8 +175,8 @@ def audit_controls(files: CellFiles) -> AuditCounts:
     told = [_artifact_error(op) for op in abandoned]
     undos = [op for op in ops if op.compensates is not None]
     circuit = next((r for r in rows if r.control == CIRCUIT.control), None)
-    opened = circuit.state.get("opened_at") if circuit is not None else None
-    sent = [op for op in ops if op.dispatched_at is not None and op.compensates is None]
+    failed = [op for op in ops if op.state is State.FAILED]
+    before, probes, while_open = circuit_sends(failed)
     details = {
         **base.details,
         "refused_budget": sum(1 for op in abandoned if _control(op) == BUDGET.control),
@@ -182,13 +184,38 @@ def audit_controls(files: CellFiles) -> AuditCounts:
         "told_budget_exceeded": told.count("BudgetExceededError"),
         "told_circuit_open": told.count("CircuitOpenError"),
         "abandoned": len(abandoned),
-        "failed": sum(1 for op in ops if op.state is State.FAILED),
+        "failed": len(failed),
         "undos": len(undos),
         "undos_confirmed": sum(1 for op in undos if op.state is State.CONFIRMED),
-        "circuit_opened": int(opened is not None),
-        "sent_after_open": sum(1 for op in sent if opened is not None and (op.dispatched_at or 0) > opened),
+        "circuit_opened": int(circuit is not None and circuit.state.get("opened_at") is not None),
+        "sent_before_open": before,
+        "probes": probes,
+        "sent_while_open": while_open,
     }
     return AuditCounts(base.non_terminal, details, base.open_by_thread)
+
+
+def circuit_sends(failed: list[Operation]) -> tuple[int, int, int]:
+    """The failed sends of ``circuit-open`` against the breaker's rule: how many were
+    dispatched before the circuit opened (at the failure that made the count reach the
+    threshold), how many are half-open probes (dispatched a cooldown or more after the
+    failure that last opened it; each probe's own failure opens it again), and how many
+    were dispatched while it was open (the rule broken)."""
+    by_failure = sorted(op.updated_at for op in failed)
+    if len(by_failure) < CIRCUIT.failures:
+        return len(failed), 0, 0
+    opened = by_failure[CIRCUIT.failures - 1]
+    before = probes = while_open = 0
+    for op in sorted(failed, key=lambda o: o.dispatched_at or 0.0):
+        at = op.dispatched_at or 0.0
+        if at <= opened + CLOCK_SLACK and not probes:
+            before += 1
+        elif at + CLOCK_SLACK >= opened + CIRCUIT_COOLDOWN:
+            probes += 1
+            opened = op.updated_at  # the probe failed: open again from here
+        else:
+            while_open += 1
+    return before, probes, while_open
 
 
 def _control(op: Operation) -> str | None:
@@ -213,18 +240,22 @@ def check_controls(report: CellReport) -> list[str]:
                 f"BudgetExceededError, {got[2]} abandoned, {got[3]} error ToolMessages"
             )
     elif report.crash_point == "circuit-open":
-        failed = d.get("failed", 0)
+        failed, probes = d.get("failed", 0), d.get("probes", 0)
         if not d.get("circuit_opened"):
             problems.append("the circuit never opened")
-        if d.get("sent_after_open"):
-            problems.append(f"{d['sent_after_open']} sends dispatched after the circuit opened")
+        if d.get("sent_while_open"):
+            problems.append(f"{d['sent_while_open']} sends dispatched while the circuit was open")
+        if probes < report.faulted - 1:  # every later race met it half-open: one probes
+            problems.append(f"{probes} half-open probes for {report.faulted - 1} races after the opening")
         if report.sends != report.effects + failed:
             problems.append(
                 f"the provider got {report.sends} requests for {report.effects} effects and "
                 f"{failed} sends the ledger recorded failed"
             )
-        if not CIRCUIT.failures <= failed <= CIRCUIT.failures + 1:
-            problems.append(f"{failed} sends failed at the provider, expected {CIRCUIT.failures} or one more")
+        before = d.get("sent_before_open", 0)
+        if not CIRCUIT.failures <= before <= CIRCUIT.failures + 1:
+            meant = f"{CIRCUIT.failures} or one more"
+            problems.append(f"{before} sends before the circuit opened, expected {meant}")
         refused = d.get("refused_circuit")
         if not refused or refused != d.get("told_circuit_open") or d.get("abandoned") != refused:
             problems.append("a call was refused without being told CircuitOpenError")

@@ -62,6 +62,9 @@ Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", 
 PAUSE_LEASE = 0.5
 #: How long the paused worker stays stopped: well past its lease.
 PAUSE_SECONDS = PAUSE_LEASE + 0.5
+#: The ``circuit-open`` column's cooldown: the lab waits it out before each later race,
+#: so that both workers meet a half-open circuit (one of them may probe).
+CIRCUIT_COOLDOWN = 0.5
 #: A held send waits at most this long for a later attempt to send too.
 HOLD_SECONDS = 2.0
 
@@ -316,8 +319,9 @@ CRASH_POINTS: dict[str, CrashPoint] = {
         ),
         CrashPoint(
             "circuit-open",
-            "the provider starts refusing every send (429, definite) while two workers send; "
-            "a CircuitBreaker opens",
+            "the provider starts refusing every send (429, definite) while two workers send; a "
+            f"CircuitBreaker opens; each later race waits out its {CIRCUIT_COOLDOWN:g} s cooldown "
+            "(half-open: one probe)",
             twins=True,
             goes_down=True,
             resumers=0,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .child import await_stragglers, resume_returned
-from .faults import CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
+from .faults import CIRCUIT_COOLDOWN, CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
 from .strategies import (
     EDITED,
@@ -288,13 +288,7 @@ def run_cell(
     try:
         for index in indices:
             label = operation_label(index)
-            intended.update(intended_effects(point.scenario, label))
-            if point.edit and cell.faulted(index):
-                intended[label + EDITED] = 1  # the edited message asks for its own send
-            if point.goes_down and index >= went_down(cell):
-                intended[label] = 0  # the provider refuses everything from here on
-                if index == went_down(cell):
-                    provider.rate_limit(10**6)
+            intended.update(_intended(cell, provider, index, label))
             _run_operation(cell, workers, provider, result, index, label, timing)
             on_operation()
     except WorkerError as exc:
@@ -368,6 +362,20 @@ class _Timing:
         self.recent = [*self.recent[-19:], seconds]
 
 
+def _intended(cell: Cell, provider: Provider, index: int, label: str) -> dict[str, int]:
+    """The effects operation ``index`` is meant to have (and, in ``circuit-open``, the
+    provider starts refusing every send at its operation)."""
+    point = cell.crash_point
+    intended = intended_effects(point.scenario, label)
+    if point.edit and cell.faulted(index):
+        intended[label + EDITED] = 1  # the edited message asks for its own send
+    if point.goes_down and index >= went_down(cell):
+        intended[label] = 0  # the provider refuses everything from here on
+        if index == went_down(cell):
+            provider.rate_limit(10**6)
+    return intended
+
+
 def went_down(cell: Cell) -> int:
     """``goes_down``: the operation from which on the provider refuses every send (the
     one before the first faulted one, so that the circuit opens while two workers send)."""
@@ -407,6 +415,8 @@ def _run_operation(
     if point.twins and faulted:
         # Two workers, one thread each in the same run, released together at the call.
         twin = _with(first, thread_id=f"{base.thread_id}-twin")
+        if point.goes_down and index > went_down(cell) + 1:
+            time.sleep(CIRCUIT_COOLDOWN)  # the circuit is open: both meet it half-open
         outcomes = drive_workers([(workers.current, first), (workers.spawn(), twin)])
         workers.drop_extra()
         reports = [_finished(o, first) for o in outcomes]

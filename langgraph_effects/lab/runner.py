@@ -569,7 +569,7 @@ def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
         "n/a: the seed rows never look anything up"
         + (
             "; in the edge paths, our rows run only the providers the path depends on"
-            if any(CRASH_POINTS[p].providers for p in used if p in CRASH_POINTS)
+            if any(CRASH_POINTS[p].group == "edge paths" for p in used if p in CRASH_POINTS)
             else ""
         )
     ]

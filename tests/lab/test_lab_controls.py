@@ -13,11 +13,12 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from langgraph_effects.lab.controlrow import NAME, check_controls
+from langgraph_effects.lab.controlrow import CIRCUIT, NAME, check_controls, circuit_sends
 from langgraph_effects.lab.faults import CONTROL_COLUMNS, CRASH_POINTS, AttemptFaults
 from langgraph_effects.lab.harness import Cell, went_down
 from langgraph_effects.lab.mcprow import opt_in_points
@@ -88,15 +89,48 @@ def test_the_verdicts_catch_what_each_column_is_about() -> None:
     assert check_controls(_report("budget-race", sends=OPS + 1, details=told))
     # A loser told something else than BudgetExceededError.
     assert check_controls(_report("budget-race", details={**told, "told_budget_exceeded": 1}))
-    opened = {"circuit_opened": 1, "failed": 2, "refused_circuit": 5, "told_circuit_open": 5, "abandoned": 5}
-    assert check_controls(_report("circuit-open", sends=OPS + 2, details=opened)) == []
-    assert check_controls(_report("circuit-open", sends=OPS + 2, details={**opened, "sent_after_open": 1}))
-    assert check_controls(_report("circuit-open", sends=OPS + 3, details=opened))
-    assert check_controls(_report("circuit-open", sends=OPS + 2, details={**opened, "circuit_opened": 0}))
+    opened = {
+        "circuit_opened": 1,
+        "failed": 2 + FAULTED - 1,
+        "sent_before_open": 2,
+        "probes": FAULTED - 1,
+        "refused_circuit": 5,
+        "told_circuit_open": 5,
+        "abandoned": 5,
+    }
+    sends = OPS + 2 + FAULTED - 1
+    assert check_controls(_report("circuit-open", sends=sends, details=opened)) == []
+    # A send that went while the circuit was open (neither before it nor a probe).
+    assert check_controls(_report("circuit-open", sends=sends, details={**opened, "sent_while_open": 1}))
+    # A race that met the circuit half-open and had nobody probe; a request unaccounted for.
+    assert check_controls(_report("circuit-open", sends=sends, details={**opened, "probes": FAULTED - 2}))
+    assert check_controls(_report("circuit-open", sends=sends + 1, details=opened))
+    assert check_controls(_report("circuit-open", sends=sends, details={**opened, "circuit_opened": 0}))
     undone = {"undos": OPS // 2, "undos_confirmed": OPS // 2}
     assert check_controls(_report("undo-killed", tool_errors=OPS // 2, details=undone)) == []
     one_short = {**undone, "undos_confirmed": OPS // 2 - 1}
     assert check_controls(_report("undo-killed", tool_errors=OPS // 2, details=one_short))
+
+
+def _sent(dispatched: float, failed: float) -> Any:
+    return SimpleNamespace(dispatched_at=dispatched, updated_at=failed)
+
+
+def test_the_circuit_rule_tells_probes_from_sends_while_open() -> None:
+    cooldown = CIRCUIT.cooldown
+    assert isinstance(cooldown, float)
+    # Two failures open it at t=1.1; a send dispatched at 1.0 fails later (in flight).
+    opening = [_sent(0.0, 0.1), _sent(1.0, 1.1), _sent(1.05, 1.2)]
+    assert circuit_sends(opening) == (3, 0, 0)
+    probe = _sent(1.1 + cooldown, 1.2 + cooldown)
+    assert circuit_sends([*opening, probe]) == (3, 1, 0)
+    # A second send in the probe's half-open window, or one before the cooldown: broken.
+    twin = _sent(1.15 + cooldown, 1.25 + cooldown)
+    assert circuit_sends([*opening, probe, twin]) == (3, 1, 1)
+    assert circuit_sends([*opening, _sent(1.1 + cooldown / 2, 2.0)]) == (3, 0, 1)
+    # The next probe: a cooldown after the previous probe's failure.
+    later = _sent(1.2 + 2 * cooldown, 1.3 + 2 * cooldown)
+    assert circuit_sends([*opening, probe, later]) == (3, 2, 0)
 
 
 @pytest.mark.slow
@@ -127,11 +161,15 @@ def test_the_control_columns_hold_exactly(tmp_path: Path) -> None:
 
     # circuit-open: operations 1-3 landed; from operation 4 on the provider refuses
     # everything; the circuit opened after 2 failures (3 if the race's other send was
-    # already admitted), every request dispatched before it opened, the rest refused.
+    # already admitted). Every later request was a half-open probe (at least one per
+    # later race, which waited out the cooldown), none went while it was open, and
+    # every other call was refused.
     circuit = rows["circuit-open"]
     audit = circuit["audit"]
-    assert circuit["effects"] == 3 and audit["circuit_opened"] == 1 and audit["sent_after_open"] == 0
-    assert audit["failed"] in (2, 3) and circuit["sends"] == 3 + audit["failed"]
+    assert circuit["effects"] == 3 and audit["circuit_opened"] == 1 and audit["sent_while_open"] == 0
+    assert audit["sent_before_open"] in (2, 3) and audit["probes"] >= FAULTED - 1
+    assert audit["failed"] == audit["sent_before_open"] + audit["probes"]
+    assert circuit["sends"] == 3 + audit["failed"]
     threads = OPS + FAULTED
     assert audit["operations"] == threads and audit["confirmed"] == 3
     refused = threads - 3 - audit["failed"]
