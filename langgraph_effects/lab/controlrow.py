@@ -176,7 +176,7 @@ def audit_controls(files: CellFiles) -> AuditCounts:
     undos = [op for op in ops if op.compensates is not None]
     circuit = next((r for r in rows if r.control == CIRCUIT.control), None)
     failed = [op for op in ops if op.state is State.FAILED]
-    before, probes, while_open = circuit_sends(failed)
+    before, probes, while_open = circuit_sends(failed) if circuit is not None else (0, 0, 0)
     details = {
         **base.details,
         "refused_budget": sum(1 for op in abandoned if _control(op) == BUDGET.control),
