@@ -221,7 +221,7 @@ def _main(args: argparse.Namespace) -> int:
         chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
     )
     if not cells:
-        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points (mcp-lost: --mcp)")
+        raise _Usage("nothing to run: no chosen strategy runs these crash points (opt-in: --mcp, --controls)")
 
     results, elapsed, rundir = _run_in_workdir(args, cells)
     cpu = cpu_seconds(forkserver_pid())
