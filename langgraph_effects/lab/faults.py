@@ -42,7 +42,9 @@ from .child import send_via_child
 from .providers import EffectRecord, Provider, Receipt, Withdrawn
 
 #: ``child``: the tool's child process was started and is about to send (``child-process``).
-KILL_POINTS = ("A", "B", "C", "child")
+#: ``undo-A`` / ``undo-C``: the engine's ``after_intent`` / ``before_outcome`` of an undo
+#: (a compensation's own operation: before it is sent / after the provider applied it).
+KILL_POINTS = ("A", "B", "C", "child", "undo-A", "undo-C")
 
 #: What one operation's thread does (see :mod:`.strategies` for the models):
 #: ``single``: one call; ``two-turns``: two turns asking for the same call, the
@@ -52,12 +54,17 @@ KILL_POINTS = ("A", "B", "C", "child")
 #: ``no-replan``: one call, and a model that does not re-plan it after an error (only
 #: the node's ``RetryPolicy`` may retry it); ``entrypoint``: a Functional API
 #: entrypoint sending one notification per recipient of a set (:mod:`.entrypoint`).
-Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", "entrypoint"]
+#: ``saga``: one send that declares an undo, then a charge of the same saga that the
+#: provider refuses definitively, so the node undoes the send (:mod:`.controlrow`).
+Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", "entrypoint", "saga"]
 
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
 PAUSE_LEASE = 0.5
 #: How long the paused worker stays stopped: well past its lease.
 PAUSE_SECONDS = PAUSE_LEASE + 0.5
+#: The ``circuit-open`` column's cooldown: the lab waits it out before each later race,
+#: so that both workers meet a half-open circuit (one of them may probe).
+CIRCUIT_COOLDOWN = 0.5
 #: A held send waits at most this long for a later attempt to send too.
 HOLD_SECONDS = 2.0
 
@@ -123,6 +130,20 @@ class CrashPoint:
     lost: the connection closes before the client reads any of it (no kill)."""
     opt_in: bool = False
     """Not in the default run: only when named (``--crash-points``) or by its flag."""
+    # -- the reliability controls (issue 34; opt-in: ``--controls``) ---------------
+    twins: bool = False
+    """The faulted operation runs on two workers at once, each on its own thread of the
+    same run (``op-i`` and ``op-i-twin``), released together before either decides."""
+    run_ids: bool = False
+    """Each operation's attempts carry ``run_id`` ``run-<i>`` (a budget counted per run)."""
+    first_kills: tuple[str, ...] = ()
+    """The faulted operations' kill points, taking turns (instead of ``first_kill``)."""
+    resume_kinds: tuple[Literal["resume", "recover"], ...] = ("resume",)
+    """How a killed operation's thread is taken up again, taking turns: ``resume`` (a plain
+    resume) or ``recover`` (:func:`~langgraph_effects.recover` on the thread)."""
+    goes_down: bool = False
+    """From the first faulted operation on, the provider answers every send with a 429
+    the contract declares definite (a provider that started failing)."""
 
     @property
     def ambiguous(self) -> bool:
@@ -141,6 +162,8 @@ class CrashPoint:
             or self.rate_limited
             or self.edit
             or self.mcp_lost
+            or self.twins
+            or self.goes_down
         )
 
 
@@ -280,8 +303,52 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             opt_in=True,
             group="MCP",
         ),
+        # -- reliability controls (issue 34; opt-in: --controls): our row only ----
+        CrashPoint(
+            "budget-race",
+            "two workers start two threads of one run at the same instant; a budget allows "
+            "the run one send (Budget(per='run', max_sends=1))",
+            twins=True,
+            run_ids=True,
+            resumers=0,
+            scenario="no-replan",
+            only_rows=("EffectToolNode (controls)",),
+            providers=("dedup",),
+            opt_in=True,
+            group="reliability controls",
+        ),
+        CrashPoint(
+            "circuit-open",
+            "the provider starts refusing every send (429, definite) while two workers send; a "
+            f"CircuitBreaker opens; each later race waits out its {CIRCUIT_COOLDOWN:g} s cooldown "
+            "(half-open: one probe)",
+            twins=True,
+            goes_down=True,
+            resumers=0,
+            scenario="no-replan",
+            only_rows=("EffectToolNode (controls)",),
+            providers=("dedup",),
+            opt_in=True,
+            group="reliability controls",
+        ),
+        CrashPoint(
+            "undo-killed",
+            "a saga's charge is refused, so the node undoes the send: SIGKILLed before the undo "
+            "is sent or after the provider applied it, then a resume or recover()",
+            first_kill="undo-A",
+            first_kills=("undo-A", "undo-C"),
+            resume_kinds=("resume", "resume", "recover", "recover"),
+            scenario="saga",
+            only_rows=("EffectToolNode (controls)",),
+            providers=("dedup",),
+            opt_in=True,
+            group="reliability controls",
+        ),
     )
 }
+
+#: The opt-in columns of the reliability controls (``--controls``).
+CONTROL_COLUMNS = ("budget-race", "circuit-open", "undo-killed")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .child import await_stragglers, resume_returned
-from .faults import CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
+from .faults import CIRCUIT_COOLDOWN, CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
 from .strategies import (
     EDITED,
@@ -125,8 +125,13 @@ class Cell:
                 return AttemptFaults(timeout_after_apply=True)
             return AttemptFaults(kill_at=kind)
         point = self.crash_point
+        kill_at = point.first_kill
+        if point.first_kills:  # the kill points take turns over the faulted operations
+            turn = sum(1 for i in range(self.first_index, index) if self.faulted(i))
+            kill_at = point.first_kills[turn % len(point.first_kills)]
         return AttemptFaults(
-            kill_at=point.first_kill,
+            kill_at=kill_at,
+            rendezvous=point.twins,
             timeout_after_apply=point.first_timeout,
             pause_at=point.pause_at,
             hold=point.hold,
@@ -283,9 +288,7 @@ def run_cell(
     try:
         for index in indices:
             label = operation_label(index)
-            intended.update(intended_effects(point.scenario, label))
-            if point.edit and cell.faulted(index):
-                intended[label + EDITED] = 1  # the edited message asks for its own send
+            intended.update(_intended(cell, provider, index, label))
             _run_operation(cell, workers, provider, result, index, label, timing)
             on_operation()
     except WorkerError as exc:
@@ -359,6 +362,28 @@ class _Timing:
         self.recent = [*self.recent[-19:], seconds]
 
 
+def _intended(cell: Cell, provider: Provider, index: int, label: str) -> dict[str, int]:
+    """The effects operation ``index`` is meant to have (and, in ``circuit-open``, the
+    provider starts refusing every send at its operation)."""
+    point = cell.crash_point
+    intended = intended_effects(point.scenario, label)
+    if point.edit and cell.faulted(index):
+        intended[label + EDITED] = 1  # the edited message asks for its own send
+    if point.goes_down and index >= went_down(cell):
+        intended[label] = 0  # the provider refuses everything from here on
+        if index == went_down(cell):
+            provider.rate_limit(10**6)
+    return intended
+
+
+def went_down(cell: Cell) -> int:
+    """``goes_down``: the operation from which on the provider refuses every send (the
+    one before the first faulted one, so that the circuit opens while two workers send)."""
+    indices = range(cell.first_index, cell.first_index + cell.ops)
+    first = next((i for i in indices if cell.faulted(i)), cell.first_index + cell.ops)
+    return max(cell.first_index, first - 1)
+
+
 def _run_operation(
     cell: Cell,
     workers: _Workers,
@@ -376,6 +401,7 @@ def _run_operation(
         body=f"hello #{index}",
         thread_id=_thread_id(index),
         tolerate=point.tolerate,
+        run_id=f"run-{index}" if point.run_ids else None,
     )
     faulted = cell.faulted(index)
     if faulted:
@@ -386,6 +412,17 @@ def _run_operation(
         _settle(cell, workers, provider, result, base, [_finished(workers.run(base), base)])
         base = _with(base, turn=2)
     first = _with(base, faults=cell.first_faults(index, timing.typical))
+    if point.twins and faulted:
+        # Two workers, one thread each in the same run, released together at the call.
+        twin = _with(first, thread_id=f"{base.thread_id}-twin")
+        if point.goes_down and index > went_down(cell) + 1:
+            time.sleep(CIRCUIT_COOLDOWN)  # the circuit is open: both meet it half-open
+        outcomes = drive_workers([(workers.current, first), (workers.spawn(), twin)])
+        workers.drop_extra()
+        reports = [_finished(o, first) for o in outcomes]
+        for attempt, report in zip((first, twin), reports, strict=True):
+            _settle(cell, workers, provider, result, attempt, [report])
+        return
     if first.faults.pause_at is not None:
         # Continued after a rival had the thread: it may rightly lose it to the rival.
         reports = _paused_owner(workers, result, _with(first, tolerate=True))
@@ -424,9 +461,10 @@ def _resume_after_kill(
         for record in provider.effects():
             if _of(record.operation, base.operation) and not record.withdrawn:
                 provider.withdraw(record.effect_id)
+    kinds = point.resume_kinds
     resume = _with(
         base,
-        kind="resume",
+        kind=kinds[(len(result.faulted_operations) - 1) % len(kinds)] if cell.strategy.ours else "resume",
         faults=AttemptFaults(
             lookup_timeout=point.lookup_timeout,
             rendezvous=point.resumers > 1,

@@ -33,6 +33,7 @@ cell's worker imports the MCP SDK and runs a server.
 
 # No ``from __future__ import annotations``: FastMCP reads the tools' annotations,
 # and ``Context`` is imported inside :func:`lab_server` (the mcp extra is optional).
+import argparse
 import socket
 import threading
 import time
@@ -44,7 +45,7 @@ from langgraph.prebuilt import ToolNode
 
 from .._integrations.node import EffectToolNode
 from ..core.contract import Effect
-from .faults import CRASH_POINTS
+from .faults import CONTROL_COLUMNS, CRASH_POINTS
 from .mcpdrop import DroppingProxy
 from .ours import answer_from_provider, audit_ledger, check_cell
 from .providers import EffectRecord, Provider, Withdrawn
@@ -176,11 +177,30 @@ async def build_ours(ctx: BuildContext) -> EffectToolNode:
     return EffectToolNode(tools, effects=effects, handle_tool_errors=True)
 
 
-def opt_in_points(points: list[str], *, named: bool, mcp: bool) -> tuple[list[str], str | None]:
-    """The lab's columns: the opt-in ones only when named (``--crash-points``) or, for this
-    column, with ``--mcp``; and why they cannot run (the ``mcp`` extra missing), if so."""
+def add_opt_in_arguments(parser: argparse.ArgumentParser) -> None:
+    """The lab's flags for its opt-in columns: ``--mcp`` and ``--controls``."""
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also run the MCP column (mcp-lost: an MCP server per cell; needs the mcp extra)",
+    )
+    parser.add_argument(
+        "--controls",
+        action="store_true",
+        help="also run the reliability controls' columns (" + ", ".join(CONTROL_COLUMNS) + "; our row only)",
+    )
+
+
+def opt_in_points(
+    points: list[str], *, named: bool, mcp: bool, controls: bool = False
+) -> tuple[list[str], str | None]:
+    """The lab's columns: the opt-in ones only when named (``--crash-points``) or by their
+    flag (``--mcp``, ``--controls``); and why they cannot run (the ``mcp`` extra missing),
+    if so."""
     if not named:
         points = [p for p in points if not CRASH_POINTS[p].opt_in]
+    if controls:
+        points = [*points, *(c for c in CONTROL_COLUMNS if c not in points)]
     if mcp and COLUMN not in points:
         points = [*points, COLUMN]
     if COLUMN not in points:

@@ -47,7 +47,7 @@ from rich.text import Text
 
 from .faults import CRASH_POINTS, CrashPoint
 from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
-from .mcprow import opt_in_points
+from .mcprow import add_opt_in_arguments, opt_in_points
 from .providers import MODES
 from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
@@ -90,13 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--crash-points",
         metavar="A,B",
-        help="comma-separated crash points (default: all but the opt-in ones, e.g. mcp-lost)",
+        help="comma-separated crash points (default: all but the opt-in ones: mcp-lost, the --controls ones)",
     )
-    parser.add_argument(
-        "--mcp",
-        action="store_true",
-        help="also run the MCP column (mcp-lost: an MCP server per cell; needs the mcp extra)",
-    )
+    add_opt_in_arguments(parser)  # --mcp, --controls
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -215,7 +211,8 @@ def _main(args: argparse.Namespace) -> int:
         return _soak(args, out, available)
     chosen = [available[n] for n in _names(args.strategies, list(available), "strategies")]
     points = _names(args.crash_points, list(CRASH_POINTS), "crash points")
-    points, problem = opt_in_points(points, named=args.crash_points is not None, mcp=args.mcp)
+    named = args.crash_points is not None
+    points, problem = opt_in_points(points, named=named, mcp=args.mcp, controls=args.controls)
     if problem:
         raise _Usage(problem)
     phase = 0 if args.seed is None else random.Random(args.seed).randrange(args.kill_every)
@@ -224,7 +221,7 @@ def _main(args: argparse.Namespace) -> int:
         chosen, points, ops=args.ops, kill_every=args.kill_every, phase=phase, settings=settings
     )
     if not cells:
-        raise _Usage("nothing to run: no chosen strategy supports the chosen crash points (mcp-lost: --mcp)")
+        raise _Usage("nothing to run: no chosen strategy runs these crash points (opt-in: --mcp, --controls)")
 
     results, elapsed, rundir = _run_in_workdir(args, cells)
     cpu = cpu_seconds(forkserver_pid())
@@ -572,7 +569,7 @@ def legend(results: Sequence[CellResult], points: Sequence[str]) -> list[str]:
         "n/a: the seed rows never look anything up"
         + (
             "; in the edge paths, our rows run only the providers the path depends on"
-            if any(CRASH_POINTS[p].providers for p in used if p in CRASH_POINTS)
+            if any(CRASH_POINTS[p].group == "edge paths" for p in used if p in CRASH_POINTS)
             else ""
         )
     ]

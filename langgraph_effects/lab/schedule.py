@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .child import CHILD_MAX_WAIT
-from .faults import HOLD_SECONDS, PAUSE_SECONDS
+from .faults import CIRCUIT_COOLDOWN, HOLD_SECONDS, PAUSE_SECONDS
 from .harness import RIVAL_DECIDE_SECONDS, Cell, CellResult
 from .ours import SETTLE_MARGIN
 
@@ -67,6 +67,8 @@ def estimate(cell: Cell) -> Estimate:
         wait += HOLD_SECONDS  # ours never sends again, so the held sends time out
     if point.child and ours:
         wait += CHILD_MAX_WAIT  # the resumer rightly waits for the live child
+    if point.goes_down:
+        wait += CIRCUIT_COOLDOWN  # each later race waits out the circuit's cooldown
     if ours and cell.provider == "lagging" and point.ambiguous:
         wait += cell.settings.lag + SETTLE_MARGIN
     busy = cell.ops * point.per_operation * OP_SECONDS + faulted * FAULT_SECONDS

@@ -57,6 +57,7 @@ BUILTIN_MODULES: list[str] = [
     "langgraph_effects.lab.entrypoint",
     "langgraph_effects.lab.syncrow",
     "langgraph_effects.lab.mcprow",
+    "langgraph_effects.lab.controlrow",
 ]
 
 TOOL_NAME = "send_notification"
@@ -341,6 +342,8 @@ def intended_effects(scenario: Scenario, operation: str) -> dict[str, int]:
         return {operation: 1, f"{operation}/follow-up": 1}
     if scenario == "siblings":
         return {f"{operation}/a": 1, f"{operation}/b": 1}
+    if scenario == "saga":
+        return {operation: 1, f"{operation}{UNDO}": 1}  # sent, then undone once
     if scenario == "entrypoint":
         from .entrypoint import RECIPIENTS
 
@@ -374,6 +377,26 @@ def no_replan_model(state: LabState) -> dict[str, list[AnyMessage]]:
     last = messages[-1]
     summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
     return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{state['index']}-end")]}
+
+
+#: The ``saga`` scenario's second call, refused by the provider, and the undo's label suffix.
+CHARGE_TOOL = "charge_card"
+UNDO = "/undo"
+
+
+def saga_model(state: LabState) -> dict[str, list[AnyMessage]]:
+    """A send, then a charge of the same saga (which the provider refuses), then done."""
+    messages = state["messages"]
+    calls = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls]
+    last, index = messages[-1], state["index"]
+    if not calls:
+        return {"messages": [_call(state, 1)]}
+    if len(calls) == 1 and isinstance(last, ToolMessage) and last.status != "error":
+        args = {"operation": state["operation"], "amount": index}
+        call = _tool_call(CHARGE_TOOL, args, f"call-{index}-charge")
+        return {"messages": [AIMessage(content="", id=f"ai-{index}-charge", tool_calls=[call])]}
+    summary = last.content if isinstance(last, ToolMessage) else "nothing to do"
+    return {"messages": [AIMessage(content=f"done: {summary}", id=f"ai-{index}-end")]}
 
 
 #: The id a model server that does not mint ids gives every message it returns.
@@ -440,6 +463,7 @@ _MODELS: dict[Scenario, Any] = {
     "follow-up": follow_up_model,
     "siblings": siblings_model,
     "no-replan": no_replan_model,
+    "saga": saga_model,
 }
 
 

@@ -122,6 +122,8 @@ class Attempt:
     tolerate: bool = False
     """An exception is a result, not a broken cell: a runner that lost a race for the
     thread is expected to fail (reported as ``refused``)."""
+    run_id: str | None = None
+    """``run_id`` in the config's ``configurable`` (a budget counted per run)."""
 
 
 @dataclass(frozen=True)
@@ -240,13 +242,14 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
 def attempt_config(attempt: Attempt) -> Any:
     """The run config of an attempt: its thread, and the keys EffectToolNode reads its
     scope from (engine.scope_from)."""
-    return {
-        "configurable": {
-            "thread_id": attempt.thread_id,
-            "tenant_id": TENANT,
-            "policy_version": attempt.policy_version,
-        }
+    configurable = {
+        "thread_id": attempt.thread_id,
+        "tenant_id": TENANT,
+        "policy_version": attempt.policy_version,
     }
+    if attempt.run_id is not None:
+        configurable["run_id"] = attempt.run_id
+    return {"configurable": configurable}
 
 
 async def _run(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
