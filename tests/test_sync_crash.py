@@ -155,7 +155,10 @@ def test_the_console_resolves_what_a_sync_app_left_and_the_app_takes_the_verdict
 def test_recover_sync_resumes_a_crashed_sync_thread(db: str, tmp_path: Path) -> None:
     s = Spec(db=db, provider=str(tmp_path / "provider.sqlite"), calls=2)
     worker(replace(s, crash="before_outcome"), expect_kill=True)
-    assert effects(s) == 1
+    # The first call to land dies before its outcome is recorded; the second runs in
+    # the tool thread pool beside it and may have been sent (and landed) by then.
+    landed, sent = effects(s), requests(s)
+    assert landed in (1, 2) and sent == landed
 
     kind = SyncEffectPostgresSaver if is_postgres(db) else SyncEffectSqliteSaver
     with kind.from_conn_string(db) as saver:
@@ -167,4 +170,6 @@ def test_recover_sync_resumes_a_crashed_sync_thread(db: str, tmp_path: Path) -> 
         messages = graph.get_state({"configurable": {"thread_id": "t1"}}).values["messages"]
         assert [m.artifact["state"] for m in messages if m.type == "tool"] == ["confirmed", "confirmed"]
         assert recover_sync(graph, min_idle=0).threads == ()  # nothing left to do
-    assert effects(s) == 2 and requests(s) == 3  # the landed one re-sent once under its key, replayed
+    # Each call is sent once more at most: a landed one under its key (replayed by the
+    # provider), the other for the first time; never a second effect.
+    assert effects(s) == 2 and requests(s) == sent + 2

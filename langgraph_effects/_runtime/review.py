@@ -264,6 +264,15 @@ _EVENTS: Mapping[str, Event] = {
 }
 
 
+def decision_content(decision: BaseModel) -> dict[str, Any]:
+    """A decision as JSON, ``undo`` only when set: a verdict without it reads (and
+    digests) as it did before compensation existed."""
+    content: dict[str, Any] = decision.model_dump(mode="json")
+    if content.get("undo") is False:
+        content.pop("undo")
+    return content
+
+
 def decision_change(
     decision: LandedDecision | NotLandedDecision | AbandonDecision,
     *,
@@ -272,15 +281,13 @@ def decision_change(
     channel: Literal["interrupt", "console", "api"],
 ) -> Change:
     """The ledger change that records ``decision`` (a verdict transition)."""
-    content = decision.model_dump(mode="json")
+    content = decision_content(decision)
     evidence: dict[str, Any] = {"kind": EvidenceKind.VERDICT, "decision": decision.type, "actor": actor}
     evidence["channel"] = channel
     if isinstance(decision, LandedDecision):
         evidence["receipt"] = content.get("receipt")
         if decision.undo:
             evidence["undo"] = True
-        else:  # the content an answer without ``undo`` always had: same decision digest
-            content.pop("undo", None)
     if isinstance(decision, AbandonDecision):
         evidence["reason"] = decision.reason
     return Change(
@@ -443,7 +450,7 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
             continue
         listed = [entry["operation_id"] for entry in value.get("operations", ())]
         chosen = {
-            op_id: parse_decision(decisions[op_id]).model_dump(mode="json")
+            op_id: decision_content(parse_decision(decisions[op_id]))
             for op_id in listed
             if op_id in decisions
         }
