@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ..errors import DefiniteFailure
+from ._fields import seconds
 from .controls import Budget, CircuitBreaker, Controls, controls_of
 
 
@@ -64,12 +65,6 @@ KeyFunction = Callable[[Mapping[str, Any], Mapping[str, Any]], str]
 """``(args, config) -> str``: the logical provider key of a call (see :class:`Effect`)."""
 ApprovalMode = Literal["never", "always"]
 """Whether a call waits for a human approval before its first send."""
-
-
-def _seconds(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 @dataclass(frozen=True)
@@ -205,17 +200,17 @@ class Effect:
     @property
     def dedup_seconds(self) -> float | None:
         """``dedup_window`` in seconds (``None``: the provider does not deduplicate)."""
-        return _seconds(self.dedup_window)
+        return seconds(self.dedup_window)
 
     @property
     def settle_seconds(self) -> float:
         """``settle_after`` in seconds."""
-        return _seconds(self.settle_after) or 0.0
+        return seconds(self.settle_after) or 0.0
 
     @property
     def lookup_timeout_seconds(self) -> float:
         """``lookup_timeout`` in seconds (``0``: no timeout)."""
-        return _seconds(self.lookup_timeout) or 0.0
+        return seconds(self.lookup_timeout) or 0.0
 
     def is_definite(self, error: BaseException) -> bool:
         """Whether ``error`` proves the provider did nothing."""

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from ._fields import seconds
+
 Per = Literal["thread", "run", "tenant"]
 """What a budget is counted per (always within one tenant)."""
 OnExceed = Literal["refuse", "approve"]
@@ -35,12 +37,6 @@ Key = tuple[str, str]
 
 HOLD = "hold"
 """The control name of the rows that record what an operation was charged."""
-
-
-def _seconds(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def _name_ok(name: object) -> bool:
@@ -87,7 +83,7 @@ class Budget:
             )
         if self.per not in ("thread", "run", "tenant"):
             raise ValueError(f"Budget {self.name!r}: per must be 'thread', 'run' or 'tenant'")
-        if self.window is not None and (_seconds(self.window) or 0) <= 0:
+        if self.window is not None and (seconds(self.window) or 0) <= 0:
             raise ValueError(f"Budget {self.name!r}: window must be positive")
         if self.on_exceed not in ("refuse", "approve"):
             raise ValueError(f"Budget {self.name!r}: on_exceed must be 'refuse' or 'approve'")
@@ -123,7 +119,7 @@ class CircuitBreaker:
             raise ValueError(f"a CircuitBreaker needs a non-empty name, not {self.name!r}")
         if self.failures < 1:
             raise ValueError(f"CircuitBreaker {self.name!r}: failures must be at least 1")
-        if (_seconds(self.within) or 0) <= 0 or (_seconds(self.cooldown) or 0) <= 0:
+        if (seconds(self.within) or 0) <= 0 or (seconds(self.cooldown) or 0) <= 0:
             raise ValueError(f"CircuitBreaker {self.name!r}: within and cooldown must be positive")
 
     @property
@@ -210,7 +206,7 @@ def budget_scope(budget: Budget, call: Call, now: float) -> str:
                 "config={'configurable': {'run_id': ...}} (or the config's run_id)"
             )
         parts.append(call.run_id)
-    window = _seconds(budget.window)
+    window = seconds(budget.window)
     if window is not None:
         parts.append(math.floor(now / window) * window)
     return json.dumps(parts)
@@ -231,7 +227,7 @@ def circuit_status(breaker: CircuitBreaker, state: Mapping[str, Any], now: float
     opened = state.get("opened_at")
     if opened is None:
         return "closed"
-    cooldown = _seconds(breaker.cooldown) or 0.0
+    cooldown = seconds(breaker.cooldown) or 0.0
     if now < float(opened) + cooldown:
         return "open"
     probe_at = state.get("probe_at")
@@ -272,7 +268,7 @@ def _over(budget: Budget, used: Mapping[str, Any], amount: float) -> str | None:
 
 
 def _window_note(budget: Budget) -> str:
-    window = _seconds(budget.window)
+    window = seconds(budget.window)
     scope = {"thread": "this thread", "run": "this run", "tenant": "this tenant"}[budget.per]
     return f" in {scope}" + (f" (the window renews every {window:g}s)" if window else "")
 
@@ -302,7 +298,7 @@ def admit(
         row = _row(rows, breaker.key)
         status = circuit_status(breaker, row.state, now)
         if status in ("open", "probing"):
-            wait = float(row.state["opened_at"]) + (_seconds(breaker.cooldown) or 0.0) - now
+            wait = float(row.state["opened_at"]) + (seconds(breaker.cooldown) or 0.0) - now
             why = (
                 f"the circuit {breaker.name!r} is open after repeated failures; it lets one "
                 f"probing send through in {max(wait, 0.0):.0f}s"
@@ -400,7 +396,7 @@ def _circuit_after(
         if state.get("opened_at") is None and not state.get("failures"):
             return row
         return ControlRow(row.control, row.scope, {"failures": [], **_shape(breaker)}, now)
-    within = _seconds(breaker.within) or 0.0
+    within = seconds(breaker.within) or 0.0
     failures = [float(t) for t in state.get("failures") or () if now - float(t) < within]
     failures = [*failures, now][-breaker.failures :]
     opened = state.get("opened_at")
@@ -413,7 +409,7 @@ def _circuit_after(
 
 def _shape(breaker: CircuitBreaker) -> dict[str, Any]:
     """What a breaker's row keeps of its declaration, for the console."""
-    return {"threshold": breaker.failures, "cooldown": _seconds(breaker.cooldown)}
+    return {"threshold": breaker.failures, "cooldown": seconds(breaker.cooldown)}
 
 
 def _evolve(row: ControlRow, now: float, **state: Any) -> ControlRow:
