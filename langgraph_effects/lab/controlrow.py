@@ -40,7 +40,6 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from .._integrations.node import EffectToolNode
-from .._runtime import faults as _faults
 from .._runtime.context import current_operation
 from .._runtime.messages import load
 from ..core.contract import Effect, Undo, UndoRequest
@@ -49,7 +48,7 @@ from ..core.operation import Operation, State
 from ..ledger.query import OperationQuery
 from ..ledger.registry import open_ledger
 from .faults import CIRCUIT_COOLDOWN, CONTROL_COLUMNS, CRASH_POINTS
-from .ours import DEFINITE_ERRORS, audit_ledger
+from .ours import DEFINITE_ERRORS, audit_ledger, install_fault_points
 from .strategies import (
     CHARGE_TOOL,
     TOOL_NAME,
@@ -126,16 +125,7 @@ def _undo_args(request: UndoRequest) -> dict[str, Any]:
 async def build(ctx: BuildContext) -> EffectToolNode:
     """``EffectToolNode`` with the column's budget, circuit breaker or undo."""
     faults = ctx.faults
-
-    def at(point: str) -> _faults.Hook:
-        def hook(name: str, op: Operation) -> None:
-            faults.reach(("undo-" + point) if op.compensates is not None else point)
-
-        return hook
-
-    # The engine's own fault points; an undo's are the lab's undo-A and undo-C.
-    _faults.install("after_intent", at("A"))
-    _faults.install("before_outcome", at("C"))
+    install_fault_points(faults, undo_points=True)
 
     async def line_up(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutput]]

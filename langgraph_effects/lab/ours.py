@@ -60,7 +60,7 @@ from ..core.operation import Operation
 from ..ledger.base import attach_ledger, ledger_of
 from ..ledger.query import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
-from .faults import CRASH_POINTS
+from .faults import CRASH_POINTS, Faults
 from .providers import (
     KEYED_MODES,
     MODES,
@@ -177,6 +177,21 @@ def send_tool(ctx: BuildContext) -> BaseTool:
     return send_notification
 
 
+def install_fault_points(faults: Faults, *, undo_points: bool = False) -> None:
+    """Make the engine's own fault points the lab's A (``after_intent``) and C
+    (``before_outcome``) for our rows; an undo's the lab's undo-A and undo-C when
+    ``undo_points``."""
+
+    def at(point: str) -> _faults.Hook:
+        def hook(name: str, op: Operation) -> None:
+            faults.reach(("undo-" + point) if undo_points and op.compensates is not None else point)
+
+        return hook
+
+    _faults.install("after_intent", at("A"))
+    _faults.install("before_outcome", at("C"))
+
+
 async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
     """``EffectToolNode`` over the cell's provider, its ledger beside the checkpoints."""
     if ledger_of(ctx.checkpointer) is None:
@@ -187,16 +202,7 @@ async def build_effect_node(ctx: BuildContext) -> EffectToolNode:
         attach_ledger(ctx.checkpointer, ledger)
 
     faults = ctx.faults
-
-    def at_point(point: str) -> _faults.Hook:
-        def hook(name: str, op: Operation) -> None:
-            faults.reach(point)
-
-        return hook
-
-    # The engine's own fault points are the lab's A and C for our rows.
-    _faults.install("after_intent", at_point("A"))
-    _faults.install("before_outcome", at_point("C"))
+    install_fault_points(faults)
 
     async def line_up(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutput]]

@@ -25,44 +25,44 @@ own rows' column.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
 
 from .._integrations.node import EffectToolNode
-from .._runtime import faults as _faults
 from .._runtime.context import current_operation
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from ..checkpoint.sync import SyncEffectSqliteSaver
 from ..core.contract import Effect
-from ..core.operation import Operation
 from ..recovery.sync import recover_sync
-from .faults import CRASH_POINTS, Faults, LabClient, process_cpu
-from .ours import ToolOutput, answer_from_provider, audit_ledger, check_cell, effect_for
+from .faults import CRASH_POINTS, Faults, process_cpu
+from .ours import ToolOutput, answer_from_provider, audit_ledger, check_cell, effect_for, install_fault_points
 from .providers import KEYED_MODES, ProviderMode
 from .strategies import (
-    RATE_LIMIT_RETRY,
     TOOL_NAME,
     BuildContext,
     Strategy,
-    lab_graph,
     register,
 )
 from .worker import (
+    RECOVER,
+    RESUMING,
     Attempt,
     AttemptReport,
     WorkerSpec,
     attempt_config,
+    attempt_input,
     attempt_report,
+    attempts,
+    cell_graph,
     edit_branch,
     raise_if_failed,
-    start_payload,
+    recover_options,
+    send_failure,
+    worker_context,
 )
 
 NAME = "EffectToolNode (sync invoke)"
@@ -110,15 +110,7 @@ def send_tool_sync(ctx: BuildContext) -> BaseTool:
 def build_sync_node(ctx: BuildContext) -> EffectToolNode:
     """``EffectToolNode`` over the sync tool, its ledger the sync saver's."""
     faults = ctx.faults
-
-    def at_point(point: str) -> _faults.Hook:
-        def hook(name: str, op: Operation) -> None:
-            faults.reach(point)
-
-        return hook
-
-    _faults.install("after_intent", at_point("A"))
-    _faults.install("before_outcome", at_point("C"))
+    install_fault_points(faults)
 
     def line_up(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutput]) -> ToolOutput:
         # Two workers delivered the same resume meet before either decided anything.
@@ -143,39 +135,19 @@ def serve_sync(conn: Connection, spec: WorkerSpec) -> None:
     """The sync row's worker: no event loop of its own, the graph run with ``invoke``."""
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
-    point = CRASH_POINTS.get(spec.crash_point)
-    children = spec.files.children if point is not None and point.child else None
     with SyncEffectSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver:
         saver.setup()
-        ctx = BuildContext(
-            strategy=spec.strategy,
-            provider_mode=spec.provider_mode,
-            crash_point=spec.crash_point,
-            client=LabClient(provider, faults, child_markers=children),
-            faults=faults,
-            files=spec.files,
-            checkpointer=saver,
-            generation=spec.generation,
-        )
+        ctx = worker_context(spec, faults, provider, saver)
         try:
-            graph = lab_graph(
-                spec.build(ctx),
-                saver,
-                point.scenario if point is not None else "single",
-                retry=RATE_LIMIT_RETRY if point is not None and point.rate_limited else None,
-            )
+            graph = cell_graph(spec.build(ctx), saver, spec.crash_point)
         except Exception:
-            conn.send(("failed", traceback.format_exc()))
+            send_failure(conn)
             return
-        while True:
-            attempt = conn.recv()
-            if attempt is None:
-                break
-            faults.arm(attempt.faults)
+        for attempt in attempts(conn, faults):
             try:
                 report = run_sync(graph, attempt, faults)
             except Exception:
-                conn.send(("failed", traceback.format_exc()))
+                send_failure(conn)
             else:
                 conn.send(("done", report, process_cpu()))
     provider.close()
@@ -196,32 +168,16 @@ def run_sync(graph: Any, attempt: Attempt, faults: Faults) -> AttemptReport:
 
 
 def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
-    payload: Any
     if attempt.kind == "edit":
         payload, branch = edit_branch(attempt, config, list(graph.get_state_history(config)))
         graph.invoke(payload, branch, durability="sync")
         return
-    if attempt.kind == "start":
-        payload = start_payload(attempt)
-    elif attempt.kind in ("resume", "recover"):
-        payload = None
-        snapshot = graph.get_state(config)
-        if not snapshot.values and not snapshot.next:
-            # Killed before the thread's first checkpoint: the caller asks again.
-            payload = start_payload(replace(attempt, turn=1))
-        elif attempt.kind == "recover":
-            faults.start()
-            report = recover_sync(
-                graph,
-                thread_ids=[attempt.thread_id],
-                min_idle=0,
-                config={"configurable": {"policy_version": attempt.policy_version}},
-            )
-            raise_if_failed(report)
-            return
-    else:
-        payload = Command(resume=attempt.resume)
+    snapshot = graph.get_state(config) if attempt.kind in RESUMING else None
+    payload = attempt_input(attempt, snapshot)
     faults.start()
+    if payload is RECOVER:
+        raise_if_failed(recover_sync(graph, **recover_options(attempt)))
+        return
     graph.invoke(payload, config, durability="sync")
 
 

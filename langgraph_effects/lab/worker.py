@@ -26,14 +26,15 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing import spawn
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkServerContext
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
@@ -187,53 +188,85 @@ def _saver(spec: WorkerSpec) -> contextlib.AbstractAsyncContextManager[AsyncSqli
     return AsyncSqliteSaver.from_conn_string(path)
 
 
+def worker_context(
+    spec: WorkerSpec,
+    faults: Faults,
+    provider: Provider,
+    saver: BaseCheckpointSaver[Any],
+    exits: contextlib.AsyncExitStack | None = None,
+) -> BuildContext:
+    """What a worker's strategy builder receives (``exits``: the async worker's stack)."""
+    point = CRASH_POINTS.get(spec.crash_point)
+    children = spec.files.children if point is not None and point.child else None
+    return BuildContext(
+        strategy=spec.strategy,
+        provider_mode=spec.provider_mode,
+        crash_point=spec.crash_point,
+        client=LabClient(provider, faults, child_markers=children),
+        faults=faults,
+        files=spec.files,
+        checkpointer=saver,
+        exits=exits if exits is not None else contextlib.AsyncExitStack(),
+        generation=spec.generation,
+    )
+
+
+def cell_graph(tools: Any, saver: BaseCheckpointSaver[Any], crash_point: str) -> Any:
+    """The lab graph over a row's tools node, as the cell's column runs it (its
+    scenario, and the ``RetryPolicy`` for its 429s)."""
+    point = CRASH_POINTS.get(crash_point)
+    return lab_graph(
+        tools,
+        saver,
+        point.scenario if point is not None else "single",
+        retry=RATE_LIMIT_RETRY if point is not None and point.rate_limited else None,
+    )
+
+
+def attempts(conn: Connection, faults: Faults) -> Iterator[Attempt]:
+    """The attempts the lab sends, each with its faults armed, until it sends ``None``.
+
+    Idle between attempts. Blocking here also holds back what an attempt left running
+    on an event loop (sends still in flight after a sibling interrupted): they go on
+    with the next attempt, which is when the lab wants them to."""
+    while True:
+        attempt = conn.recv()
+        if attempt is None:
+            return
+        faults.arm(attempt.faults)
+        yield attempt
+
+
+def send_failure(conn: Connection) -> None:
+    """Tell the lab why the worker failed (the exception being handled), rather than die
+    with a bare exit code: the lab reads it first."""
+    conn.send(("failed", traceback.format_exc()))
+
+
 async def _serve(conn: Connection, spec: WorkerSpec) -> None:
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
-    point = CRASH_POINTS.get(spec.crash_point)
-    children = spec.files.children if point is not None and point.child else None
     async with (
         _saver(spec) as saver,
         contextlib.AsyncExitStack() as exits,
     ):
         await saver.setup()  # an EffectSqliteSaver sets up its ledger here, before recover() reads it
-        ctx = BuildContext(
-            strategy=spec.strategy,
-            provider_mode=spec.provider_mode,
-            crash_point=spec.crash_point,
-            client=LabClient(provider, faults, child_markers=children),
-            faults=faults,
-            files=spec.files,
-            checkpointer=saver,
-            exits=exits,
-            generation=spec.generation,
-        )
+        ctx = worker_context(spec, faults, provider, saver, exits)
         try:
             tools = spec.build(ctx)
             if inspect.isawaitable(tools):
                 tools = await tools
-            graph = tools.compile(saver) if isinstance(tools, WholeGraph) else lab_graph(
-                tools,
-                saver,
-                point.scenario if point is not None else "single",
-                retry=RATE_LIMIT_RETRY if point is not None and point.rate_limited else None,
+            graph = tools.compile(saver) if isinstance(tools, WholeGraph) else cell_graph(
+                tools, saver, spec.crash_point
             )
         except Exception:
-            # Say why, rather than die with a bare exit code: the lab reads it first.
-            conn.send(("failed", traceback.format_exc()))
+            send_failure(conn)
             return
-        while True:
-            # Idle between attempts. Blocking here also holds back what an attempt left
-            # running on the loop (sends still in flight after a sibling interrupted):
-            # they go on with the next attempt, which is when the lab wants them to.
-            attempt = conn.recv()
-            if attempt is None:
-                break
-            faults.arm(attempt.faults)
+        for attempt in attempts(conn, faults):
             try:
                 report = await _run(graph, attempt, faults)
             except Exception:
-                conn.send(("failed", traceback.format_exc()))
+                send_failure(conn)
             else:
                 conn.send(("done", report, process_cpu()))
     provider.close()
@@ -341,33 +374,46 @@ def edit_branch(attempt: Attempt, config: Any, history: Sequence[Any]) -> tuple[
     return payload, {**config, "configurable": {**config["configurable"], "checkpoint_id": first}}
 
 
-async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
-    payload: Any
-    if attempt.kind == "edit":
-        await _edit(graph, attempt, config)
-        return
+#: :func:`attempt_input`'s answer when ``recover()`` is to run on the thread instead.
+RECOVER: Final = object()
+
+#: The attempt kinds that read the thread's state first (:func:`attempt_input`).
+RESUMING = ("resume", "recover")
+
+
+def attempt_input(attempt: Attempt, snapshot: Any) -> Any:
+    """What a start, resume, recover or answer attempt invokes the graph with, or
+    :data:`RECOVER` (``snapshot``: the thread's state, read for a resume or a recover)."""
     if attempt.kind == "start":
-        payload = start_payload(attempt)
-    elif attempt.kind in ("resume", "recover"):
-        payload = None
-        snapshot = await graph.aget_state(config)
+        return start_payload(attempt)
+    if attempt.kind in RESUMING:
         if not snapshot.values and not snapshot.next:
             # Killed before the thread's first checkpoint: there is nothing to resume,
             # so the request is made again, as its caller would.
-            payload = start_payload(replace(attempt, turn=1))
-        elif attempt.kind == "recover":
-            faults.start()
-            report = await recover(
-                graph,
-                thread_ids=[attempt.thread_id],
-                min_idle=0,
-                config={"configurable": {"policy_version": attempt.policy_version}},
-            )
-            raise_if_failed(report)
-            return
-    else:
-        payload = Command(resume=attempt.resume)
+            return start_payload(replace(attempt, turn=1))
+        return RECOVER if attempt.kind == "recover" else None
+    return Command(resume=attempt.resume)
+
+
+def recover_options(attempt: Attempt) -> dict[str, Any]:
+    """The arguments a recover attempt runs ``recover()`` (or ``recover_sync``) with."""
+    return {
+        "thread_ids": [attempt.thread_id],
+        "min_idle": 0,
+        "config": {"configurable": {"policy_version": attempt.policy_version}},
+    }
+
+
+async def _invoke(graph: Any, attempt: Attempt, config: Any, faults: Faults) -> None:
+    if attempt.kind == "edit":
+        await _edit(graph, attempt, config)
+        return
+    snapshot = await graph.aget_state(config) if attempt.kind in RESUMING else None
+    payload = attempt_input(attempt, snapshot)
     faults.start()
+    if payload is RECOVER:
+        raise_if_failed(await recover(graph, **recover_options(attempt)))
+        return
     await graph.ainvoke(payload, config, durability="sync")
 
 
