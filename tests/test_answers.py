@@ -36,7 +36,7 @@ from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.testing import Provider, ScriptedChatModel
 from tests.test_node_crash import run_worker
-from tests.test_review_hitl import KINDS, blind_spec, paused_at_review, tool_messages
+from tests.test_review_hitl import KINDS, at_review, blind_spec, tool_messages
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 REFUSED = "Your previous answer was not applied"
@@ -65,11 +65,8 @@ async def asked_again(agent: Any, answer: Any, before: Any) -> Any:
 
 
 async def test_the_response_schema_publishes_the_limits(tmp_path: Path) -> None:
-    spec = blind_spec(tmp_path, "graph")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        _, pending = await paused_at_review(spec, saver, Provider(spec.provider, "blind"))
-    schema = pending.response_schema  # what LangGraph surfaces to clients (JSON schema)
+    async with at_review(tmp_path, "graph") as (_, pending, _, _):
+        schema = pending.response_schema  # what LangGraph surfaces to clients (JSON schema)
     assert isinstance(schema, dict)
     defs = schema["$defs"]
     assert defs["RespondAction"]["properties"]["message"]["maxLength"] == MAX_RECEIPT_BYTES
@@ -94,11 +91,7 @@ def valid_answer(valid: str, pending: Any, op_id: str) -> Any:
 @pytest.mark.parametrize("valid", ["respond", "resume_command", "reject"])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_wedging_answers_then_a_valid_one_is_applied(tmp_path: Path, kind: str, valid: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, kind) as (agent, pending, saver, provider):
         op_id = pending.value["operations"][0]["operation_id"]
         before = await saver.ledger.get(op_id)
 
@@ -141,11 +134,7 @@ async def test_wedging_answers_then_a_valid_one_is_applied(tmp_path: Path, kind:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_nul_is_applied_and_lone_surrogates_are_refused(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, kind) as (agent, pending, saver, provider):
         op_id = pending.value["operations"][0]["operation_id"]
         # Not valid text: a checkpoint cannot store it, so the schema refuses it.
         await refused_at_the_door(agent, {"decisions": [{"type": "reject", "message": "a\ud800b"}]})
@@ -165,11 +154,7 @@ async def test_nul_is_applied_and_lone_surrogates_are_refused(tmp_path: Path, ki
 
 
 async def test_a_part_of_an_answer_that_names_other_operations_is_shown_next(tmp_path: Path) -> None:
-    spec = blind_spec(tmp_path, "graph", calls=2)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, "graph", calls=2) as (agent, pending, saver, provider):
         first, second = (e["operation_id"] for e in pending.value["operations"])
         answer = {first: {"type": "landed"}, "op_elsewhere": {"type": "landed"}}
         await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)

@@ -26,7 +26,7 @@ from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from tests.helpers import run_console
 
-from .test_operator import SECRET_RESULT, dead_owner, make_op, new_ledger_file, seed
+from .test_operator import SECRET_RESULT, dead_owner, make_op, seeded_ledger_file
 
 pytestmark = pytest.mark.slow  # the console as a subprocess
 
@@ -55,29 +55,18 @@ class Ledgerfile:
 @pytest.fixture
 def ledgerfile(tmp_path: Path) -> Ledgerfile:
     path = tmp_path / "agent.sqlite"
-
-    async def populate() -> None:
-        await new_ledger_file(path)
-        async with SqliteLedger.from_conn_string(path) as ledger:
-            await ledger.setup()
-            await seed(ledger, make_op(REVIEW, thread_id="thread-a"), "review")
-            await seed(
-                ledger,
-                make_op(LIVE, thread_id="thread-b", tool="open_ticket"),
-                "dispatched",
-                lease_seconds=600,
-            )
-            await seed(
-                ledger,
-                make_op(EXPIRED, thread_id="thread-b"),
-                "dispatched",
-                owner=dead_owner(),
-                lease_seconds=600,
-            )
-            await seed(ledger, make_op(DONE, thread_id="thread-a"), "confirmed")
-            await seed(ledger, make_op(TENANTED, tenant="acme"), "unknown")
-
-    asyncio.run(populate())
+    seeded_ledger_file(
+        path,
+        (make_op(REVIEW, thread_id="thread-a"), "review"),
+        (make_op(LIVE, thread_id="thread-b", tool="open_ticket"), "dispatched", {"lease_seconds": 600}),
+        (
+            make_op(EXPIRED, thread_id="thread-b"),
+            "dispatched",
+            {"owner": dead_owner(), "lease_seconds": 600},
+        ),
+        (make_op(DONE, thread_id="thread-a"), "confirmed"),
+        (make_op(TENANTED, tenant="acme"), "unknown"),
+    )
     return Ledgerfile(path)
 
 

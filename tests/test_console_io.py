@@ -29,7 +29,7 @@ from langgraph_effects.ledger.sqlite import SqliteLedger
 
 from .ledger.conftest import require_postgres
 from .test_cli import DONE, REVIEW, Ledgerfile, run
-from .test_operator import make_op, new_ledger_file, seed
+from .test_operator import make_op, seeded_ledger_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,15 +76,11 @@ def fresh_pg() -> Iterator[str]:
 def ledgerfile(tmp_path: Path) -> Ledgerfile:
     """A ledger file with one operation in review and one confirmed."""
     path = tmp_path / "agent.sqlite"
-
-    async def populate() -> None:
-        await new_ledger_file(path)
-        async with SqliteLedger.from_conn_string(path) as ledger:
-            await ledger.setup()
-            await seed(ledger, make_op(REVIEW, thread_id="thread-a"), "review")
-            await seed(ledger, make_op(DONE, thread_id="thread-a"), "confirmed")
-
-    asyncio.run(populate())
+    seeded_ledger_file(
+        path,
+        (make_op(REVIEW, thread_id="thread-a"), "review"),
+        (make_op(DONE, thread_id="thread-a"), "confirmed"),
+    )
     return Ledgerfile(path)
 
 

@@ -45,6 +45,17 @@ def ticket_tool(provider: Provider, seen: list[str]) -> BaseTool:
     return create_ticket
 
 
+def ticket_agent(provider: Provider, seen: list[str], saver: Any, effect: Effect = DEDUP) -> Any:
+    """``create_agent`` with :func:`ticket_tool` under ``EffectMiddleware`` (``effect``),
+    its model scripted to create one ticket "T"."""
+    return create_agent(
+        ScriptedChatModel(script=call_each_then_finish([("create_ticket", {"title": "T"})])),
+        tools=[ticket_tool(provider, seen)],
+        middleware=[EffectMiddleware({"create_ticket": effect})],
+        checkpointer=saver,
+    )
+
+
 def lose_first_outcome() -> None:
     fired: list[str] = []
 
@@ -98,12 +109,7 @@ async def test_middleware_sends_the_key_and_the_provider_dedups(tmp_path: Path) 
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
     async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
-        agent = create_agent(
-            ScriptedChatModel(script=call_each_then_finish([("create_ticket", {"title": "T"})])),
-            tools=[ticket_tool(provider, seen)],
-            middleware=[EffectMiddleware({"create_ticket": DEDUP})],
-            checkpointer=saver,
-        )
+        agent = ticket_agent(provider, seen, saver)
         lose_first_outcome()
         with pytest.raises(LostOutcome):
             await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -118,12 +124,7 @@ def test_sync_middleware_sends_the_key(tmp_path: Path) -> None:
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
     with SyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         saver.setup()
-        agent = create_agent(
-            ScriptedChatModel(script=call_each_then_finish([("create_ticket", {"title": "T"})])),
-            tools=[ticket_tool(provider, seen)],
-            middleware=[EffectMiddleware({"create_ticket": DEDUP})],
-            checkpointer=saver,
-        )
+        agent = ticket_agent(provider, seen, saver)
         agent.invoke({"messages": [HumanMessage("go")]}, CONFIG)
     with sqlite3.connect(tmp_path / "agent.sqlite") as db:
         [(key,)] = db.execute("SELECT provider_key FROM effect_operations").fetchall()
@@ -140,12 +141,7 @@ async def test_middleware_refuses_a_key_argument_the_tool_lacks_before_sending(t
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
     async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
-        agent = create_agent(
-            ScriptedChatModel(script=call_each_then_finish([("create_ticket", {"title": "T"})])),
-            tools=[ticket_tool(provider, seen)],
-            middleware=[EffectMiddleware({"create_ticket": Effect(key_argument="request_id")})],
-            checkpointer=saver,
-        )
+        agent = ticket_agent(provider, seen, saver, Effect(key_argument="request_id"))
         with pytest.raises(ConfigurationError, match="no argument 'request_id'"):
             await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
         assert seen == [] and provider.count_requests() == 0

@@ -39,6 +39,7 @@ from langgraph_effects._runtime import lease
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider
 from tests.helpers.agent import State
+from tests.helpers.holder import start_holder
 from tests.helpers.lease_agent import LeaseSpec, spec_json
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -308,31 +309,12 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
 
 # -- same-host liveness, process by process ---------------------------------------------
 
-_HOLDER = """
-import json, sys, time
-from langgraph_effects._runtime import lease
-owner = lease.new_owner()
-if sys.argv[1] == "release":
-    lease.release(owner)
-print(json.dumps(owner.to_json()), flush=True)
-time.sleep(600)
-"""
-
-
-def _holder(mode: str) -> tuple[subprocess.Popen[str], Any]:
-    from langgraph_effects.core.operation import Owner
-
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    return proc, Owner.from_json(json.loads(proc.stdout.readline()))
 
 
 def test_liveness_follows_the_dispatch_not_the_clock() -> None:
     """Held while the process runs or is stopped; gone once it is SIGKILLed, or as soon
     as it released the dispatch although the process lives on."""
-    proc, owner = _holder("hold")
+    proc, owner = start_holder("hold")
     try:
         assert owner.lock is not None and lease.owner_alive(owner) is True
         proc.send_signal(signal.SIGSTOP)
@@ -347,7 +329,7 @@ def test_liveness_follows_the_dispatch_not_the_clock() -> None:
         proc.kill()
         proc.wait()
 
-    proc, owner = _holder("release")
+    proc, owner = start_holder("release")
     try:
         assert proc.poll() is None  # the process is alive ...
         assert lease.owner_alive(owner) is False  # ... but its dispatch is over
@@ -469,7 +451,7 @@ def test_a_child_forked_while_the_lease_guard_is_held_can_still_dispatch(
 def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
     from langgraph_effects.core.operation import Owner
 
-    proc, owner = _holder("hold")
+    proc, owner = start_holder("hold")
     try:
         lockless = Owner(host=owner.host, pid=owner.pid, started=owner.started, token="t")
         assert lease.owner_alive(lockless) is None  # the clock decides

@@ -25,6 +25,8 @@ import pytest
 
 from langgraph_effects._runtime import lease, processes
 from langgraph_effects.core.operation import Operation, Owner, State
+from tests import test_leases
+from tests.helpers.holder import start_holder
 from tests.test_leases import (
     ROOT,
     Worker,
@@ -40,13 +42,7 @@ from tests.test_leases import (
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        w.kill()
+workers = test_leases.workers  # the fixture: the workers a test started, killed at its end
 
 
 @pytest.fixture
@@ -263,31 +259,13 @@ def test_a_lock_directory_removed_under_a_live_dispatch_is_not_a_release(
     only_a_sent(s, a_pid, out_a, out_b)
 
 
-_HOLDER = """
-import json, sys, time
-from langgraph_effects._runtime import lease
-owner = lease.new_owner()
-if sys.argv[1] == "release":
-    lease.release(owner)
-print(json.dumps(owner.to_json()), flush=True)
-time.sleep(600)
-"""
-
-
-def _holder(mode: str, runtime: Path | None = None) -> tuple[subprocess.Popen[str], Owner]:
-    env = {**os.environ, **({"LANGGRAPH_EFFECTS_RUNTIME_DIR": str(runtime)} if runtime else {})}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, mode], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    return proc, Owner.from_json(json.loads(proc.stdout.readline()))
 
 
 def test_a_removed_lock_file_is_judged_through_its_owner(tmp_path: Path) -> None:
     """Removed, the file is still the owner's: running while held and stamped, over
     once released (stamped idle) or once its process is killed."""
-    proc, owner = _holder("hold", tmp_path / "held")
-    released, done = _holder("release", tmp_path / "released")
+    proc, owner = start_holder("hold", tmp_path / "held")
+    released, done = start_holder("release", tmp_path / "released")
     try:
         shutil.rmtree(tmp_path / "held")
         shutil.rmtree(tmp_path / "released")
@@ -314,7 +292,7 @@ def test_an_owner_in_another_container_under_our_hostname_is_judged_by_time(
     here = processes.node_id(os.getpid())
     assert here is not None
     boot, namespace = here.split("/")
-    proc, owner = _holder("hold")
+    proc, owner = start_holder("hold")
     other_boot = replace(owner, node=f"00000000-0000-0000-0000-000000000000/{namespace}")
     other_pid_ns = replace(owner, node=f"{boot}/1")
     try:

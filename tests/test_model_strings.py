@@ -161,22 +161,11 @@ async def test_surrogates_through_create_agent_and_middleware(tmp_path: Path, ba
 
 @pytest.mark.slow
 def test_console_prints_an_operation_with_surrogate_args(tmp_path: Path) -> None:
-    import asyncio
-
-    from langgraph_effects.ledger.sqlite import SqliteLedger
-
     from .test_cli import run
-    from .test_operator import make_op, new_ledger_file, seed
+    from .test_operator import make_op, seeded_ledger_file
 
     db = tmp_path / "agent.sqlite"
-
-    async def populate() -> None:
-        await new_ledger_file(db)
-        async with SqliteLedger.from_conn_string(db) as ledger:
-            await ledger.setup()
-            await seed(ledger, make_op("op_" + "5" * 32, args={"text": RAW}), "review")
-
-    asyncio.run(populate())
+    seeded_ledger_file(db, (make_op("op_" + "5" * 32, args={"text": RAW}), "review"))
     for args in (("list",), ("show", "op_" + "5" * 32)):
         done = run("--db", str(db), *args)
         assert done.returncode == 0, done.stderr

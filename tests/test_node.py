@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +50,37 @@ def provider_of(spec: Spec) -> Provider:
     return Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
 
 
+@asynccontextmanager
+async def after_go(spec: Spec) -> AsyncIterator[tuple[Any, Any, Any, Provider]]:
+    """``spec``'s graph run once from "go", the saver open: the graph, its state, the
+    saver and the provider."""
+    provider = provider_of(spec)
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        graph = build(spec, saver, provider)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
+        yield graph, await graph.aget_state(CONFIG), saver, provider
+
+
+def model_then_send(spec: Spec, send: Any) -> StateGraph[Any]:
+    """START -> the model ``spec`` scripts -> an ``EffectToolNode`` running ``send``
+    (deduplicated for 60 s) -> END, not yet compiled."""
+    builder = StateGraph(AgentState)
+    builder.add_node("model", model_for(spec))
+    builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(dedup_window=60)}))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    return builder
+
+
 def tool_messages(state: Any) -> list[ToolMessage]:
     return [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
 
 
 async def test_parallel_calls_with_one_review_execute_siblings_once(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, contract="blind", provider_mode="blind", calls=3, timeout_after_effect=[1])
-    provider = provider_of(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        graph = build(spec, saver, provider)
-        await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
-        state = await graph.aget_state(CONFIG)
+    async with after_go(spec) as (graph, state, saver, provider):
         [pending] = state.interrupts
         [entry] = pending.value["operations"]
         assert entry["tool_call_id"] == "call-1" and entry["evidence"]["cause"]["kind"] == "timeout"
@@ -84,12 +105,7 @@ async def test_parallel_calls_with_one_review_execute_siblings_once(tmp_path: Pa
 
 async def test_timeout_under_dedup_is_resent_under_the_same_key(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, contract="dedup", provider_mode="dedup", timeout_after_effect=[0])
-    provider = provider_of(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        graph = build(spec, saver, provider)
-        await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
-        state = await graph.aget_state(CONFIG)
+    async with after_go(spec) as (_, state, saver, provider):
         assert state.interrupts == ()
         assert provider.count_requests("apply") == 2
         assert sum(provider.count_effects().values()) == 1
@@ -174,12 +190,7 @@ async def test_durability_async_waits_for_the_checkpoint(tmp_path: Path) -> None
         return provider.apply({"operation": operation}).effect_id
 
     spec = make_spec(tmp_path)
-    builder = StateGraph(AgentState)
-    builder.add_node("model", model_for(spec))
-    builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(dedup_window=60)}))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    builder.add_edge("tools", END)
+    builder = model_then_send(spec, send)
     async with SlowSaver.from_conn_string(spec.db) as saver:
         saver.saved = set()
         saver_ref["saver"] = saver
@@ -233,12 +244,7 @@ def test_sync_invoke_and_current_operation(tmp_path: Path) -> None:
     ledger = InMemoryLedger()
     saver = attach_ledger(InMemorySaver(), ledger)
     spec = make_spec(tmp_path, calls=2)
-    builder = StateGraph(AgentState)
-    builder.add_node("model", model_for(spec))
-    builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(dedup_window=60)}))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    builder.add_edge("tools", END)
+    builder = model_then_send(spec, send)
     graph = builder.compile(checkpointer=saver)
     graph.invoke({"messages": [HumanMessage("go")]}, CONFIG)
     graph.invoke(None, next(s for s in graph.get_state_history(CONFIG) if s.next == ("tools",)).config)

@@ -9,6 +9,7 @@ tenant scoping. The seeding helpers here are shared with ``tests/test_cli.py``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sqlite3
@@ -143,6 +144,21 @@ async def new_ledger_file(path: Path) -> Path:
     async with SqliteLedger.from_conn_string(path) as ledger:
         await ledger.setup()
     return path
+
+
+Seed = tuple[Operation, str] | tuple[Operation, str, dict[str, Any]]  # op, state[, seed() options]
+
+
+def seeded_ledger_file(path: Path, *seeds: Seed) -> list[Operation]:
+    """Create a ledger file at ``path`` and :func:`seed` each ``(op, state[, options])``
+    in order, from synchronous code (the console tests); the stored operations, in order."""
+
+    async def go() -> list[Operation]:
+        await new_ledger_file(path)
+        async with SqliteLedger.from_conn_string(path) as ledger:
+            return [await seed(ledger, op, state, **(rest[0] if rest else {})) for op, state, *rest in seeds]
+
+    return asyncio.run(go())
 
 
 # -- fixtures -------------------------------------------------------------------------

@@ -15,29 +15,17 @@ from langgraph_effects._runtime.messages import MAX_RECEIPT_BYTES
 from langgraph_effects._runtime.reconcile import Reconciliation, reconcile
 from langgraph_effects.core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from langgraph_effects.core.operation import Operation, Scope, State
+from tests.helpers.operations import build_op
 
 SENT = 1000.0
 SCOPE = Scope(tenant="acme")
 
 
 def unknown_op(**overrides: Any) -> Operation:
-    fields: dict[str, Any] = {
-        "op_id": "op-1",
-        "thread_id": "t",
-        "tool": "send",
-        "tool_call_id": "c1",
-        "args": {},
-        "args_hash": "h",
-        "provider_key": "key-1",
-        "contract": "lookup",
-        "state": State.UNKNOWN,
-        "attempts": 1,
-        "tenant": "acme",
-        "created_at": SENT,
-        "dispatched_at": SENT,
-    }
-    fields.update(overrides)
-    return Operation(**fields)
+    return build_op(
+        {"state": State.UNKNOWN, "attempts": 1, "tenant": "acme", "created_at": SENT, "dispatched_at": SENT},
+        **overrides,
+    )
 
 
 @dataclass

@@ -6,6 +6,8 @@ answer ``{"decisions": [...]}`` maps onto landed / not landed / abandon, through
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,20 @@ async def paused_at_review(spec: Spec, saver: Any, provider: Provider) -> tuple[
     return agent, pending
 
 
+@asynccontextmanager
+async def at_review(
+    tmp_path: Path, kind: str, calls: int = 1
+) -> AsyncIterator[tuple[Any, Any, Any, Provider]]:
+    """``calls`` blind calls paused at their review, the saver open: the agent, the
+    pending review interrupt, the saver and the provider."""
+    spec = blind_spec(tmp_path, kind, calls)
+    provider = Provider(spec.provider, "blind")
+    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        await saver.setup()
+        agent, pending = await paused_at_review(spec, saver, provider)
+        yield agent, pending, saver, provider
+
+
 def tool_messages(state: Any) -> list[ToolMessage]:
     return [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
 
@@ -51,11 +67,7 @@ def tool_messages(state: Any) -> list[ToolMessage]:
 async def answered(tmp_path: Path, kind: str, decision: dict[str, Any]) -> tuple[Any, Any, Provider]:
     """Pause a blind call at its review and answer it with one HITL ``decision``: the
     thread's state after the answer, its operation as recorded, and the provider."""
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, kind) as (agent, pending, saver, provider):
         await agent.ainvoke(Command(resume={pending.id: {"decisions": [decision]}}), CONFIG)
         state = await agent.aget_state(CONFIG)
         op = await saver.ledger.get(pending.value["operations"][0]["operation_id"])
@@ -64,12 +76,8 @@ async def answered(tmp_path: Path, kind: str, decision: dict[str, Any]) -> tuple
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_review_interrupt_carries_the_hitl_request_shape(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        _, pending = await paused_at_review(spec, saver, provider)
-    value = pending.value
+    async with at_review(tmp_path, kind) as (_, pending, _, _):
+        value = pending.value
     assert value["type"] == "effect_review"
     [entry] = value["operations"]
     [request] = value["action_requests"]
@@ -123,11 +131,7 @@ async def test_reject_means_abandon(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_unfit_hitl_answers_keep_the_review_pending(tmp_path: Path, kind: str) -> None:
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, kind) as (agent, pending, saver, provider):
         op_id = pending.value["operations"][0]["operation_id"]
         # An edit is not a verdict, and two decisions for one operation do not fit.
         edit = {"type": "edit", "edited_action": {"name": "send", "args": {"operation": "x"}}}
@@ -148,11 +152,7 @@ async def test_unfit_hitl_answers_keep_the_review_pending(tmp_path: Path, kind: 
 
 
 async def test_several_operations_in_one_node_review_answered_in_order(tmp_path: Path) -> None:
-    spec = blind_spec(tmp_path, "graph", calls=2)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, "graph", calls=2) as (agent, pending, saver, provider):
         assert [r["args"]["operation"] for r in pending.value["action_requests"]] == ["t1:0", "t1:1"]
         answer = {"decisions": [{"type": "respond", "message": "eff_1"}, {"type": "reject"}]}
         await agent.ainvoke(Command(resume={pending.id: answer}), CONFIG)
@@ -230,11 +230,7 @@ async def test_checkpoints_hold_no_package_types(tmp_path: Path, kind: str) -> N
     # Evidence travels into checkpoints (the review interrupt, the landed message's
     # artifact). LangGraph's serializer warns on, and will refuse, types it was not told
     # about: what we put there must be plain JSON values.
-    spec = blind_spec(tmp_path, kind)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, _ = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, kind) as (agent, _, saver, _):
         answer = {"decisions": [{"type": "respond", "message": '{"effect_id": "eff_1"}'}]}
         await agent.ainvoke(Command(resume=answer), CONFIG)
         blobs: list[bytes] = []
@@ -252,11 +248,7 @@ async def test_an_ignored_positional_answer_is_not_applied_when_the_review_shrin
     # where only the second operation is still under review: read again, "approve"
     # would now fit and re-send a blind effect nobody said was missing. (EffectToolNode
     # only: under create_agent each call is its own task with its own one-item review.)
-    spec = blind_spec(tmp_path, "graph", calls=2)
-    provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
-        await saver.setup()
-        agent, pending = await paused_at_review(spec, saver, provider)
+    async with at_review(tmp_path, "graph", calls=2) as (agent, pending, saver, provider):
         first, second = (e["operation_id"] for e in pending.value["operations"])
         await agent.ainvoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), CONFIG)
         [pending] = (await agent.aget_state(CONFIG)).interrupts

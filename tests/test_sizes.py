@@ -35,7 +35,7 @@ from langgraph_effects.ledger.sqlite import SqliteLedger
 from tests.helpers.one_call import call, one_call_graph
 
 from .test_cli import REVIEW, run
-from .test_operator import make_op, new_ledger_file, seed
+from .test_operator import make_op, new_ledger_file, seed, seeded_ledger_file
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 
@@ -162,14 +162,7 @@ async def test_operator_api_refuses_oversized_receipt_and_reason(tmp_path: Path)
 @pytest.mark.slow
 def test_console_refuses_an_oversized_receipt_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "agent.sqlite"
-
-    async def populate() -> Any:
-        await new_ledger_file(db)
-        async with SqliteLedger.from_conn_string(db) as ledger:
-            await ledger.setup()
-            return await seed(ledger, make_op(REVIEW), "review")
-
-    op = asyncio.run(populate())
+    [op] = seeded_ledger_file(db, (make_op(REVIEW), "review"))
     receipt = json.dumps({"raw": "x" * (MAX_RECEIPT_BYTES + 1)})
     done = run(
         "--db", str(db), "resolve", REVIEW, "--landed", "--receipt", receipt,

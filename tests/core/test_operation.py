@@ -44,23 +44,21 @@ from langgraph_effects.errors import (
     StaleVersionError,
     TransitionError,
 )
+from tests.helpers.operations import build_op
 
 OWNER = Owner(host="host-a", pid=4242, started=12345.0, token="tok-a")
+OP_FIELDS: dict[str, Any] = {
+    "thread_id": "thread-1",
+    "tool": "send_email",
+    "tool_call_id": "call-1",
+    "args": {"to": "a@example.com", "body": "hi"},
+    "args_hash": "h1:abc",
+    "contract": "blind",
+}
 
 
 def make_op(**overrides: Any) -> Operation:
-    fields: dict[str, Any] = {
-        "op_id": "op-1",
-        "thread_id": "thread-1",
-        "tool": "send_email",
-        "tool_call_id": "call-1",
-        "args": {"to": "a@example.com", "body": "hi"},
-        "args_hash": "h1:abc",
-        "provider_key": "key-1",
-        "contract": "blind",
-    }
-    fields.update(overrides)
-    return Operation(**fields)
+    return build_op(OP_FIELDS, **overrides)
 
 
 def dispatch(owner: Owner = OWNER, lease: float = 100.0) -> Change:

@@ -26,23 +26,13 @@ from langgraph_effects.core.operation import (
     advance,
 )
 from langgraph_effects.errors import StaleVersionError
+from tests.helpers.operations import build_op
 
 LEASE = 10.0
 
 
 def make_op(**overrides: Any) -> Operation:
-    fields: dict[str, Any] = {
-        "op_id": "op-1",
-        "thread_id": "thread-1",
-        "tool": "send",
-        "tool_call_id": "call-1",
-        "args": {},
-        "args_hash": "h",
-        "provider_key": "key-1",
-        "contract": "lookup",
-    }
-    fields.update(overrides)
-    return Operation(**fields)
+    return build_op({"thread_id": "thread-1", "tool_call_id": "call-1"}, **overrides)
 
 
 def owner(token: str) -> Owner:

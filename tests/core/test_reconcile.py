@@ -22,8 +22,18 @@ from langgraph_effects.core.reconcile import (
     within_dedup_window,
     without_lookup,
 )
+from tests.helpers.operations import build_op
 
 CREATED = 1000.0
+OP_FIELDS: dict[str, Any] = {
+    "provider_key": "k",
+    "contract": "dedup",
+    "state": State.UNKNOWN,
+    "attempts": 1,
+    "tenant": "acme",
+    "policy_version": "v1",
+    "created_at": CREATED,
+}
 
 
 async def _never_called(request: LookupRequest) -> Inconclusive:
@@ -31,23 +41,7 @@ async def _never_called(request: LookupRequest) -> Inconclusive:
 
 
 def op(**overrides: Any) -> Operation:
-    fields: dict[str, Any] = {
-        "op_id": "op-1",
-        "thread_id": "t",
-        "tool": "send",
-        "tool_call_id": "c1",
-        "args": {},
-        "args_hash": "h",
-        "provider_key": "k",
-        "contract": "dedup",
-        "state": State.UNKNOWN,
-        "attempts": 1,
-        "tenant": "acme",
-        "policy_version": "v1",
-        "created_at": CREATED,
-    }
-    fields.update(overrides)
-    return Operation(**fields)
+    return build_op(OP_FIELDS, **overrides)
 
 
 SAME = Scope(tenant="acme", policy_version="v1")

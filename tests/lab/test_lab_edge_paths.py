@@ -21,8 +21,6 @@ package; our rows are asserted as the issue-28 fixes make them behave, and marke
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -36,10 +34,10 @@ from langgraph_effects.lab.faults import CRASH_POINTS, AttemptFaults, Faults, La
 from langgraph_effects.lab.harness import WEDGING_REJECT, WEDGING_RESPOND, wedging_answer
 from langgraph_effects.lab.ours import NAME, check_cell
 from langgraph_effects.lab.providers import Provider, ProviderError, RateLimited
-from langgraph_effects.lab.runner import main, plan_cells
+from langgraph_effects.lab.runner import plan_cells
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
-from langgraph_effects.lab.syncrow import NAME as SYNC_NAME
 from langgraph_effects.lab.worker import ProviderSettings
+from tests.helpers.lab import run_async_rows
 
 # slow; one group: the module-scoped lab run is made once, on one xdist worker
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_edge_paths")]
@@ -63,13 +61,8 @@ Rows = dict[tuple[str, str], dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Rows]:
-    out = tmp_path_factory.mktemp("lab") / "lab.json"
-    argv = ["--ops", str(OPS), "--kill-every", str(KILL_EVERY), "--crash-points", ",".join(COLUMNS)]
-    # The sync row runs these columns in its own module (test_lab_sync.py).
-    argv += ["--strategies", ",".join(name for name in registered() if name != SYNC_NAME)]
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main([*argv, "--json", str(out)])
-    rows = json.loads(out.read_text())["rows"]
+    out_dir = tmp_path_factory.mktemp("lab")
+    code, rows = run_async_rows(out_dir, ops=OPS, kill_every=KILL_EVERY, columns=COLUMNS)
     return code, {(r["strategy"], r["crash_point"]): r for r in rows}
 
 

@@ -35,8 +35,8 @@ from langgraph_effects.lab.ours import NAME, check_cell
 from langgraph_effects.lab.providers import KeyInFlight, Provider
 from langgraph_effects.lab.runner import SOAK_FAULTS, main, plan_soak
 from langgraph_effects.lab.strategies import AuditCounts, CellFiles, CellReport, registered
-from langgraph_effects.lab.syncrow import NAME as SYNC_NAME
 from langgraph_effects.lab.worker import ProviderSettings
+from tests.helpers.lab import run_async_rows
 
 # slow; one group: the module-scoped lab run is made once, on one xdist worker
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.xdist_group("lab_ownership")]
@@ -53,13 +53,8 @@ Rows = dict[tuple[str, str, str], dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Rows]:
-    out = tmp_path_factory.mktemp("lab") / "lab.json"
-    argv = ["--ops", str(OPS), "--kill-every", str(KILL_EVERY), "--crash-points", ",".join(COLUMNS)]
-    # The sync row runs these columns in its own module (test_lab_sync.py).
-    argv += ["--strategies", ",".join(name for name in registered() if name != SYNC_NAME)]
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main([*argv, "--json", str(out)])
-    rows = json.loads(out.read_text())["rows"]
+    out_dir = tmp_path_factory.mktemp("lab")
+    code, rows = run_async_rows(out_dir, ops=OPS, kill_every=KILL_EVERY, columns=COLUMNS)
     return code, {(r["strategy"], r["provider"], r["crash_point"]): r for r in rows}
 
 
