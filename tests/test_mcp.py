@@ -109,20 +109,24 @@ def test_http_kill_after_the_server_applied_then_resume(
     check_one_ticket(spec, route)
 
 
-def test_blind_mcp_tool_goes_to_review_never_resent(tmp_path: Path) -> None:
-    spec = stdio_spec(tmp_path, "blind")
-    run_worker(replace(spec, crash=True), expect_kill=True)
-    out = run_worker(replace(spec, resume=True))
+def review_then_answer_landed(spec: McpSpec, out: dict[str, Any]) -> None:
+    """The blind note's call went to review with one note at the server (never re-sent);
+    answered "landed", the model reads it confirmed with the receipt, still one note."""
     [pending] = out["interrupts"]
     [entry] = pending["value"]["operations"]
     assert entry["tool"] == "post_note"
     assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
-
     out = run_worker(replace(spec, answer={entry["operation_id"]: {"type": "landed", "receipt": "N-1"}}))
     assert out["interrupts"] == []
     [message] = out["messages"]
     assert message["artifact"]["state"] == "confirmed" and message["artifact"]["receipt"] == "N-1"
     assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+
+
+def test_blind_mcp_tool_goes_to_review_never_resent(tmp_path: Path) -> None:
+    spec = stdio_spec(tmp_path, "blind")
+    run_worker(replace(spec, crash=True), expect_kill=True)
+    review_then_answer_landed(spec, run_worker(replace(spec, resume=True)))
     assert server_rows(spec, "SELECT COUNT(*) FROM requests") == [(1,)]
 
 
@@ -231,15 +235,7 @@ def test_http_response_lost_blind_tool_goes_to_review(
     proxy.arm("post_note")
     out = run_worker(spec)
     assert proxy.dropped == 1, "the fault did not fire"
-    [pending] = out["interrupts"]
-    [entry] = pending["value"]["operations"]
-    assert entry["tool"] == "post_note"
-    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
-    out = run_worker(replace(spec, answer={entry["operation_id"]: {"type": "landed", "receipt": "N-1"}}))
-    assert out["interrupts"] == []
-    [message] = out["messages"]
-    assert message["artifact"]["state"] == "confirmed"
-    assert server_rows(spec, "SELECT COUNT(*) FROM notes") == [(1,)]
+    review_then_answer_landed(spec, out)
     assert server_rows(spec, "SELECT COUNT(*) FROM requests") == [(1,)]
 
 
