@@ -70,7 +70,10 @@ def write_now(config: Mapping[str, Any], channel: str, value: Any) -> None:
 def from_graph_loop(config: Mapping[str, Any]) -> bool:
     """Whether a saver call comes from a graph run's loop (its config carries the
     loop's ``__pregel_*`` keys), not from ``update_state``, a read or a tool's wait."""
-    return any(str(k).startswith("__pregel_") for k in _configurable(config))
+    for key in _configurable(config):  # noqa: SIM110 (called on every save: no generator)
+        if str(key).startswith("__pregel_"):
+            return True
+    return False
 
 
 def run_of(config: Mapping[str, Any]) -> Any | None:

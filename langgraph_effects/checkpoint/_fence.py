@@ -115,9 +115,7 @@ class Written:
             self._forget(key)
         # Where JSON would not give the versions back as they are (a custom saver's),
         # no header is kept: a tool task reads the checkpoint back instead.
-        exact = _exact(channels) and _exact(kept) and all(
-            isinstance(n, str) and _exact(v) for n, v in seen.items()
-        )
+        exact = _exact(channels) and _exact(kept) and _exact_nested(seen)
         blob = _HEADER_JSON.encode([channels, seen, kept]) if exact else None
         self._ids[key] = (thread_id, ns, parent, str(checkpoint["id"]), blob)
         self._parents[parent] = self._parents.get(parent, 0) + 1
@@ -166,12 +164,24 @@ _HEADER_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separa
 _KEPT_METADATA = ("source", "step")
 
 
+def _exact_nested(values: Mapping[Any, Any]) -> bool:
+    """:func:`_exact` for a mapping of str to mappings (``versions_seen``)."""
+    for key, inner in values.items():  # noqa: SIM110 (called on every save: no generator)
+        if type(key) is not str or not _exact(inner):
+            return False
+    return True
+
+
 def _exact(values: Mapping[Any, Any]) -> bool:
     """Whether JSON gives ``values`` back equal and of the same types (str keys, and
     str, int, float or None values: what LangGraph's savers use for versions)."""
-    return all(
-        isinstance(k, str) and (v is None or type(v) in (str, int, float)) for k, v in values.items()
-    )
+    for key, value in values.items():
+        if type(key) is not str or (value is not None and type(value) not in _SCALARS):
+            return False
+    return True
+
+
+_SCALARS = (str, int, float)
 
 
 def refuse_checkpoint(thread_id: str, ns: str, parent: str | None, children: list[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -174,8 +174,9 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         self._session_fenced = own_session
         self._recognises_own = own_session and bool(current)
 
-    @asynccontextmanager
-    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+    def _cursor(  # type: ignore[override]  # LangGraph annotates its generator-based context
+        self, *, pipeline: bool = False
+    ) -> AbstractAsyncContextManager[AsyncCursor[DictRow]]:
         """LangGraph's cursor. Inside a save, where the trigger must be told how to fence
         it, the first statement tells it (in the same transaction as LangGraph's
         statements): on a pool, and for task results on a checkpoint this saver has
@@ -186,11 +187,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         thread before it asks for the lock), and ``aput`` records the child before it
         next yields to the event loop.
         """
-        async with postgres_saver_cursor(super(), pipeline=pipeline) as cur:
-            saving = _SAVING.get()
-            if saving is not None:
-                await self._tell_fence(cur, saving)
-            yield cur
+        return _FencedCursor(self, postgres_saver_cursor(super(), pipeline=pipeline))
 
     async def _tell_fence(self, cur: AsyncCursor[DictRow], saving: Coordinates) -> None:
         """The statement that tells the trigger how to fence this save, when one is needed.
@@ -217,33 +214,34 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         if mode != "on" or not self._session_fenced:
             await cur.execute(_FENCE_MODE_SQL, (mode,))
 
-    @asynccontextmanager
-    async def _refusals(self, thread_id: str, ns: str, parent: str | None, what: str) -> AsyncIterator[None]:
-        """LangGraph's statements, with the trigger's refusal raised as ours."""
-        try:
-            yield
-        except psycopg.Error as error:
-            if error.sqlstate == _REFUSED:
-                refused = ThreadConflictError(thread_id, ns, parent, error.diag.message_detail, what=what)
-                _fence.on_refused(refused)
-                raise refused from None
-            if error.sqlstate == "42883" and _FENCE_FUNCTION in str(error):
-                self._fence_ready = False
-                raise ConfigurationError(
-                    "the checkpoint database has no one-runner-per-thread function: run the "
-                    "saver's setup() (or `langgraph-effects --db DSN setup`) once after upgrading"
-                ) from error
-            raise
+    def _raise_refusal(
+        self, error: psycopg.Error, thread_id: str, ns: str, parent: str | None, what: str
+    ) -> None:
+        """Inside ``except`` around LangGraph's statements: the trigger's refusal raised
+        as ours (and the missing fence function as a configuration error); any other
+        error returns, for the caller to re-raise as it is."""
+        if error.sqlstate == _REFUSED:
+            refused = ThreadConflictError(thread_id, ns, parent, error.diag.message_detail, what=what)
+            _fence.on_refused(refused)
+            raise refused from None
+        if error.sqlstate == "42883" and _FENCE_FUNCTION in str(error):
+            self._fence_ready = False
+            raise ConfigurationError(
+                "the checkpoint database has no one-runner-per-thread function: run the "
+                "saver's setup() (or `langgraph-effects --db DSN setup`) once after upgrading"
+            ) from error
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
         await self._check_fence()
         thread_id, ns, parent = _fence.coordinates(put.config)
         saving, branching = _SAVING.set((thread_id, ns, "")), _BRANCHING.set(not put.check)
         try:
-            async with self._refusals(thread_id, ns, parent, "checkpoint"):
-                saved: RunnableConfig = await AsyncPostgresSaver.aput(
-                    self, put.config, put.checkpoint, put.metadata, put.new_versions
-                )
+            saved: RunnableConfig = await AsyncPostgresSaver.aput(
+                self, put.config, put.checkpoint, put.metadata, put.new_versions
+            )
+        except psycopg.Error as error:
+            self._raise_refusal(error, thread_id, ns, parent, "checkpoint")
+            raise
         finally:
             _SAVING.reset(saving)
             _BRANCHING.reset(branching)
@@ -262,8 +260,10 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         forgotten: list[Coordinates] = []
         forgetting = _FORGETTING.set(forgotten)
         try:
-            async with self._refusals(thread_id, ns, checkpoint_id, "task results"):
-                await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
+            await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
+        except psycopg.Error as error:
+            self._raise_refusal(error, thread_id, ns, checkpoint_id, "task results")
+            raise
         finally:
             _SAVING.reset(saving)
             _BRANCHING.reset(branching)
@@ -289,6 +289,33 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         async with self._cursor() as cur:
             await cur.execute(query, params)
             return await cur.fetchone() is not None
+
+
+
+class _FencedCursor:
+    """``EffectPostgresSaver._cursor``'s context: LangGraph's cursor, and inside a save
+    the statement that tells the trigger how to fence it, before LangGraph's own."""
+
+    __slots__ = ("_inner", "_saver")
+
+    def __init__(
+        self, saver: EffectPostgresSaver, inner: AbstractAsyncContextManager[AsyncCursor[DictRow]]
+    ) -> None:
+        self._saver, self._inner = saver, inner
+
+    async def __aenter__(self) -> AsyncCursor[DictRow]:
+        cur = await self._inner.__aenter__()
+        saving = _SAVING.get()
+        if saving is not None:
+            try:
+                await self._saver._tell_fence(cur, saving)
+            except BaseException as error:
+                await self._inner.__aexit__(type(error), error, error.__traceback__)
+                raise
+        return cur
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc)
 
 
 _DELETE_RUN_WRITES_SQL = (
