@@ -24,8 +24,6 @@ not move with the machine's load.
 
 from __future__ import annotations
 
-import cProfile
-import pstats
 import random
 import tempfile
 from pathlib import Path
@@ -61,17 +59,6 @@ def agents(fanout: int, saver: Any) -> dict[str, Any]:
     }
 
 
-async def calls_per_turn(graph: Any) -> float:
-    """Python function calls per turn on this thread, over one untimed batch."""
-    profile = cProfile.Profile()
-    profile.enable()
-    try:
-        await bench_e2e.run_batch(graph, "calls", TURNS_PER_BATCH)
-    finally:
-        profile.disable()
-    return pstats.Stats(profile).total_calls / TURNS_PER_BATCH  # type: ignore[attr-defined,no-any-return]
-
-
 def _ratio(rows: dict[str, tuple[list[float], list[float]]], top: str, bottom: str) -> dict[str, Any]:
     return stats.versus(f"{top} vs {bottom}", *rows[top], *rows[bottom])
 
@@ -94,7 +81,9 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
             for _ in range(10):  # warm: the saver's statements, spare lease owners
                 for graph in graphs.values():
                     await bench_e2e.run_once(graph, "warm")
-            calls = {name: await calls_per_turn(graph) for name, graph in graphs.items()}
+            calls = {
+                name: await bench_e2e.calls_per_turn(graph, TURNS_PER_BATCH) for name, graph in graphs.items()
+            }
             rows: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in graphs}
             for done in range(batches):
                 for name in random.sample(list(graphs), len(graphs)):

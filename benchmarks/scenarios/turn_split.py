@@ -26,7 +26,10 @@ fresh thread; a full garbage collection, not timed, before each batch, as in
 Prints each row's median wall and process CPU time per turn, and its ratio to the row
 above, with a paired bootstrap 95% interval (a batch of each row runs next to the
 others). The machine's load moves wall time; CPU time leaves out waiting (for fsync,
-for the database server), which wall time includes.
+for the database server), which wall time includes. Beside them, each row's Python
+function calls per turn on the event loop's thread (``cProfile``, one untimed batch
+after the timed ones) and the calls it adds to the row above: a count the load does
+not move (the ledger's and aiosqlite's own threads are not in it).
 """
 
 from __future__ import annotations
@@ -101,12 +104,15 @@ def agents(path: str, fanout: int, plain: Any, ours: Any, names: tuple[str, ...]
 
 
 Times = dict[str, tuple[list[float], list[float]]]
+#: Python function calls per turn on the event loop's thread, for each row.
+Calls = dict[str, float]
 
 
 async def measure(
     path: str, fanout: int, batches: int, plain: Any, ours: Any, ours_dsn: str | None, log: Any = print
-) -> Times:
-    """Wall and CPU milliseconds per turn, a value per batch, for each row."""
+) -> tuple[Times, Calls]:
+    """Wall and CPU milliseconds per turn, a value per batch, for each row; and each
+    row's Python function calls per turn (counted after the timed batches)."""
     names = rows_for("sqlite" if ours_dsn is None else "postgres")
     rows = agents(path, fanout, plain, ours, names)
     # Warm: pools, prepared statements, spare lease owners; and our saver checks its
@@ -125,20 +131,31 @@ async def measure(
             times[name][1].append(cpu)
         if (done + 1) % 10 == 0 or done + 1 == batches:
             log(f"  {done + 1}/{batches} batches")
-    return times
+    calls: Calls = {}
+    for name in names:
+        off = fence_triggers_off(ours_dsn) if name == TRIGGERS_OFF and ours_dsn else None
+        async with off or contextlib.nullcontext():
+            calls[name] = await bench_e2e.calls_per_turn(rows[name], TURNS_PER_BATCH)
+    return times, calls
 
 
-def report(title: str, times: Times) -> tuple[list[str], dict[str, Any]]:
-    """The table: each row's medians, and its ratio to the row above with its interval."""
-    lines = [title, f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s}   vs the row above: wall (95% CI), CPU"]
+def report(title: str, times: Times, calls: Calls) -> tuple[list[str], dict[str, Any]]:
+    """The table: each row's medians and calls per turn, and its ratio to the row above
+    with its interval."""
+    lines = [
+        title,
+        f"{'':24s} {'wall ms':>8s} {'CPU ms':>7s} {'calls':>7s}"
+        "   vs the row above: wall (95% CI), CPU, calls",
+    ]
     rows: dict[str, Any] = {}
     above: str | None = None
     for name, (wall, cpu) in times.items():
         rows[name] = {"wall_ms": stats.median_of(wall), "cpu_ms": stats.median_of(cpu)}
-        line = f"{name:24s} {rows[name]['wall_ms']:8.2f} {rows[name]['cpu_ms']:7.2f}"
+        line = f"{name:24s} {rows[name]['wall_ms']:8.2f} {rows[name]['cpu_ms']:7.2f} {calls[name]:7.0f}"
         if above is not None:
             rows[name] = stats.versus(name, wall, cpu, *times[above])
-            line += f"   {stats.versus_text(rows[name])}"
+            line += f"   {stats.versus_text(rows[name])}, {calls[name] - calls[above]:+.0f}"
+        rows[name]["calls_per_turn"] = calls[name]
         lines.append(line)
         above = name
     return lines, rows
@@ -164,10 +181,10 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
     if backend == "postgres" and ctx.pg_skip is not None:
         return section("turn_split", [f"skipped: {ctx.pg_skip}"])
     async with savers(backend, ctx.dsn) as (plain, ours, ours_dsn):
-        times = await measure(path, fanout, batches, plain, ours, ours_dsn, ctx.log)
+        times, calls = await measure(path, fanout, batches, plain, ours, ours_dsn, ctx.log)
     title = (
         f"{path} on {backend}, fan-out {fanout}, 0 ms tool: per turn, median of {batches} "
         f"batches of {TURNS_PER_BATCH} turns"
     )
-    lines, rows = report(title, times)
+    lines, rows = report(title, times, calls)
     return section("turn_split", lines, rows=rows)
