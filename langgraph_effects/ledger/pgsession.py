@@ -1,17 +1,19 @@
-"""The Postgres ledger's session plumbing: error messages, the checkout check, and
-the lazily opened, pipelined transaction its plans run in."""
+"""The Postgres ledger's session plumbing: error messages, its own connection pool
+(which keeps the connection used last aside for the next checkout), the checkout
+check, and the lazily opened, pipelined transaction its plans run in."""
 
 from __future__ import annotations
 
 import select
+import time
 from contextlib import AsyncExitStack
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
-from psycopg_pool import PoolClosed, PoolTimeout
+from psycopg.pq import PipelineStatus, TransactionStatus
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import LedgerError, LedgerUnavailableError
 
@@ -96,6 +98,87 @@ def has_news(conn: psycopg.AsyncConnection[Any]) -> bool:
         return bool(select.select([conn.fileno()], [], [], 0)[0])
     except (OSError, ValueError, psycopg.Error):
         return True
+
+
+class LedgerPool(AsyncConnectionPool[Any]):
+    """The pool of a ledger opened from a DSN: the connection the ledger used last can
+    be kept aside (*parked*) for its next checkout instead of being returned, so a
+    ledger writing one change after another takes the same connection back without
+    the pool's lock, check and return each time.
+
+    A connection is parked only idle (no transaction, no pipeline), while nobody is
+    waiting for one of the pool's connections and the pool is open, and for at most
+    ``hold`` seconds after the pool handed it out: then it goes back through the
+    pool, so the pool's own upkeep (``max_lifetime``, :meth:`drain`) still reaches
+    it. Anyone asking the pool itself (:meth:`getconn`, ``connection()``), and
+    :meth:`check`, :meth:`drain`, :meth:`wait` and :meth:`close`, put the parked
+    connection back first: the pool then hands it out, checked, like any idle one.
+    """
+
+    def __init__(self, conninfo: str, *, hold: float, **kwargs: Any) -> None:
+        super().__init__(conninfo, **kwargs)
+        self.hold = hold
+        #: The parked connection and when it was last used (``time.monotonic()``).
+        self.parked: tuple[psycopg.AsyncConnection[Any], float] | None = None
+        self._out: dict[psycopg.AsyncConnection[Any], float] = {}  # handed out: since when
+        self._asking = 0  # callers inside getconn(): maybe waiting for a connection
+
+    def park(self, conn: psycopg.AsyncConnection[Any], used: float) -> bool:
+        """Keep ``conn`` (handed out by this pool, last used at ``used``) for
+        :meth:`unpark`, if it may be (see the class); ``False``: return it instead."""
+        pgconn = conn.pgconn
+        if (
+            self._asking
+            or self.parked is not None
+            or self.closed
+            or pgconn.transaction_status != TransactionStatus.IDLE
+            or pgconn.pipeline_status != PipelineStatus.OFF
+            or used - self._out.get(conn, -self.hold) > self.hold
+        ):
+            return False
+        self.parked = (conn, used)
+        return True
+
+    def unpark(self) -> tuple[psycopg.AsyncConnection[Any], float] | None:
+        """The parked connection (now the caller's) and when it was last used, if any."""
+        parked, self.parked = self.parked, None
+        return parked
+
+    async def unpark_to_pool(self) -> None:
+        """Return the parked connection, if any, to the pool."""
+        parked, self.parked = self.parked, None
+        if parked is not None:
+            await self.putconn(parked[0])
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        await self.unpark_to_pool()
+        self._asking += 1
+        try:
+            conn: psycopg.AsyncConnection[Any] = await super().getconn(timeout)
+        finally:
+            self._asking -= 1
+        self._out[conn] = time.monotonic()
+        return conn
+
+    async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._out.pop(conn, None)
+        await super().putconn(conn)
+
+    async def check(self) -> None:
+        await self.unpark_to_pool()
+        await super().check()
+
+    async def drain(self) -> None:
+        await self.unpark_to_pool()
+        await super().drain()
+
+    async def wait(self, timeout: float = 30.0) -> None:
+        await self.unpark_to_pool()
+        await super().wait(timeout)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        await self.unpark_to_pool()
+        await super().close(timeout)
 
 
 class Transaction:

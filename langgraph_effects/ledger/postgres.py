@@ -14,7 +14,9 @@
   first statement, ``COMMIT`` with the final sync). Writes arriving while one is
   in flight are group-committed (see :mod:`.group`). A pooled connection used in
   the last few seconds is handed out without the pool's check round trip unless
-  its socket says the server closed it.
+  its socket says the server closed it; on a pool of its own, the ledger keeps the
+  connection it used last aside for its next checkout while nobody else waits for
+  one (:class:`~.pgsession.LedgerPool`).
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -64,7 +66,7 @@ from .base import (
 )
 from .codec import mutable_row, read_text, stored_text
 from .grouped import group_plan
-from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
+from .pgsession import CommitLost, LedgerPool, Transaction, describe, has_news, ledger_error
 from .pgsql import (
     AUDIT_COLUMNS,
     AUDIT_TYPES,
@@ -305,8 +307,9 @@ class PostgresLedger(Ledger):
         if self._connect_timeout is not None:
             # libpq takes whole seconds and treats anything below 2 as 2.
             kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
-        return AsyncConnectionPool(
+        return LedgerPool(
             self._dsn,
+            hold=_TRUSTED_IDLE,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
@@ -362,33 +365,66 @@ class PostgresLedger(Ledger):
             await AsyncConnectionPool.check_connection(conn)
             self._used[conn] = time.monotonic()  # as fresh as a use: alive just now
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in autocommit (we BEGIN when a plan needs it); psycopg
-        errors become ours (after the rollback)."""
-        await self._open()
+    def _connection(self) -> _Checkout:
+        """A pooled connection in autocommit (we BEGIN when a plan needs it), as an async
+        context manager; psycopg errors become ours (after the rollback)."""
+        return _Checkout(self)
+
+    async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
+        """A connection in autocommit for :meth:`_checkin`, and whether it must be given
+        back out of autocommit (a pool passed in: as it came). The connection this
+        ledger parked (see :class:`~.pgsession.LedgerPool`) when it was used within
+        :data:`_TRUSTED_IDLE` seconds and its socket is quiet, as :meth:`_check` would
+        pass it; else one from the pool."""
+        pool = self.pool
+        if isinstance(pool, LedgerPool):
+            parked = pool.unpark()
+            if parked is not None:
+                conn, used = parked
+                if time.monotonic() - used <= _TRUSTED_IDLE and not has_news(conn):
+                    return conn, False
+                try:
+                    await pool.putconn(conn)  # the pool checks it before handing it out
+                except psycopg.Error as error:
+                    raise ledger_error(error, self.where) from error
+        if not self._opened:
+            await self._open()
         try:
             # getconn/putconn, not pool.connection(): the same checkout and return (the
             # pool rolls back a connection returned inside a transaction and replaces a
             # broken one) without its context managers, a measurable share of a write.
-            conn = await self.pool.getconn()
-            try:
-                restore = not conn.autocommit  # a pool passed in: give it back as it came
-                if restore:
-                    await conn.set_autocommit(True)
+            conn = await pool.getconn()
+            restore = not conn.autocommit  # a pool passed in: give it back as it came
+            if restore:
                 try:
-                    yield conn
-                finally:
-                    if restore and not conn.broken and not conn.closed:
-                        await conn.set_autocommit(False)
-                    self._used[conn] = time.monotonic()
+                    await conn.set_autocommit(True)
+                except BaseException:
+                    await pool.putconn(conn)
+                    raise
+        except psycopg.Error as error:
+            raise ledger_error(error, self.where) from error
+        return conn, restore
+
+    async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
+        """Give back a connection from :meth:`_checkout`: parked for the next checkout
+        when it may be, else rolled back if a transaction is open and returned to the
+        pool (which replaces a broken one)."""
+        used = time.monotonic()
+        self._used[conn] = used
+        pool = self.pool
+        if not restore and isinstance(pool, LedgerPool) and pool.park(conn, used):
+            return
+        try:
+            try:
+                if restore and not conn.broken and not conn.closed:
+                    await conn.set_autocommit(False)
             finally:
                 if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
                     # As pool.connection() did (its connection's context): rolled back
                     # here, quietly, not by the pool with a warning.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
-                await self.pool.putconn(conn)
+                await pool.putconn(conn)
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
@@ -415,7 +451,8 @@ class PostgresLedger(Ledger):
             return await self._run_plan(conn, plan)
 
     async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
-        async with self._connection() as conn:
+        conn, restore = await self._checkout()  # (not _connection(): the same, inline)
+        try:
             if len(makers) > 1:
                 try:
                     return await self._run_plan(conn, group_plan(makers), grouped=True)
@@ -432,6 +469,10 @@ class PostgresLedger(Ledger):
                 except Exception as error:
                     outcomes.append(PlanResult(error=error))
             return outcomes
+        except psycopg.Error as error:
+            raise ledger_error(error, self.where) from error
+        finally:
+            await self._checkin(conn, restore)
 
     async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
         """One plan in its own transaction, run again when the server rolled it back to
@@ -601,6 +642,25 @@ class PostgresLedger(Ledger):
             f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [stored_text(op_id)]
         )
         return [audit_from_row(row) for row in rows]
+
+
+class _Checkout:
+    """:meth:`PostgresLedger._connection`: :meth:`~PostgresLedger._checkout` on entry,
+    :meth:`~PostgresLedger._checkin` on exit; psycopg errors become the ledger's."""
+
+    __slots__ = ("conn", "ledger", "restore")
+
+    def __init__(self, ledger: PostgresLedger) -> None:
+        self.ledger = ledger
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self.conn, self.restore = await self.ledger._checkout()
+        return self.conn
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        await self.ledger._checkin(self.conn, self.restore)
+        if isinstance(error, psycopg.Error):
+            raise ledger_error(error, self.ledger.where) from error
 
 
 class _Steps(AsyncStepDefaults):
