@@ -64,7 +64,7 @@ from .base import (
     audit_from_row,
     from_row,
 )
-from .codec import mutable_row, read_text, stored_text
+from .codec import read_text, stored_text
 from .grouped import group_plan
 from .pgsession import CommitLost, LedgerPool, Transaction, describe, has_news, ledger_error
 from .pgsql import (
@@ -72,6 +72,7 @@ from .pgsql import (
     AUDIT_TYPES,
     cas_each_params,
     cas_each_sql,
+    cas_params,
     find_params,
     insert_params,
     insert_sql,
@@ -695,9 +696,7 @@ class _Steps(AsyncStepDefaults):
         return [stored_text(item.after.op_id) in written for item in step.items]
 
     async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
-        values = mutable_row(step.after)
-        params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
-        await self.cur.execute(self.ledger._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
+        await self.cur.execute(self.ledger._cas_sql, cas_params(step))
         return await self.cur.fetchone() is not None
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
