@@ -124,8 +124,9 @@ class LedgerPool(AsyncConnectionPool[Any]):
         self._asking = 0  # callers inside getconn(): maybe waiting for a connection
 
     def park(self, conn: psycopg.AsyncConnection[Any], used: float) -> bool:
-        """Keep ``conn`` (handed out by this pool, last used at ``used``) for
-        :meth:`unpark`, if it may be (see the class); ``False``: return it instead."""
+        """Keep ``conn`` (handed out by this pool, last used at ``used``) as
+        :attr:`parked`, if it may be (see the class); ``False``: return it instead. The
+        ledger takes it back by setting :attr:`parked` to ``None``."""
         pgconn = conn.pgconn
         if (
             self._asking
@@ -138,11 +139,6 @@ class LedgerPool(AsyncConnectionPool[Any]):
             return False
         self.parked = (conn, used)
         return True
-
-    def unpark(self) -> tuple[psycopg.AsyncConnection[Any], float] | None:
-        """The parked connection (now the caller's) and when it was last used, if any."""
-        parked, self.parked = self.parked, None
-        return parked
 
     async def unpark_to_pool(self) -> None:
         """Return the parked connection, if any, to the pool."""

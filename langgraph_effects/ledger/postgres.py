@@ -60,6 +60,7 @@ from .base import (
     PlanResult,
     Regroup,
     T,
+    _Run,
     adrive_plan,
     audit_from_row,
     from_row,
@@ -371,29 +372,39 @@ class PostgresLedger(Ledger):
         context manager; psycopg errors become ours (after the rollback)."""
         return _Checkout(self)
 
+    def _parked(self) -> psycopg.AsyncConnection[Any] | None:
+        """The connection this ledger parked (see :class:`~.pgsession.LedgerPool`), now
+        checked out, if it was used within :data:`_TRUSTED_IDLE` seconds and its socket
+        is quiet (as :meth:`_check` would pass it without a round trip); else ``None``,
+        and a parked one stays parked for :meth:`_checkout` to return to the pool."""
+        pool = self.pool
+        if not isinstance(pool, LedgerPool):
+            return None
+        parked = pool.parked
+        if parked is None or time.monotonic() - parked[1] > _TRUSTED_IDLE or has_news(parked[0]):
+            return None
+        pool.parked = None
+        return parked[0]
+
     async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
         """A connection in autocommit for :meth:`_checkin`, and whether it must be given
-        back out of autocommit (a pool passed in: as it came). The connection this
-        ledger parked (see :class:`~.pgsession.LedgerPool`) when it was used within
-        :data:`_TRUSTED_IDLE` seconds and its socket is quiet, as :meth:`_check` would
-        pass it; else one from the pool."""
+        back out of autocommit (a pool passed in: as it came): the one :meth:`_parked`
+        gives, else one from the pool."""
+        conn = self._parked()
+        if conn is not None:
+            return conn, False
         pool = self.pool
         if isinstance(pool, LedgerPool):
-            parked = pool.unpark()
-            if parked is not None:
-                conn, used = parked
-                if time.monotonic() - used <= _TRUSTED_IDLE and not has_news(conn):
-                    return conn, False
-                try:
-                    await pool.putconn(conn)  # the pool checks it before handing it out
-                except psycopg.Error as error:
-                    raise ledger_error(error, self.where) from error
+            try:
+                await pool.unpark_to_pool()  # stale or not quiet: the pool checks it
+            except psycopg.Error as error:
+                raise ledger_error(error, self.where) from error
         if not self._opened:
             await self._open()
         try:
             # getconn/putconn, not pool.connection(): the same checkout and return (the
             # pool rolls back a connection returned inside a transaction and replaces a
-            # broken one) without its context managers, a measurable share of a write.
+            # broken one) without its context managers.
             conn = await pool.getconn()
             restore = not conn.autocommit  # a pool passed in: give it back as it came
             if restore:
@@ -406,26 +417,36 @@ class PostgresLedger(Ledger):
             raise ledger_error(error, self.where) from error
         return conn, restore
 
-    async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
-        """Give back a connection from :meth:`_checkout`: parked for the next checkout
-        when it may be, else rolled back if a transaction is open and returned to the
-        pool (which replaces a broken one)."""
+    def _park(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Give back a connection from :meth:`_checkout` (not to be restored) by parking
+        it, if the pool may keep it (:meth:`~.pgsession.LedgerPool.park`)."""
         used = time.monotonic()
         self._used[conn] = used
         pool = self.pool
-        if not restore and isinstance(pool, LedgerPool) and pool.park(conn, used):
-            return
+        return isinstance(pool, LedgerPool) and pool.park(conn, used)
+
+    async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
+        """Give back a connection from :meth:`_checkout`: parked for the next checkout
+        when it may be (:meth:`_park`), else as :meth:`_return` does."""
+        if restore or not self._park(conn):
+            await self._return(conn, restore)
+
+    async def _return(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
+        """Return a connection from :meth:`_checkout` to the pool (which replaces a broken
+        one), out of autocommit again if ``restore``, rolled back if a transaction is
+        open."""
         try:
             try:
                 if restore and not conn.broken and not conn.closed:
                     await conn.set_autocommit(False)
             finally:
+                self._used[conn] = time.monotonic()
                 if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
                     # As pool.connection() did (its connection's context): rolled back
                     # here, quietly, not by the pool with a warning.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
-                await pool.putconn(conn)
+                await self.pool.putconn(conn)
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
@@ -452,7 +473,10 @@ class PostgresLedger(Ledger):
             return await self._run_plan(conn, plan)
 
     async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
-        conn, restore = await self._checkout()  # (not _connection(): the same, inline)
+        conn = self._parked()  # (not _connection(): the same, inline)
+        restore = False
+        if conn is None:
+            conn, restore = await self._checkout()
         try:
             if len(makers) > 1:
                 try:
@@ -463,8 +487,13 @@ class PostgresLedger(Ledger):
                     pass  # rolled back: run each on its own so one cannot fail the others
             outcomes: list[PlanResult[Any]] = []
             for make in makers:
+                # Each in its own transaction: the first try here, any other in _run_alone.
                 try:
-                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
+                    try:
+                        value = await self._run_plan(conn, make())
+                    except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                        value = await self._run_alone(conn, make, tried=1)
+                    outcomes.append(PlanResult(value=value))
                 except psycopg.Error as error:
                     outcomes.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
@@ -473,19 +502,24 @@ class PostgresLedger(Ledger):
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
         finally:
-            await self._checkin(conn, restore)
+            if restore or not self._park(conn):
+                await self._return(conn, restore)
 
-    async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
-        """One plan in its own transaction, run again when the server rolled it back to
-        break a deadlock (or a serialization failure): nothing of it landed, and two
-        workers' transactions that lock the same rows in another order are normal."""
-        for attempt in range(_ROLLBACK_RETRIES):
+    async def _run_alone(
+        self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]], *, tried: int = 0
+    ) -> T:
+        """One plan in its own transaction (already rolled back ``tried`` times), run
+        again when the server rolled it back to break a deadlock (or a serialization
+        failure): nothing of it landed, and two workers' transactions that lock the
+        same rows in another order are normal."""
+        for attempt in range(tried, _ROLLBACK_RETRIES):
+            if attempt:
+                await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
             try:
                 return await self._run_plan(conn, make())
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _ROLLBACK_RETRIES - 1:
                     raise
-                await asyncio.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     async def _run_plan(
@@ -499,59 +533,37 @@ class PostgresLedger(Ledger):
         travels with the first statement and ``COMMIT`` with the final sync.
         """
         cur = self._cursor(conn)
-        tx = Transaction(conn, cur, self.where)
+        steps = _Steps(self, cur)
+        tx: Transaction | None = None  # made when the plan needs a transaction
         autocommitted = False
-
-        async def answer(step: base.LedgerStep) -> Any:
-            nonlocal autocommitted
-            if not tx.open and (step.writes or isinstance(step, base.Lock)):
-                if autocommitted:  # no plan of ours does this: it could not be atomic
-                    raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
-                if isinstance(step, base.ALONE) and not grouped:
-                    reply = await self._answer(cur, step)  # one statement, in autocommit
-                    autocommitted = base.step_wrote(step, reply)
-                    return reply
-                await tx.begin()
-            return await self._answer(cur, step)
-
+        run = _Run(plan)  # (adrive_plan, with the transaction opened on the way)
         try:
-            result, wrote = await adrive_plan(plan, answer)
-            await tx.end(commit=wrote)
+            step = run.send(None)
+            while step is not None:
+                if tx is None and (step.writes or isinstance(step, base.Lock)):
+                    if autocommitted:  # no plan of ours does this: it could not be atomic
+                        raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
+                    if isinstance(step, base.ALONE) and not grouped:
+                        reply = await answer(steps, step)  # one statement, in autocommit
+                        autocommitted = base.step_wrote(step, reply)
+                        step = run.send(reply)
+                        continue
+                    tx = Transaction(conn, cur, self.where)
+                    await tx.begin()
+                step = run.send(await answer(steps, step))
+            if tx is not None:
+                await tx.end(commit=run.wrote)
         except BaseException:
-            await tx.abort()
+            if tx is not None:
+                await tx.abort()
             raise
-        return result
+        return run.result  # type: ignore[return-value]
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
-            cur = self._cursor(conn)
-            result, _ = await adrive_plan(plan, lambda step: self._answer(cur, step))
+            steps = _Steps(self, self._cursor(conn))
+            result, _ = await adrive_plan(plan, lambda step: answer(steps, step))
         return result
-
-    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.LedgerStep) -> Any:
-        """One storage step, in SQL (inside the caller's transaction): see :class:`_Steps`."""
-        return await answer(_Steps(self, cur), step)
-
-    async def _find_or_insert(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
-    ) -> tuple[list[Operation], list[str]]:
-        params = [*find_params(step.find), *insert_params(step.insert)]
-        one = len(step.insert.ops) == 1
-        await cur.execute(self._find_or_insert_one_sql if one else self._find_or_insert_sql, params)
-        found, inserted = [], []
-        for row in await cur.fetchall():
-            if row["inserted"] is None:
-                found.append(from_row(row))
-            else:
-                inserted.append(read_text(row["inserted"]))
-        return found, inserted
-
-    async def _insert(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
-    ) -> list[str]:
-        one = len(step.ops) == 1
-        await cur.execute(self._insert_one_sql if one else self._insert_sql, insert_params(step))
-        return [read_text(row["op_id"]) for row in await cur.fetchall()]
 
     # -- the protocol ----------------------------------------------------------------
 
@@ -598,7 +610,8 @@ class PostgresLedger(Ledger):
                 await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
                 if await cur.fetchone() is None:
                     await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
-            await adrive_plan(plan, lambda step: self._answer(cur, step))
+            steps = _Steps(self, cur)
+            await adrive_plan(plan, lambda step: answer(steps, step))
 
     async def aclose(self) -> None:
         if self._owned:
@@ -685,10 +698,23 @@ class _Steps(AsyncStepDefaults):
         return [from_row(row) for row in await self.cur.fetchall()]
 
     async def find_or_insert(self, step: base.FindOrInsert) -> tuple[list[Operation], list[str]]:
-        return await self.ledger._find_or_insert(self.cur, step)
+        params = [*find_params(step.find), *insert_params(step.insert)]
+        one = len(step.insert.ops) == 1
+        ledger = self.ledger
+        await self.cur.execute(ledger._find_or_insert_one_sql if one else ledger._find_or_insert_sql, params)
+        found, inserted = [], []
+        for row in await self.cur.fetchall():
+            if row["inserted"] is None:
+                found.append(from_row(row))
+            else:
+                inserted.append(read_text(row["inserted"]))
+        return found, inserted
 
     async def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
-        return await self.ledger._insert(self.cur, step)
+        one = len(step.ops) == 1
+        ledger = self.ledger
+        await self.cur.execute(ledger._insert_one_sql if one else ledger._insert_sql, insert_params(step))
+        return [read_text(row["op_id"]) for row in await self.cur.fetchall()]
 
     async def cas_each(self, step: base.CasEach) -> list[bool]:
         await self.cur.execute(self.ledger._cas_each_sql, cas_each_params(step))
