@@ -37,7 +37,6 @@ import hashlib
 import random
 import re
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -67,7 +66,7 @@ from .base import (
 )
 from .codec import read_text, stored_text
 from .grouped import group_plan
-from .pgsession import CommitLost, LedgerPool, Transaction, describe, has_news, ledger_error
+from .pgsession import CommitLost, LedgerPool, Transaction, describe, ledger_error
 from .pgsql import (
     AUDIT_COLUMNS,
     AUDIT_TYPES,
@@ -272,7 +271,6 @@ class PostgresLedger(Ledger):
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._controls_sql = pgcontrols.ControlStatements.on(prefix)
-        self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
         self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
 
@@ -311,16 +309,13 @@ class PostgresLedger(Ledger):
             kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
         return LedgerPool(
             self._dsn,
-            hold=_TRUSTED_IDLE,
+            trusted=_TRUSTED_IDLE,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
             timeout=self._timeout,
             kwargs=kwargs,
             configure=_read_only_session if self.read_only else None,
-            # After a server restart or failover a stale pooled connection is replaced
-            # instead of failing a ledger write (without a round trip when recently used).
-            check=self._check,
             name="langgraph-effects-ledger",
         )
 
@@ -358,33 +353,16 @@ class PostgresLedger(Ledger):
         await conn.close()
         return None
 
-    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The pool's check on checkout, at no round trip for a connection used within
-        :data:`_TRUSTED_IDLE` seconds whose socket is quiet: a terminated backend (a
-        server restart, a failover, ``pg_terminate_backend``) says so on the socket."""
-        last = self._used.get(conn)
-        if last is None or time.monotonic() - last > _TRUSTED_IDLE or has_news(conn):
-            await AsyncConnectionPool.check_connection(conn)
-            self._used[conn] = time.monotonic()  # as fresh as a use: alive just now
-
     def _connection(self) -> _Checkout:
         """A pooled connection in autocommit (we BEGIN when a plan needs it), as an async
         context manager; psycopg errors become ours (after the rollback)."""
         return _Checkout(self)
 
     def _parked(self) -> psycopg.AsyncConnection[Any] | None:
-        """The connection this ledger parked (see :class:`~.pgsession.LedgerPool`), now
-        checked out, if it was used within :data:`_TRUSTED_IDLE` seconds and its socket
-        is quiet (as :meth:`_check` would pass it without a round trip); else ``None``,
-        and a parked one stays parked for :meth:`_checkout` to return to the pool."""
+        """The connection this ledger parked, now checked out, if the pool's check would
+        pass it without a round trip (:meth:`~.pgsession.LedgerPool.take`)."""
         pool = self.pool
-        if not isinstance(pool, LedgerPool):
-            return None
-        parked = pool.parked
-        if parked is None or time.monotonic() - parked[1] > _TRUSTED_IDLE or has_news(parked[0]):
-            return None
-        pool.parked = None
-        return parked[0]
+        return pool.take() if isinstance(pool, LedgerPool) else None
 
     async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
         """A connection in autocommit for :meth:`_checkin`, and whether it must be given
@@ -420,10 +398,8 @@ class PostgresLedger(Ledger):
     def _park(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Give back a connection from :meth:`_checkout` (not to be restored) by parking
         it, if the pool may keep it (:meth:`~.pgsession.LedgerPool.park`)."""
-        used = time.monotonic()
-        self._used[conn] = used
         pool = self.pool
-        return isinstance(pool, LedgerPool) and pool.park(conn, used)
+        return isinstance(pool, LedgerPool) and pool.park(conn, time.monotonic())
 
     async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
         """Give back a connection from :meth:`_checkout`: parked for the next checkout
@@ -440,13 +416,15 @@ class PostgresLedger(Ledger):
                 if restore and not conn.broken and not conn.closed:
                     await conn.set_autocommit(False)
             finally:
-                self._used[conn] = time.monotonic()
+                pool = self.pool
+                if isinstance(pool, LedgerPool):
+                    pool.given_back(conn)
                 if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
                     # As pool.connection() did (its connection's context): rolled back
                     # here, quietly, not by the pool with a warning.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
-                await self.pool.putconn(conn)
+                await pool.putconn(conn)
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
