@@ -44,7 +44,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..core.controls import ControlRow
@@ -271,8 +271,8 @@ class PostgresLedger(Ledger):
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._controls_sql = pgcontrols.ControlStatements.on(prefix)
-        #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
-        self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
+        #: The steps made for the connection used last (see ``_steps``).
+        self._hot: _Steps | None = None
 
     @classmethod
     @asynccontextmanager
@@ -428,17 +428,16 @@ class PostgresLedger(Ledger):
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
-    def _cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[dict[str, Any]]:
-        """A ``dict_row`` cursor on ``conn``: the one made for it last time when ``conn``
-        is the connection used last (a cursor keeps the dumpers and loaders it looked
+    def _steps(self, conn: psycopg.AsyncConnection[Any]) -> _Steps:
+        """The steps on ``conn``: the ones made for it last time when ``conn`` is the
+        connection used last (their cursors keep the dumpers and loaders they looked
         up, so a statement run again costs less). Never shared: a checked-out
         connection has one user."""
         hot = self._hot
-        if hot is not None and hot[0] is conn and not conn.closed:
-            return hot[1]
-        cur = conn.cursor(row_factory=dict_row)
-        self._hot = (conn, cur)
-        return cur
+        if hot is not None and hot.cur.connection is conn and not conn.closed:
+            return hot
+        steps = self._hot = _Steps(self, conn)
+        return steps
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         async with self._connection() as conn:
@@ -510,8 +509,7 @@ class PostgresLedger(Ledger):
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
         """
-        cur = self._cursor(conn)
-        steps = _Steps(self, cur)
+        steps = self._steps(conn)
         tx: Transaction | None = None  # made when the plan needs a transaction
         autocommitted = False
         run = _Run(plan)  # (adrive_plan, with the transaction opened on the way)
@@ -526,7 +524,7 @@ class PostgresLedger(Ledger):
                         autocommitted = base.step_wrote(step, reply)
                         step = run.send(reply)
                         continue
-                    tx = Transaction(conn, cur, self.where)
+                    tx = Transaction(conn, steps.cur, self.where)
                     await tx.begin()
                 step = run.send(await answer(steps, step))
             if tx is not None:
@@ -539,7 +537,7 @@ class PostgresLedger(Ledger):
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
-            steps = _Steps(self, self._cursor(conn))
+            steps = self._steps(conn)
             result, _ = await adrive_plan(plan, lambda step: answer(steps, step))
         return result
 
@@ -581,14 +579,14 @@ class PostgresLedger(Ledger):
             )
         plan = base.migrate_plan(len(MIGRATIONS), self.where, "another database or schema")
         async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
+            steps = _Steps(self, conn)
+            cur = steps.cur
             # Held until commit: concurrent setups migrate one after the other.
             await cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(schema)])
             if schema is not None:
                 await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
                 if await cur.fetchone() is None:
                     await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
-            steps = _Steps(self, cur)
             await adrive_plan(plan, lambda step: answer(steps, step))
 
     async def aclose(self) -> None:
@@ -656,11 +654,14 @@ class _Checkout:
 
 
 class _Steps(AsyncStepDefaults):
-    """The storage steps in SQL on ``cur`` (inside the caller's transaction), with the
-    statements :class:`PostgresLedger` prepared."""
+    """The storage steps in SQL on ``conn`` (inside the caller's transaction), with the
+    statements :class:`PostgresLedger` prepared: rows read as dicts (``cur``), and
+    rows of ids as tuples (``plain``)."""
 
-    def __init__(self, ledger: PostgresLedger, cur: psycopg.AsyncCursor[dict[str, Any]]) -> None:
-        self.ledger, self.cur = ledger, cur
+    def __init__(self, ledger: PostgresLedger, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.ledger = ledger
+        self.cur: psycopg.AsyncCursor[dict[str, Any]] = conn.cursor(row_factory=dict_row)
+        self.plain: psycopg.AsyncCursor[tuple[Any, ...]] = conn.cursor(row_factory=tuple_row)
 
     async def lock(self, step: base.Lock) -> Operation | None:
         await self.cur.execute(self.ledger._lock_sql, [stored_text(step.op_id)])
@@ -691,17 +692,18 @@ class _Steps(AsyncStepDefaults):
     async def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
         one = len(step.ops) == 1
         ledger = self.ledger
-        await self.cur.execute(ledger._insert_one_sql if one else ledger._insert_sql, insert_params(step))
-        return [read_text(row["op_id"]) for row in await self.cur.fetchall()]
+        plain = self.plain
+        await plain.execute(ledger._insert_one_sql if one else ledger._insert_sql, insert_params(step))
+        return [read_text(row[0]) for row in await plain.fetchall()]
 
     async def cas_each(self, step: base.CasEach) -> list[bool]:
-        await self.cur.execute(self.ledger._cas_each_sql, cas_each_params(step))
-        written = {row["op_id"] for row in await self.cur.fetchall()}
+        await self.plain.execute(self.ledger._cas_each_sql, cas_each_params(step))
+        written = {row[0] for row in await self.plain.fetchall()}
         return [stored_text(item.after.op_id) in written for item in step.items]
 
     async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
-        await self.cur.execute(self.ledger._cas_sql, cas_params(step))
-        return await self.cur.fetchone() is not None
+        await self.plain.execute(self.ledger._cas_sql, cas_params(step))
+        return await self.plain.fetchone() is not None
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
         return await pgcontrols.lock_controls(self.cur, self.ledger._controls_sql, step)
