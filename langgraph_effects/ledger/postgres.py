@@ -39,6 +39,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -271,6 +272,19 @@ class PostgresLedger(Ledger):
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._controls_sql = pgcontrols.ControlStatements.on(prefix)
+        # The statements the steps run, as the bytes psycopg sends (ASCII: schema names
+        # are plain): psycopg encodes a str query on every call, then hashes the result.
+        self._steps_sql = _StepStatements(
+            select=self._select_sql.encode("ascii"),
+            find=self._find_sql.encode("ascii"),
+            lock=self._lock_sql.encode("ascii"),
+            cas=self._cas_sql.encode("ascii"),
+            cas_each=self._cas_each_sql.encode("ascii"),
+            insert=self._insert_sql.encode("ascii"),
+            insert_one=self._insert_one_sql.encode("ascii"),
+            find_or_insert=self._find_or_insert_sql.encode("ascii"),
+            find_or_insert_one=self._find_or_insert_one_sql.encode("ascii"),
+        )
         #: The steps made for the connection used last (see ``_steps``).
         self._hot: _Steps | None = None
 
@@ -634,6 +648,21 @@ class PostgresLedger(Ledger):
         return [audit_from_row(row) for row in rows]
 
 
+@dataclass(frozen=True)
+class _StepStatements:
+    """The statements :class:`_Steps` run, encoded."""
+
+    select: bytes
+    find: bytes
+    lock: bytes
+    cas: bytes
+    cas_each: bytes
+    insert: bytes
+    insert_one: bytes
+    find_or_insert: bytes
+    find_or_insert_one: bytes
+
+
 class _Checkout:
     """:meth:`PostgresLedger._connection`: :meth:`~PostgresLedger._checkout` on entry,
     :meth:`~PostgresLedger._checkin` on exit; psycopg errors become the ledger's."""
@@ -660,27 +689,28 @@ class _Steps(AsyncStepDefaults):
 
     def __init__(self, ledger: PostgresLedger, conn: psycopg.AsyncConnection[Any]) -> None:
         self.ledger = ledger
+        self.sql = ledger._steps_sql
         self.cur: psycopg.AsyncCursor[dict[str, Any]] = conn.cursor(row_factory=dict_row)
         self.plain: psycopg.AsyncCursor[tuple[Any, ...]] = conn.cursor(row_factory=tuple_row)
 
     async def lock(self, step: base.Lock) -> Operation | None:
-        await self.cur.execute(self.ledger._lock_sql, [stored_text(step.op_id)])
+        await self.cur.execute(self.sql.lock, [stored_text(step.op_id)])
         row = await self.cur.fetchone()
         return from_row(row) if row is not None else None
 
     async def load(self, step: base.Load) -> dict[str, Operation]:
-        await self.cur.execute(self.ledger._select_sql, [[stored_text(i) for i in step.op_ids]])
+        await self.cur.execute(self.sql.select, [[stored_text(i) for i in step.op_ids]])
         return {op.op_id: op for op in map(from_row, await self.cur.fetchall())}
 
     async def find(self, step: base.Find) -> list[Operation]:
-        await self.cur.execute(self.ledger._find_sql, find_params(step))
+        await self.cur.execute(self.sql.find, find_params(step))
         return [from_row(row) for row in await self.cur.fetchall()]
 
     async def find_or_insert(self, step: base.FindOrInsert) -> tuple[list[Operation], list[str]]:
         params = [*find_params(step.find), *insert_params(step.insert)]
         one = len(step.insert.ops) == 1
-        ledger = self.ledger
-        await self.cur.execute(ledger._find_or_insert_one_sql if one else ledger._find_or_insert_sql, params)
+        sql = self.sql
+        await self.cur.execute(sql.find_or_insert_one if one else sql.find_or_insert, params)
         found, inserted = [], []
         for row in await self.cur.fetchall():
             if row["inserted"] is None:
@@ -691,18 +721,17 @@ class _Steps(AsyncStepDefaults):
 
     async def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
         one = len(step.ops) == 1
-        ledger = self.ledger
-        plain = self.plain
-        await plain.execute(ledger._insert_one_sql if one else ledger._insert_sql, insert_params(step))
+        sql, plain = self.sql, self.plain
+        await plain.execute(sql.insert_one if one else sql.insert, insert_params(step))
         return [read_text(row[0]) for row in await plain.fetchall()]
 
     async def cas_each(self, step: base.CasEach) -> list[bool]:
-        await self.plain.execute(self.ledger._cas_each_sql, cas_each_params(step))
+        await self.plain.execute(self.sql.cas_each, cas_each_params(step))
         written = {row[0] for row in await self.plain.fetchall()}
         return [stored_text(item.after.op_id) in written for item in step.items]
 
     async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
-        await self.plain.execute(self.ledger._cas_sql, cas_params(step))
+        await self.plain.execute(self.sql.cas, cas_params(step))
         return await self.plain.fetchone() is not None
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
