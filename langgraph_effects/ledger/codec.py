@@ -13,7 +13,7 @@ from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore
 from operator import itemgetter
 from typing import Any
 
-from ..core.operation import Change, Operation, Owner, State
+from ..core.operation import Change, Event, Operation, Owner, State
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def mutable_row(op: Operation) -> dict[str, Any]:
     transition writes (the arguments, however large, are not encoded again)."""
     return {
         "op_id": stored_text(op.op_id),
-        "state": op.state.value,
+        "state": _STATE_TEXT[op.state],
         "version": op.version,
         "attempts": op.attempts,
         "owner": _dumps(op.owner.to_json()) if op.owner else None,
@@ -290,6 +290,10 @@ def _loads(value: Any) -> Any:
 
 #: ``State(value)`` by a dict lookup (the enum's own lookup is a Python-level call).
 _STATES: dict[Any, State] = {state.value: state for state in State}
+#: ``state.value`` and ``event.value`` by a dict lookup (``.value`` is a Python-level
+#: property of every enum member).
+_STATE_TEXT: dict[State, str] = {state: state.value for state in State}
+_EVENT_TEXT: dict[Event, str] = {event: event.value for event in Event}
 
 
 def from_row(row: Mapping[str, Any]) -> Operation:
@@ -351,15 +355,15 @@ def audit_row(
     The evidence is the step's own (``change.evidence``), not whatever the operation
     carried from an earlier step; ``seq`` is the version the step produced.
     """
-    event = change.event.value if change is not None and before is not None else "intent"
+    event = _EVENT_TEXT[change.event] if change is not None and before is not None else "intent"
     evidence = change.evidence if change is not None else after.evidence
     return {
         "op_id": stored_text(after.op_id),
         "seq": after.version,
         "at": after.updated_at,
         "actor": stored_text(actor),
-        "from_state": before.state.value if before else None,
-        "to_state": after.state.value,
+        "from_state": _STATE_TEXT[before.state] if before else None,
+        "to_state": _STATE_TEXT[after.state],
         "event": event,
         "version": after.version,
         "evidence": _dumps(dict(evidence)) if evidence is not None else None,
