@@ -20,8 +20,8 @@ from langgraph.prebuilt import tools_condition
 
 from langgraph_effects import Effect, EffectMiddleware, EffectPostgresSaver, EffectToolNode, current_operation
 from langgraph_effects.lab.providers import Provider
+from langgraph_effects.ledger import postgres
 from langgraph_effects.ledger.base import OperationQuery
-from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from tests.ledger.conftest import created_schema
 
@@ -106,13 +106,13 @@ def _keyed_sender(tmp_path: Path) -> tuple[Provider, BaseTool]:
 def _spy_ledger_steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the steps the Postgres ledger answers from now on, in order."""
     steps: list[str] = []
-    answer = PostgresLedger._answer
+    answer = postgres.answer  # what PostgresLedger answers each step with
 
-    async def spy(self: PostgresLedger, cur: Any, step: Any) -> Any:
+    def spy(runner: Any, step: Any) -> Any:
         steps.append(type(step).__name__)
-        return await answer(self, cur, step)
+        return answer(runner, step)
 
-    monkeypatch.setattr(PostgresLedger, "_answer", spy)
+    monkeypatch.setattr(postgres, "answer", spy)
     return steps
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from operator import itemgetter
 from typing import Any
 
-from ..core.operation import Change, Operation, Owner, State
+from ..core.operation import Change, Event, Operation, Owner, State
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,50 @@ MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_C
 
 
 #: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder for
-#: every call (``json.dumps`` makes a new one whenever it is given options); the
-#: encoder keeps no state between calls, so threads may share it.
-_ENCODE = json.JSONEncoder(sort_keys=True, default=str).encode
+#: every call (``json.dumps`` makes a new one whenever it is given options).
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
+
+
+class _ThreadEncoder(threading.local):
+    """What ``_ENCODER.encode`` builds on every call (the C encoder, and the record of
+    the containers being encoded that its circular reference check keeps), made once
+    per thread: that record is the encoder's only state."""
+
+    def __init__(self) -> None:
+        self.markers: dict[int, Any] = {}
+        self.chunks = c_make_encoder(
+            self.markers, str, encode_basestring_ascii, None, ": ", ", ", True, False, True
+        )
+
+
+_THREAD_ENCODER = _ThreadEncoder() if c_make_encoder is not None else None
+
+
+def _encode(value: Any) -> str:
+    """``_ENCODER.encode(value)``: the same text."""
+    local = _THREAD_ENCODER
+    if local is None or isinstance(value, str):
+        return _ENCODER.encode(value)
+    try:
+        return "".join(local.chunks(value, 0))
+    except BaseException:
+        local.markers.clear()  # left behind by the containers it was inside of
+        raise
+
+
+#: The C scanner ``json.loads`` ends in (its one decoder's ``scan_once``).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _json(text: str) -> Any:
+    """``json.loads(text)``, scanned directly when the text is one JSON value and
+    nothing else (what :func:`_dumps` writes); anything else goes through
+    ``json.loads``, which also says what is wrong with it."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 #: What marks a stored text as :func:`stored_text`'s escaped form: U+2400 SYMBOL FOR
@@ -126,10 +170,10 @@ def _dumps(value: Any) -> str | None:
     starts with one), so :func:`_loads` gives back exactly what was stored."""
     if value is None:
         return None
-    text = _ENCODE(value)
+    text = _encode(value)
     if "\\ud" not in text:  # no surrogate escape (a false alarm only costs a walk)
         return text
-    return ESCAPED + _ENCODE(_walk(value, stored_text))
+    return ESCAPED + _encode(_walk(value, stored_text))
 
 
 def _walk(value: Any, convert: Callable[[str], str]) -> Any:
@@ -149,8 +193,8 @@ def origin_text(origin: str | None) -> str | None:
     the column, which need not be valid JSON to every server (a lone surrogate)."""
     if origin is None:
         return None
-    encoded = _ENCODE(origin)  # an origin with a surrogate makes the column escaped
-    return '"origin": ' + (_ENCODE(stored_text(origin)) if "\\ud" in encoded else encoded)
+    encoded = _encode(origin)  # an origin with a surrogate makes the column escaped
+    return '"origin": ' + (_encode(stored_text(origin)) if "\\ud" in encoded else encoded)
 
 
 def encoded_extra(op: Operation) -> str:
@@ -163,11 +207,12 @@ def encoded_extra(op: Operation) -> str:
 _TEXT_COLUMNS: tuple[str, ...] = tuple(
     c for c in COLUMNS[: COLUMNS.index("state")] if c not in ("op_id", "args")
 )
+_TEXT_VALUES = itemgetter(*_TEXT_COLUMNS)
 
 
 def _texts(values: Mapping[str, Any]) -> str:
     """The text columns of a row (or an operation's fields) in one string, to test once."""
-    return "".join([values[c] or "" for c in _TEXT_COLUMNS])
+    return "".join(filter(None, _TEXT_VALUES(values)))
 
 
 def to_row(op: Operation) -> dict[str, Any]:
@@ -217,7 +262,7 @@ def mutable_row(op: Operation) -> dict[str, Any]:
     transition writes (the arguments, however large, are not encoded again)."""
     return {
         "op_id": stored_text(op.op_id),
-        "state": op.state.value,
+        "state": _STATE_TEXT[op.state],
         "version": op.version,
         "attempts": op.attempts,
         "owner": _dumps(op.owner.to_json()) if op.owner else None,
@@ -235,14 +280,20 @@ def _loads(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str) and value[:1] == ESCAPED:
-        return _walk(json.loads(value[1:]), read_text)
-    if isinstance(value, (str, bytes, bytearray)):
+        return _walk(_json(value[1:]), read_text)
+    if isinstance(value, str):
+        return _json(value)
+    if isinstance(value, (bytes, bytearray)):
         return json.loads(value)
     return value  # already decoded (Postgres jsonb)
 
 
 #: ``State(value)`` by a dict lookup (the enum's own lookup is a Python-level call).
 _STATES: dict[Any, State] = {state.value: state for state in State}
+#: ``state.value`` and ``event.value`` by a dict lookup (``.value`` is a Python-level
+#: property of every enum member).
+_STATE_TEXT: dict[State, str] = {state: state.value for state in State}
+_EVENT_TEXT: dict[Event, str] = {event: event.value for event in Event}
 
 
 def from_row(row: Mapping[str, Any]) -> Operation:
@@ -304,15 +355,15 @@ def audit_row(
     The evidence is the step's own (``change.evidence``), not whatever the operation
     carried from an earlier step; ``seq`` is the version the step produced.
     """
-    event = change.event.value if change is not None and before is not None else "intent"
+    event = _EVENT_TEXT[change.event] if change is not None and before is not None else "intent"
     evidence = change.evidence if change is not None else after.evidence
     return {
         "op_id": stored_text(after.op_id),
         "seq": after.version,
         "at": after.updated_at,
         "actor": stored_text(actor),
-        "from_state": before.state.value if before else None,
-        "to_state": after.state.value,
+        "from_state": _STATE_TEXT[before.state] if before else None,
+        "to_state": _STATE_TEXT[after.state],
         "event": event,
         "version": after.version,
         "evidence": _dumps(dict(evidence)) if evidence is not None else None,

@@ -10,6 +10,7 @@ one-element array (it inspects every list to choose the array's type).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from . import base
@@ -115,6 +116,16 @@ def cas_each_sql(ops: str, audit: str) -> str:
     )
 
 
+_CAS_VALUES = itemgetter(*MUTABLE_COLUMNS, "op_id")
+_AUDIT_VALUES = itemgetter(*AUDIT_COLUMNS)
+
+
+def cas_params(step: base.CasWithAudit) -> list[Any]:
+    """The parameters of the ledger's compare-and-set statement: the new mutable
+    columns, the id, the version the row must still be at, then the audit row."""
+    return [*_CAS_VALUES(mutable_row(step.after)), step.expected_version, *_AUDIT_VALUES(step.audit)]
+
+
 def cas_each_params(step: base.CasEach) -> list[list[Any]]:
     """The parameters of :func:`cas_each_sql`, in order."""
     rows = [{**mutable_row(i.after), "expected_version": i.expected_version} for i in step.items]
@@ -127,14 +138,35 @@ def insert_params(step: base.InsertWithAudit) -> list[Any]:
     :func:`one_row` statements), else arrays."""
     rows = list(map(to_row, step.ops))
     if len(rows) == 1:
-        audit = scalars(step.audit[0], AUDIT_COLUMNS, AUDIT_TYPES)
-        return [*scalars(rows[0], COLUMNS, OP_COLUMN_TYPES), *audit]
+        return [*_OP_SCALARS(rows[0]), *_AUDIT_SCALARS(step.audit[0])]
     return [*as_arrays(rows, COLUMNS, OP_COLUMN_TYPES), *as_arrays(step.audit, AUDIT_COLUMNS, AUDIT_TYPES)]
 
 
 def scalars(row: Mapping[str, Any], columns: Sequence[str], types: Sequence[str]) -> list[Any]:
     """The values of one row (for :func:`one_row`), floats as for :func:`as_arrays`."""
-    return [_typed(row[column], kind) for column, kind in zip(columns, types, strict=True)]
+    return scalar_reader(columns, types)(row)
+
+
+def scalar_reader(columns: Sequence[str], types: Sequence[str]) -> Callable[[Mapping[str, Any]], list[Any]]:
+    """:func:`scalars` for these columns, made once: the values taken in one call
+    (``itemgetter``), then the numbers of the float columns made floats."""
+    take = itemgetter(*columns)
+    floats = [i for i, kind in enumerate(types) if kind == "double precision"]
+    one = len(columns) == 1  # then itemgetter gives the value, not a tuple
+
+    def read(row: Mapping[str, Any]) -> list[Any]:
+        values = [take(row)] if one else list(take(row))
+        for i in floats:
+            value = values[i]
+            if value is not None and type(value) is not float:
+                values[i] = float(value)
+        return values
+
+    return read
+
+
+_OP_SCALARS = scalar_reader(COLUMNS, OP_COLUMN_TYPES)
+_AUDIT_SCALARS = scalar_reader(AUDIT_COLUMNS, AUDIT_TYPES)
 
 
 def _typed(value: Any, kind: str) -> Any:

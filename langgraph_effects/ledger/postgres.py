@@ -14,7 +14,9 @@
   first statement, ``COMMIT`` with the final sync). Writes arriving while one is
   in flight are group-committed (see :mod:`.group`). A pooled connection used in
   the last few seconds is handed out without the pool's check round trip unless
-  its socket says the server closed it.
+  its socket says the server closed it; on a pool of its own, the ledger keeps the
+  connection it used last aside for its next checkout while nobody else waits for
+  one (:class:`~.pgsession.LedgerPool`).
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -35,15 +37,15 @@ import hashlib
 import random
 import re
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..core.controls import ControlRow
@@ -58,18 +60,20 @@ from .base import (
     PlanResult,
     Regroup,
     T,
+    _Run,
     adrive_plan,
     audit_from_row,
     from_row,
 )
-from .codec import mutable_row, read_text, stored_text
+from .codec import read_text, stored_text
 from .grouped import group_plan
-from .pgsession import CommitLost, Transaction, describe, has_news, ledger_error
+from .pgsession import CommitLost, LedgerPool, Transaction, describe, ledger_error
 from .pgsql import (
     AUDIT_COLUMNS,
     AUDIT_TYPES,
     cas_each_params,
     cas_each_sql,
+    cas_params,
     find_params,
     insert_params,
     insert_sql,
@@ -268,9 +272,21 @@ class PostgresLedger(Ledger):
         self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
         self._cas_each_sql = cas_each_sql(ops, audit)
         self._controls_sql = pgcontrols.ControlStatements.on(prefix)
-        self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-        #: The connection a cursor was last made for, and that cursor (see ``_cursor``).
-        self._hot: tuple[Any, psycopg.AsyncCursor[dict[str, Any]]] | None = None
+        # The statements the steps run, as the bytes psycopg sends (ASCII: schema names
+        # are plain): psycopg encodes a str query on every call, then hashes the result.
+        self._steps_sql = _StepStatements(
+            select=self._select_sql.encode("ascii"),
+            find=self._find_sql.encode("ascii"),
+            lock=self._lock_sql.encode("ascii"),
+            cas=self._cas_sql.encode("ascii"),
+            cas_each=self._cas_each_sql.encode("ascii"),
+            insert=self._insert_sql.encode("ascii"),
+            insert_one=self._insert_one_sql.encode("ascii"),
+            find_or_insert=self._find_or_insert_sql.encode("ascii"),
+            find_or_insert_one=self._find_or_insert_one_sql.encode("ascii"),
+        )
+        #: The steps made for the connection used last (see ``_steps``).
+        self._hot: _Steps | None = None
 
     @classmethod
     @asynccontextmanager
@@ -305,17 +321,15 @@ class PostgresLedger(Ledger):
         if self._connect_timeout is not None:
             # libpq takes whole seconds and treats anything below 2 as 2.
             kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
-        return AsyncConnectionPool(
+        return LedgerPool(
             self._dsn,
+            trusted=_TRUSTED_IDLE,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
             timeout=self._timeout,
             kwargs=kwargs,
             configure=_read_only_session if self.read_only else None,
-            # After a server restart or failover a stale pooled connection is replaced
-            # instead of failing a ledger write (without a round trip when recently used).
-            check=self._check,
             name="langgraph-effects-ledger",
         )
 
@@ -353,56 +367,91 @@ class PostgresLedger(Ledger):
         await conn.close()
         return None
 
-    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The pool's check on checkout, at no round trip for a connection used within
-        :data:`_TRUSTED_IDLE` seconds whose socket is quiet: a terminated backend (a
-        server restart, a failover, ``pg_terminate_backend``) says so on the socket."""
-        last = self._used.get(conn)
-        if last is None or time.monotonic() - last > _TRUSTED_IDLE or has_news(conn):
-            await AsyncConnectionPool.check_connection(conn)
-            self._used[conn] = time.monotonic()  # as fresh as a use: alive just now
+    def _connection(self) -> _Checkout:
+        """A pooled connection in autocommit (we BEGIN when a plan needs it), as an async
+        context manager; psycopg errors become ours (after the rollback)."""
+        return _Checkout(self)
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in autocommit (we BEGIN when a plan needs it); psycopg
-        errors become ours (after the rollback)."""
-        await self._open()
+    def _parked(self) -> psycopg.AsyncConnection[Any] | None:
+        """The connection this ledger parked, now checked out, if the pool's check would
+        pass it without a round trip (:meth:`~.pgsession.LedgerPool.take`)."""
+        pool = self.pool
+        return pool.take() if isinstance(pool, LedgerPool) else None
+
+    async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
+        """A connection in autocommit for :meth:`_checkin`, and whether it must be given
+        back out of autocommit (a pool passed in: as it came): the one :meth:`_parked`
+        gives, else one from the pool."""
+        conn = self._parked()
+        if conn is not None:
+            return conn, False
+        pool = self.pool
+        if isinstance(pool, LedgerPool):
+            try:
+                await pool.unpark_to_pool()  # stale or not quiet: the pool checks it
+            except psycopg.Error as error:
+                raise ledger_error(error, self.where) from error
+        if not self._opened:
+            await self._open()
         try:
             # getconn/putconn, not pool.connection(): the same checkout and return (the
             # pool rolls back a connection returned inside a transaction and replaces a
-            # broken one) without its context managers, a measurable share of a write.
-            conn = await self.pool.getconn()
-            try:
-                restore = not conn.autocommit  # a pool passed in: give it back as it came
-                if restore:
-                    await conn.set_autocommit(True)
+            # broken one) without its context managers.
+            conn = await pool.getconn()
+            restore = not conn.autocommit  # a pool passed in: give it back as it came
+            if restore:
                 try:
-                    yield conn
-                finally:
-                    if restore and not conn.broken and not conn.closed:
-                        await conn.set_autocommit(False)
-                    self._used[conn] = time.monotonic()
+                    await conn.set_autocommit(True)
+                except BaseException:
+                    await pool.putconn(conn)
+                    raise
+        except psycopg.Error as error:
+            raise ledger_error(error, self.where) from error
+        return conn, restore
+
+    def _park(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Give back a connection from :meth:`_checkout` (not to be restored) by parking
+        it, if the pool may keep it (:meth:`~.pgsession.LedgerPool.park`)."""
+        pool = self.pool
+        return isinstance(pool, LedgerPool) and pool.park(conn, time.monotonic())
+
+    async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
+        """Give back a connection from :meth:`_checkout`: parked for the next checkout
+        when it may be (:meth:`_park`), else as :meth:`_return` does."""
+        if restore or not self._park(conn):
+            await self._return(conn, restore)
+
+    async def _return(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
+        """Return a connection from :meth:`_checkout` to the pool (which replaces a broken
+        one), out of autocommit again if ``restore``, rolled back if a transaction is
+        open."""
+        try:
+            try:
+                if restore and not conn.broken and not conn.closed:
+                    await conn.set_autocommit(False)
             finally:
+                pool = self.pool
+                if isinstance(pool, LedgerPool):
+                    pool.given_back(conn)
                 if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
                     # As pool.connection() did (its connection's context): rolled back
                     # here, quietly, not by the pool with a warning.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
-                await self.pool.putconn(conn)
+                await pool.putconn(conn)
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
-    def _cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[dict[str, Any]]:
-        """A ``dict_row`` cursor on ``conn``: the one made for it last time when ``conn``
-        is the connection used last (a cursor keeps the dumpers and loaders it looked
+    def _steps(self, conn: psycopg.AsyncConnection[Any]) -> _Steps:
+        """The steps on ``conn``: the ones made for it last time when ``conn`` is the
+        connection used last (their cursors keep the dumpers and loaders they looked
         up, so a statement run again costs less). Never shared: a checked-out
         connection has one user."""
         hot = self._hot
-        if hot is not None and hot[0] is conn and not conn.closed:
-            return hot[1]
-        cur = conn.cursor(row_factory=dict_row)
-        self._hot = (conn, cur)
-        return cur
+        if hot is not None and hot.cur.connection is conn and not conn.closed:
+            return hot
+        steps = self._hot = _Steps(self, conn)
+        return steps
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         async with self._connection() as conn:
@@ -415,7 +464,11 @@ class PostgresLedger(Ledger):
             return await self._run_plan(conn, plan)
 
     async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
-        async with self._connection() as conn:
+        conn = self._parked()  # (not _connection(): the same, inline)
+        restore = False
+        if conn is None:
+            conn, restore = await self._checkout()
+        try:
             if len(makers) > 1:
                 try:
                     return await self._run_plan(conn, group_plan(makers), grouped=True)
@@ -425,25 +478,39 @@ class PostgresLedger(Ledger):
                     pass  # rolled back: run each on its own so one cannot fail the others
             outcomes: list[PlanResult[Any]] = []
             for make in makers:
+                # Each in its own transaction: the first try here, any other in _run_alone.
                 try:
-                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
+                    try:
+                        value = await self._run_plan(conn, make())
+                    except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                        value = await self._run_alone(conn, make, tried=1)
+                    outcomes.append(PlanResult(value=value))
                 except psycopg.Error as error:
                     outcomes.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
                     outcomes.append(PlanResult(error=error))
             return outcomes
+        except psycopg.Error as error:
+            raise ledger_error(error, self.where) from error
+        finally:
+            if restore or not self._park(conn):
+                await self._return(conn, restore)
 
-    async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
-        """One plan in its own transaction, run again when the server rolled it back to
-        break a deadlock (or a serialization failure): nothing of it landed, and two
-        workers' transactions that lock the same rows in another order are normal."""
-        for attempt in range(_ROLLBACK_RETRIES):
+    async def _run_alone(
+        self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]], *, tried: int = 0
+    ) -> T:
+        """One plan in its own transaction (already rolled back ``tried`` times), run
+        again when the server rolled it back to break a deadlock (or a serialization
+        failure): nothing of it landed, and two workers' transactions that lock the
+        same rows in another order are normal."""
+        for attempt in range(tried, _ROLLBACK_RETRIES):
+            if attempt:
+                await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
             try:
                 return await self._run_plan(conn, make())
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _ROLLBACK_RETRIES - 1:
                     raise
-                await asyncio.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     async def _run_plan(
@@ -456,60 +523,37 @@ class PostgresLedger(Ledger):
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
         """
-        cur = self._cursor(conn)
-        tx = Transaction(conn, cur, self.where)
+        steps = self._steps(conn)
+        tx: Transaction | None = None  # made when the plan needs a transaction
         autocommitted = False
-
-        async def answer(step: base.LedgerStep) -> Any:
-            nonlocal autocommitted
-            if not tx.open and (step.writes or isinstance(step, base.Lock)):
-                if autocommitted:  # no plan of ours does this: it could not be atomic
-                    raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
-                if isinstance(step, base.ALONE) and not grouped:
-                    reply = await self._answer(cur, step)  # one statement, in autocommit
-                    autocommitted = base.step_wrote(step, reply)
-                    return reply
-                await tx.begin()
-            return await self._answer(cur, step)
-
+        run = _Run(plan)  # (adrive_plan, with the transaction opened on the way)
         try:
-            result, wrote = await adrive_plan(plan, answer)
-            await tx.end(commit=wrote)
+            step = run.send(None)
+            while step is not None:
+                if tx is None and (step.writes or isinstance(step, base.Lock)):
+                    if autocommitted:  # no plan of ours does this: it could not be atomic
+                        raise LedgerError(f"a plan wrote twice outside a transaction at {self.where}")
+                    if isinstance(step, base.ALONE) and not grouped:
+                        reply = await answer(steps, step)  # one statement, in autocommit
+                        autocommitted = base.step_wrote(step, reply)
+                        step = run.send(reply)
+                        continue
+                    tx = Transaction(conn, steps.cur, self.where)
+                    await tx.begin()
+                step = run.send(await answer(steps, step))
+            if tx is not None:
+                await tx.end(commit=run.wrote)
         except BaseException:
-            await tx.abort()
+            if tx is not None:
+                await tx.abort()
             raise
-        return result
+        return run.result  # type: ignore[return-value]
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
-            cur = self._cursor(conn)
-            result, _ = await adrive_plan(plan, lambda step: self._answer(cur, step))
+            steps = self._steps(conn)
+            result, _ = await adrive_plan(plan, lambda step: answer(steps, step))
         return result
-
-    async def _answer(self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.LedgerStep) -> Any:
-        """One storage step, in SQL (inside the caller's transaction): see :class:`_Steps`."""
-        return await answer(_Steps(self, cur), step)
-
-    async def _find_or_insert(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.FindOrInsert
-    ) -> tuple[list[Operation], list[str]]:
-        params = [*find_params(step.find), *insert_params(step.insert)]
-        one = len(step.insert.ops) == 1
-        await cur.execute(self._find_or_insert_one_sql if one else self._find_or_insert_sql, params)
-        found, inserted = [], []
-        for row in await cur.fetchall():
-            if row["inserted"] is None:
-                found.append(from_row(row))
-            else:
-                inserted.append(read_text(row["inserted"]))
-        return found, inserted
-
-    async def _insert(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], step: base.InsertWithAudit
-    ) -> list[str]:
-        one = len(step.ops) == 1
-        await cur.execute(self._insert_one_sql if one else self._insert_sql, insert_params(step))
-        return [read_text(row["op_id"]) for row in await cur.fetchall()]
 
     # -- the protocol ----------------------------------------------------------------
 
@@ -549,14 +593,15 @@ class PostgresLedger(Ledger):
             )
         plan = base.migrate_plan(len(MIGRATIONS), self.where, "another database or schema")
         async with self._connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
+            steps = _Steps(self, conn)
+            cur = steps.cur
             # Held until commit: concurrent setups migrate one after the other.
             await cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(schema)])
             if schema is not None:
                 await cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
                 if await cur.fetchone() is None:
                     await cur.execute(f"CREATE SCHEMA {_quote_ident(schema)}")
-            await adrive_plan(plan, lambda step: self._answer(cur, step))
+            await adrive_plan(plan, lambda step: answer(steps, step))
 
     async def aclose(self) -> None:
         if self._owned:
@@ -603,42 +648,91 @@ class PostgresLedger(Ledger):
         return [audit_from_row(row) for row in rows]
 
 
-class _Steps(AsyncStepDefaults):
-    """The storage steps in SQL on ``cur`` (inside the caller's transaction), with the
-    statements :class:`PostgresLedger` prepared."""
+@dataclass(frozen=True)
+class _StepStatements:
+    """The statements :class:`_Steps` run, encoded."""
 
-    def __init__(self, ledger: PostgresLedger, cur: psycopg.AsyncCursor[dict[str, Any]]) -> None:
-        self.ledger, self.cur = ledger, cur
+    select: bytes
+    find: bytes
+    lock: bytes
+    cas: bytes
+    cas_each: bytes
+    insert: bytes
+    insert_one: bytes
+    find_or_insert: bytes
+    find_or_insert_one: bytes
+
+
+class _Checkout:
+    """:meth:`PostgresLedger._connection`: :meth:`~PostgresLedger._checkout` on entry,
+    :meth:`~PostgresLedger._checkin` on exit; psycopg errors become the ledger's."""
+
+    __slots__ = ("conn", "ledger", "restore")
+
+    def __init__(self, ledger: PostgresLedger) -> None:
+        self.ledger = ledger
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self.conn, self.restore = await self.ledger._checkout()
+        return self.conn
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        await self.ledger._checkin(self.conn, self.restore)
+        if isinstance(error, psycopg.Error):
+            raise ledger_error(error, self.ledger.where) from error
+
+
+class _Steps(AsyncStepDefaults):
+    """The storage steps in SQL on ``conn`` (inside the caller's transaction), with the
+    statements :class:`PostgresLedger` prepared: rows read as dicts (``cur``), and
+    rows of ids as tuples (``plain``)."""
+
+    def __init__(self, ledger: PostgresLedger, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.ledger = ledger
+        self.sql = ledger._steps_sql
+        self.cur: psycopg.AsyncCursor[dict[str, Any]] = conn.cursor(row_factory=dict_row)
+        self.plain: psycopg.AsyncCursor[tuple[Any, ...]] = conn.cursor(row_factory=tuple_row)
 
     async def lock(self, step: base.Lock) -> Operation | None:
-        await self.cur.execute(self.ledger._lock_sql, [stored_text(step.op_id)])
+        await self.cur.execute(self.sql.lock, [stored_text(step.op_id)])
         row = await self.cur.fetchone()
         return from_row(row) if row is not None else None
 
     async def load(self, step: base.Load) -> dict[str, Operation]:
-        await self.cur.execute(self.ledger._select_sql, [[stored_text(i) for i in step.op_ids]])
+        await self.cur.execute(self.sql.select, [[stored_text(i) for i in step.op_ids]])
         return {op.op_id: op for op in map(from_row, await self.cur.fetchall())}
 
     async def find(self, step: base.Find) -> list[Operation]:
-        await self.cur.execute(self.ledger._find_sql, find_params(step))
+        await self.cur.execute(self.sql.find, find_params(step))
         return [from_row(row) for row in await self.cur.fetchall()]
 
     async def find_or_insert(self, step: base.FindOrInsert) -> tuple[list[Operation], list[str]]:
-        return await self.ledger._find_or_insert(self.cur, step)
+        params = [*find_params(step.find), *insert_params(step.insert)]
+        one = len(step.insert.ops) == 1
+        sql = self.sql
+        await self.cur.execute(sql.find_or_insert_one if one else sql.find_or_insert, params)
+        found, inserted = [], []
+        for row in await self.cur.fetchall():
+            if row["inserted"] is None:
+                found.append(from_row(row))
+            else:
+                inserted.append(read_text(row["inserted"]))
+        return found, inserted
 
     async def insert_with_audit(self, step: base.InsertWithAudit) -> list[str]:
-        return await self.ledger._insert(self.cur, step)
+        one = len(step.ops) == 1
+        sql, plain = self.sql, self.plain
+        await plain.execute(sql.insert_one if one else sql.insert, insert_params(step))
+        return [read_text(row[0]) for row in await plain.fetchall()]
 
     async def cas_each(self, step: base.CasEach) -> list[bool]:
-        await self.cur.execute(self.ledger._cas_each_sql, cas_each_params(step))
-        written = {row["op_id"] for row in await self.cur.fetchall()}
+        await self.plain.execute(self.sql.cas_each, cas_each_params(step))
+        written = {row[0] for row in await self.plain.fetchall()}
         return [stored_text(item.after.op_id) in written for item in step.items]
 
     async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
-        values = mutable_row(step.after)
-        params = [*(values[c] for c in MUTABLE_COLUMNS), values["op_id"], step.expected_version]
-        await self.cur.execute(self.ledger._cas_sql, [*params, *(step.audit[c] for c in AUDIT_COLUMNS)])
-        return await self.cur.fetchone() is not None
+        await self.plain.execute(self.sql.cas, cas_params(step))
+        return await self.plain.fetchone() is not None
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
         return await pgcontrols.lock_controls(self.cur, self.ledger._controls_sql, step)
