@@ -246,6 +246,22 @@ class Session:
             if not c.running:
                 await self._dispatcher.stand_down(c)
 
+    def close_now(self) -> bool:
+        """Close the session here, without the event loop, if no call of it runs or
+        holds a lease or a heartbeat (:meth:`close` would then hand nothing back);
+        whether it did. If not, await :meth:`close`.
+
+        Safe from a sync run's own thread while the event loop works on one of the
+        session's calls: the flag is set first, and a call looks at it last thing
+        before its tool runs, after taking its lease. So either that call sees it and
+        stands itself down, or it held its lease before that look and this sees it
+        here (and :meth:`close` decides on the loop).
+        """
+        self._closed = True
+        return not any(
+            c.running or c.owner is not None or c.heartbeat is not None for c in self._calls.values()
+        )
+
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables)
@@ -362,7 +378,8 @@ def _round_steps(session: Session) -> _Steps[Any]:
             yield session.apply_answer(answer, round_no=round_no)
             round_no += 1
     finally:
-        yield session.close()
+        if not session.close_now():
+            yield session.close()
 
 
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
