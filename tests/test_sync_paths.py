@@ -343,6 +343,42 @@ def test_a_forked_child_gets_its_own_portal() -> None:
         assert pool.apply_async(_run_on_portal).get(timeout=60) == "child"
 
 
+def test_the_portal_answers_with_the_coroutines_result_error_or_cancellation() -> None:
+    import concurrent.futures
+    import contextvars
+
+    from langgraph_effects._runtime import portal as _portal
+
+    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
+
+    async def read_and_set() -> str:
+        value = seen.get()
+        seen.set("changed on the portal")
+        return value
+
+    async def fail() -> None:
+        raise KeyError("from the portal")
+
+    async def cancelled() -> None:
+        raise asyncio.CancelledError
+
+    async def on_the_loop() -> None:
+        _portal.run(asyncio.sleep(0))
+
+    token = seen.set("the caller's")
+    try:
+        assert _portal.run(read_and_set()) == "the caller's"  # a copy of the caller's context
+        assert seen.get() == "the caller's"
+    finally:
+        seen.reset(token)
+    with pytest.raises(KeyError, match="from the portal"):
+        _portal.run(fail())
+    with pytest.raises(concurrent.futures.CancelledError):
+        _portal.run(cancelled())
+    with pytest.raises(RuntimeError, match="use ainvoke/astream there"):
+        _portal.run(on_the_loop())
+
+
 def _run_on_portal() -> str:
     from langgraph_effects._runtime import portal as _portal
 
