@@ -343,6 +343,42 @@ def test_a_forked_child_gets_its_own_portal() -> None:
         assert pool.apply_async(_run_on_portal).get(timeout=60) == "child"
 
 
+def test_the_portal_answers_with_the_coroutines_result_error_or_cancellation() -> None:
+    import concurrent.futures
+    import contextvars
+
+    from langgraph_effects._runtime import portal as _portal
+
+    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
+
+    async def read_and_set() -> str:
+        value = seen.get()
+        seen.set("changed on the portal")
+        return value
+
+    async def fail() -> None:
+        raise KeyError("from the portal")
+
+    async def cancelled() -> None:
+        raise asyncio.CancelledError
+
+    async def on_the_loop() -> None:
+        _portal.run(asyncio.sleep(0))
+
+    token = seen.set("the caller's")
+    try:
+        assert _portal.run(read_and_set()) == "the caller's"  # a copy of the caller's context
+        assert seen.get() == "the caller's"
+    finally:
+        seen.reset(token)
+    with pytest.raises(KeyError, match="from the portal"):
+        _portal.run(fail())
+    with pytest.raises(concurrent.futures.CancelledError):
+        _portal.run(cancelled())
+    with pytest.raises(RuntimeError, match="use ainvoke/astream there"):
+        _portal.run(on_the_loop())
+
+
 def _run_on_portal() -> str:
     from langgraph_effects._runtime import portal as _portal
 
@@ -380,3 +416,40 @@ def test_the_msgpack_allowlist_reaches_the_async_saver_that_serializes(tmp_path:
         assert clone.serde is clone.saver.serde is not strict  # what serializes has the merged list
         assert clone.ledger is saver.ledger
         assert saver.with_allowlist({("tests.helpers.agent", "Spec")}) is saver  # nothing new
+
+
+def test_a_call_its_wrapper_never_sends_is_handed_back_when_the_node_ends(saver: Any) -> None:
+    """The node's end stands down a call whose lease its open took but whose tool a
+    ``wrap_tool_call`` wrapper never ran; a call that finished has nothing to hand back."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from tests.helpers.agent import State
+    from tests.helpers.lease_leaks import released_leases
+
+    sent: list[int] = []
+
+    @tool
+    def send(n: int) -> str:
+        """Send notification ``n``."""
+        sent.append(n)
+        return f"sent {n}"
+
+    def skip_one(request: Any, handler: Any) -> Any:
+        if request.tool_call["args"]["n"] == 1:
+            return ToolMessage("skipped", tool_call_id=request.tool_call["id"], name="send")
+        return handler(request)
+
+    model = ScriptedChatModel(script=call_each_then_finish([("send", {"n": 0}), ("send", {"n": 1})]))
+    builder = StateGraph(State)
+    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(dedup_window=60)},
+                                             wrap_tool_call=skip_one))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", "__end__": "__end__"})
+    builder.add_edge("tools", "model")
+    graph = builder.compile(checkpointer=saver)
+    with released_leases():
+        graph.invoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
+    assert sent == [0]
+    assert ledger_states(saver) == ["confirmed", "pending"]  # withdrawn: provably never sent

@@ -48,10 +48,7 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
     """Run ``coro`` to completion from sync code, in a copy of the caller's context."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
+    running = asyncio._get_running_loop()
     target = loop if loop is not None and loop.is_running() else _portal_loop()
     if target is running:
         coro.close()
@@ -60,20 +57,24 @@ def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None 
             "ledger; use ainvoke/astream there, or call invoke from another thread"
         )
     ctx = contextvars.copy_context()
-    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    # Released by the loop once the task is done; the caller waits by acquiring it.
+    done = threading.Lock()
+    done.acquire()
+    outcome: list[Any] = []  # [error or None, task]: read once ``done`` is released
 
     def start() -> None:
-        task = asyncio.ensure_future(coro)  # copies the current context: ctx
+        def finish(t: asyncio.Task[T]) -> None:
+            # Retrieved here, on the loop, even if the caller stopped waiting.
+            outcome.append(concurrent.futures.CancelledError() if t.cancelled() else t.exception())
+            outcome.append(t)
+            done.release()
 
-        def finish(t: asyncio.Future[T]) -> None:
-            if t.cancelled():
-                done.cancel()
-            elif (error := t.exception()) is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(t.result())
-
-        task.add_done_callback(finish)
+        target.create_task(coro).add_done_callback(finish)  # the task runs in ctx
 
     target.call_soon_threadsafe(start, context=ctx)
-    return done.result()
+    done.acquire()
+    error, task = outcome
+    if error is not None:
+        raise error
+    result: T = task.result()
+    return result

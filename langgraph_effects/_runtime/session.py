@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -223,10 +222,6 @@ class Session:
                 self._waits_for[call_id] = directive.waits_for
         return directive
 
-    def start_heartbeat(self, call_id: str) -> None:
-        """Keep the lease of a running call alive (call on the session's event loop)."""
-        self._leases.start_heartbeat(self._calls[call_id])
-
     async def withdraw(self, call_id: str) -> None:
         """The tool paused itself with ``interrupt()``; it will run again on resume."""
         await self._dispatcher.withdraw(self._calls[call_id])
@@ -251,17 +246,32 @@ class Session:
             if not c.running:
                 await self._dispatcher.stand_down(c)
 
+    def close_now(self) -> bool:
+        """Close the session here, without the event loop, if no call of it runs or
+        holds a lease or a heartbeat (:meth:`close` would then hand nothing back);
+        whether it did. If not, await :meth:`close`.
+
+        Safe from a sync run's own thread while the event loop works on one of the
+        session's calls: the flag is set first, and a call looks at it last thing
+        before its tool runs, after taking its lease. So either that call sees it and
+        stands itself down, or it held its lease before that look and this sees it
+        here (and :meth:`close` decides on the loop).
+        """
+        self._closed = True
+        return not any(
+            c.running or c.owner is not None or c.heartbeat is not None for c in self._calls.values()
+        )
+
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
-        while reconciliation allows a re-send. Yields the session's work (awaitables,
-        :class:`_OnLoop`) and :data:`_CALLER` for the tool, which answers
+        while reconciliation allows a re-send. Yields the session's work (awaitables)
+        and :data:`_CALLER` for the tool, which answers
         ``(output, exception)``; returns what the call returns. Driven by
         :func:`run_call` / :func:`run_call_sync`."""
         c = self._calls[call_id]
         directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
-        while isinstance(directive, RunTool):
+        while isinstance(directive, RunTool):  # its lease's heartbeat is running
             try:
-                yield _OnLoop(lambda: self._leases.start_heartbeat(c))
                 # The ContextVar itself, not a context manager: one module fewer on the path.
                 current = CURRENT_OPERATION.set(directive.op)
                 try:
@@ -348,13 +358,6 @@ def _new_calls(
 # -- the loops callers share: written once, driven sync or async -----------------------
 
 
-@dataclass(frozen=True)
-class _OnLoop:
-    """Call ``fn`` on the session's event loop (directly when already there)."""
-
-    fn: Callable[[], Any]
-
-
 #: Yielded for "run the caller's own work now" (the tool, or one round of calls).
 _CALLER = object()
 _Steps = Generator[Any, Any, R]
@@ -375,7 +378,8 @@ def _round_steps(session: Session) -> _Steps[Any]:
             yield session.apply_answer(answer, round_no=round_no)
             round_no += 1
     finally:
-        yield session.close()
+        if not session.close_now():
+            yield session.close()
 
 
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
@@ -383,12 +387,7 @@ async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -
     request = next(steps)
     while True:
         try:
-            if request is _CALLER:
-                result = await caller()
-            elif isinstance(request, _OnLoop):
-                result = request.fn()
-            else:
-                result = await request
+            result = await (caller() if request is _CALLER else request)
         except BaseException as error:
             try:
                 request = steps.throw(error)
@@ -407,12 +406,7 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
     request = next(steps)
     while True:
         try:
-            if request is _CALLER:
-                result = caller()
-            elif isinstance(request, _OnLoop):
-                result = run(_call(request.fn))
-            else:
-                result = run(request)
+            result = caller() if request is _CALLER else run(request)
         except BaseException as error:
             try:
                 request = steps.throw(error)
@@ -423,10 +417,6 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
             request = steps.send(result)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-
-
-async def _call(fn: Callable[[], Any]) -> Any:
-    return fn()
 
 
 async def run_call(session: Session, call_id: str, execute: AsyncExecutor) -> Any:

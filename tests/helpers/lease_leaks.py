@@ -17,11 +17,11 @@ from langgraph_effects._runtime import lease
 
 def _drop(tokens: set[str]) -> None:
     with lease._held_lock:
-        fds = [lease._held.pop(token, None) for token in tokens]
-    for fd in fds:
-        if fd is not None:
+        slots = [lease._held.pop(token, None) for token in tokens]
+    for slot in slots:
+        if slot is not None:
             with contextlib.suppress(OSError):
-                os.close(fd)  # the kernel drops the flock: its dispatch reads as over
+                os.close(slot.fd)  # the kernel drops the flock: its dispatch reads as over
 
 
 @contextlib.contextmanager
