@@ -52,7 +52,7 @@ _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not r
 
 @dataclass(frozen=True)
 class RunTool:
-    """Run the tool now, under this operation's lease (its heartbeat already running)."""
+    """Run the tool now, under this operation's lease."""
 
     op: Operation
 
@@ -172,8 +172,7 @@ class Dispatcher:
     # -- per call --------------------------------------------------------------------
 
     async def begin(self, c: CallRecord) -> Directive:
-        """What the call should do now, moving its operation as evidence allows; a call
-        told to run (:class:`RunTool`) has its lease's heartbeat started."""
+        """What the call should do now, moving its operation as evidence allows."""
         call_id = c.call_id
         if c.conflict is not None:
             return Reply(
@@ -226,7 +225,6 @@ class Dispatcher:
                         await self.stand_down(c)
                         return _not_run(c)
                     c.running = True
-                    self._keep_alive(c)
                     return RunTool(c.op)
                 continue
             if isinstance(step, protocol.Wait):
@@ -298,16 +296,6 @@ class Dispatcher:
             )
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
         return Reply(error=error) if output is None and error is not None else Reply(output)
-
-    def _keep_alive(self, c: CallRecord) -> None:
-        """Start the heartbeat of a call about to run its tool, in the step that tells it
-        to; if it cannot start, the call lets go of its lease (as :meth:`abort`) and the
-        error propagates."""
-        try:
-            self.leases.start_heartbeat(c)
-        except BaseException:
-            self.abort(c)
-            raise
 
     async def _refused(self, c: CallRecord, refusal: Refusal) -> Reply:
         """A budget or circuit breaker refused the send: held for an approver, or

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -222,6 +223,10 @@ class Session:
                 self._waits_for[call_id] = directive.waits_for
         return directive
 
+    def start_heartbeat(self, call_id: str) -> None:
+        """Keep the lease of a running call alive (call on the session's event loop)."""
+        self._leases.start_heartbeat(self._calls[call_id])
+
     async def withdraw(self, call_id: str) -> None:
         """The tool paused itself with ``interrupt()``; it will run again on resume."""
         await self._dispatcher.withdraw(self._calls[call_id])
@@ -264,14 +269,15 @@ class Session:
 
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
-        while reconciliation allows a re-send. Yields the session's work (awaitables)
-        and :data:`_CALLER` for the tool, which answers
+        while reconciliation allows a re-send. Yields the session's work (awaitables,
+        :class:`_OnLoop`) and :data:`_CALLER` for the tool, which answers
         ``(output, exception)``; returns what the call returns. Driven by
         :func:`run_call` / :func:`run_call_sync`."""
         c = self._calls[call_id]
         directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
-        while isinstance(directive, RunTool):  # its lease's heartbeat is running
+        while isinstance(directive, RunTool):
             try:
+                yield _OnLoop(lambda: self._leases.start_heartbeat(c))
                 # The ContextVar itself, not a context manager: one module fewer on the path.
                 current = CURRENT_OPERATION.set(directive.op)
                 try:
@@ -358,6 +364,13 @@ def _new_calls(
 # -- the loops callers share: written once, driven sync or async -----------------------
 
 
+@dataclass(frozen=True)
+class _OnLoop:
+    """Call ``fn`` on the session's event loop (directly when already there)."""
+
+    fn: Callable[[], Any]
+
+
 #: Yielded for "run the caller's own work now" (the tool, or one round of calls).
 _CALLER = object()
 _Steps = Generator[Any, Any, R]
@@ -387,7 +400,12 @@ async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -
     request = next(steps)
     while True:
         try:
-            result = await (caller() if request is _CALLER else request)
+            if request is _CALLER:
+                result = await caller()
+            elif isinstance(request, _OnLoop):
+                result = request.fn()
+            else:
+                result = await request
         except BaseException as error:
             try:
                 request = steps.throw(error)
@@ -406,7 +424,12 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
     request = next(steps)
     while True:
         try:
-            result = caller() if request is _CALLER else run(request)
+            if request is _CALLER:
+                result = caller()
+            elif isinstance(request, _OnLoop):
+                result = run(_call(request.fn))
+            else:
+                result = run(request)
         except BaseException as error:
             try:
                 request = steps.throw(error)
@@ -417,6 +440,10 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
             request = steps.send(result)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+async def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
 
 
 async def run_call(session: Session, call_id: str, execute: AsyncExecutor) -> Any:
