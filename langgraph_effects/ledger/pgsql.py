@@ -1,4 +1,5 @@
-"""The Postgres ledger's statements that carry rows, and their parameters.
+"""The Postgres ledger's SQL: its schema migrations, its statements, and the
+parameters of those that carry rows.
 
 New rows and compare-and-sets travel as one typed array per column (``unnest``), so a
 statement's text is the same for any number of rows: psycopg and the server parse
@@ -10,12 +11,82 @@ one-element array (it inspects every list to choose the array's type).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from . import base
+from . import base, pgcontrols
 from .base import COLUMNS, MUTABLE_COLUMNS
 from .codec import mutable_row, origin_text, stored_text, to_row
+from .query import UNRESOLVED_SQL
+
+#: Ordered schema migrations. Append only: never edit a released entry.
+#: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}effect_operations (
+        op_id text PRIMARY KEY,
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL DEFAULT '',
+        tenant text NOT NULL DEFAULT '',
+        tool text NOT NULL,
+        tool_call_id text NOT NULL,
+        message_id text,
+        task_id text,
+        checkpoint_id text,
+        args text NOT NULL,
+        args_hash text NOT NULL,
+        provider_key text NOT NULL,
+        contract text NOT NULL,
+        policy_version text,
+        state text NOT NULL,
+        version integer NOT NULL,
+        attempts integer NOT NULL,
+        owner text,
+        lease_expires_at double precision,
+        dispatched_at double precision,
+        result_type text,
+        result bytea,
+        evidence text,
+        decisions text NOT NULL DEFAULT '[]',
+        extra text NOT NULL DEFAULT '{{}}',
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        CONSTRAINT effect_operations_provider_key UNIQUE (tenant, provider_key)
+    );
+    CREATE TABLE {s}effect_audit (
+        op_id text NOT NULL,
+        seq integer NOT NULL,
+        at double precision NOT NULL,
+        actor text NOT NULL,
+        from_state text,
+        to_state text NOT NULL,
+        event text NOT NULL,
+        version integer NOT NULL,
+        evidence text,
+        PRIMARY KEY (op_id, seq)
+    );
+    CREATE INDEX effect_operations_payload
+        ON {s}effect_operations (thread_id, tool, args_hash);
+    """,
+    # Partial indexes: finding unresolved work costs O(result), not O(history).
+    f"""
+    CREATE INDEX effect_operations_unresolved
+        ON {{s}}effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
+    CREATE INDEX effect_operations_unresolved_thread
+        ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
+    """,
+    # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
+    """
+    CREATE TABLE {s}effect_controls (
+        control text NOT NULL,
+        scope text NOT NULL,
+        state text NOT NULL DEFAULT '{{}}',
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (control, scope)
+    );
+    """,
+)
 
 #: effect_audit's columns, in the order its rows are written.
 AUDIT_COLUMNS: tuple[str, ...] = (
@@ -188,3 +259,79 @@ def find_params(find: base.Find) -> list[Any]:
     origin = origin_text(find.origin)
     ids = [stored_text(i) for i in find.op_ids]
     return [ids, stored_text(find.thread_id), tools, hashes, origin, origin]
+
+
+@dataclass(frozen=True)
+class StepStatements:
+    """The statements the Postgres ledger's steps run, as the bytes psycopg sends
+    (ASCII: schema names are plain): psycopg encodes a str query on every call, then
+    hashes the result."""
+
+    select: bytes
+    find: bytes
+    lock: bytes
+    cas: bytes
+    cas_each: bytes
+    insert: bytes
+    insert_one: bytes
+    find_or_insert: bytes
+    find_or_insert_one: bytes
+
+
+@dataclass(frozen=True)
+class LedgerStatements:
+    """The Postgres ledger's table names and statements, for one schema prefix."""
+
+    prefix: str
+    """The quoted schema and a dot, or empty (the ``search_path`` decides)."""
+    ops: str
+    audit: str
+    migrations: str
+    renew: str
+    controls: pgcontrols.ControlStatements
+    steps: StepStatements
+
+    @classmethod
+    def on(cls, prefix: str) -> LedgerStatements:
+        """The statements on the tables named with ``prefix`` (the quoted schema and a
+        dot, or empty for the ``search_path``)."""
+        ops, audit = f"{prefix}effect_operations", f"{prefix}effect_audit"
+        find = (
+            f"SELECT * FROM {ops} WHERE op_id = ANY(%s) OR (thread_id = %s AND (tool, args_hash) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[])) "
+            "AND (%s::text IS NULL OR strpos(extra, %s) > 0))"  # (see codec.origin_text)
+        )
+        update = (
+            f"UPDATE {ops} SET "
+            + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
+            + " WHERE op_id = %s AND version = %s RETURNING op_id"
+        )
+        typed_audit = ", ".join(f"%s::{t}" for t in AUDIT_TYPES)
+        # One statement each, so one round trip and (in autocommit) one transaction.
+        cas = (
+            f"WITH changed AS ({update}) INSERT INTO {audit} ({', '.join(AUDIT_COLUMNS)}) "
+            f"SELECT {typed_audit} FROM changed RETURNING op_id"
+        )
+        insert, find_or_insert = insert_sql(ops, audit, find)
+        # The same for one new row, sent as scalars (see the module's docstring).
+        insert_one, find_or_insert_one = insert_sql(ops, audit, find, one_row)
+        steps = {
+            "select": f"SELECT * FROM {ops} WHERE op_id = ANY(%s)",
+            "find": find,
+            "lock": f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE",
+            "cas": cas,
+            "cas_each": cas_each_sql(ops, audit),
+            "insert": insert,
+            "insert_one": insert_one,
+            "find_or_insert": find_or_insert,
+            "find_or_insert_one": find_or_insert_one,
+        }
+        return cls(
+            prefix=prefix,
+            ops=ops,
+            audit=audit,
+            migrations=f"{prefix}effect_migrations",
+            renew=base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s"),
+            controls=pgcontrols.ControlStatements.on(prefix),
+            steps=StepStatements(**{name: text.encode("ascii") for name, text in steps.items()}),
+        )

@@ -39,7 +39,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -53,7 +52,6 @@ from ..core.operation import Operation
 from ..errors import LedgerError, LedgerUnavailableError
 from . import base, pgcontrols
 from .base import (
-    MUTABLE_COLUMNS,
     AuditEntry,
     Ledger,
     OperationQuery,
@@ -69,89 +67,19 @@ from .codec import read_text, stored_text
 from .grouped import group_plan
 from .pgsession import CommitLost, LedgerPool, Transaction, describe, ledger_error
 from .pgsql import (
-    AUDIT_COLUMNS,
-    AUDIT_TYPES,
+    MIGRATIONS,
+    LedgerStatements,
     cas_each_params,
-    cas_each_sql,
     cas_params,
     find_params,
     insert_params,
-    insert_sql,
-    one_row,
 )
-from .query import UNRESOLVED_SQL, where_clause
+from .query import where_clause
 from .steps import AsyncStepDefaults, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
 _ROLLBACK_RETRIES = 5
 
-#: Ordered schema migrations. Append only: never edit a released entry.
-#: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE {s}effect_operations (
-        op_id text PRIMARY KEY,
-        thread_id text NOT NULL,
-        checkpoint_ns text NOT NULL DEFAULT '',
-        tenant text NOT NULL DEFAULT '',
-        tool text NOT NULL,
-        tool_call_id text NOT NULL,
-        message_id text,
-        task_id text,
-        checkpoint_id text,
-        args text NOT NULL,
-        args_hash text NOT NULL,
-        provider_key text NOT NULL,
-        contract text NOT NULL,
-        policy_version text,
-        state text NOT NULL,
-        version integer NOT NULL,
-        attempts integer NOT NULL,
-        owner text,
-        lease_expires_at double precision,
-        dispatched_at double precision,
-        result_type text,
-        result bytea,
-        evidence text,
-        decisions text NOT NULL DEFAULT '[]',
-        extra text NOT NULL DEFAULT '{{}}',
-        created_at double precision NOT NULL,
-        updated_at double precision NOT NULL,
-        CONSTRAINT effect_operations_provider_key UNIQUE (tenant, provider_key)
-    );
-    CREATE TABLE {s}effect_audit (
-        op_id text NOT NULL,
-        seq integer NOT NULL,
-        at double precision NOT NULL,
-        actor text NOT NULL,
-        from_state text,
-        to_state text NOT NULL,
-        event text NOT NULL,
-        version integer NOT NULL,
-        evidence text,
-        PRIMARY KEY (op_id, seq)
-    );
-    CREATE INDEX effect_operations_payload
-        ON {s}effect_operations (thread_id, tool, args_hash);
-    """,
-    # Partial indexes: finding unresolved work costs O(result), not O(history).
-    f"""
-    CREATE INDEX effect_operations_unresolved
-        ON {{s}}effect_operations (updated_at) WHERE state IN ({UNRESOLVED_SQL});
-    CREATE INDEX effect_operations_unresolved_thread
-        ON {{s}}effect_operations (thread_id, updated_at) WHERE state IN ({UNRESOLVED_SQL});
-    """,
-    # Budgets and circuit breakers (see ledger/controls.py): one row per control and scope.
-    """
-    CREATE TABLE {s}effect_controls (
-        control text NOT NULL,
-        scope text NOT NULL,
-        state text NOT NULL DEFAULT '{{}}',
-        updated_at double precision NOT NULL,
-        PRIMARY KEY (control, scope)
-    );
-    """,
-)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: A pooled connection used less than this many seconds ago, whose socket has
@@ -240,51 +168,10 @@ class PostgresLedger(Ledger):
             if isinstance(conn.kwargs, dict):
                 extra = conn.kwargs
         self.where = describe(conninfo, schema, **extra)
-        prefix = f"{_quote_ident(schema)}." if schema else ""
-        self._prefix = prefix
-        ops = f"{prefix}effect_operations"
-        audit = f"{prefix}effect_audit"
-        self._ops = ops
-        self._audit = audit
-        self._migrations_table = f"{prefix}effect_migrations"
-        self._select_sql = f"SELECT * FROM {ops} WHERE op_id = ANY(%s)"
-        self._find_sql = (
-            f"SELECT * FROM {ops} WHERE op_id = ANY(%s) OR (thread_id = %s AND (tool, args_hash) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[])) "
-            "AND (%s::text IS NULL OR strpos(extra, %s) > 0))"  # (see origin_text)
-        )
-        self._lock_sql = f"SELECT * FROM {ops} WHERE op_id = %s FOR UPDATE"
-        self._renew_sql = base.renewal_sql(ops, "owner::jsonb ->> 'token'", "%s")
-        update = (
-            f"UPDATE {ops} SET "
-            + ", ".join(f"{c} = %s" for c in MUTABLE_COLUMNS)
-            + " WHERE op_id = %s AND version = %s RETURNING op_id"
-        )
-        audit_columns = ", ".join(AUDIT_COLUMNS)
-        self._typed_audit_row = "(" + ", ".join(f"%s::{t}" for t in AUDIT_TYPES) + ")"
-        # One statement each, so one round trip and (in autocommit) one transaction.
-        self._cas_sql = (
-            f"WITH changed AS ({update}) INSERT INTO {audit} ({audit_columns}) "
-            f"SELECT {self._typed_audit_row[1:-1]} FROM changed RETURNING op_id"
-        )
-        self._insert_sql, self._find_or_insert_sql = insert_sql(ops, audit, self._find_sql)
-        # The same for one new row, sent as scalars (see pgsql).
-        self._insert_one_sql, self._find_or_insert_one_sql = insert_sql(ops, audit, self._find_sql, one_row)
-        self._cas_each_sql = cas_each_sql(ops, audit)
-        self._controls_sql = pgcontrols.ControlStatements.on(prefix)
-        # The statements the steps run, as the bytes psycopg sends (ASCII: schema names
-        # are plain): psycopg encodes a str query on every call, then hashes the result.
-        self._steps_sql = _StepStatements(
-            select=self._select_sql.encode("ascii"),
-            find=self._find_sql.encode("ascii"),
-            lock=self._lock_sql.encode("ascii"),
-            cas=self._cas_sql.encode("ascii"),
-            cas_each=self._cas_each_sql.encode("ascii"),
-            insert=self._insert_sql.encode("ascii"),
-            insert_one=self._insert_one_sql.encode("ascii"),
-            find_or_insert=self._find_or_insert_sql.encode("ascii"),
-            find_or_insert_one=self._find_or_insert_one_sql.encode("ascii"),
-        )
+        self._sql = sql = LedgerStatements.on(f"{_quote_ident(schema)}." if schema else "")
+        self._ops, self._audit, self._migrations_table = sql.ops, sql.audit, sql.migrations
+        self._renew_sql, self._controls_sql = sql.renew, sql.controls
+        self._steps_sql = sql.steps
         #: The steps made for the connection used last (see ``_steps``).
         self._hot: _Steps | None = None
 
@@ -648,21 +535,6 @@ class PostgresLedger(Ledger):
         return [audit_from_row(row) for row in rows]
 
 
-@dataclass(frozen=True)
-class _StepStatements:
-    """The statements :class:`_Steps` run, encoded."""
-
-    select: bytes
-    find: bytes
-    lock: bytes
-    cas: bytes
-    cas_each: bytes
-    insert: bytes
-    insert_one: bytes
-    find_or_insert: bytes
-    find_or_insert_one: bytes
-
-
 class _Checkout:
     """:meth:`PostgresLedger._connection`: :meth:`~PostgresLedger._checkout` on entry,
     :meth:`~PostgresLedger._checkin` on exit; psycopg errors become the ledger's."""
@@ -764,7 +636,7 @@ class _Steps(AsyncStepDefaults):
         )
 
     async def apply_migration(self, step: base.ApplyMigration) -> None:
-        for statement in base.sql_statements(MIGRATIONS[step.index].format(s=self.ledger._prefix)):
+        for statement in base.sql_statements(MIGRATIONS[step.index].format(s=self.ledger._sql.prefix)):
             await self.cur.execute(statement)
         await self.cur.execute(
             f"INSERT INTO {self.ledger._migrations_table} (v, applied_at) VALUES (%s, %s)",
