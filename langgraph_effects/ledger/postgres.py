@@ -351,10 +351,7 @@ class PostgresLedger(Ledger):
             return await self._run_plan(conn, plan)
 
     async def _transact_group(self, makers: Sequence[Callable[[], base.Plan[Any]]]) -> list[PlanResult[Any]]:
-        conn = self._parked()  # (not _connection(): the same, inline)
-        restore = False
-        if conn is None:
-            conn, restore = await self._checkout()
+        conn, restore = await self._checkout()
         try:
             if len(makers) > 1:
                 try:
@@ -365,13 +362,8 @@ class PostgresLedger(Ledger):
                     pass  # rolled back: run each on its own so one cannot fail the others
             outcomes: list[PlanResult[Any]] = []
             for make in makers:
-                # Each in its own transaction: the first try here, any other in _run_alone.
                 try:
-                    try:
-                        value = await self._run_plan(conn, make())
-                    except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
-                        value = await self._run_alone(conn, make, tried=1)
-                    outcomes.append(PlanResult(value=value))
+                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
                 except psycopg.Error as error:
                     outcomes.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
@@ -380,24 +372,19 @@ class PostgresLedger(Ledger):
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
         finally:
-            if restore or not self._park(conn):
-                await self._return(conn, restore)
+            await self._checkin(conn, restore)
 
-    async def _run_alone(
-        self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]], *, tried: int = 0
-    ) -> T:
-        """One plan in its own transaction (already rolled back ``tried`` times), run
-        again when the server rolled it back to break a deadlock (or a serialization
-        failure): nothing of it landed, and two workers' transactions that lock the
-        same rows in another order are normal."""
-        for attempt in range(tried, _ROLLBACK_RETRIES):
-            if attempt:
-                await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
+    async def _run_alone(self, conn: psycopg.AsyncConnection[Any], make: Callable[[], base.Plan[T]]) -> T:
+        """One plan in its own transaction, run again when the server rolled it back to
+        break a deadlock (or a serialization failure): nothing of it landed, and two
+        workers' transactions that lock the same rows in another order are normal."""
+        for attempt in range(_ROLLBACK_RETRIES):
             try:
                 return await self._run_plan(conn, make())
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _ROLLBACK_RETRIES - 1:
                     raise
+                await asyncio.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     async def _run_plan(
