@@ -214,10 +214,7 @@ class Owner:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Owner:
         """The owner :meth:`to_json` stored (rows without the newer fields included)."""
-        # Built straight into its instance dict, as the ledger's rows are (every field
-        # is named here; the frozen __init__ sets them one object.__setattr__ at a time).
-        owner = object.__new__(cls)
-        owner.__dict__.update(
+        return cls(
             host=str(data["host"]),
             pid=int(data["pid"]),
             started=float(data["started"]),
@@ -226,7 +223,6 @@ class Owner:
             since=float(data["since"]) if data.get("since") is not None else None,
             node=str(data["node"]) if data.get("node") else None,
         )
-        return owner
 
 
 @dataclass(frozen=True)
