@@ -48,7 +48,10 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
     """Run ``coro`` to completion from sync code, in a copy of the caller's context."""
-    running = asyncio._get_running_loop()
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
     target = loop if loop is not None and loop.is_running() else _portal_loop()
     if target is running:
         coro.close()
