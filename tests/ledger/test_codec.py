@@ -90,3 +90,63 @@ def test_a_transition_writes_exactly_the_mutable_columns(op: Operation) -> None:
     full, mutable = to_row(op), mutable_row(op)
     assert set(mutable) == {*MUTABLE_COLUMNS, "op_id"}
     assert mutable == {c: full[c] for c in mutable}
+
+
+# The codec encodes with the C encoder ``json.JSONEncoder.encode`` would build, made once
+# per thread, and decodes with ``json``'s scanner directly: both are ``json``'s own
+# pieces (``json.encoder.c_make_encoder``, ``JSONDecoder.scan_once``), so these tests
+# fail loudly if a Python release changes them.
+
+ENCODED = [
+    {"b": 1, "a": [1.5, None, True, "x"], "c": {"z": "é", "y": "\u2400"}},
+    ["nested", {"k": {"k": [{"k": 0}]}}],
+    {"nan": float("nan"), "inf": float("inf"), "big": 10**30, "neg": -0.0},
+    "a plain string",
+    {"lone": "\ud800", "nul": "\x00", "emoji": "\U0001f600"},
+    {"not json": OWNER, "path": __import__("pathlib").Path("/tmp")},  # default=str
+    {2: "int key", 1.5: "float key", None: "null key"},
+    {2: "int key", "1": "str key"},  # sort_keys refuses to compare them
+    [],
+    {},
+]
+
+
+@pytest.mark.parametrize("value", ENCODED, ids=range(len(ENCODED)))
+def test_the_codec_encodes_as_json_dumps_does(value: object) -> None:
+    from langgraph_effects.ledger import codec
+
+    try:
+        expected = json.dumps(value, sort_keys=True, default=str)
+    except TypeError:
+        with pytest.raises(TypeError):
+            codec._encode({"inside": value})
+        assert codec._encode({"after": [1]}) == '{"after": [1]}'  # nothing left behind
+        return
+    assert codec._encode(value) == expected
+
+
+def test_a_circular_value_is_refused_and_the_encoder_still_works_after() -> None:
+    from langgraph_effects.ledger import codec
+
+    loop: list[object] = []
+    loop.append({"again": loop})
+    with pytest.raises(ValueError, match="Circular reference"):
+        codec._encode({"outer": loop})
+    assert codec._encode({"outer": [1]}) == '{"outer": [1]}'
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": [1, 2.5, null]}', '"s"', "  [1] ", "[1] trailing", "", "{", "NaN", '"\\ud800"']
+)
+def test_the_codec_decodes_as_json_loads_does(text: str) -> None:
+    from langgraph_effects.ledger import codec
+
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as error:
+        with pytest.raises(json.JSONDecodeError) as raised:
+            codec._json(text)
+        assert raised.value.msg == error.msg and raised.value.pos == error.pos
+        return
+    got = codec._json(text)
+    assert repr(got) == repr(expected)  # NaN != NaN: compare as written
