@@ -110,7 +110,7 @@ def test_provider_rejects_a_changed_payload_under_the_same_key(provider: Any) ->
 
 
 async def test_provider_conflicts_while_the_key_is_in_flight(provider: Any) -> None:
-    provider.set_faults(latency=1.0)
+    provider.set_faults(latency=3.0)  # the second request, sent at 0.3 s, has 2.7 s of slack
     async with httpx.AsyncClient(base_url=provider.url, timeout=10) as client:
 
         async def send(delay: float) -> httpx.Response:

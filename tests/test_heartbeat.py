@@ -4,49 +4,64 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from langgraph_effects._runtime.dispatch import Heartbeat
 
 
-def _counter(result: bool = True, delay: float = 0.0) -> tuple[list[float], Heartbeat]:
+def _counter(result: bool = True, gate: threading.Event | None = None) -> tuple[list[float], Heartbeat]:
     beats: list[float] = []
 
     def renew() -> bool:
         beats.append(time.monotonic())
-        time.sleep(delay)
+        if gate is not None:
+            gate.wait(30)  # a renewal that hangs until the test lets it go
         return result
 
     return beats, Heartbeat(renew, interval=0.05, name="t")
 
 
+def _until(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    """Wait for `condition` on a deadline, not for a fixed time: a loaded machine may
+    run the scheduler thread late, never wrongly."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
+        time.sleep(0.01)
+
+
 def test_a_heartbeat_renews_every_interval_until_stopped() -> None:
     beats, beat = _counter()
     beat.start()
-    time.sleep(0.4)  # blocks this thread (as a tool blocking the event loop would)
+    _until(lambda: len(beats) >= 4, "four renewals")  # this thread blocks, as a tool would
     beat.stop()
     seen = len(beats)
-    time.sleep(0.2)
-    assert seen >= 4  # every 0.05 s, first after one interval
+    time.sleep(0.2)  # four intervals
     assert len(beats) <= seen + 1  # a renewal already running may finish; no more follow
 
 
 def test_a_lost_lease_ends_its_heartbeat() -> None:
     beats, beat = _counter(result=False)
     beat.start()
-    time.sleep(0.3)
+    _until(lambda: len(beats) >= 1, "the first renewal")
+    time.sleep(0.3)  # six intervals
     assert len(beats) == 1
 
 
 def test_one_slow_renewal_does_not_hold_the_others_back() -> None:
-    slow_beats, slow = _counter(delay=0.5)
+    gate = threading.Event()
+    slow_beats, slow = _counter(gate=gate)
     fast_beats, fast = _counter()
-    slow.start()
-    fast.start()
-    time.sleep(0.45)
-    slow.stop()
-    fast.stop()
-    assert len(slow_beats) == 1
-    assert len(fast_beats) >= 4
+    try:
+        slow.start()
+        fast.start()
+        _until(lambda: len(slow_beats) == 1, "the slow renewal to start")
+        _until(lambda: len(fast_beats) >= 4, "four fast renewals while the slow one hangs")
+        assert len(slow_beats) == 1  # still inside its first renewal
+    finally:
+        slow.stop()
+        fast.stop()
+        gate.set()
 
 
 def test_many_heartbeats_share_one_thread() -> None:
