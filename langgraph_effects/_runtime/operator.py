@@ -39,7 +39,8 @@ from ..errors import (
     StaleVersionError,
     VerdictNotRecordedError,
 )
-from ..ledger.base import AuditEntry, Ledger, OperationQuery
+from ..ledger.base import AuditEntry, Ledger, OperationQuery, Transition
+from ..ledger.controls import verdict_plan
 from ..ledger.opener import (  # opening a ledger lives there; importable from here too
     DEFAULT_CONNECT_TIMEOUT,
     describe_target,
@@ -278,9 +279,7 @@ async def resolve_report(
         return await _decide_lost(ledger, op, change, did, expected_version, actor, channel)
     # The state machine checks the rest, in this order: a decision id already applied
     # (a replay, or a conflict), the version, then whether the state takes a verdict.
-    result = await ledger.apply(
-        op.op_id, change, expected_version=expected_version, actor=actor, decidable_only=True
-    )
+    result = await _verdict(ledger, op.op_id, change, expected_version, actor)
     return Resolution(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state
     )
@@ -293,6 +292,8 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
     ``decision`` is a review decision model or a mapping such as
     ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
     ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects._runtime.review`).
+    ``not_landed`` also gives back, in the same commit, the budget shares the
+    operation was charged (see docs/budgets.md); the others keep them.
 
     Refusals change nothing:
 
@@ -340,10 +341,19 @@ async def _decide_lost(
         actor=actor,
     )
     try:
-        after = await ledger.transition(op.op_id, change, expected_version=lost.version, actor=actor)
+        after = (await _verdict(ledger, op.op_id, change, lost.version, actor)).op
     except Exception as error:
         raise VerdictNotRecordedError(lost, error) from error
     return Resolution(after, did, replayed=False, lease_lost=True, from_state=op.state)
+
+
+def _verdict(
+    ledger: Ledger, op_id: str, change: Change, expected_version: int, actor: str
+) -> Awaitable[Transition]:
+    """Record a verdict in one commit, with what it does to the budgets the operation
+    was charged (``not_landed`` gives the share back; see :func:`verdict_plan`)."""
+    where, settle = ledger.where, ledger.stores_controls
+    return ledger.transact(lambda: verdict_plan(op_id, change, expected_version, actor, where, settle))
 
 
 def _lease_evidence(op: Operation, actor: str, channel: str, now: float) -> dict[str, Any]:

@@ -348,6 +348,12 @@ class Ledger(abc.ABC):
     #: to, and what opening an existing one checks :meth:`schema_version` against).
     SCHEMA_VERSION: ClassVar[int] = 1
 
+    @property
+    def stores_controls(self) -> bool:
+        """Whether this ledger keeps budget and circuit-breaker rows (every built-in
+        one does; a backend kit backend only once it writes their steps)."""
+        return True
+
     @abc.abstractmethod
     async def setup(self) -> None:
         """Create or migrate the schema. Idempotent; call once at start-up."""

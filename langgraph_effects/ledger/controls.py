@@ -94,15 +94,52 @@ def controlled_plan(
         if moved.applied and admission.writes:
             yield WriteControls(admission.writes)
         return moved
+    return (yield from settling_plan(op_id, change, expected_version, actor, where, seen, controls))
+
+
+def settling_plan(
+    op_id: str,
+    change: Change,
+    expected_version: int | None,
+    actor: str,
+    where: str,
+    seen: Operation | None,
+    controls: Controls,
+    *,
+    decidable_only: bool = False,
+) -> Plan[Transition]:
+    """:func:`~.base.transition_plan` for a transition that is not a send, with what
+    its outcome does to the rows (:func:`~.core.controls.settle`): the hold first,
+    then the rows it charged and the circuit's, locked before the transition."""
     hold: dict[Key, ControlRow] = yield LockControls((rules.hold_key(op_id),))
     more = set(rules.charged_keys(hold.get(rules.hold_key(op_id))))
     if controls.circuit is not None:
         more.add(controls.circuit.key)
     rows = {**hold, **((yield LockControls(tuple(sorted(more)))) if more else {})}
-    moved = yield from transition_plan(op_id, change, expected_version, actor, where, seen=seen)
+    moved = yield from transition_plan(
+        op_id, change, expected_version, actor, where, decidable_only, seen
+    )
     if moved.applied:
         writes = rules.settle(controls, op_id, change.event.value, change.evidence, rows, now=now())
         if writes:
             yield WriteControls(writes)
     return moved
+
+
+def verdict_plan(
+    op_id: str, change: Change, expected_version: int | None, actor: str, where: str, settle: bool = True
+) -> Plan[Transition]:
+    """An operator's verdict (decidable states only) recorded as an outcome: one that
+    proves nothing landed (``not_landed``) gives back the budget shares the operation
+    holds, in the verdict's own transaction, as the same answer given in the graph
+    does. The tool's declarations are not needed: the hold names what was charged.
+    Circuits are left alone (a verdict says nothing of the provider's health).
+    ``settle=False``: a ledger that keeps no control rows (nothing can be held)."""
+    if not settle or rules.outcome_of(change.event.value, change.evidence) != "refund":
+        return (yield from transition_plan(op_id, change, expected_version, actor, where, True))
+    return (
+        yield from settling_plan(
+            op_id, change, expected_version, actor, where, None, Controls(), decidable_only=True
+        )
+    )
 

@@ -223,6 +223,11 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
         """Every control row but the holds (control ``"hold"``), sorted by key."""
         raise self._no_controls()
 
+    @property
+    def stores_controls(self) -> bool:
+        """Whether this backend writes the control steps (overrides :meth:`lock_controls`)."""
+        return type(self).lock_controls is not LedgerBackend.lock_controls
+
     def _no_controls(self) -> LedgerError:
         return LedgerError(
             f"the ledger backend at {self.where} stores no budgets or circuit breakers (it has "

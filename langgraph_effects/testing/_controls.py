@@ -11,9 +11,9 @@ from typing import Any
 from ..core.controls import Budget, Call, CircuitBreaker, ControlRow, Controls, Refusal, hold_key
 from ..core.operation import Change, Event, State
 from ..ledger.base import DEFAULT_ACTOR, Ledger, Transition
-from ..ledger.controls import controlled_plan
+from ..ledger.controls import controlled_plan, verdict_plan
 from ..ledger.steps import LockControls, WriteControls
-from ._cases import dispatch, make_op, succeed
+from ._cases import LOSE, dispatch, make_op, succeed
 
 BUDGET = Budget("conformance", max_sends=1)
 
@@ -76,6 +76,30 @@ class ControlCases:
         await _send(ledger, "op-a", fail, moved.op.version, controls)
         used = [r for r in await ledger.control_rows() if r.control == BUDGET.control]
         assert [r.state["sends"] for r in used] == [0]
+
+    async def test_a_not_landed_verdict_gives_the_share_back_once(self, ledger: Ledger) -> None:
+        controls = Controls((BUDGET,))
+        await ledger.record_intents([make_op(op_id=f"op-{x}", provider_key=f"k-{x}") for x in "ab"])
+        sent = await _send(ledger, "op-a", dispatch("tok-a"), 1, controls)
+        assert isinstance(sent, Transition)
+        lost = await _send(ledger, "op-a", LOSE, sent.op.version, controls)
+        assert isinstance(lost, Transition)
+        in_doubt = await _send(ledger, "op-b", dispatch("tok-b"), 1, controls)
+        assert isinstance(in_doubt, Refusal)  # an unknown outcome keeps its share
+        verdict = Change(
+            Event.NOT_LANDED,
+            evidence={"kind": "verdict", "decision": "not_landed", "actor": "op"},
+            decision_id="d-1",
+            decision={"type": "not_landed"},
+        )
+        where = ledger.where
+        for _ in range(2):  # the same verdict again is a replay: given back once
+            done = await ledger.transact(lambda: verdict_plan("op-a", verdict, lost.op.version, "op", where))
+        assert done.op.state is State.PENDING and not done.applied
+        used = [r for r in await ledger.control_rows() if r.control == BUDGET.control]
+        assert [r.state["sends"] for r in used] == [0]
+        admitted = await _send(ledger, "op-b", dispatch("tok-b"), 1, controls)
+        assert isinstance(admitted, Transition) and admitted.op.state is State.DISPATCHED
 
     async def test_a_stale_send_charges_nothing(self, ledger: Ledger) -> None:
         controls = Controls((BUDGET,))
