@@ -53,7 +53,7 @@ from langgraph_effects.errors import (
     StaleVersionError,
     TransitionError,
 )
-from langgraph_effects.ledger.base import DEFAULT_ACTOR, Ledger
+from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.sqlite import SqliteLedger
 
 SECRET_RESULT = b"TOP-SECRET-TOOL-OUTPUT"
@@ -539,22 +539,11 @@ async def test_stale_version_on_an_expired_dispatch_writes_nothing(ledger: Ledge
 
 
 class _VerdictsRefused(SqliteLedger):
-    """A ledger that accepts the lease loss but refuses the verdict after it."""
+    """A ledger that accepts the lease loss (a plain transition) but refuses the verdict
+    after it (a plan of its own, which also settles budgets: see ``verdict_plan``)."""
 
-    async def transition(
-        self,
-        op_id: str,
-        change: Change,
-        *,
-        expected_version: int | None,
-        actor: str = DEFAULT_ACTOR,
-        before: Operation | None = None,
-    ) -> Operation:
-        if change.event is not Event.LOSE:
-            raise LedgerUnavailableError("sqlite: the disk is full (simulated)")
-        return await super().transition(
-            op_id, change, expected_version=expected_version, actor=actor, before=before
-        )
+    async def transact(self, make: Any) -> Any:
+        raise LedgerUnavailableError("sqlite: the disk is full (simulated)")
 
 
 async def test_a_verdict_that_fails_after_the_lease_loss_says_so(db: Path) -> None:
