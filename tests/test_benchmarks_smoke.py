@@ -289,7 +289,8 @@ def test_floor_split_prints_each_hook_and_ours_against_the_floor(tmp_path: Path)
     )
     assert last is not None, out[-1]
     assert float(last[2]) <= float(last[1]) <= float(last[3])
-    assert int(last[4]) == calls["EffectMiddleware"] - calls["both hooks"]
+    # Each count is a mean per turn, printed rounded: their difference may be 1 off.
+    assert abs(int(last[4]) - (calls["EffectMiddleware"] - calls["both hooks"])) <= 1
 
 
 def test_lease_files_prints_both_variants_and_the_owner_cost(tmp_path: Path) -> None:
