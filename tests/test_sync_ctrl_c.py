@@ -116,8 +116,8 @@ def test_ctrl_c_while_a_call_begins_leaves_nothing_a_rerun_must_wait_for(
     # tool ran; nothing in between is left behind.
     ended = (out["after_ctrl_c"], out["effects_after_ctrl_c"])
     assert ended in {("confirmed", 1), ("pending", 0)}, out
-    if ended == ("pending", 0):
-        assert out["events"][:3] == ["intent", "dispatch", "withdraw"], out
+    if ended == ("pending", 0):  # handed back (a dedup call's intent carries its dispatch)
+        assert out["events"][out["events"].index("withdraw") - 1] in {"intent", "dispatch"}, out
     # Run again: settled without an operator (a blind tool too), sent once in all, and
     # without waiting out a lease (30 s by default; a wide bound for a loaded machine).
     assert (out["interrupts"], out["state"], out["effects"]) == (0, "confirmed", 1), out
