@@ -291,7 +291,6 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
             return await cur.fetchone() is not None
 
 
-
 class _FencedCursor:
     """``EffectPostgresSaver._cursor``'s context: LangGraph's cursor, and inside a save
     the statement that tells the trigger how to fence it, before LangGraph's own."""

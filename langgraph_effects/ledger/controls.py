@@ -142,4 +142,3 @@ def verdict_plan(
             op_id, change, expected_version, actor, where, None, Controls(), decidable_only=True
         )
     )
-
