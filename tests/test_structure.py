@@ -1,5 +1,6 @@
-"""The package stays a code base a newcomer can change: no module over 700 lines and
-no function over 80, in ``langgraph_effects/`` (issue 14's limits, kept by a test)."""
+"""A tripwire, not a target: no module in ``langgraph_effects/`` over 900 lines and no
+function over 100. The limits sit well above today's largest so that nobody packs code
+to fit them; whether a module holds one subject is reviewed, not counted."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "langgraph_effects"
-MAX_MODULE_LINES = 700
-MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 900
+MAX_FUNCTION_LINES = 100
 
 
 def _modules() -> list[Path]:
