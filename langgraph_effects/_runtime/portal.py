@@ -4,22 +4,36 @@ The ledger is async. A sync node runs its ledger work on one background event lo
 (a "portal"), passing the caller's ``contextvars`` so LangGraph's config context
 travels with it. A ledger bound to a loop of its own (``ledger.loop``, e.g. a
 Postgres pool opened there) is driven on that loop instead.
+
+A thread of the portal loop's own executor never waits for the portal loop: the
+loop's work needs those threads (LangGraph's async Postgres saver serializes there),
+so executor threads that all wait for it would stop the loop for good, and with it
+every sync run of the process. :func:`run` refuses such a call at once, and blocking
+sync work that may come back to the portal (``graph.invoke`` from a coroutine) runs
+on a thread of its own (:func:`in_thread`), never on the executor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+#: ``executor`` is set on the threads of the portal loop's executor.
+_thread = threading.local()
+
+
+def _mark_executor_thread() -> None:
+    _thread.executor = True
 
 
 def _forget_in_child() -> None:
@@ -38,6 +52,14 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
+            # The loop's default executor (``to_thread``), as asyncio would make it, its
+            # threads marked so that :func:`run` can refuse them.
+            loop.set_default_executor(
+                concurrent.futures.ThreadPoolExecutor(
+                    thread_name_prefix="langgraph-effects-portal-executor",
+                    initializer=_mark_executor_thread,
+                )
+            )
             thread = threading.Thread(
                 target=loop.run_forever, name="langgraph-effects-portal", daemon=True
             )
@@ -47,7 +69,8 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
 
 
 def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
-    """Run ``coro`` to completion from sync code, in a copy of the caller's context."""
+    """Run ``coro`` to completion from sync code, in a copy of the caller's context: on
+    ``loop`` when it is given and running, else on the portal's loop."""
     try:
         running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
@@ -58,6 +81,14 @@ def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None 
         raise RuntimeError(
             "a sync LangGraph call (invoke/stream) ran on the event loop that owns the "
             "ledger; use ainvoke/astream there, or call invoke from another thread"
+        )
+    if target is _loop and getattr(_thread, "executor", False):
+        coro.close()
+        raise RuntimeError(
+            "a sync call that waits for langgraph-effects' background event loop ran on a "
+            "thread of that loop's own executor, which the loop needs to make progress: "
+            "enough of them would stop it for good. Run the blocking call with "
+            "langgraph_effects._runtime.portal.in_thread, not asyncio.to_thread"
         )
     ctx = contextvars.copy_context()
     # Released by the loop once the task is done; the caller waits by acquiring it.
@@ -81,3 +112,32 @@ def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None 
         raise error
     result: T = task.result()
     return result
+
+
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Await ``fn(*args, **kwargs)`` run on a new thread of its own, in a copy of the
+    caller's context: for blocking sync work that may wait for the portal loop (a
+    sync graph's ``invoke``), which must not hold a thread of the loop's executor
+    (see the module). One thread per call: each stands for one caller waiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.cancelled():
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def target() -> None:
+        try:
+            result, error = ctx.run(fn, *args, **kwargs), None
+        except BaseException as raised:
+            result, error = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name="langgraph-effects-portal-caller", daemon=True).start()
+    return await future
