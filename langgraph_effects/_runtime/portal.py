@@ -2,8 +2,8 @@
 
 The ledger is async. A sync node runs its ledger work on one background event loop
 (a "portal"), passing the caller's ``contextvars`` so LangGraph's config context
-travels with it. A ledger bound to a loop of its own (``ledger.loop``, e.g. a
-Postgres pool opened there) is driven on that loop instead.
+travels with it. Work whose ledger lives on another running loop (an async saver's,
+for a sync subgraph inside an async run) is driven on that loop instead (``loop=``).
 
 A thread of the portal loop's own executor never waits for the portal loop: the
 loop's work needs those threads (LangGraph's async Postgres saver serializes there),
@@ -23,6 +23,10 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from langchain_core.runnables.config import var_child_runnable_config
+
+from .. import _private
 
 T = TypeVar("T")
 
@@ -68,13 +72,27 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def run_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop the running graph's checkpointer lives on, if it has one (an
+    async saver keeps it as ``loop``): a sync subgraph or task inside an async run
+    drives its ledger there, where the async run drives the same ledger. ``None``
+    outside a graph run and for a sync checkpointer (their work runs on the portal)."""
+    config = var_child_runnable_config.get()
+    saver = _private.checkpointer(config) if config else None
+    found = getattr(saver, "loop", None)
+    return found if isinstance(found, asyncio.AbstractEventLoop) else None
+
+
 def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
     """Run ``coro`` to completion from sync code, in a copy of the caller's context: on
-    ``loop`` when it is given and running, else on the portal's loop."""
+    ``loop`` when it is given and running, else on the loop the running graph's
+    checkpointer lives on when that one runs (:func:`run_loop`), else on the portal's."""
     try:
         running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         running = None
+    if loop is None or not loop.is_running():
+        loop = run_loop()
     target = loop if loop is not None and loop.is_running() else _portal_loop()
     if target is running:
         coro.close()
