@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver, OperationQuery, SyncMismatchError
-from langgraph_effects.lab.providers import Provider
+from langgraph_effects.testing import Provider
 from tests.helpers.agent import Spec, State, build
 from tests.ledger import conftest as ledger_fixtures
 

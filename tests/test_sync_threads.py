@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_effects import DurabilityError, SyncEffectPostgresSaver, SyncEffectSqliteSaver
 from langgraph_effects._integrations.node import EffectToolNode
-from langgraph_effects.lab.providers import Provider
+from langgraph_effects.testing import Provider
 from tests.helpers.agent import Spec, effect_for, send_tool, tool_loop
 from tests.ledger import conftest as ledger_fixtures
 
