@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from .. import _private
 from ..core import identity
@@ -157,12 +158,35 @@ class Source:
 
 
 async def read_checkpoint(saver: Any, ns: str, checkpoint_id: str, thread_id: str, sync: bool) -> Any:
+    """Read one checkpoint of the run's checkpointer from the running event loop.
+
+    A sync checkpointer (``sync``) is read on a worker thread, unless it is an async
+    saver, or the sync face of one, that lives on this very loop: that one is awaited
+    here. Its sync ``get_tuple`` would only come back to this loop and park the worker
+    thread until it answers, and a loop's executor whose threads all wait for the loop
+    while the saver itself needs a thread of that executor (LangGraph's Postgres saver
+    serializes there) never moves again.
+    """
     target = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
     }
-    if sync:
-        return await asyncio.to_thread(saver.get_tuple, target)
-    return await saver.aget_tuple(target)
+    if not sync:
+        return await saver.aget_tuple(target)
+    here = async_saver_here(saver)
+    if here is not None:
+        return await here.aget_tuple(target)
+    return await asyncio.to_thread(saver.get_tuple, target)
+
+
+def async_saver_here(saver: Any) -> Any | None:
+    """The async saver behind ``saver`` (itself, or the one a sync Effect saver runs, its
+    ``saver``) when it lives on the running event loop (LangGraph's async savers keep
+    theirs as ``loop``); ``None`` otherwise."""
+    loop = asyncio.get_running_loop()
+    for candidate in (saver, getattr(saver, "saver", None)):
+        if isinstance(candidate, BaseCheckpointSaver) and getattr(candidate, "loop", None) is loop:
+            return candidate
+    return None
 
 
 def _parent_id(saved: Any) -> str | None:

@@ -7,15 +7,23 @@ implementation in a sync run is refused before its call is recorded
 (:func:`refuse_async_only_tool`).
 
 LangGraph's async savers accept sync calls from a thread other than their event
-loop's; a sync graph run (``graph.invoke``/``graph.stream``) on ours would then drive
-the ledger on another event loop than the saver's (a Postgres pool cannot follow).
-Its first call, the loop's ``get_tuple``, is refused instead, before anything is read,
-saved or sent. Sync calls that are not a graph run's (``graph.get_state`` from another
-thread, a sync task's read of its checkpoint) behave as LangGraph's saver does.
+loop's, and run them on that loop (``asyncio.run_coroutine_threadsafe``); from the
+loop's own thread they raise ``InvalidStateError`` (the call would block the loop it
+waits for). Ours do the same for what an async run starts: a plain ``def`` node of an
+async run (``ainvoke``/``astream``) runs on a worker thread, and a compiled subgraph
+it calls with ``invoke`` loads and saves its checkpoints through the saver's loop,
+fenced as the parent's, while its effectful calls drive the ledger on that same loop
+(:func:`~langgraph_effects._runtime.portal.run_loop`). A top-level sync run
+(``graph.invoke``/``graph.stream``) on an async saver is refused at its first call,
+the loop's ``get_tuple``, before anything is read, saved or sent, naming the sync
+twin; so is a sync subgraph run on the saver's own event-loop thread, naming
+``ainvoke``. Sync calls that are not a graph run's (``graph.get_state`` from another
+thread) behave as LangGraph's saver does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -33,9 +41,18 @@ class AsyncOnly:
     sync_name: ClassVar[str] = "SyncEffectSqliteSaver"
     """The sync twin's class name: what ``invoke``/``stream`` should use instead."""
 
+    loop: asyncio.AbstractEventLoop
+    """The event loop the saver was opened on (LangGraph's saver sets it)."""
+
     def _refuse_sync_run(self, method: str, config: RunnableConfig) -> None:
-        if _private.from_graph_loop(config):
-            raise saver_mismatch(type(self).__name__, method, self.sync_name, sync_run=True)
+        if not _private.from_graph_loop(config):
+            return
+        on_loop_thread = _running_loop() is self.loop
+        if _private.checkpoint_ns(config) and self.loop.is_running() and not on_loop_thread:
+            return  # a sync subgraph of an async run, on a worker thread: run on the loop
+        if _private.checkpoint_ns(config) and on_loop_thread:
+            raise subgraph_on_loop(type(self).__name__, method)
+        raise saver_mismatch(type(self).__name__, method, self.sync_name, sync_run=True)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's ``get_tuple``; refused for a sync graph run."""
@@ -67,6 +84,25 @@ def saver_mismatch(saver: str, method: str, use: str, *, sync_run: bool) -> Sync
         f"same from_conn_string and setup()), or call {other}.",
         used=saver, use=use,
     )
+
+
+def subgraph_on_loop(saver: str, method: str) -> SyncMismatchError:
+    """The error for a sync subgraph run on the thread of its async saver's event loop."""
+    return SyncMismatchError(
+        f"{saver}.{method}: a subgraph ran with invoke/stream on the thread of the event loop "
+        f"{saver} runs on (the async run's own thread), where it would block the loop it "
+        "waits for; nothing was read, saved or sent. Call the subgraph with "
+        "`await subgraph.ainvoke(...)` from an async node, or call invoke from a plain `def` "
+        "node (LangGraph runs it on a worker thread).",
+        used=saver, use="ainvoke/astream",
+    )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def refuse_async_only_tool(tool: BaseTool | None, integration: str) -> None:

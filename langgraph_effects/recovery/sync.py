@@ -4,12 +4,12 @@ Recovery is written once, async. A sync graph (on ``SyncEffectSqliteSaver`` or
 ``SyncEffectPostgresSaver``) is recovered by running that same coroutine on the
 package's background event loop (the portal, where the sync savers keep their
 async savers), with the graph's own sync calls (``invoke``, ``get_state``) made from
-a worker thread: every resume is the sync run the application itself would make.
+a thread of their own (never the loop's executor, which those calls would wait on):
+every resume is the sync run the application itself would make.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from .._runtime import portal as _portal
@@ -27,10 +27,10 @@ class _SyncGraph:
         self.checkpointer = getattr(saver, "saver", saver)
 
     async def ainvoke(self, input: Any, config: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.graph.invoke, input, config, **kwargs)
+        return await _portal.in_thread(self.graph.invoke, input, config, **kwargs)
 
     async def aget_state(self, config: Any) -> Any:
-        return await asyncio.to_thread(self.graph.get_state, config)
+        return await _portal.in_thread(self.graph.get_state, config)
 
 
 def recover_sync(graph: Any, **options: Any) -> RecoveryReport:
