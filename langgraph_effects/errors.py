@@ -5,6 +5,7 @@ caller can catch the package as a whole or one precise failure::
 
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
+    │   ├── InvalidOptionError      an option of the wrong type, unit or name (also ValueError)
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
@@ -30,6 +31,7 @@ caller can catch the package as a whole or one precise failure::
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── NondeterminismError         a Functional API entrypoint changed its call order: stopped
     ├── ReviewError                 an operator answer that cannot be applied
+    │   └── NothingToResumeError    the thread has no checkpoint, or waits for no review
     ├── CompensationError           an effect that cannot be undone now (nothing landed, no undo...)
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
     ├── ControlRefusedError         a send refused by a budget or a circuit breaker: not sent
@@ -69,6 +71,27 @@ class EffectsError(Exception):
 
 class ConfigurationError(EffectsError):
     """The graph or node is configured in a way the package cannot make crash-safe."""
+
+
+class InvalidOptionError(ConfigurationError, ValueError):
+    """An option given to :class:`~langgraph_effects.Effect`, ``Budget``,
+    ``CircuitBreaker``, ``Undo`` or an integration (``EffectToolNode``,
+    ``EffectMiddleware``, ``@effectful``) that is of the wrong type, unit or name.
+    Raised when the object is made (for ``EffectMiddleware``'s ``effects`` names, before
+    the agent's first model or tool call): nothing was recorded or sent.
+
+    Attributes: ``owner`` (what was being made, e.g. ``"Effect"``), ``option`` (the
+    option's name), ``given`` (what was given) and ``accepts`` (what the option takes,
+    in words). Also a :class:`ValueError`.
+    """
+
+    owner: str
+    option: str
+    given: Any
+    accepts: str
+
+    def __init__(self, message: str, *, owner: str, option: str, given: Any, accepts: str) -> None:
+        self._record(message, owner=owner, option=option, given=given, accepts=accepts)
 
 
 class NoLedgerError(ConfigurationError):
