@@ -221,7 +221,7 @@ def sibling_calls(config: Mapping[str, Any]) -> tuple[int, list[SiblingCall]] | 
 
 
 def graph_tool_nodes(config: Mapping[str, Any]) -> list[Any]:
-    """The ``ToolNode``\ s of the graph whose task is running (``create_agent``'s
+    """The ``ToolNode`` objects of the graph whose task is running (``create_agent``'s
     ``"tools"`` node), or ``[]`` when they cannot be reached.
 
     Reached like :func:`sibling_calls`: the running task's ``__pregel_call`` is bound to
