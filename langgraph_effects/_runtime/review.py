@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..core.operation import Change, Event, EvidenceKind, Operation
+from ..core.operation import KEYED_CONTRACTS, Change, Event, EvidenceKind, Operation, provider_check
 from ..errors import OversizedError, ReviewError
 from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text, encodable
 
@@ -343,13 +343,13 @@ def review_description(op: Operation, notice: str | None = None) -> str:
     and what each button records (after why the previous answer was refused, if so)."""
     evidence = json.dumps(dict(op.evidence or {}), sort_keys=True, default=str)
     tries = "1 attempt" if op.attempts == 1 else f"{op.attempts} attempts"
+    again = " under the same provider key" if op.contract in KEYED_CONTRACTS else ""
     return refused_notice(notice) + (
         f"{op.tool} may or may not have reached the provider, and the evidence cannot settle "
-        f"it (contract: {op.contract}; the evidence below says why). Check the provider for "
-        f"key {op.provider_key}, then answer.\n"
+        f"it (contract: {op.contract}; the evidence below says why). {provider_check(op)} Then answer.\n"
         "- respond: it landed; your message is the receipt (what the provider shows). "
         "The model is told the effect landed.\n"
-        "- approve: it did not land; send it again under the same provider key.\n"
+        f"- approve: it did not land; send it again{again}.\n"
         "- reject: abandon it; the model is told it was not confirmed and must not retry "
         "unless asked.\n"
         f"Operation {op.op_id}, version {op.version}, state {op.state.value}, {tries}, "
