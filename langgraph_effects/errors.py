@@ -461,6 +461,22 @@ class ReviewError(EffectsError):
     kind = "bad_input"
 
 
+class NothingToResumeError(ReviewError):
+    """A resume of a thread that has nothing to resume: no checkpoint at all (a
+    mistyped ``thread_id``, or a graph compiled with another checkpointer than the one
+    the thread ran with), or no effect review waiting. Nothing was sent.
+
+    Attributes: ``thread_id`` (``None`` when only interrupts were given) and
+    ``has_checkpoint``.
+    """
+
+    thread_id: str | None
+    has_checkpoint: bool
+
+    def __init__(self, message: str, *, thread_id: str | None, has_checkpoint: bool) -> None:
+        self._record(message, thread_id=thread_id, has_checkpoint=has_checkpoint)
+
+
 class CompensationError(EffectsError):
     """An effect that cannot be compensated now; nothing was written.
 

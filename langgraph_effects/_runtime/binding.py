@@ -23,12 +23,13 @@ from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..errors import (
     DurabilityError,
+    InvalidOptionError,
 )
 from ..ledger.base import (
     DEFAULT_ACTOR,
-    Ledger,
     FindOrInsert,
     InsertWithAudit,
+    Ledger,
     Load,
     Plan,
     find_step,
@@ -100,7 +101,7 @@ def check_effects(owner: str, effects: Any) -> None:
             raise o.refuse(owner, "effects", key, _EFFECTS, "Its keys are tool names (str).")
         if not isinstance(effect, Effect):
             hint = "Call it: Effect(...)." if effect is Effect else "Declare it with Effect(...)."
-            raise o.InvalidOptionError(
+            raise InvalidOptionError(
                 f"{owner}(effects={{{key!r}: {effect!r}}}): the contract of {key!r} must be an Effect, "
                 f"not {o.shown(effect)}. {hint}",
                 owner=owner, option="effects", given=effect, accepts="an Effect per tool name",

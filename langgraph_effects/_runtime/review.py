@@ -31,6 +31,7 @@ from pydantic import (
 from ..core.operation import KEYED_CONTRACTS, Change, Event, EvidenceKind, Operation, provider_check
 from ..errors import OversizedError, ReviewError
 from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text, encodable
+from .pending import pending_interrupts
 
 REVIEW_TYPE = "effect_review"
 
@@ -433,7 +434,9 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
     """Build the ``Command(resume=...)`` that answers pending effect reviews.
 
     ``interrupts`` is what LangGraph reports as pending (``state.interrupts`` from
-    ``graph.get_state(config)``, or ``result["__interrupt__"]``); ``decisions`` maps
+    ``graph.get_state(config)``, or ``result["__interrupt__"]``), or the state itself:
+    then a thread with no checkpoint (a mistyped ``thread_id``) or not paused raises
+    :class:`~langgraph_effects.errors.NothingToResumeError` saying so; ``decisions`` maps
     operation id -> decision (``{"type": "landed", "receipt": ...}``,
     ``{"type": "not_landed"}``, ``{"type": "abandon", "reason": ...}``). Each pending
     ``effect_review`` interrupt (one per task: ``create_agent`` runs one task per call)
@@ -444,10 +447,12 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
 
     by_interrupt: dict[str, dict[str, Any]] = {}
     unknown = set(decisions)
-    for pending in interrupts or ():
+    reviews = 0
+    for pending in pending_interrupts(interrupts) or ():
         value = getattr(pending, "value", None)
         if not (isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE):
             continue
+        reviews += 1
         listed = [entry["operation_id"] for entry in value.get("operations", ())]
         chosen = {
             op_id: decision_content(parse_decision(decisions[op_id]))
@@ -457,11 +462,15 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
         unknown -= set(chosen)
         if chosen:
             by_interrupt[str(pending.id)] = chosen
-    if unknown:
+    if unknown and reviews:
         raise ReviewError(
             f"no pending effect review lists {sorted(unknown)}; check the operation ids "
             "against the interrupt's 'operations'"
         )
     if not by_interrupt:
-        raise ReviewError("there is no pending effect review to answer")
+        raise ReviewError(
+            "there is no pending effect review to answer among the interrupts given. If they are "
+            "graph.get_state(config).interrupts, check the config's thread_id: pass the state "
+            "itself, resume_command(state, ...), to have the thread checked. Nothing was sent."
+        )
     return Command(resume=by_interrupt)

@@ -59,11 +59,16 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         self._ready = False
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
+    def from_conn_string(  # type: ignore[override]  # async with as before; a sync with is refused
         cls, conn_string: str | Path, **kwargs: Any
-    ) -> AsyncIterator[EffectSqliteSaver]:
-        """Open the checkpoints and the ledger in the SQLite file ``conn_string``."""
+    ) -> _sides.AsyncOpener[EffectSqliteSaver]:
+        """Open the checkpoints and the ledger in the SQLite file ``conn_string``
+        (``async with``; sync code opens ``SyncEffectSqliteSaver`` instead)."""
+        return _sides.AsyncOpener(cls._open(conn_string, **kwargs), cls.__name__, cls.sync_name)
+
+    @classmethod
+    @asynccontextmanager
+    async def _open(cls, conn_string: str | Path, **kwargs: Any) -> AsyncIterator[EffectSqliteSaver]:
         path = str(conn_string)
         ledger_conn = await connect(path)
         try:

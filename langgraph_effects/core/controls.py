@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from ..errors import InvalidOptionError
 from . import options as o
 from ._fields import seconds
 
@@ -465,7 +466,7 @@ def controls_of(budgets: Sequence[Budget], circuit: CircuitBreaker | None) -> Co
     names = [b.name for b in budgets]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
-        raise o.InvalidOptionError(
+        raise InvalidOptionError(
             f"Effect(budgets=...): a tool lists the budget(s) {twice} twice; list each once.",
             owner="Effect", option="budgets", given=list(budgets), accepts="budgets of distinct names",
         )
