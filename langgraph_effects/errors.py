@@ -259,6 +259,26 @@ class SchemaBehindError(LedgerError):
         )
 
 
+class NotSetUpError(SchemaBehindError):
+    """An Effect saver used before its ``setup()`` ever ran on the database: the
+    checkpoint tables or the ledger are missing. Raised at the saver's first use,
+    the same on SQLite and Postgres, before anything is read, saved or sent.
+
+    Attributes: ``where`` and ``missing`` (what is not there, in words).
+    """
+
+    missing: str
+
+    def __init__(self, saver: str, where: str, missing: str, needed: int) -> None:
+        message = (
+            f"{saver}: {where} has no {missing} yet. Run the saver's setup() once after opening it "
+            "and before the first run (`await saver.setup()`; `saver.setup()` on a sync saver): it "
+            "creates the checkpoint tables and the ledger. Nothing was read, saved or sent."
+        )
+        LedgerError.__init__(self, message)
+        self.found, self.needed, self.where, self.what, self.missing = 0, needed, where, message, missing
+
+
 class LedgerUnavailableError(LedgerError):
     """The store refused the write right now (locked, read-only, disk full, unreachable).
 

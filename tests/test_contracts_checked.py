@@ -141,7 +141,8 @@ def _agent(provider: Provider, effects: dict[str, Effect], **kwargs: Any) -> Any
         return "refunded"
 
     model = ScriptedChatModel(script=call_each_then_finish([("email_receipt", {"to": "ada@example.com"})]))
-    return create_agent(model, tools=[email_receipt, refund], middleware=[EffectMiddleware(effects)], **kwargs)
+    middleware = [EffectMiddleware(effects)]
+    return create_agent(model, tools=[email_receipt, refund], middleware=middleware, **kwargs)
 
 
 async def _operations(saver: EffectSqliteSaver) -> list[Any]:
@@ -149,7 +150,9 @@ async def _operations(saver: EffectSqliteSaver) -> list[Any]:
 
 
 @pytest.mark.parametrize("declared", [Effect(dedup_window=3600), Effect.read_only()])
-def test_middleware_refuses_a_misspelled_tool_before_anything_is_sent(tmp_path: Path, declared: Effect) -> None:
+def test_middleware_refuses_a_misspelled_tool_before_anything_is_sent(
+    tmp_path: Path, declared: Effect
+) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> tuple[InvalidOptionError, list[Any]]:

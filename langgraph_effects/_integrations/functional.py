@@ -220,7 +220,8 @@ def effectful(
     if effect is not None and not isinstance(effect, Effect):
         hint = (
             "Write @effectful() or @effectful(Effect(...)) above the function, under @task."
-            if callable(effect) and effect is not Effect else "Give an Effect(...), or nothing for a blind one."
+            if callable(effect) and effect is not Effect
+            else "Give an Effect(...), or nothing for a blind one."
         )
         raise o.refuse("@effectful", "effect", effect, _EFFECT, hint)
     o.check("@effectful", "name", name, o.optional(o.name()))

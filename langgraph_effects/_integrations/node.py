@@ -140,7 +140,9 @@ class EffectToolNode(ToolNode):
             owner="EffectToolNode",
         )
         check_ledger("EffectToolNode", ledger)
-        check_tool_names("EffectToolNode", self._settings.effects, list(self.tools_by_name), where="this node")
+        check_tool_names(
+            "EffectToolNode", self._settings.effects, list(self.tools_by_name), where="this node"
+        )
         self.effects = dict(self._settings.effects)
         keys.check_tools(self.tools_by_name, self.effects)
         self.ledger = ledger

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from .. import _private
-from ..core import identity
-from ..core import options as o
+from ..core import identity, options
 from ..core.contract import BLIND, Effect
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
@@ -71,9 +70,9 @@ class Settings:
         """Settings from a node's or middleware's keyword arguments (env for the hash key),
         each checked (``owner`` names the integration in the error)."""
         check_effects(owner, effects)
-        o.check(owner, "hash_key", hash_key, o.optional(o.secret()))
-        o.check(owner, "lease_seconds", lease_seconds, LEASE_SECONDS)
-        o.check(owner, "detect_replans", detect_replans, o.flag())
+        options.check(owner, "hash_key", hash_key, options.optional(options.secret()))
+        options.check(owner, "lease_seconds", lease_seconds, LEASE_SECONDS)
+        options.check(owner, "detect_replans", detect_replans, options.flag())
         return cls(
             effects=dict(effects or {}),
             hash_key=hash_key if hash_key is not None else identity.hash_key_from_env(),
@@ -82,7 +81,7 @@ class Settings:
         )
 
 
-LEASE_SECONDS = o.Accepts(
+LEASE_SECONDS = options.Accepts(
     "a number of seconds (above 0)",
     lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf"),
     lambda v: "Write seconds: timedelta(minutes=5).total_seconds(), or 300." if not isinstance(
@@ -90,25 +89,25 @@ LEASE_SECONDS = o.Accepts(
 )
 """What an integration's ``lease_seconds`` accepts."""
 
-_EFFECTS = o.Accepts("a mapping of tool name -> Effect", lambda v: v is None or isinstance(v, Mapping))
+_EFFECTS = options.Accepts("a mapping of tool name -> Effect", lambda v: v is None or isinstance(v, Mapping))
 
 
 def check_effects(owner: str, effects: Any) -> None:
     """Refuse an ``effects=`` that is not a mapping of names to :class:`Effect` objects."""
-    o.check(owner, "effects", effects, _EFFECTS)
+    options.check(owner, "effects", effects, _EFFECTS)
     for key, effect in (effects or {}).items():
         if not isinstance(key, str) or not key:
-            raise o.refuse(owner, "effects", key, _EFFECTS, "Its keys are tool names (str).")
+            raise options.refuse(owner, "effects", key, _EFFECTS, "Its keys are tool names (str).")
         if not isinstance(effect, Effect):
             hint = "Call it: Effect(...)." if effect is Effect else "Declare it with Effect(...)."
             raise InvalidOptionError(
                 f"{owner}(effects={{{key!r}: {effect!r}}}): the contract of {key!r} must be an Effect, "
-                f"not {o.shown(effect)}. {hint}",
+                f"not {options.shown(effect)}. {hint}",
                 owner=owner, option="effects", given=effect, accepts="an Effect per tool name",
             )
 
 
-_LEDGER = o.Accepts(
+_LEDGER = options.Accepts(
     "a Ledger (SqliteLedger, PostgresLedger...), or None for the checkpointer's",
     lambda v: v is None or isinstance(v, Ledger),
     lambda v: (
@@ -120,7 +119,7 @@ _LEDGER = o.Accepts(
 
 def check_ledger(owner: str, ledger: Any) -> None:
     """Refuse a ``ledger=`` that is not a :class:`~langgraph_effects.ledger.base.Ledger`."""
-    o.check(owner, "ledger", ledger, _LEDGER)
+    options.check(owner, "ledger", ledger, _LEDGER)
 
 
 @dataclass

@@ -29,7 +29,9 @@ def pending_interrupts(given: Any) -> Any:
         return given
     thread = _private.thread_id(given.config or {})
     if given.created_at is None:
-        raise NothingToResumeError(NO_CHECKPOINT.format(thread=thread), thread_id=thread, has_checkpoint=False)
+        raise NothingToResumeError(
+            NO_CHECKPOINT.format(thread=thread), thread_id=thread, has_checkpoint=False
+        )
     if not given.interrupts:
         raise NothingToResumeError(
             f"there is nothing to resume for thread {thread!r}: it is not paused at an interrupt "

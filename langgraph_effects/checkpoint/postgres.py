@@ -124,6 +124,16 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         async with self.ledger.migration_lock("checkpoints"):
             await super().setup()
         await self.setup_fencing()
+        self._setup_seen = True
+
+    async def _has_checkpoint_tables(self) -> bool:
+        async with postgres_connection(self.conn) as conn:
+            found = await _value(
+                conn,
+                "SELECT to_regclass('checkpoints') IS NOT NULL "
+                "AND to_regclass('checkpoint_writes') IS NOT NULL",
+            )
+        return bool(found)
 
     async def setup_fencing(self) -> None:
         """Create what the one-runner-per-thread rule needs (idempotent), in the schema

@@ -311,7 +311,9 @@ _KEY_FUNCTION = o.function("a function (args, config) -> str")
 #: What each option of :class:`Effect` accepts (checked when it is made).
 _EFFECT_OPTIONS: dict[str, o.Accepts] = {
     "dedup_window": o.optional(o.duration(positive=True)),
-    "lookup": o.optional(o.function("an async function (LookupRequest) -> Landed | NotLanded | Inconclusive")),
+    "lookup": o.optional(
+        o.function("an async function (LookupRequest) -> Landed | NotLanded | Inconclusive")
+    ),
     "lookup_consistency": o.one_of("strong", "eventual"),
     "settle_after": o.duration(),
     "lookup_timeout": o.duration(),

@@ -49,7 +49,9 @@ def shown(value: Any, limit: int = 80) -> str:
     return f"the {type(value).__name__} {text}"
 
 
-def refuse(owner: str, option: str, value: Any, accepts: Accepts, hint: str | None = None) -> InvalidOptionError:
+def refuse(
+    owner: str, option: str, value: Any, accepts: Accepts, hint: str | None = None
+) -> InvalidOptionError:
     """The error for ``owner(option=value)``."""
     advice = hint if hint is not None else accepts.hint(value)
     message = f"{owner}({option}={value!r}): {option} takes {accepts.words}, not {shown(value)}."
@@ -90,7 +92,10 @@ def _is_number(value: Any) -> bool:
 
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_SPOKEN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?|w|weeks?)\s*$")
+_SPOKEN = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*"
+    r"(s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?|w|weeks?)\s*$"
+)
 
 
 def _duration_hint(value: Any) -> str | None:
