@@ -143,7 +143,7 @@ def test_the_async_saver_in_a_sync_with_names_the_sync_saver(tmp_path: Path) -> 
         "Nothing was opened."
     )
     assert not path.exists()
-    with pytest.raises(SyncMismatchError, match="SyncEffectPostgresSaver.from_conn_string"), (
+    with pytest.raises(SyncMismatchError, match=r"SyncEffectPostgresSaver\.from_conn_string"), (
         EffectPostgresSaver.from_conn_string("postgresql://nobody@127.0.0.1:1/none")
     ):
         pass  # pragma: no cover - never entered
