@@ -101,8 +101,8 @@ def check_effects(owner: str, effects: Any) -> None:
         if not isinstance(effect, Effect):
             hint = "Call it: Effect(...)." if effect is Effect else "Declare it with Effect(...)."
             raise InvalidOptionError(
-                f"{owner}(effects={{{key!r}: {effect!r}}}): the contract of {key!r} must be an Effect, "
-                f"not {options.shown(effect)}. {hint}",
+                f"{owner}(effects={{{key!r}: {options.written(effect)}}}): the contract of {key!r} "
+                f"must be an Effect, not {options.shown(effect)}. {hint}",
                 owner=owner, option="effects", given=effect, accepts="an Effect per tool name",
             )
 

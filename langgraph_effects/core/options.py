@@ -40,14 +40,22 @@ class Accepts:
     """Advice for a value that fails (e.g. how to write ``"24h"``), or ``None``."""
 
 
-def shown(value: Any, limit: int = 80) -> str:
-    """A value as an error shows it: its type and its repr, cut to ``limit``."""
+def written(value: Any, limit: int = 80) -> str:
+    """A value as it was written: a class or function by its name, else its repr, cut to
+    ``limit``."""
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return str(value.__qualname__)
     text = repr(value)
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A value as an error shows it: what it is and how it was written."""
     if value is None or isinstance(value, bool):
-        return text
-    return f"the {type(value).__name__} {text}"
+        return repr(value)
+    if isinstance(value, type):
+        return f"the class {value.__qualname__}"
+    return f"the {type(value).__name__} {written(value, limit)}"
 
 
 def refuse(
@@ -55,7 +63,7 @@ def refuse(
 ) -> InvalidOptionError:
     """The error for ``owner(option=value)``."""
     advice = hint if hint is not None else accepts.hint(value)
-    message = f"{owner}({option}={value!r}): {option} takes {accepts.words}, not {shown(value)}."
+    message = f"{owner}({option}={written(value)}): {option} takes {accepts.words}, not {shown(value)}."
     if advice:
         message += f" {advice}"
     return InvalidOptionError(message, owner=owner, option=option, given=value, accepts=accepts.words)
