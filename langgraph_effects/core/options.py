@@ -117,8 +117,6 @@ def _duration_hint(value: Any) -> str | None:
                                        "weeks": 604800}[unit]
             return f"Write timedelta({unit}={amount}) (or {seconds:g} seconds)."
         return "Write a timedelta (timedelta(hours=24)) or a number of seconds (86400)."
-    if isinstance(value, timedelta) or _is_number(value):
-        return None
     return None
 
 
