@@ -220,6 +220,24 @@ def sibling_calls(config: Mapping[str, Any]) -> tuple[int, list[SiblingCall]] | 
     return int(path[2]), sorted(siblings, key=lambda s: s.place)
 
 
+def graph_tool_nodes(config: Mapping[str, Any]) -> list[Any]:
+    """The ``ToolNode`` objects of the graph whose task is running (``create_agent``'s
+    ``"tools"`` node), or ``[]`` when they cannot be reached.
+
+    Reached like :func:`sibling_calls`: the running task's ``__pregel_call`` is bound to
+    the loop that runs the step, whose ``nodes`` map each node's name to a
+    ``PregelNode`` whose ``bound`` is what the node runs. Middleware learns of the
+    agent's tools no other way before a call of each reaches it.
+    """
+    call = _configurable(config).get(CALL)
+    schedule = getattr(call, "keywords", {}).get("schedule_task")
+    nodes = getattr(getattr(schedule, "__self__", None), "nodes", None)
+    if not isinstance(nodes, Mapping):
+        return []
+    found = [getattr(node, "bound", None) for node in nodes.values()]
+    return [bound for bound in found if isinstance(getattr(bound, "tools_by_name", None), dict)]
+
+
 # -- ToolNode internals ---------------------------------------------------------------
 
 #: The ``ToolNode`` methods ``EffectToolNode`` overrides, with their parameters: the

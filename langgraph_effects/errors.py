@@ -5,6 +5,7 @@ caller can catch the package as a whole or one precise failure::
 
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
+    │   ├── InvalidOptionError      an option of the wrong type, unit or name (also ValueError)
     │   ├── NoLedgerError           no ledger was given and the checkpointer carries none
     │   ├── DurabilityError         durability="exit" (or another mode that loses the call)
     │   ├── MissingExtraError       an optional dependency is not installed (also ModuleNotFoundError)
@@ -30,6 +31,7 @@ caller can catch the package as a whole or one precise failure::
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── NondeterminismError         a Functional API entrypoint changed its call order: stopped
     ├── ReviewError                 an operator answer that cannot be applied
+    │   └── NothingToResumeError    the thread has no checkpoint, or waits for no review
     ├── CompensationError           an effect that cannot be undone now (nothing landed, no undo...)
     ├── MalformedToolCallError      a model's call with no usable identity: refused, not sent
     ├── ControlRefusedError         a send refused by a budget or a circuit breaker: not sent
@@ -69,6 +71,27 @@ class EffectsError(Exception):
 
 class ConfigurationError(EffectsError):
     """The graph or node is configured in a way the package cannot make crash-safe."""
+
+
+class InvalidOptionError(ConfigurationError, ValueError):
+    """An option given to :class:`~langgraph_effects.Effect`, ``Budget``,
+    ``CircuitBreaker``, ``Undo`` or an integration (``EffectToolNode``,
+    ``EffectMiddleware``, ``@effectful``) that is of the wrong type, unit or name.
+    Raised when the object is made (for ``EffectMiddleware``'s ``effects`` names, before
+    the agent's first model or tool call): nothing was recorded or sent.
+
+    Attributes: ``owner`` (what was being made, e.g. ``"Effect"``), ``option`` (the
+    option's name), ``given`` (what was given) and ``accepts`` (what the option takes,
+    in words). Also a :class:`ValueError`.
+    """
+
+    owner: str
+    option: str
+    given: Any
+    accepts: str
+
+    def __init__(self, message: str, *, owner: str, option: str, given: Any, accepts: str) -> None:
+        self._record(message, owner=owner, option=option, given=given, accepts=accepts)
 
 
 class NoLedgerError(ConfigurationError):
@@ -234,6 +257,26 @@ class SchemaBehindError(LedgerError):
             "setup()). Nothing was changed.",
             found=found, needed=needed, where=where, what=what,
         )
+
+
+class NotSetUpError(SchemaBehindError):
+    """An Effect saver used before its ``setup()`` ever ran on the database: the
+    checkpoint tables or the ledger are missing. Raised at the saver's first use,
+    the same on SQLite and Postgres, before anything is read, saved or sent.
+
+    Attributes: ``where`` and ``missing`` (what is not there, in words).
+    """
+
+    missing: str
+
+    def __init__(self, saver: str, where: str, missing: str, needed: int) -> None:
+        message = (
+            f"{saver}: {where} has no {missing} yet. Run the saver's setup() once after opening it "
+            "and before the first run (`await saver.setup()`; `saver.setup()` on a sync saver): it "
+            "creates the checkpoint tables and the ledger. Nothing was read, saved or sent."
+        )
+        LedgerError.__init__(self, message)
+        self.found, self.needed, self.where, self.what, self.missing = 0, needed, where, message, missing
 
 
 class LedgerUnavailableError(LedgerError):
@@ -436,6 +479,22 @@ class ReviewError(EffectsError):
     """An operator answer that cannot be applied (unknown operation, wrong shape)."""
 
     kind = "bad_input"
+
+
+class NothingToResumeError(ReviewError):
+    """A resume of a thread that has nothing to resume: no checkpoint at all (a
+    mistyped ``thread_id``, or a graph compiled with another checkpointer than the one
+    the thread ran with), or no effect review waiting. Nothing was sent.
+
+    Attributes: ``thread_id`` (``None`` when only interrupts were given) and
+    ``has_checkpoint``.
+    """
+
+    thread_id: str | None
+    has_checkpoint: bool
+
+    def __init__(self, message: str, *, thread_id: str | None, has_checkpoint: bool) -> None:
+        self._record(message, thread_id=thread_id, has_checkpoint=has_checkpoint)
 
 
 class CompensationError(EffectsError):

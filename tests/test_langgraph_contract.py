@@ -783,3 +783,37 @@ def test_a_failed_functional_task_gets_its_other_writes_back_and_is_not_run_agai
         flow.invoke(1, config, durability="sync")
     assert flow.invoke(None, config, durability="sync") == [None]
     assert ran == [1]
+
+
+def test_a_create_agent_hook_reaches_the_agents_tool_node() -> None:
+    """``EffectMiddleware`` checks its ``effects`` names against the agent's tools, which
+    it reaches from a hook's config (``_private.graph_tool_nodes``): in a model call and in
+    a tool call."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+
+    from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
+
+    @tool
+    def send(x: str) -> str:
+        """Send."""
+        return x
+
+    seen: list[list[str]] = []
+
+    class Probe(AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            from langgraph.config import get_config
+
+            seen.append([n for node in _private.graph_tool_nodes(get_config()) for n in node.tools_by_name])
+            return handler(request)
+
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            nodes = _private.graph_tool_nodes(request.runtime.config)
+            seen.append([n for node in nodes for n in node.tools_by_name])
+            return handler(request)
+
+    model = ScriptedChatModel(script=call_each_then_finish([("send", {"x": "1"})]))
+    agent = create_agent(model, tools=[send], middleware=[Probe()], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}})
+    assert seen == [["send"], ["send"], ["send"]]  # model call, tool call, model call

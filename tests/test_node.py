@@ -293,7 +293,7 @@ def test_effects_must_name_known_tools() -> None:
         """Send."""
         return x
 
-    with pytest.raises(ValueError, match="does not have"):
+    with pytest.raises(ValueError, match=r"'sned' names no tool of this node\. Did you mean 'send'"):
         EffectToolNode([send], effects={"sned": Effect(dedup_window=1)})
 
 

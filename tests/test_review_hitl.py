@@ -85,7 +85,9 @@ async def test_review_interrupt_carries_the_hitl_request_shape(tmp_path: Path, k
     assert request["name"] == entry["tool"] == "send"
     assert request["args"] == entry["args"] == {"operation": "t1:0"}
     description = request["description"]
-    assert entry["operation_id"] in description and entry["provider_key"] in description
+    assert entry["operation_id"] in description
+    assert entry["provider_key"] not in description  # blind: the provider never kept our key
+    assert "own records at the provider" in description
     assert json.dumps(entry["evidence"], sort_keys=True) in description  # the evidence, in full
     assert config == {"action_name": "send", "allowed_decisions": list(HITL_REVIEW_DECISIONS)}
     assert "ignore" not in config["allowed_decisions"] and "edit" not in config["allowed_decisions"]

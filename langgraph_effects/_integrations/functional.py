@@ -35,7 +35,7 @@ from langgraph.config import get_config
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings
+from .._runtime.binding import Settings, check_ledger
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.session import (
     Session,
@@ -47,6 +47,7 @@ from .._runtime.session import (
     run_rounds_sync,
 )
 from ..core import callorder, identity
+from ..core import options as o
 from ..core.callorder import Crossing, Placed
 from ..core.contract import Effect
 from ..errors import ConfigurationError, NoLedgerError, NondeterminismError
@@ -198,6 +199,9 @@ def _leave_mark(task: _TaskCall, session: Session) -> None:
     _private.write_now(task.config, callorder.MARK, callorder.mark(op.tool, task.args_hash, op.op_id))
 
 
+_EFFECT = o.optional(o.instance(Effect, "an Effect"))
+
+
 def effectful(
     effect: Effect | None = None,
     *,
@@ -213,6 +217,15 @@ def effectful(
         name: the operation's tool name (default: the function's name).
         ledger: default: the ledger of the entrypoint's checkpointer.
     """
+    if effect is not None and not isinstance(effect, Effect):
+        hint = (
+            "Write @effectful() or @effectful(Effect(...)) above the function, under @task."
+            if callable(effect) and effect is not Effect
+            else "Give an Effect(...), or nothing for a blind one."
+        )
+        raise o.refuse("@effectful", "effect", effect, _EFFECT, hint)
+    o.check("@effectful", "name", name, o.optional(o.name()))
+    check_ledger("@effectful", ledger)
     contract = effect or Effect()
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
@@ -220,7 +233,8 @@ def effectful(
         keys.refuse_for_tasks(contract, tool)
         # No message history, so no re-planning: a call is what it is within its turn.
         settings = Settings.build(
-            {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False
+            {tool: contract}, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=False,
+            owner="@effectful",
         )
         calls = _Calls(tool, inspect.signature(fn), settings)
 

@@ -18,7 +18,8 @@ of an ambiguous call goes through reconciliation instead of a blind re-send.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
 from ..errors import MissingExtraError
@@ -43,7 +44,7 @@ from langgraph.types import Command
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings
+from .._runtime.binding import Settings, check_ledger
 from .._runtime.dangling import DanglingAnswer, find_answers, insert_answers
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.messages import unanswered
@@ -63,6 +64,7 @@ from .._runtime.session import (
 )
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
+from ..core.options import check_tool_names
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger, ledger_of
 from . import keys
@@ -125,6 +127,11 @@ def _with_answers(
     return view, None
 
 
+def _names(tools: Iterable[Any]) -> list[str]:
+    """The names of the tools among ``tools`` (a provider's built-in tool is a dict)."""
+    return [str(tool.name) for tool in tools if isinstance(getattr(tool, "name", None), str)]
+
+
 async def _ready(result: ToolResult) -> ToolResult:
     """``result`` as an awaitable (for a hook that returns one)."""
     return result
@@ -168,11 +175,32 @@ class EffectMiddleware(AgentMiddleware):
     ) -> None:
         super().__init__()
         self._settings = Settings.build(
-            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
+            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans,
+            owner="EffectMiddleware",
         )
+        check_ledger("EffectMiddleware", ledger)
         self.effects = dict(self._settings.effects)
         self.ledger = ledger
         self._splits: dict[tuple[tuple[Any, Any], ...], _Split] = {}
+        self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._offered: set[str] = set()
+
+    def _check_names(self, config: Mapping[str, Any], offered: Iterable[str]) -> None:
+        """Refuse, before the agent's first model or tool call, an ``effects`` key that
+        names none of its tools (the same check as ``EffectToolNode``'s, once per agent).
+
+        The agent's tools are its ``ToolNode``'s; a tool another middleware adds at run
+        time counts once a model request offers it (``offered``) or a call of it runs.
+        """
+        if not self.effects:
+            return
+        nodes = _private.graph_tool_nodes(config)
+        if not nodes or all(node in self._checked for node in nodes):
+            return
+        self._offered.update(offered)
+        tools = {name for node in nodes for name in node.tools_by_name} | self._offered
+        check_tool_names("EffectMiddleware", self.effects, sorted(tools), where="this agent")
+        self._checked.update(nodes)
 
     @property
     def name(self) -> str:
@@ -186,6 +214,7 @@ class EffectMiddleware(AgentMiddleware):
     ) -> ModelCallResult:
         """Answer tool calls left without a ToolMessage from the ledger (see ``dangling``)
         in what the model reads and in the thread's state; otherwise just the call."""
+        self._check_names(get_config(), _names(request.tools))
         if not unanswered(request.state.get("messages") or []):
             return handler(request)
         answers: list[DanglingAnswer] = _portal.run(self._find_answers(request, sync=True))
@@ -204,6 +233,7 @@ class EffectMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> Awaitable[ModelCallResult]:
         """Async path of :meth:`wrap_model_call` (returns the awaitable to await)."""
+        self._check_names(get_config(), _names(request.tools))
         if not unanswered(request.state.get("messages") or []):
             return handler(request)
         return self._answered_model_call(request, handler)
@@ -283,6 +313,7 @@ class EffectMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         """Sync path (``agent.invoke``)."""
+        self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:
@@ -309,6 +340,7 @@ class EffectMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> Awaitable[ToolResult]:
         """Async path (``agent.ainvoke``; returns the awaitable to await, see above)."""
+        self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:

@@ -34,7 +34,7 @@ from langgraph.runtime import Runtime
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings
+from .._runtime.binding import Settings, check_ledger
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.session import (
     Session,
@@ -52,6 +52,7 @@ from .._runtime.session import (
 )
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
+from ..core.options import check_tool_names
 from ..errors import NoLedgerError
 from ..ledger.base import Ledger, ledger_of
 from . import keys
@@ -134,14 +135,13 @@ class EffectToolNode(ToolNode):
         **kwargs: Any,
     ) -> None:
         super().__init__(tools, **kwargs)
-        unknown = sorted(set(effects or {}) - set(self.tools_by_name))
-        if unknown:
-            raise ValueError(
-                f"effects= names tools this node does not have: {unknown}; "
-                f"its tools are {sorted(self.tools_by_name)}"
-            )
         self._settings = Settings.build(
-            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans
+            effects, hash_key=hash_key, lease_seconds=lease_seconds, detect_replans=detect_replans,
+            owner="EffectToolNode",
+        )
+        check_ledger("EffectToolNode", ledger)
+        check_tool_names(
+            "EffectToolNode", self._settings.effects, list(self.tools_by_name), where="this node"
         )
         self.effects = dict(self._settings.effects)
         keys.check_tools(self.tools_by_name, self.effects)

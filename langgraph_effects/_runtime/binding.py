@@ -17,17 +17,19 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from .. import _private
-from ..core import identity
+from ..core import identity, options
 from ..core.contract import BLIND, Effect
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..errors import (
     DurabilityError,
+    InvalidOptionError,
 )
 from ..ledger.base import (
     DEFAULT_ACTOR,
     FindOrInsert,
     InsertWithAudit,
+    Ledger,
     Load,
     Plan,
     find_step,
@@ -64,14 +66,61 @@ class Settings:
         hash_key: bytes | None,
         lease_seconds: float,
         detect_replans: bool = True,
+        owner: str = "EffectToolNode",
     ) -> Settings:
-        """Settings from a node's or middleware's keyword arguments (env for the hash key)."""
+        """Settings from a node's or middleware's keyword arguments (env for the hash key),
+        each checked (``owner`` names the integration in the error)."""
+        check_effects(owner, effects)
+        options.check(owner, "hash_key", hash_key, options.optional(options.secret()))
+        options.check(owner, "lease_seconds", lease_seconds, LEASE_SECONDS)
+        options.check(owner, "detect_replans", detect_replans, options.flag())
         return cls(
             effects=dict(effects or {}),
             hash_key=hash_key if hash_key is not None else identity.hash_key_from_env(),
             lease_seconds=lease_seconds,
             detect_replans=detect_replans,
         )
+
+
+LEASE_SECONDS = options.Accepts(
+    "a number of seconds (above 0)",
+    lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf"),
+    lambda v: "Write seconds: timedelta(minutes=5).total_seconds(), or 300." if not isinstance(
+        v, int | float) else None,
+)
+"""What an integration's ``lease_seconds`` accepts."""
+
+_EFFECTS = options.Accepts("a mapping of tool name -> Effect", lambda v: v is None or isinstance(v, Mapping))
+
+
+def check_effects(owner: str, effects: Any) -> None:
+    """Refuse an ``effects=`` that is not a mapping of names to :class:`Effect` objects."""
+    options.check(owner, "effects", effects, _EFFECTS)
+    for key, effect in (effects or {}).items():
+        if not isinstance(key, str) or not key:
+            raise options.refuse(owner, "effects", key, _EFFECTS, "Its keys are tool names (str).")
+        if not isinstance(effect, Effect):
+            hint = "Call it: Effect(...)." if effect is Effect else "Declare it with Effect(...)."
+            raise InvalidOptionError(
+                f"{owner}(effects={{{key!r}: {options.written(effect)}}}): the contract of {key!r} "
+                f"must be an Effect, not {options.shown(effect)}. {hint}",
+                owner=owner, option="effects", given=effect, accepts="an Effect per tool name",
+            )
+
+
+_LEDGER = options.Accepts(
+    "a Ledger (SqliteLedger, PostgresLedger...), or None for the checkpointer's",
+    lambda v: v is None or isinstance(v, Ledger),
+    lambda v: (
+        "A saver is the graph's checkpointer: pass it to compile()/create_agent(checkpointer=...) and "
+        "its ledger is found there (or pass its .ledger)." if hasattr(v, "ledger") else None
+    ),
+)
+
+
+def check_ledger(owner: str, ledger: Any) -> None:
+    """Refuse a ``ledger=`` that is not a :class:`~langgraph_effects.ledger.base.Ledger`."""
+    options.check(owner, "ledger", ledger, _LEDGER)
 
 
 @dataclass

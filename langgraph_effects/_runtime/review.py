@@ -28,9 +28,10 @@ from pydantic import (
     model_validator,
 )
 
-from ..core.operation import Change, Event, EvidenceKind, Operation
+from ..core.operation import KEYED_CONTRACTS, Change, Event, EvidenceKind, Operation, provider_check
 from ..errors import OversizedError, ReviewError
 from .messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES, bounded, check_receipt, check_text, encodable
+from .pending import pending_interrupts
 
 REVIEW_TYPE = "effect_review"
 
@@ -343,13 +344,13 @@ def review_description(op: Operation, notice: str | None = None) -> str:
     and what each button records (after why the previous answer was refused, if so)."""
     evidence = json.dumps(dict(op.evidence or {}), sort_keys=True, default=str)
     tries = "1 attempt" if op.attempts == 1 else f"{op.attempts} attempts"
+    again = " under the same provider key" if op.contract in KEYED_CONTRACTS else ""
     return refused_notice(notice) + (
         f"{op.tool} may or may not have reached the provider, and the evidence cannot settle "
-        f"it (contract: {op.contract}; the evidence below says why). Check the provider for "
-        f"key {op.provider_key}, then answer.\n"
+        f"it (contract: {op.contract}; the evidence below says why). {provider_check(op)} Then answer.\n"
         "- respond: it landed; your message is the receipt (what the provider shows). "
         "The model is told the effect landed.\n"
-        "- approve: it did not land; send it again under the same provider key.\n"
+        f"- approve: it did not land; send it again{again}.\n"
         "- reject: abandon it; the model is told it was not confirmed and must not retry "
         "unless asked.\n"
         f"Operation {op.op_id}, version {op.version}, state {op.state.value}, {tries}, "
@@ -433,7 +434,9 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
     """Build the ``Command(resume=...)`` that answers pending effect reviews.
 
     ``interrupts`` is what LangGraph reports as pending (``state.interrupts`` from
-    ``graph.get_state(config)``, or ``result["__interrupt__"]``); ``decisions`` maps
+    ``graph.get_state(config)``, or ``result["__interrupt__"]``), or the state itself:
+    then a thread with no checkpoint (a mistyped ``thread_id``) or not paused raises
+    :class:`~langgraph_effects.errors.NothingToResumeError` saying so; ``decisions`` maps
     operation id -> decision (``{"type": "landed", "receipt": ...}``,
     ``{"type": "not_landed"}``, ``{"type": "abandon", "reason": ...}``). Each pending
     ``effect_review`` interrupt (one per task: ``create_agent`` runs one task per call)
@@ -444,10 +447,12 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
 
     by_interrupt: dict[str, dict[str, Any]] = {}
     unknown = set(decisions)
-    for pending in interrupts or ():
+    reviews = 0
+    for pending in pending_interrupts(interrupts) or ():
         value = getattr(pending, "value", None)
         if not (isinstance(value, Mapping) and value.get("type") == REVIEW_TYPE):
             continue
+        reviews += 1
         listed = [entry["operation_id"] for entry in value.get("operations", ())]
         chosen = {
             op_id: decision_content(parse_decision(decisions[op_id]))
@@ -457,11 +462,15 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
         unknown -= set(chosen)
         if chosen:
             by_interrupt[str(pending.id)] = chosen
-    if unknown:
+    if unknown and reviews:
         raise ReviewError(
             f"no pending effect review lists {sorted(unknown)}; check the operation ids "
             "against the interrupt's 'operations'"
         )
     if not by_interrupt:
-        raise ReviewError("there is no pending effect review to answer")
+        raise ReviewError(
+            "there is no pending effect review to answer among the interrupts given. If they are "
+            "graph.get_state(config).interrupts, check the config's thread_id: pass the state "
+            "itself, resume_command(state, ...), to have the thread checked. Nothing was sent."
+        )
     return Command(resume=by_interrupt)

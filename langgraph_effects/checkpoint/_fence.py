@@ -47,7 +47,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .. import _private
-from ..errors import ThreadConflictError
+from ..errors import NotSetUpError, SchemaBehindError, SchemaTooNewError, ThreadConflictError
+from ..ledger.base import Ledger
 
 #: The index that makes "does this checkpoint have a child?" one probe.
 INDEX_NAME = "effect_checkpoints_by_parent"
@@ -311,11 +312,41 @@ class FencedSaver:
     """
 
     _written: Written
+    ledger: Ledger
+    _setup_seen: bool = False
+    """Whether this saver has seen its database set up (its own setup(), or the check)."""
+
+    async def _ready_for_use(self) -> None:
+        """Refuse, once per saver and before anything is read or saved, a database whose
+        setup() never ran (:class:`~langgraph_effects.errors.NotSetUpError`) or whose
+        ledger is at another schema version: the same check on every backend, so a
+        forgotten setup() fails alike on SQLite (where LangGraph's saver would create
+        its tables itself, and migrate an older ledger unasked) and on Postgres."""
+        if self._setup_seen:
+            return
+        missing = [] if await self._has_checkpoint_tables() else ["checkpoint tables"]
+        found = await self.ledger.schema_version()
+        needed = self.ledger.SCHEMA_VERSION
+        if found is None:
+            missing.append("langgraph-effects ledger")
+        if missing:
+            raise NotSetUpError(type(self).__name__, self.ledger.where, " and no ".join(missing), needed)
+        assert found is not None
+        if found > needed:
+            raise SchemaTooNewError(found, needed, self.ledger.where)
+        if found < needed:
+            raise SchemaBehindError(found, needed, self.ledger.where)
+        self._setup_seen = True
+
+    async def _has_checkpoint_tables(self) -> bool:
+        """Whether LangGraph's checkpoint tables exist (read only)."""
+        raise NotImplementedError
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's ``aget_tuple``; a run's first load starts its mark, a checkpoint
         the run names is a branch point if it has a child, and a tool waiting for a
         checkpoint its refused run will never save gets the refusal."""
+        await self._ready_for_use()
         on_load(config)
         found: CheckpointTuple | None = await super().aget_tuple(config)  # type: ignore[misc]
         if found is None and config["configurable"].get("checkpoint_id"):
@@ -335,6 +366,7 @@ class FencedSaver:
         """LangGraph's ``alist``. A subgraph's loop under its parent's time travel loads
         through it (the last checkpoint before the replayed one): that checkpoint, or
         the namespace's start when there is none, is named by the caller."""
+        await self._ready_for_use()
         listed = super().alist(config, filter=filter, before=before, limit=limit)  # type: ignore[misc]
         if config is None or before is None or not _private.replaying(config):
             async for item in listed:
@@ -359,6 +391,7 @@ class FencedSaver:
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint unless it would be a second child of its parent."""
+        await self._ready_for_use()
         put = Put(config, checkpoint, metadata, new_versions, check=not branching(config))
         saved = await self._put_fenced(put)
         self._written.add(saved, checkpoint, metadata, config)  # committed: durable now
@@ -380,6 +413,7 @@ class FencedSaver:
         """Store a task's writes, unless another runner already moved past their checkpoint."""
         if own_refusal(writes):
             return  # the refused run's error: nothing of it lands
+        await self._ready_for_use()
         await self._put_writes_fenced(config, writes, task_id, task_path, not branching(config))
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -33,6 +35,39 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .. import _private
 from ..errors import SyncMismatchError
+
+T = TypeVar("T")
+
+
+class AsyncOpener(Generic[T]):
+    """What an async saver's ``from_conn_string`` returns: ``async with`` opens the
+    saver; a sync ``with`` is refused at once, naming the sync saver to use, before
+    anything is opened."""
+
+    def __init__(self, opening: AbstractAsyncContextManager[T], saver: str, use: str) -> None:
+        self._opening = opening
+        self._saver = saver
+        self._use = use
+
+    async def __aenter__(self) -> T:
+        return await self._opening.__aenter__()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return await self._opening.__aexit__(kind, error, tb)
+
+    def __enter__(self) -> NoReturn:
+        raise SyncMismatchError(
+            f"{self._saver}.from_conn_string(...) opens an async saver: use it with `async with` "
+            f"in async code (ainvoke/astream). For sync code (a plain `with`, invoke/stream), open "
+            f"{self._use}.from_conn_string(...) instead: the same database, ledger and setup(). "
+            "Nothing was opened.",
+            used=self._saver, use=self._use,
+        )
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
 
 
 class AsyncOnly:

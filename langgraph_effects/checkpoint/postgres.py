@@ -56,8 +56,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         self._recognises_own = False  # their function knows the session's own late results
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
+    def from_conn_string(  # type: ignore[override]  # async with as before; a sync with is refused
         cls,
         conn_string: str,
         *,
@@ -66,14 +65,33 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         ledger_schema: str | None = None,
         ledger_max_size: int = 10,
         connect_timeout: float | None = None,
-    ) -> AsyncIterator[EffectPostgresSaver]:
-        """Open the checkpoints and the ledger in the Postgres database ``conn_string``.
+    ) -> _sides.AsyncOpener[EffectPostgresSaver]:
+        """Open the checkpoints and the ledger in the Postgres database ``conn_string``
+        (``async with``; sync code opens ``SyncEffectPostgresSaver`` instead).
 
         The checkpoints use one connection (as ``AsyncPostgresSaver`` does), the
         ledger its own pool of up to ``ledger_max_size`` connections, in
         ``ledger_schema`` if given (else the connection's ``search_path``).
         ``connect_timeout`` (seconds) bounds every connection attempt.
         """
+        opening = cls._open(
+            conn_string, pipeline=pipeline, serde=serde, ledger_schema=ledger_schema,
+            ledger_max_size=ledger_max_size, connect_timeout=connect_timeout,
+        )
+        return _sides.AsyncOpener(opening, cls.__name__, cls.sync_name)
+
+    @classmethod
+    @asynccontextmanager
+    async def _open(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool,
+        serde: SerializerProtocol | None,
+        ledger_schema: str | None,
+        ledger_max_size: int,
+        connect_timeout: float | None,
+    ) -> AsyncIterator[EffectPostgresSaver]:
         extra: dict[str, Any] = {}
         ledger_timeout: dict[str, Any] = {}
         if connect_timeout is not None:
@@ -106,6 +124,16 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         async with self.ledger.migration_lock("checkpoints"):
             await super().setup()
         await self.setup_fencing()
+        self._setup_seen = True
+
+    async def _has_checkpoint_tables(self) -> bool:
+        async with postgres_connection(self.conn) as conn:
+            found = await _value(
+                conn,
+                "SELECT to_regclass('checkpoints') IS NOT NULL "
+                "AND to_regclass('checkpoint_writes') IS NOT NULL",
+            )
+        return bool(found)
 
     async def setup_fencing(self) -> None:
         """Create what the one-runner-per-thread rule needs (idempotent), in the schema

@@ -56,14 +56,18 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         super().__init__(conn, **kwargs)
         self.ledger = ledger
         self._written = _fence.Written()
-        self._ready = False
+
+    @classmethod
+    def from_conn_string(  # type: ignore[override]  # async with as before; a sync with is refused
+        cls, conn_string: str | Path, **kwargs: Any
+    ) -> _sides.AsyncOpener[EffectSqliteSaver]:
+        """Open the checkpoints and the ledger in the SQLite file ``conn_string``
+        (``async with``; sync code opens ``SyncEffectSqliteSaver`` instead)."""
+        return _sides.AsyncOpener(cls._open(conn_string, **kwargs), cls.__name__, cls.sync_name)
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(
-        cls, conn_string: str | Path, **kwargs: Any
-    ) -> AsyncIterator[EffectSqliteSaver]:
-        """Open the checkpoints and the ledger in the SQLite file ``conn_string``."""
+    async def _open(cls, conn_string: str | Path, **kwargs: Any) -> AsyncIterator[EffectSqliteSaver]:
         path = str(conn_string)
         ledger_conn = await connect(path)
         try:
@@ -75,23 +79,33 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     async def setup(self) -> None:
         """Create or migrate the checkpoint tables, the ledger tables and the fencing index.
 
-        ``AsyncSqliteSaver`` calls ``setup()`` at the start of every method; our part
-        runs once, not as an empty write transaction on every checkpoint call.
+        Call it once after opening the saver: unlike ``AsyncSqliteSaver``, which calls
+        ``setup()`` at the start of its methods, this saver refuses a database never set
+        up (:class:`~langgraph_effects.errors.NotSetUpError`), as the Postgres saver does,
+        and never migrates an older ledger behind your back. Once it ran (or the check
+        found it done), LangGraph's own calls of it return at once.
         """
-        if self._ready or sqlite_saver_is_setup(self):
-            self._ready = True
+        if self._setup_seen or sqlite_saver_is_setup(self):
+            self._setup_seen = True
             return
         await self.ledger.setup()
         await super().setup()
         async with self.lock:
             await self.conn.execute(_fence.INDEX_SQL)
             await self.conn.commit()
-        self._ready = True
+        self._setup_seen = True
+
+    async def _has_checkpoint_tables(self) -> bool:
+        async with self.lock, self.conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('checkpoints', 'writes')"
+        ) as cur:
+            row = await cur.fetchone()
+        return row is not None and int(row[0]) == 2
 
     async def unfinished_threads(self) -> list[str]:
         """Threads whose newest checkpoint has input or a step no checkpoint finished
         (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
-        await self.setup()
+        await self._ready_for_use()
         sql = _unfinished.unfinished_sql("writes", "json_extract(CAST(c.metadata AS TEXT), '$.source')", "?")
         async with self.lock, self.conn.execute(sql, _unfinished.PARAMS) as cur:
             return [str(row[0]) for row in await cur.fetchall()]
@@ -123,7 +137,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
                 raise
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
-        await self.setup()
+        await self._ready_for_use()
         config, checkpoint = put.config, put.checkpoint
         thread_id, ns, parent = _fence.coordinates(config)
         type_, blob = self.serde.dumps_typed(checkpoint)
@@ -150,7 +164,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
         check: bool,
     ) -> None:
-        await self.setup()
+        await self._ready_for_use()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
         query = UPSERT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes) else INSERT_WRITES_SQL
         rows = [
@@ -179,7 +193,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         await self._fenced(write)
 
     async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
-        await self.setup()
+        await self._ready_for_use()
         sql = _fence.children_sql(parent, "?")
         params = _fence.children_params(thread_id, ns, parent, "")
         async with self.lock, self.conn.execute(sql, params) as cur:
@@ -192,7 +206,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
         ids = [str(r) for r in run_ids]
         if not ids:
             return
-        await self.setup()
+        await self._ready_for_use()
         marks = ", ".join("?" * len(ids))
         runs = f"json_extract(CAST(metadata AS TEXT), '$.run_id') IN ({marks})"
         writes = (

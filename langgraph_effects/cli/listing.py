@@ -23,7 +23,7 @@ from .._runtime.operator import (
     operation_to_json,
     show,
 )
-from ..core.operation import Operation, State
+from ..core.operation import Operation, State, provider_check
 from ..ledger.base import AuditEntry
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
@@ -306,9 +306,8 @@ def _next_steps(view: OperationView, target: Target, tenant: str | None) -> Rend
     if tenant:
         words += ["--tenant", shlex.quote(tenant)]
     base = target.command(*words)
-    lines = Text("Decide (after checking the provider for key ", style="bold")
-    lines.append(op.provider_key, style="bold")
-    lines.append("):\n", style="bold")
+    lines = Text(provider_check(op), style="bold")
+    lines.append("\nDecide:\n", style="bold")
     lines.append(f'  {base} --landed --receipt \'{{"id": "..."}}\'\n')
     lines.append(f"  {base} --not-landed\n")
     lines.append(f"  {base} --abandon --reason '...'")

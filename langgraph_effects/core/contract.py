@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ..errors import DefiniteFailure
+from . import options as o
 from ._fields import seconds
 from .controls import Budget, CircuitBreaker, Controls, controls_of
 
@@ -67,6 +68,7 @@ ApprovalMode = Literal["never", "always"]
 """Whether a call waits for a human approval before its first send."""
 
 
+@o.checked_options
 @dataclass(frozen=True)
 class Effect:
     """The per-tool contract. Declare one per effectful tool; undeclared tools are blind.
@@ -153,39 +155,18 @@ class Effect:
     construction."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", _kind(self))
-        if self.saga is not None and not (callable(self.saga) or (isinstance(self.saga, str) and self.saga)):
-            raise TypeError(f"saga must be a non-empty name or (args, config) -> str, not {self.saga!r}")
+        o.check_all("Effect", self, _EFFECT_OPTIONS)
         if self.compensate is not None and not isinstance(self.compensate, Undo):
-            if not callable(self.compensate):
-                raise TypeError(
-                    f"compensate must be an Undo, a tool or a function, not {self.compensate!r}"
-                )
             object.__setattr__(self, "compensate", Undo(self.compensate))
         if self.compensate is not None and self.read_only_tool:
-            raise ValueError("a read-only tool has no effect to compensate: drop compensate=")
-        if self.lookup_consistency not in ("strong", "eventual"):
-            raise ValueError(
-                f"lookup_consistency must be 'strong' or 'eventual', not {self.lookup_consistency!r}"
-            )
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.lookup_attempts < 1:
-            raise ValueError("lookup_attempts must be at least 1")
-        if self.approval not in ("never", "always"):
-            raise ValueError(f"approval must be 'never' or 'always', not {self.approval!r}")
-        if self.key_argument is not None and (
-            not isinstance(self.key_argument, str) or not self.key_argument
-        ):
-            raise ValueError(
-                f"key_argument must be a non-empty argument name, not {self.key_argument!r}"
-            )
+            raise o.refuse("Effect", "compensate", self.compensate, _EFFECT_OPTIONS["compensate"],
+                           "A read-only tool has no effect to compensate: drop compensate=.")
+        object.__setattr__(self, "kind", _kind(self))
         object.__setattr__(self, "budgets", tuple(self.budgets))
+        object.__setattr__(self, "definite_errors", tuple(self.definite_errors))
+        object.__setattr__(self, "secret_fields", tuple(self.secret_fields))
         controls = controls_of(self.budgets, self.circuit)
         object.__setattr__(self, "controls", controls if controls.budgets or controls.circuit else None)
-        for exc in self.definite_errors:
-            if not (isinstance(exc, type) and issubclass(exc, BaseException)):
-                raise TypeError(f"definite_errors must be exception types, got {exc!r}")
 
     @classmethod
     def read_only(cls) -> Effect:
@@ -247,6 +228,7 @@ UndoArgs = Callable[[UndoRequest], Mapping[str, Any]]
 """``(UndoRequest) -> dict``: the undo's arguments, derived from the effect it undoes."""
 
 
+@o.checked_options
 @dataclass(frozen=True)
 class Undo:
     """How to undo an effect that landed (``Effect(compensate=Undo(...))``).
@@ -277,17 +259,18 @@ class Undo:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if not callable(self.action) and not hasattr(self.action, "ainvoke"):
-            raise TypeError(f"Undo(action=...) must be a tool or a function, not {self.action!r}")
+        o.check_all("Undo", self, _UNDO_OPTIONS)
         if self.effect is not None and (self.effect.read_only_tool or self.effect.compensate is not None):
-            raise ValueError(
-                "an undo's own effect must be effectful and cannot itself be compensated "
-                "(undo an undo by hand)"
+            raise o.refuse(
+                "Undo", "effect", self.effect, _UNDO_OPTIONS["effect"],
+                "An undo's own effect must be effectful and cannot itself be compensated "
+                "(undo an undo by hand).",
             )
         if self.effect is not None and (self.effect.approval != "never" or self.effect.saga is not None):
-            raise ValueError(
-                "an undo runs outside the graph's turns: its effect cannot wait for an approval "
-                "or belong to a saga (approve the compensation itself: it is an operator's call)"
+            raise o.refuse(
+                "Undo", "effect", self.effect, _UNDO_OPTIONS["effect"],
+                "An undo runs outside the graph's turns: its effect cannot wait for an approval or "
+                "belong to a saga (approve the compensation itself: it is an operator's call).",
             )
 
     @property
@@ -322,6 +305,42 @@ def _kind(effect: Effect) -> str:
         return "dedup"
     return "blind"
 
+
+_KEY_FUNCTION = o.function("a function (args, config) -> str")
+
+#: What each option of :class:`Effect` accepts (checked when it is made).
+_EFFECT_OPTIONS: dict[str, o.Accepts] = {
+    "dedup_window": o.optional(o.duration(positive=True)),
+    "lookup": o.optional(
+        o.function("an async function (LookupRequest) -> Landed | NotLanded | Inconclusive")
+    ),
+    "lookup_consistency": o.one_of("strong", "eventual"),
+    "settle_after": o.duration(),
+    "lookup_timeout": o.duration(),
+    "lookup_attempts": o.whole(1),
+    "definite_errors": o.exception_types(),
+    "key": o.optional(_KEY_FUNCTION),
+    "secret_fields": o.names(),
+    "approval": o.one_of("never", "always"),
+    "max_attempts": o.whole(1),
+    "key_argument": o.optional(o.name()),
+    "budgets": o.each(o.instance(Budget, "a Budget"), "a list or tuple of Budget objects"),
+    "circuit": o.optional(o.instance(CircuitBreaker, "a CircuitBreaker")),
+    "read_only_tool": o.flag(),
+    "compensate": o.optional(o.Accepts(
+        "an Undo, or the undo tool or function itself",
+        lambda v: isinstance(v, Undo) or callable(v) or hasattr(v, "ainvoke"),
+    )),
+    "saga": o.optional(o.either(o.name(), _KEY_FUNCTION)),
+}
+
+#: What each option of :class:`Undo` accepts.
+_UNDO_OPTIONS: dict[str, o.Accepts] = {
+    "action": o.Accepts("a LangChain tool or a function", lambda v: callable(v) or hasattr(v, "ainvoke")),
+    "args": o.optional(o.function("a function (UndoRequest) -> dict")),
+    "effect": o.optional(o.instance(Effect, "an Effect")),
+    "name": o.optional(o.name()),
+}
 
 #: The contract of a tool nobody declared: safe by default.
 BLIND = Effect()

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from ..errors import InvalidOptionError
+from . import options as o
 from ._fields import seconds
 
 Per = Literal["thread", "run", "tenant"]
@@ -39,10 +41,7 @@ HOLD = "hold"
 """The control name of the rows that record what an operation was charged."""
 
 
-def _name_ok(name: object) -> bool:
-    return isinstance(name, str) and bool(name.strip())
-
-
+@o.checked_options
 @dataclass(frozen=True)
 class Budget:
     """A durable budget on sends, shared by every tool whose :class:`Effect` lists it.
@@ -70,23 +69,17 @@ class Budget:
     on_exceed: OnExceed = "refuse"
 
     def __post_init__(self) -> None:
-        if not _name_ok(self.name):
-            raise ValueError(f"a Budget needs a non-empty name, not {self.name!r}")
+        o.check_all("Budget", self, _BUDGET_OPTIONS)
         if self.max_sends is None and self.max_total is None:
-            raise ValueError(f"Budget {self.name!r} limits nothing: give max_sends and/or max_total")
-        if self.max_sends is not None and self.max_sends < 0:
-            raise ValueError(f"Budget {self.name!r}: max_sends must be 0 or more")
-        if self.max_total is not None and (self.total_of is None or self.max_total < 0):
-            raise ValueError(
-                f"Budget {self.name!r}: max_total needs total_of (the argument to sum) and a "
-                "limit of 0 or more"
+            raise o.refuse(
+                "Budget", "max_sends", None, _BUDGET_OPTIONS["max_sends"],
+                f"Budget {self.name!r} limits nothing: give max_sends and/or max_total.",
             )
-        if self.per not in ("thread", "run", "tenant"):
-            raise ValueError(f"Budget {self.name!r}: per must be 'thread', 'run' or 'tenant'")
-        if self.window is not None and (seconds(self.window) or 0) <= 0:
-            raise ValueError(f"Budget {self.name!r}: window must be positive")
-        if self.on_exceed not in ("refuse", "approve"):
-            raise ValueError(f"Budget {self.name!r}: on_exceed must be 'refuse' or 'approve'")
+        if self.max_total is not None and self.total_of is None:
+            raise o.refuse(
+                "Budget", "total_of", None, _BUDGET_OPTIONS["total_of"],
+                f"Budget {self.name!r}: max_total needs total_of, the argument to sum (e.g. 'amount').",
+            )
 
     @property
     def control(self) -> str:
@@ -94,6 +87,7 @@ class Budget:
         return "budget:" + self.name
 
 
+@o.checked_options
 @dataclass(frozen=True)
 class CircuitBreaker:
     """A durable circuit breaker for one provider (or a named group of tools).
@@ -115,12 +109,7 @@ class CircuitBreaker:
     cooldown: float | timedelta = 30.0
 
     def __post_init__(self) -> None:
-        if not _name_ok(self.name):
-            raise ValueError(f"a CircuitBreaker needs a non-empty name, not {self.name!r}")
-        if self.failures < 1:
-            raise ValueError(f"CircuitBreaker {self.name!r}: failures must be at least 1")
-        if (seconds(self.within) or 0) <= 0 or (seconds(self.cooldown) or 0) <= 0:
-            raise ValueError(f"CircuitBreaker {self.name!r}: within and cooldown must be positive")
+        o.check_all("CircuitBreaker", self, _BREAKER_OPTIONS)
 
     @property
     def control(self) -> str:
@@ -131,6 +120,26 @@ class CircuitBreaker:
     def key(self) -> Key:
         """Its row's key: one row per breaker, shared by every tenant."""
         return (self.control, "")
+
+
+#: What each option of :class:`Budget` accepts (checked when it is made).
+_BUDGET_OPTIONS: dict[str, o.Accepts] = {
+    "name": o.name(),
+    "max_sends": o.optional(o.whole(0)),
+    "max_total": o.optional(o.amount()),
+    "total_of": o.optional(o.name()),
+    "per": o.one_of("thread", "run", "tenant"),
+    "window": o.optional(o.duration(positive=True)),
+    "on_exceed": o.one_of("refuse", "approve"),
+}
+
+#: What each option of :class:`CircuitBreaker` accepts.
+_BREAKER_OPTIONS: dict[str, o.Accepts] = {
+    "name": o.name(),
+    "failures": o.whole(1),
+    "within": o.duration(positive=True),
+    "cooldown": o.duration(positive=True),
+}
 
 
 @dataclass(frozen=True)
@@ -455,12 +464,10 @@ def describe(row: ControlRow, *, now: float) -> dict[str, Any] | None:
 def controls_of(budgets: Sequence[Budget], circuit: CircuitBreaker | None) -> Controls:
     """The :class:`Controls` of an effect's declaration (checked: no budget named twice)."""
     names = [b.name for b in budgets]
-    for budget in budgets:
-        if not isinstance(budget, Budget):
-            raise TypeError(f"budgets must be Budget objects, got {budget!r}")
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"a tool lists the budget(s) {twice} twice")
-    if circuit is not None and not isinstance(circuit, CircuitBreaker):
-        raise TypeError(f"circuit must be a CircuitBreaker, got {circuit!r}")
+        raise InvalidOptionError(
+            f"Effect(budgets=...): a tool lists the budget(s) {twice} twice; list each once.",
+            owner="Effect", option="budgets", given=list(budgets), accepts="budgets of distinct names",
+        )
     return Controls(tuple(budgets), circuit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -452,6 +453,33 @@ def _check_approval(op: Operation, change: Change) -> None:
         )
     if change.decision_id is None:
         raise ApprovalError(op.op_id, "the approval carries no approval id")
+
+
+#: Contracts whose provider received our provider key (it dedups on it, or is looked up by it).
+KEYED_CONTRACTS = frozenset({"dedup", "lookup", "lookup-eventual"})
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def provider_check(op: Operation) -> str:
+    """What an operator can check at the provider to tell whether ``op`` landed.
+
+    A provider that dedups on our key, or is looked up by it, can be asked for the
+    key. A blind one never received a key it keeps: the operator searches its own
+    records (dashboard, logs, sent mail) for a call with these arguments in the time
+    window it was sent in.
+    """
+    sent = op.dispatched_at if op.dispatched_at is not None else op.created_at
+    window = f"between {_utc(sent)} and {_utc(max(op.updated_at, sent))}"
+    if op.contract in KEYED_CONTRACTS:
+        return f"Check the provider for key {op.provider_key} (sent {window})."
+    return (
+        f"Check {op.tool}'s own records at the provider (its dashboard, logs or sent items) for a "
+        f"call with these arguments, sent {window}: this provider keeps no key of ours, so look "
+        "for what it saw."
+    )
 
 
 def mermaid() -> str:

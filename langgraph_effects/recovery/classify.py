@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._runtime.pending import NO_CHECKPOINT
 from ..core.operation import EvidenceKind, Operation, State
 from .narrative import forecast
 from .report import (
@@ -163,6 +164,8 @@ def classify(seen: Observation, policy: Policy) -> ThreadDecision | None:
     if not moved and not seen.unfinished_run:
         if not policy.explicit:
             return None  # e.g. an out-of-band verdict the graph answered since
+        if not seen.ops and not seen.has_checkpoint:
+            return quiet("nothing_to_do", NO_CHECKPOINT.format(thread=seen.thread_id))
         if not seen.ops:
             return quiet("nothing_to_do", "the ledger has no operation of this thread")
         return quiet("nothing_to_do", "no operation of this thread is unresolved or waiting to be answered")

@@ -13,6 +13,7 @@ from langgraph_effects.core.compensation import (
     undo_state,
 )
 from langgraph_effects.core.operation import Operation, State
+from langgraph_effects.errors import InvalidOptionError
 from langgraph_effects.testing._cases import make_op
 
 
@@ -149,12 +150,12 @@ def test_compensate_takes_an_undo_or_the_action_alone() -> None:
 @pytest.mark.parametrize(
     ("make", "error", "message"),
     [
-        (lambda E, U: E(compensate="cancel"), TypeError, "Undo, a tool or a function"),
+        (lambda E, U: E(compensate="cancel"), InvalidOptionError, "an Undo, or the undo tool or function"),
         (lambda E, U: E(compensate=_cancel, read_only_tool=True), ValueError, "read-only"),
         (lambda E, U: U(_cancel, effect=E(compensate=_cancel)), ValueError, "undo an undo"),
         (lambda E, U: U(_cancel, effect=E(approval="always")), ValueError, "approval"),
         (lambda E, U: U(_cancel, effect=E(saga="trip")), ValueError, "saga"),
-        (lambda E, U: E(saga=""), TypeError, "saga must be"),
+        (lambda E, U: E(saga=""), InvalidOptionError, "saga takes a non-empty name"),
         (lambda E, U: U(_cancel, args=lambda r: ["x"]).arguments(None), TypeError, "mapping"),
     ],
 )
