@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from langgraph_effects import (
@@ -322,7 +323,7 @@ async def test_a_review_answer_landed_with_undo_compensates_once(tmp_path: Path)
     )
     assert undo is not None and undo.state is State.CONFIRMED and undo.compensates == op_id
     [message] = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
-    assert "being undone" in str(message.content) and "h1" in str(message.content)
+    assert "it has been undone" in str(message.content) and "h1" in str(message.content)
     assert message.artifact["compensated_by"] == undo.op_id
     assert message.artifact["receipt"] == {"id": "h1"}
 
@@ -412,3 +413,102 @@ async def test_a_review_answer_with_undo_through_create_agent(
     assert provider.count_effects() == {"t1:0": 1}
     assert cancels(Provider(cancels_at, mode="dedup")) == 1
     assert stored is not None and stored.compensated_by == undo_operation_id(op_id)
+
+
+# -- an undo the verdict ordered, its worker killed inside it: the resume finishes it --
+
+
+def _verdict_worker(spec: Any, **changes: Any) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from tests.helpers.verdict_undo_worker import spec_json
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.verdict_undo_worker", spec_json(replace(spec, **changes))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if changes.get("kill_at"):
+        assert done.returncode == -9, done.stderr[-3000:]
+        return {}
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _verdict_killed_then_resumed(
+    db: str, tmp_path: Path, kill_at: str, undo_dedup: bool, backend: str = "sqlite"
+) -> dict[str, Any]:
+    """Start the thread (the booking goes to review), answer "landed, undo it" in a
+    worker SIGKILLed inside the cancel, then resume plainly in a new process."""
+    from tests.helpers.verdict_undo_worker import VerdictSpec
+
+    spec = VerdictSpec(
+        db=db,
+        backend=backend,
+        hotel=str(tmp_path / "hotel.sqlite"),
+        cancels=str(tmp_path / "cancels.sqlite"),
+        undo_dedup=undo_dedup,
+    )
+    started = _verdict_worker(spec, step="start")
+    [pending] = started["interrupts"]
+    op_id = pending["value"]["operations"][0]["operation_id"]
+    answer = {pending["id"]: {op_id: {"type": "landed", "receipt": {"id": "h1"}, "undo": True}}}
+    _verdict_worker(spec, step="answer", answer=answer, kill_at=kill_at)
+    cancel_provider = Provider(tmp_path / "cancels.sqlite", mode="dedup")
+    # Killed before the cancel was sent, or after the provider applied it.
+    assert cancels(cancel_provider) == (0 if kill_at == "after_intent" else 1)
+    resumed = _verdict_worker(spec, step="resume")
+    assert resumed["interrupts"] == [] and resumed["next"] == []  # the thread is done
+    assert Provider(tmp_path / "hotel.sqlite", mode="blind").count_effects() == {"book:12": 1}
+    assert cancels(cancel_provider) == 1  # before: 0 after "after_intent" (left pending)
+    [message] = resumed["messages"]
+    assert message["artifact"]["compensated_by"] == undo_operation_id(op_id)
+    assert message["artifact"]["receipt"] == {"id": "h1"}
+    return resumed
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("kill_at", ["after_intent", "before_outcome"])
+def test_an_undo_a_verdict_ordered_is_finished_by_the_resume_sqlite(tmp_path: Path, kill_at: str) -> None:
+    """Issue 42 item 3: the worker running the undo the operator's answer ordered is
+    SIGKILLed inside the cancel; a plain resume finishes it (before: the thread ended
+    ``done`` with the undo left pending or dispatched under a dead owner, and the model
+    told "being undone" with no cancel at the provider). The undo's contract deduplicates
+    cancels: re-sent under its key, exactly one cancel."""
+    resumed = _verdict_killed_then_resumed(str(tmp_path / "agent.sqlite"), tmp_path, kill_at, True)
+    assert resumed["undo"] == "confirmed"
+    assert "it has been undone" in resumed["messages"][0]["content"]
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.postgres
+@pytest.mark.parametrize("kill_at", ["after_intent", "before_outcome"])
+def test_an_undo_a_verdict_ordered_is_finished_by_the_resume_postgres(kill_at: str, tmp_path: Path) -> None:
+    with ledger_fixtures.created_schema("lge_verdict_undo") as (_, dsn):
+        resumed = _verdict_killed_then_resumed(dsn, tmp_path, kill_at, True, "postgres")
+        with psycopg.connect(dsn) as conn:  # it ran on Postgres: the rows are there
+            [(rows,)] = conn.execute("SELECT count(*) FROM effect_operations").fetchall()
+        assert rows == 2  # the booking and its undo
+    assert resumed["undo"] == "confirmed"
+    assert "it has been undone" in resumed["messages"][0]["content"]
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("kill_at", ["after_intent", "before_outcome"])
+def test_a_blind_undo_a_verdict_ordered_is_sent_once_or_reviewed(tmp_path: Path, kill_at: str) -> None:
+    """A blind undo: never sent (killed before it left), it is sent once; left in doubt
+    (killed after the provider applied it), it goes to review, never re-sent, and the
+    model is told its outcome is in doubt."""
+    resumed = _verdict_killed_then_resumed(str(tmp_path / "agent.sqlite"), tmp_path, kill_at, False)
+    content = resumed["messages"][0]["content"]
+    if kill_at == "after_intent":
+        assert resumed["undo"] == "confirmed" and "it has been undone" in content
+    else:
+        assert resumed["undo"] == "review" and "in doubt" in content

@@ -117,6 +117,135 @@ def test_a_child_still_sending_when_its_worker_is_killed_is_waited_for(
     assert out_b["messages"][-1]["content"] == "done"
 
 
+@pytest.fixture
+def load() -> Iterator[None]:
+    """Four busy loops beside the test (the report's machine ran at load 6), each
+    bounded in time and killed at the end."""
+    code = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(4)]
+    yield
+    for proc in busy:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_child_of_a_killed_worker_not_yet_reaped_is_waited_for(
+    tmp_path: Path, workers: list[Worker], strays: list[int], load: None
+) -> None:
+    """Issue 42 item 4, as reported: a lookup tool awaits its child, the worker is
+    SIGKILLed while the child runs and B resumes at once, under load, before anyone
+    reaped A. A killed process is a zombie until its parent waits for it: its pid and
+    start time read as before, but its lock is gone. Read as a live owner that had
+    released its dispatch, its child was not waited for: B looked up (absent) and
+    re-sent, then the child sent (2 effects). A zombie is dead: B waits for the child."""
+    s = lease_spec(tmp_path, contract="lookup", provider_mode="lookup", lease_seconds=1.0)
+    a = Worker(replace(s, stall="child:asyncio"), tmp_path, "a")
+    workers.append(a)
+    child = wait_for(Path(s.marker + ".child"))["pid"]
+    strays.append(child)
+    os.kill(a.proc.pid, signal.SIGKILL)  # nobody waits for A yet: it stays a zombie
+    b = Worker(replace(s, resume=True), tmp_path, "b")
+    workers.append(b)
+    deadline = time.monotonic() + 120
+    while b.proc.poll() is None and "it started during the dispatch still runs" not in b.stderr():
+        assert time.monotonic() < deadline, b.stderr()[-3000:]
+        time.sleep(0.05)
+    assert Path(f"/proc/{a.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    Path(s.release).write_text("go")  # the child sends only now: after B decided
+    out_b = b.result()
+    deadline = time.monotonic() + 60
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert effects(s) == 1 and provider_requests(s, "apply") == 1  # before: 2 (B, then the child)
+    assert out_b["sends"] == 0
+    assert [e["event"] for e in audit(s)] == ["intent", "lose", "confirm"]
+
+
+_ZOMBIE = """
+import asyncio, json, multiprocessing, os, signal, subprocess, sys, time
+from langgraph_effects._runtime import lease
+
+def sleeper() -> None:
+    time.sleep(600)
+
+async def start(how: str) -> None:
+    if how == "asyncio exec":
+        await asyncio.create_subprocess_exec("sleep", "600")
+    else:
+        await asyncio.create_subprocess_shell("sleep 600; true")
+
+if __name__ == "__main__":
+    how = sys.argv[1]
+    owner = lease.new_owner()
+    if how == "subprocess":
+        subprocess.Popen(["sleep", "600"])
+    elif how == "shell":
+        subprocess.Popen("sleep 600; true", shell=True)
+    elif how == "os.system":
+        os.system("sleep 600 &")
+    elif how.startswith("asyncio"):
+        asyncio.run(start(how))
+    else:
+        multiprocessing.get_context("fork").Process(target=sleeper).start()
+    time.sleep(0.3)
+    kids, look = [], [os.getpid()]
+    while look:
+        pid = look.pop()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found = [int(p) for p in f.read().split()]
+            kids += found
+            look += found
+    mark = f"{os.getpid()}:{int(owner.started)}".encode()
+    for name in os.listdir("/proc"):  # os.system's "&": its child was reparented
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                lineage = [e for e in f.read().split(b"\\0") if e.startswith(b"LANGGRAPH_EFFECTS_LINEAGE=")]
+        except OSError:
+            continue
+        if name.isdigit() and int(name) not in kids and lineage and mark in lineage[0].split():
+            kids.append(int(name))
+    print(json.dumps({"owner": owner.to_json(), "kids": kids}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize(
+    "how", ["subprocess", "shell", "os.system", "asyncio exec", "asyncio shell", "fork"]
+)
+def test_a_killed_owner_not_yet_reaped_is_dead_and_its_children_hold_the_dispatch(
+    tmp_path: Path, strays: list[int], how: str
+) -> None:
+    """Every way of starting a child docs/leases.md lists: the owner SIGKILLs itself
+    and this process, its parent, does not reap it (a zombie). Its dispatch runs while
+    its child lives (before: over at once, "alive and released"); the zombie itself
+    holds nothing once the children are gone."""
+    env = {**os.environ, "LANGGRAPH_EFFECTS_RUNTIME_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ZOMBIE, how], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        seen = json.loads(proc.stdout.readline())
+        owner, kids = Owner.from_json(seen["owner"]), [int(pid) for pid in seen["kids"]]
+        strays.extend(kids)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the owner never died"
+            time.sleep(0.02)
+        assert kids and all(running(pid) for pid in kids)
+        assert lease.owner_alive(owner) is True
+        for pid in kids:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(running(pid) for pid in kids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lease.owner_alive(owner) is False  # a zombie holds nothing
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 _SPAWNER = """
 import json, subprocess, sys, time
 from langgraph_effects._runtime import lease

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core import identity
 from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, State
-from ..errors import CompensationError, ReviewError, TransitionError
+from ..errors import ReviewError, TransitionError
 from .binding import CallRecord, Settings, bind_stored, by_id
 from .dispatch import Dispatcher
 from .messages import MAX_EVIDENCE_CHARS, bounded
@@ -299,11 +299,8 @@ class Asker:
                 actor="operator (interrupt)",
                 channel="interrupt",
             )
-            undo = isinstance(decision, LandedDecision) and decision.undo
             if c.op.decisions and any(d == change.decision_id for d, _ in c.op.decisions):
-                if undo:  # read again after a crash: finish the compensation it asked for
-                    await self._compensate(c)
-                continue
+                continue  # read again after a crash: already recorded
             if c.op.state not in DECIDABLE:
                 problems.append(f"operation {op_id} is {c.op.state.value}, not under review")
                 continue
@@ -313,10 +310,10 @@ class Asker:
                 problems.append(f"the verdict for {op_id} was not recorded ({error})")
                 c.op = await self.dispatcher.reload(c)
                 continue
+            # A verdict asking for the undo is its order: the call's replay in the next
+            # round runs it (Dispatcher.compensations), as a resume after a crash would.
             applied.settled.add(c.call_id)
             count += 1
-            if undo:
-                await self._compensate(c)
         if problems:
             text = bounded("; ".join(problems), MAX_EVIDENCE_CHARS // 4)
             if not count:
@@ -324,7 +321,6 @@ class Asker:
             log.warning("part of answer %d not applied: %s", round_no, text)
             applied.notice = _IN_PART + text
         return count
-
 
     def _check_undo(self, parsed: Mapping[str, Any], by_op: Mapping[str, CallRecord]) -> None:
         """An answer asking to undo an effect whose tool declares no undo is refused whole."""
@@ -338,26 +334,6 @@ class Asker:
                     "be undone automatically; answer 'landed' without 'undo' and undo it at the "
                     "provider by hand"
                 )
-
-    async def _compensate(self, c: CallRecord) -> None:
-        """Undo ``c``'s effect (confirmed by the verdict just read) exactly once."""
-        from .compensation import compensate  # only when a review asks for an undo
-
-        try:
-            report = await compensate(
-                self.dispatcher.ledger,
-                c.op.op_id,
-                effects=self.settings.effects,
-                actor="operator (interrupt)",
-                channel="interrupt",
-                hash_key=self.settings.hash_key,
-                lease_seconds=self.settings.lease_seconds,
-            )
-        except CompensationError as error:  # never raised for what an answer says
-            log.warning("compensation of %s not run: %s", c.op.op_id, error)
-        else:
-            log.info("compensation of %s: %s", c.op.op_id, report.state)
-        c.op = await self.dispatcher.reload(c)
 
 
 def _answered_since(calls: list[CallRecord], round_no: int) -> bool:

@@ -38,6 +38,7 @@ from ..core.compensation import (
     saga_plan,
     undo_call_id,
     undo_operation_id,
+    undo_ordered,
     undo_state,
 )
 from ..core.contract import Effect, Undo, UndoRequest
@@ -311,6 +312,43 @@ async def compensate(
         ledger, report.undo, report.operation, undo, hash_key=key, lease_seconds=lease_seconds
     )
     return CompensationReport(report.operation, ran, report.verdict, report.reason, error)
+
+
+async def finish_ordered(
+    ledger: Ledger,
+    op: Operation,
+    effects: Mapping[str, Effect],
+    *,
+    hash_key: bytes | None = None,
+    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
+) -> CompensationReport | None:
+    """Finish the undo ``op``'s own record orders (see
+    :func:`~langgraph_effects.core.compensation.undo_ordered`), exactly once: recorded
+    now if only the verdict that asked for it was written, run if a crash left it
+    unsent (``pending``) or its sender gone (its own contract then decides re-send or
+    review), left alone once settled or in review. ``None`` if ``op`` orders no undo.
+
+    What a replay of the call does before it answers, so a resume finishes an undo
+    an operator ordered as a saga's failed step finishes its own. Raises
+    :class:`~langgraph_effects.errors.CompensationError` when the undo cannot be
+    recorded (its tool declares none any more); nothing is written then.
+    """
+    if not undo_ordered(op):
+        return None
+    if op.compensated_by is not None:
+        found = await ledger.get(op.compensated_by)
+        if found is not None and found.state not in _TO_FINISH:
+            return CompensationReport(op, found, "requested", "already settled")
+    evidence = op.evidence or {}  # who ordered it: the verdict's (or the mark's) actor
+    return await compensate(
+        ledger,
+        op.op_id,
+        effects=effects,
+        actor=str(evidence.get("actor") or DEFAULT_ACTOR),
+        channel=str(evidence.get("channel") or "api"),
+        hash_key=hash_key,
+        lease_seconds=lease_seconds,
+    )
 
 
 async def compensations(

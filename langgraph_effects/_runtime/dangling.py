@@ -201,17 +201,28 @@ async def find_answers(
             and o.checkpoint_id
         ]
         answers[(index, str(call["id"]))] = await finder.find(index, call, mine)
-    return [_answer(history, index, call, answers.get((index, str(call["id"])))) for index, call in dangling]
+    # An effect marked for undoing is answered by how its undo stands.
+    undo_ids = sorted({str(op.compensated_by) for op in answers.values() if op and op.compensated_by})
+    undos = await ledger.get_many(undo_ids) if undo_ids else {}
+    return [
+        _answer(history, index, call, answers.get((index, str(call["id"]))), undos)
+        for index, call in dangling
+    ]
 
 
 def _answer(
-    history: Sequence[BaseMessage], index: int, call: Mapping[str, Any], op: Operation | None
+    history: Sequence[BaseMessage],
+    index: int,
+    call: Mapping[str, Any],
+    op: Operation | None,
+    undos: Mapping[str, Operation],
 ) -> DanglingAnswer:
     call_id, tool = str(call.get("id") or ""), call["name"]
     if op is None:
         message = _not_executed(call_id, tool)
     elif op.terminal:
-        message = messages.replay(op, tool_call_id=call_id, tool=tool)
+        undo = undos.get(op.compensated_by) if op.compensated_by else None
+        message = messages.replay(op, tool_call_id=call_id, tool=tool, undo=undo)
     else:
         message = _unknown_message(op, tool_call_id=call_id, tool=tool)
     return cast(AIMessage, history[index]), call_id, message

@@ -28,9 +28,11 @@ from typing import Any, Literal
 from langchain_core.messages import ToolMessage
 
 from ..core import identity, protocol
+from ..core.compensation import undo_ordered
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..errors import (
+    CompensationError,
     IllegalTransitionError,
     StaleVersionError,
     TransitionError,
@@ -197,9 +199,8 @@ class Dispatcher:
                 scope_changed=protocol.raised(op) and bool(scope_changes(op, self.scope)),
             )
             if isinstance(step, protocol.Replay):
-                if op.state is State.FAILED and op.extra.get("saga"):
-                    await self.saga(c)  # finishes what a crash interrupted; once each
-                return Reply(messages.replay(op, tool_call_id=call_id, tool=c.tool))
+                undo = await self.compensations(c)  # finishes what a crash interrupted
+                return Reply(messages.replay(c.op, tool_call_id=call_id, tool=c.tool, undo=undo))
             if isinstance(step, protocol.Review | protocol.Approve):
                 return Reply(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool),
@@ -286,8 +287,8 @@ class Dispatcher:
             self.leases.release(c)
         if protocol.after_record(moved, outcome) == "reconcile":
             return await self.begin(c)
-        if isinstance(outcome, protocol.Failed) and moved and c.op.extra.get("saga"):
-            await self.saga(c)
+        if isinstance(outcome, protocol.Failed) and moved:
+            await self.compensations(c)
         if isinstance(outcome, protocol.Succeeded):
             return Reply(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
@@ -353,6 +354,37 @@ class Dispatcher:
                 )
         finally:
             self.leases.release(c)
+
+    async def compensations(self, c: CallRecord) -> Operation | None:
+        """Finish the undos ``c``'s settled outcome orders, each exactly once, before the
+        call answers: the first time, or on the replay after a crash interrupted them.
+
+        A saga step that failed definitively orders the undos of the earlier effects of
+        its saga (:meth:`saga`); an effect marked for compensation, or confirmed by an
+        operator's verdict that asked for its undo, orders its own
+        (:func:`~langgraph_effects._runtime.compensation.finish_ordered`). Returns
+        ``c``'s own undo as stored afterwards (``None``: it orders none), which the
+        model's message is built from."""
+        if c.op.state is State.FAILED and c.op.extra.get("saga"):
+            await self.saga(c)
+            return None
+        if not undo_ordered(c.op):
+            return None
+        from .compensation import finish_ordered  # only undos pay for the import
+
+        try:
+            report = await finish_ordered(
+                self.ledger, c.op, self.settings.effects,
+                hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
+            )
+        except CompensationError as error:  # nothing was written: the effect stands
+            log.warning("compensation of %s not run: %s", c.op.op_id, error)
+            return None
+        if report is None:
+            return None
+        log.info("compensation of %s: %s", c.op.op_id, report.state)
+        c.op = report.operation
+        return report.undo
 
     async def saga(self, c: CallRecord) -> None:
         """``c`` failed definitively and was answered so: undo the earlier effects of its

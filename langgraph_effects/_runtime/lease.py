@@ -556,8 +556,8 @@ def _lock_verdict(owner: Owner) -> bool | None:
     except FileNotFoundError:
         # Removed from its directory (a tmp cleaner, logind at logout) or never
         # visible here (another mount namespace): a live owner still holds it open.
-        if process_start_time(owner.pid) != owner.started:
-            return None  # its process is gone: the pid decides
+        if processes.live_start_time(owner.pid) != owner.started:
+            return None  # its process is gone (or a zombie): the pid decides
         link = processes.open_file_of(owner.pid, owner.lock)
         if link is None:
             return None  # closed (the dispatch is over), or not ours to look at
@@ -572,8 +572,9 @@ def _lock_verdict(owner: Owner) -> bool | None:
 
 
 def _pid_verdict(owner: Owner) -> bool | None:
-    """``False`` if the owner's process is gone; ``None`` if it lives (that proves
-    nothing about its dispatch) or we cannot tell."""
+    """``False`` if the owner's process is gone (or exited and not reaped yet: a
+    zombie); ``None`` if it lives (that proves nothing about its dispatch) or we
+    cannot tell."""
     start = process_start_time(owner.pid)
     if start is None:
         try:
@@ -583,15 +584,19 @@ def _pid_verdict(owner: Owner) -> bool | None:
         except PermissionError:
             return None
         return None
-    return None if start == owner.started else False
+    if start != owner.started:
+        return False
+    return None if processes.live_start_time(owner.pid) == owner.started else False
 
 
 def _children_running(owner: Owner) -> bool:
     """The owner's process released the dispatch or is gone: whether the dispatch
     still runs in a process the owner started during it (a tool's ``gh`` or
     ``kubectl`` outlives a SIGKILLed worker and still sends)."""
-    if process_start_time(owner.pid) == owner.started:
+    if processes.live_start_time(owner.pid) == owner.started:
         return False  # alive and released it: its tool returned or was cancelled
+    # Gone, or killed and not reaped yet (a zombie): its files are closed, so its lock
+    # reads released, but its children may still send.
     since = owner.since if owner.since is not None else owner.started
     child = processes.live_descendant(owner.pid, owner.started, since) or _forked_child(owner, since)
     if child is None:

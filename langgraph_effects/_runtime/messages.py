@@ -132,19 +132,53 @@ def _receipt_text(receipt: Any) -> str:
     return f" Receipt: {preview(receipt)}."
 
 
-def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessage:
-    """The message for an operation settled without a tool result of its own."""
+def _undo_text(tool: str, undo: Operation | None, receipt: str) -> str:
+    """What the model is told of an effect marked for undoing, by how its undo stands:
+    "being undone" only once the undo was recorded as sent."""
+    ordered = "an operator (or a later step that failed) asked for its compensation"
+    state = undo.state if undo is not None else State.PENDING
+    if state is State.CONFIRMED:
+        return (
+            f"The {tool} effect landed, and it has been undone: {ordered}, which ran "
+            f"once.{receipt} Treat it as cancelled; do not repeat it or undo it yourself."
+        )
+    if state in (State.DISPATCHED, State.UNKNOWN):
+        return (
+            f"The {tool} effect landed, and it is being undone: {ordered}, which was sent "
+            f"once.{receipt} Treat it as cancelled; do not repeat it or undo it yourself."
+        )
+    if state is State.REVIEW:
+        return (
+            f"The {tool} effect landed, and it is being undone: {ordered}, which was sent, "
+            "but whether it took effect is in doubt; an operator checks it with the "
+            f"provider.{receipt} Do not repeat it or undo it yourself."
+        )
+    if state in (State.FAILED, State.ABANDONED):
+        how = "failed" if state is State.FAILED else "was closed without confirming it happened"
+        return (
+            f"The {tool} effect landed, and it was NOT undone: {ordered}, but the undo "
+            f"{how}. The effect stands.{receipt} Do not repeat it or undo it yourself; tell "
+            "the user."
+        )
+    return (  # pending: recorded, not sent yet
+        f"The {tool} effect landed, and it is to be undone: {ordered}, which has not been "
+        f"sent yet and will be sent once, later.{receipt} Do not repeat it or undo it "
+        "yourself."
+    )
+
+
+def settled_message(
+    op: Operation, *, tool_call_id: str, tool: str, undo: Operation | None = None
+) -> ToolMessage:
+    """The message for an operation settled without a tool result of its own; ``undo``
+    is its undo's row when it is marked for compensation (``None``: not sent yet)."""
     evidence = dict(op.evidence or {})
     kind = evidence.get("kind")
     receipt = _receipt_text(evidence.get("receipt"))
     status: str = "success"
     if op.state is State.CONFIRMED and kind == EvidenceKind.COMPENSATION:
         receipt = _receipt_text((evidence.get("cause") or {}).get("receipt"))
-        content = (
-            f"The {tool} effect landed, and it is being undone: an operator (or a later "
-            f"step that failed) asked for its compensation, which runs once.{receipt} Treat "
-            "it as cancelled; do not repeat it or undo it yourself."
-        )
+        content = _undo_text(tool, undo, receipt)
     elif op.state is State.CONFIRMED and kind == EvidenceKind.VERDICT:
         content = (
             f"The {tool} effect landed: an operator checked with the provider and confirmed "
@@ -190,15 +224,16 @@ def settled_message(op: Operation, *, tool_call_id: str, tool: str) -> ToolMessa
     )
 
 
-def replay(op: Operation, *, tool_call_id: str, tool: str) -> Any:
-    """The outcome of a settled operation, as the model should see it again."""
+def replay(op: Operation, *, tool_call_id: str, tool: str, undo: Operation | None = None) -> Any:
+    """The outcome of a settled operation, as the model should see it again (``undo``:
+    its undo's row, when it is marked for compensation; see :func:`settled_message`)."""
     if op.result is not None and op.result_type is not None:
         output = load(op.result_type, op.result)
         if isinstance(output, ToolMessage) and output.tool_call_id != tool_call_id:
             # A re-planned duplicate bound to an earlier call: answer the new call id.
             output = output.model_copy(update={"tool_call_id": tool_call_id})
         return decorate(output, op)
-    return settled_message(op, tool_call_id=tool_call_id, tool=tool)
+    return settled_message(op, tool_call_id=tool_call_id, tool=tool, undo=undo)
 
 
 def refused(tool: str, tool_call_id: str, refusal: Refusal) -> ToolMessage:

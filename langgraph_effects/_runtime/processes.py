@@ -34,8 +34,8 @@ LINEAGE_VAR = "LANGGRAPH_EFFECTS_LINEAGE"
 _LINEAGE_DEPTH = 8  # ancestors kept: enough for a worker, its launcher and a shell or two
 
 
-def process_start_time(pid: int) -> float | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), or ``None`` if unknown."""
+def _stat(pid: int) -> tuple[str, float] | None:
+    """``pid``'s state letter and start time (ticks since boot), or ``None`` if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat_line = f.read().decode(errors="replace")
@@ -44,9 +44,33 @@ def process_start_time(pid: int) -> float | None:
     # The command name (field 2) may contain spaces and parentheses; fields after it don't.
     fields = stat_line[stat_line.rfind(")") + 2 :].split()
     try:
-        return float(fields[19])  # field 22 overall: starttime
+        return fields[0], float(fields[19])  # fields 3 and 22 overall: state, starttime
     except (IndexError, ValueError):
         return None
+
+
+def process_start_time(pid: int) -> float | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux), or ``None`` if unknown.
+    A process that exited but was not reaped yet (a zombie) still has one: see
+    :func:`live_start_time`."""
+    found = _stat(pid)
+    return found[1] if found is not None else None
+
+
+def live_start_time(pid: int) -> float | None:
+    """:func:`process_start_time` of a process that still runs: ``None`` also once it
+    exited, while its parent has not reaped it yet (a zombie, state ``Z`` or ``X``).
+
+    A SIGKILLed worker is such a zombie until its supervisor waits for it, which a busy
+    or careless one (a shell script, a container's PID 1 without an init) may do late
+    or never: its pid and start time read as before, but it holds no lock and sends
+    nothing. Judged alive, its dispatch looked released by a live owner, and the
+    children it left sending were not waited for.
+    """
+    found = _stat(pid)
+    if found is None or found[0] in ("Z", "X", "x"):
+        return None
+    return found[1]
 
 
 @cache

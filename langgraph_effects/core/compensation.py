@@ -93,6 +93,21 @@ def may_compensate(op: Operation, *, undoable: bool) -> Decision:
     return Decision("not_landed", f"it is {state.value}: no effect landed, so there is nothing to undo")
 
 
+def undo_ordered(op: Operation) -> bool:
+    """Whether ``op``'s own record orders its undo: it is marked for compensation
+    (``compensated_by``), or an operator's ``landed`` verdict that asked for the undo
+    confirmed it (the verdict is written before the undo is, so a crash may leave
+    only the verdict). What finishing a compensation on replay starts from."""
+    if op.compensated_by is not None:
+        return True
+    evidence = op.evidence or {}
+    return (
+        op.state is State.CONFIRMED
+        and evidence.get("kind") == EvidenceKind.VERDICT
+        and evidence.get("undo") is True
+    )
+
+
 def mark_change(
     op: Operation, undo_id: str, *, actor: str, channel: str, reason: str | None
 ) -> Change:

@@ -27,8 +27,9 @@ from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.registry import open_ledger
 
 
-def effects(provider_path: str, *, book_dedup: bool = True) -> dict[str, Effect]:
-    """``book`` (dedup at the provider, or blind) and its undo ``cancel`` (dedup, own key)."""
+def effects(provider_path: str, *, book_dedup: bool = True, undo_dedup: bool = True) -> dict[str, Effect]:
+    """``book`` (dedup at the provider, or blind) and its undo ``cancel`` (dedup under
+    its own key, or blind: then a crash that leaves it in doubt sends it to review)."""
 
     def cancel(booking: str) -> str:
         with Provider(provider_path, mode="dedup") as provider:
@@ -40,7 +41,7 @@ def effects(provider_path: str, *, book_dedup: bool = True) -> dict[str, Effect]
     undo = Undo(
         cancel,
         args=lambda request: {"booking": request.provider_key},
-        effect=Effect(dedup_window=3600),
+        effect=Effect(dedup_window=3600 if undo_dedup else None),
     )
     return {"book": Effect(dedup_window=3600 if book_dedup else None, compensate=undo)}
 
