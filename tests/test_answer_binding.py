@@ -160,7 +160,9 @@ class Paused:
 
 
 @asynccontextmanager
-async def refused_review(database: tuple[str, str], tmp_path: Path, *, x_lookup: bool = False) -> AsyncIterator[Paused]:
+async def refused_review(
+    database: tuple[str, str], tmp_path: Path, *, x_lookup: bool = False
+) -> AsyncIterator[Paused]:
     """The review of ``ship_x`` and ``ship_y``, answered with one decision: refused."""
     shop = Shop(Provider(tmp_path / "provider.sqlite", "lookup"))
     async with opened(database) as saver:
@@ -229,7 +231,7 @@ async def test_console_resolve_then_recover(tmp_path: Path) -> None:
 async def test_python_resolve_then_resume(database: tuple[str, str], tmp_path: Path) -> None:
     async with refused_review(database, tmp_path) as paused:
         version = (await paused.op(paused.x)).version
-        await resolve(paused.saver.ledger, paused.x, {"type": "landed"}, expected_version=version, actor="alice")
+        await resolve(paused.saver.ledger, paused.x, {"type": "landed"}, expected_version=version, actor="al")
         for _ in range(3):  # every resume reads the stored answer again: refused each time
             await paused.graph.ainvoke(None, CONFIG)
             pending = await still_asked_about_y(paused)
@@ -258,7 +260,8 @@ async def test_a_lookup_settles_x_then_resume(tmp_path: Path) -> None:
     # question lists ship_y alone.
     async with refused_review(sqlite_at(tmp_path), tmp_path, x_lookup=True) as paused:
         version = (await paused.op(paused.x)).version
-        await resolve(paused.saver.ledger, paused.x, {"type": "not_landed"}, expected_version=version, actor="al")
+        not_landed = {"type": "not_landed"}
+        await resolve(paused.saver.ledger, paused.x, not_landed, expected_version=version, actor="al")
         paused.shop.lookup_up = True
         await paused.graph.ainvoke(None, CONFIG)
         x = await paused.op(paused.x)
@@ -270,7 +273,9 @@ async def test_a_lookup_settles_x_then_resume(tmp_path: Path) -> None:
 # -- answers that fit their question: applied once; refused ones stay refused ----------
 
 
-async def test_a_fitting_answer_is_applied_once_across_resumes(database: tuple[str, str], tmp_path: Path) -> None:
+async def test_a_fitting_answer_is_applied_once_across_resumes(
+    database: tuple[str, str], tmp_path: Path
+) -> None:
     async with refused_review(database, tmp_path) as paused:
         pending = await paused.pending()
         answer = {"decisions": [{"type": "respond", "message": '{"id": "x-1"}'}, {"type": "approve"}]}
@@ -309,11 +314,13 @@ async def test_an_answer_given_after_its_question_changed_is_refused(tmp_path: P
     async with refused_review(sqlite_at(tmp_path), tmp_path) as paused:
         pending = await paused.pending()
         version = (await paused.op(paused.x)).version
-        await resolve(paused.saver.ledger, paused.x, {"type": "landed"}, expected_version=version, actor="alice")
+        await resolve(paused.saver.ledger, paused.x, {"type": "landed"}, expected_version=version, actor="al")
         await paused.graph.ainvoke(Command(resume={pending.id: ONE_DECISION}), CONFIG)
         pending = await still_asked_about_y(paused)
         assert "the question changed since it was given" in pending.value["refused_answer"]
-        assert f"ship_x (operation {paused.x}) was settled" in pending.value["refused_answer"]
+        assert f"ship_x (operation {paused.x}) was settled since, it is confirmed now" in (
+            pending.value["refused_answer"]
+        )
         # Keyed by operation id, the same: the question it answers is gone.
         await paused.graph.ainvoke(Command(resume={pending.id: {paused.y: {"type": "landed"}}}), CONFIG)
         y = await paused.op(paused.y)
@@ -323,6 +330,7 @@ async def test_an_answer_given_after_its_question_changed_is_refused(tmp_path: P
 # -- approvals: the same binding --------------------------------------------------------
 
 
+@pytest.mark.slow  # waits for a budget window to renew
 async def test_a_refused_approval_is_not_applied_to_a_shorter_question(tmp_path: Path) -> None:
     # A budget of one send per window, held for an approver when over: pay_b and pay_c
     # wait for approval. The approver answers one decision for two calls: refused. The

@@ -111,14 +111,14 @@ def binding(
     asked last), when the node would ask ``now`` at that round."""
     if asked is None:
         return Binding(
-            changed="the question it answers cannot be found in the checkpoint; answer the "
+            changed="the question it answers cannot be found in the checkpoint. Answer the "
             "question below"
         )
     if asked.key is None or (asked.round is not None and asked.round > round_no):
         return Binding(read_before=True, notice=asked.notice)
     current = question_key(now)
     if asked.round is not None and asked.round < round_no:
-        return Binding(changed="it does not answer this question; answer the question below")
+        return Binding(changed="it does not answer this question. Answer the question below")
     if current == asked.key:
         return Binding()
     assert current is not None  # ``now`` is a question this package built
@@ -132,20 +132,18 @@ def _what_changed(asked: QuestionKey, now: QuestionKey, calls: Sequence[CallReco
     listed = dict(asked[1])
     why: list[str] = []
     if asked[0] != now[0]:
-        why.append(f"it was {_KINDS[asked[0]]}, the question now is {_KINDS[now[0]]}")
+        why.append(f"it was {_KINDS[asked[0]]} and the question now is {_KINDS[now[0]]}")
     for op_id, version in asked[1]:
         op = ops.get(op_id)
         shown = f"{op.tool} (operation {op_id})" if op is not None else f"operation {op_id}"
         if op_id not in versions:
             state = f"it is {op.state.value} now" if op is not None else "it is no longer asked about"
-            why.append(f"{shown} was settled since it was asked ({state})")
+            why.append(f"{shown} was settled since, {state}")
         elif versions[op_id] != version:
-            why.append(f"{shown} changed since it was asked (version {version}, now {versions[op_id]})")
+            why.append(f"{shown} changed since, version {version} then and {versions[op_id]} now")
     for op_id, _ in now[1]:
         if op_id not in listed:
             op = ops.get(op_id)
-            why.append(f"{op.tool if op else 'operation'} (operation {op_id}) was not in it")
+            why.append(f"{op.tool if op else 'an operation'} (operation {op_id}) was not in it")
     detail = "; ".join(why) or "the operations are asked in another order"
-    return bounded(
-        f"the question changed since it was given ({detail}); answer the question below", 1000
-    )
+    return bounded(f"the question changed since it was given: {detail}. Answer the question below", 1000)
