@@ -307,24 +307,36 @@ async def test_a_refused_answer_stays_refused_across_resumes(tmp_path: Path) -> 
         assert paused.shop.effects_by_tool() == {"ship_x": 1}
 
 
-async def test_an_answer_given_after_its_question_changed_is_refused(tmp_path: Path) -> None:
-    # The question lists ship_x and ship_y; ship_x is settled at the console; the
-    # reviewer, still looking at both, answers "it landed" for the first row. The
-    # question that answer was given for is gone: refused, asked again about ship_y.
+STALE_ANSWERS = {
+    # Agent Inbox: "it landed" for the first row of the two it shows.
+    "agent_inbox": lambda x, y: ONE_DECISION,
+    # Our own decisions in LangChain's shape, one per row of the question as it was.
+    "own_decisions": lambda x, y: {"decisions": [{"type": "landed"}, {"type": "not_landed"}]},
+    # Keyed by operation id: ship_y did not land (send it again).
+    "keyed": lambda x, y: {y: {"type": "not_landed"}},
+}
+
+
+@pytest.mark.parametrize("shape", list(STALE_ANSWERS))
+async def test_an_answer_given_after_its_question_changed_is_refused(tmp_path: Path, shape: str) -> None:
+    # The question lists ship_x and ship_y; ship_x is settled with resolve(); the
+    # reviewer, still looking at both, answers. The question that answer was given for
+    # is gone: refused whole, nothing written or sent, asked again about ship_y alone.
     async with refused_review(sqlite_at(tmp_path), tmp_path) as paused:
         pending = await paused.pending()
         version = (await paused.op(paused.x)).version
         await resolve(paused.saver.ledger, paused.x, {"type": "landed"}, expected_version=version, actor="al")
-        await paused.graph.ainvoke(Command(resume={pending.id: ONE_DECISION}), CONFIG)
+        stale = STALE_ANSWERS[shape](paused.x, paused.y)
+        await paused.graph.ainvoke(Command(resume={pending.id: stale}), CONFIG)
         pending = await still_asked_about_y(paused)
-        assert "the question changed since it was given" in pending.value["refused_answer"]
-        assert f"ship_x (operation {paused.x}) was settled since, it is confirmed now" in (
-            pending.value["refused_answer"]
-        )
-        # Keyed by operation id, the same: the question it answers is gone.
+        refused = pending.value["refused_answer"]
+        assert "the question changed since it was given" in refused
+        assert f"ship_x (operation {paused.x}) was settled since, it is confirmed now" in refused
+        # Given for the question as it is now, the same answer applies.
         await paused.graph.ainvoke(Command(resume={pending.id: {paused.y: {"type": "landed"}}}), CONFIG)
         y = await paused.op(paused.y)
-        assert y.state is State.CONFIRMED  # that one was given for [ship_y]: applied
+        assert y.state is State.CONFIRMED and [d for d, _ in y.decisions] == [f"review:2:{paused.y}"]
+        assert paused.shop.effects_by_tool() == {"ship_x": 1}
 
 
 # -- approvals: the same binding --------------------------------------------------------
