@@ -320,7 +320,7 @@ class Session:
             notice=self._notice,
         )
 
-    def pending_interrupt(self, round_no: int = 0) -> dict[str, Any] | None:
+    def pending_interrupt(self, round_no: int) -> dict[str, Any] | None:
         """The value for the node's ``round_no``-th ``interrupt()``, or ``None`` if nobody
         needs asking (approvals first, then reviews; see :meth:`Asker.question`)."""
         if not self._waits_for:
