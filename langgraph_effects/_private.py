@@ -67,6 +67,22 @@ def write_now(config: Mapping[str, Any], channel: str, value: Any) -> None:
     _configurable(config)[SEND]([(channel, value)])
 
 
+#: The channel of the writes that hold a task's pending interrupts in a checkpoint
+#: (``langgraph._internal._constants.INTERRUPT``). LangGraph keeps one such write per
+#: task, replaced each time the task interrupts again: the question asked last.
+INTERRUPT_CHANNEL = "__interrupt__"
+
+
+def pending_interrupt_values(saved: Any, task: str) -> list[Any] | None:
+    """The values of the interrupts ``task`` raised last, as the checkpoint tuple
+    ``saved`` holds them (its pending writes), or ``None`` if it holds none for it."""
+    for write in getattr(saved, "pending_writes", None) or ():
+        if len(write) == 3 and write[0] == task and write[1] == INTERRUPT_CHANNEL:
+            raised = write[2] if isinstance(write[2], list | tuple) else [write[2]]
+            return [getattr(i, "value", None) for i in raised]
+    return None
+
+
 def from_graph_loop(config: Mapping[str, Any]) -> bool:
     """Whether a saver call comes from a graph run's loop (its config carries the
     loop's ``__pregel_*`` keys), not from ``update_state``, a read or a tool's wait."""

@@ -293,6 +293,41 @@ async def test_aiosqlite_runs_a_function_on_its_thread(tmp_path: Any) -> None:
         assert await run_in_connection_thread(conn, fn) == 42
 
 
+def test_a_task_reads_the_interrupt_it_raised_last_from_its_checkpoint() -> None:
+    """LangGraph keeps one pending interrupt write per task in the checkpoint the task
+    runs from, replaced each time it interrupts again, and hands stored answers back by
+    position: what binds an answer to its question (``_runtime/question.py``)."""
+    from langgraph._internal._constants import INTERRUPT
+    from langgraph.types import Command, interrupt
+
+    seen: list[Any] = []
+
+    class Two(TypedDict):
+        answers: list[Any]
+
+    def asks(state: Two, config: RunnableConfig) -> dict[str, Any]:
+        saver, parent = _private.checkpointer(config), _private.parent_checkpoint(config)
+        assert saver is not None and parent is not None
+        target = {"configurable": {"thread_id": "t", "checkpoint_ns": parent[0], "checkpoint_id": parent[1]}}
+        saved = saver.get_tuple(target)
+        seen.append(_private.pending_interrupt_values(saved, str(_private.task_id(config))))
+        first = interrupt({"round": 0})
+        second = interrupt({"round": 1})
+        return {"answers": [first, second]}
+
+    builder = StateGraph(Two)
+    builder.add_node("asks", asks)
+    builder.add_edge(START, "asks")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"answers": []}, config)
+    graph.invoke(Command(resume="a"), config)
+    result = graph.invoke(Command(resume="b"), config)
+    assert _private.INTERRUPT_CHANNEL == INTERRUPT
+    assert seen == [None, [{"round": 0}], [{"round": 1}]]
+    assert result["answers"] == ["a", "b"]
+
+
 # -- one runner per thread (langgraph_effects/checkpoint/) ----------------------------------
 
 

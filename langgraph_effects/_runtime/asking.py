@@ -20,6 +20,7 @@ from ..errors import ReviewError, TransitionError
 from .binding import CallRecord, Settings, bind_stored, by_id
 from .dispatch import Dispatcher
 from .messages import MAX_EVIDENCE_CHARS, bounded
+from .question import Asked, binding
 from .review import (
     APPROVAL_TYPE,
     ApprovalDecision,
@@ -97,21 +98,42 @@ class Asker:
     check_args: ArgsCheck | None = None
     """How an approver's edit is checked against the tool's schema (``None``: not checked)."""
 
-    def question(self, waiting: Waiting) -> dict[str, Any] | None:
-        """The value for the node's one ``interrupt()``, or ``None`` if nobody needs asking.
+    def question(self, waiting: Waiting, *, round_no: int) -> dict[str, Any] | None:
+        """The value for the node's ``round_no``-th ``interrupt()``, or ``None`` if nobody
+        needs asking.
 
         Approvals come first (nothing was sent for those calls yet); reviews next. If
         the previous answer was refused (or applied only in part), why opens every
-        description and is kept under ``refused_answer``.
+        description and is kept under ``refused_answer``. The value carries ``round``
+        and, under ``operations``, each operation's id and version: what binds an
+        answer to this question (see :mod:`langgraph_effects._runtime.question`).
         """
         if waiting.approval:
-            return approval_payload(waiting.approval, waiting.notice)
-        if waiting.review:
-            return review_request([c.op for c in waiting.review], refused=waiting.notice)
-        return None
+            value = approval_payload(waiting.approval, waiting.notice)
+        elif waiting.review:
+            value = review_request([c.op for c in waiting.review], refused=waiting.notice)
+        else:
+            return None
+        value["round"] = round_no
+        return value
 
-    async def apply_answer(self, answer: Any, waiting: Waiting, *, round_no: int) -> Applied:
+    async def apply_answer(
+        self,
+        answer: Any,
+        waiting: Waiting,
+        *,
+        round_no: int,
+        question: Mapping[str, Any],
+        asked: Asked | None,
+    ) -> Applied:
         """Record the answer to the ``round_no``-th interrupt of this node execution.
+
+        ``question`` is what the node asks at that round now; ``asked`` is the question
+        the task asked last (:func:`~langgraph_effects._runtime.question.last_asked`).
+        An answer is read only against the question it was given for
+        (:func:`~langgraph_effects._runtime.question.binding`): one an earlier run
+        already read is not read again, and one whose question changed since it was
+        asked is refused whole (nothing written) and the new question asked.
 
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
         :meth:`question` asked: the approval while calls await one, else the review
@@ -124,6 +146,17 @@ class Asker:
         caller asks again in a new round, whose description says why.
         """
         applied = Applied()
+        bound = binding(asked, question, round_no, waiting.calls)
+        if bound.read_before:
+            log.info("answer %d was read in an earlier run; not read again", round_no)
+            applied.notice = bound.notice
+            return applied
+        if bound.changed is not None and not _answered_since(waiting.calls, round_no):
+            # (An answer this round already began to record, before a crash, changed the
+            # question itself: it is read again below, and skips what it recorded.)
+            log.warning("answer %d not applied, asked again: %s", round_no, bound.changed)
+            applied.notice = _REFUSED + bound.changed
+            return applied
         if isinstance(answer, EffectAnswer):
             answer = answer.root
         try:
@@ -137,12 +170,11 @@ class Asker:
     async def _apply(self, answer: Any, waiting: Waiting, applied: Applied, *, round_no: int) -> int:
         if isinstance(answer, DecisionsAnswer):
             if _answered_since(waiting.calls, round_no):
-                # Positional answers name no operation: on a re-run LangGraph hands the
-                # ``round_no``-th answer back to whatever question comes ``round_no``-th,
-                # which may list other operations. If this round or a later one already
-                # recorded an answer, this one was read in an earlier run (applied, or
-                # refused as not fitting the question then asked): reading it against
-                # today's shorter list would settle the wrong operation.
+                # Positional answers name no operation. A run that began to record this
+                # one crashed before asking again (or an older version asked the
+                # question, without a round): the question left now is not the one it
+                # answered, and mapping it by position would settle the wrong operation.
+                # What it did not record is asked again.
                 log.info("HITL answer %d was read in an earlier run; not re-applied", round_no)
                 return 0
             if waiting.approval:

@@ -69,6 +69,7 @@ from .binding import (
 from .context import CURRENT_OPERATION
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
 from .messages import encodable
+from .question import Asked, last_asked
 from .review import EffectAnswer
 
 R = TypeVar("R")
@@ -89,6 +90,7 @@ class Session:
         calls: dict[str, CallRecord],
         scope: Scope,
         check_args: ArgsCheck | None = None,
+        sync_checkpointer: bool = False,
     ) -> None:
         self.ledger = ledger
         self.settings = settings
@@ -110,6 +112,9 @@ class Session:
         )
         self._check_args = check_args
         self._asker: Asker | None = None  # made when somebody needs asking
+        self._sync_checkpointer = sync_checkpointer
+        self._asked: Asked | None = None  # the question the task asked last, once read
+        self._asked_read = False
 
     @classmethod
     async def open(
@@ -184,7 +189,7 @@ class Session:
             raise
         session = cls(
             ledger=ledger, settings=settings, config=config, calls=calls, scope=scope,
-            check_args=check_args,
+            check_args=check_args, sync_checkpointer=sync_checkpointer,
         )
         session._leases.adopt(owner, calls.values())
         return session
@@ -315,17 +320,24 @@ class Session:
             notice=self._notice,
         )
 
-    def pending_interrupt(self) -> dict[str, Any] | None:
-        """The value for the node's one ``interrupt()``, or ``None`` if nobody needs asking
-        (approvals first, then reviews; see :meth:`Asker.question`)."""
+    def pending_interrupt(self, round_no: int) -> dict[str, Any] | None:
+        """The value for the node's ``round_no``-th ``interrupt()``, or ``None`` if nobody
+        needs asking (approvals first, then reviews; see :meth:`Asker.question`)."""
         if not self._waits_for:
             return None
-        return self._asking().question(self._waiting())
+        return self._asking().question(self._waiting(), round_no=round_no)
 
-    async def apply_answer(self, answer: Any, *, round_no: int) -> int:
-        """Record the answer to the ``round_no``-th interrupt (see :meth:`Asker.apply_answer`);
-        how many decisions were applied."""
-        applied: Applied = await self._asking().apply_answer(answer, self._waiting(), round_no=round_no)
+    async def apply_answer(self, answer: Any, *, question: Mapping[str, Any], round_no: int) -> int:
+        """Record the answer to the ``round_no``-th interrupt, asked as ``question`` in
+        this run (see :meth:`Asker.apply_answer`); how many decisions were applied."""
+        if not self._asked_read:
+            # What the task asked last is read once: nothing this run asks is saved
+            # before the run stops.
+            self._asked = await last_asked(self.config, sync=self._sync_checkpointer)
+            self._asked_read = True
+        applied: Applied = await self._asking().apply_answer(
+            answer, self._waiting(), round_no=round_no, question=question, asked=self._asked
+        )
         for call_id in applied.settled:
             self._waits_for.pop(call_id, None)
         self._notice = applied.notice
@@ -384,11 +396,11 @@ def _round_steps(session: Session) -> _Steps[Any]:
         round_no = 0
         while True:
             output = yield _CALLER
-            question = session.pending_interrupt()
+            question = session.pending_interrupt(round_no)
             if question is None:
                 return output
             answer = interrupt(question, response_schema=EffectAnswer)
-            yield session.apply_answer(answer, round_no=round_no)
+            yield session.apply_answer(answer, question=question, round_no=round_no)
             round_no += 1
     finally:
         if not session.close_now():
