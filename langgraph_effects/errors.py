@@ -1,7 +1,7 @@
 """The exception hierarchy.
 
-Everything the package raises on purpose derives from :class:`EffectsError`, so a
-caller can catch the package as a whole or one precise failure::
+Everything the package raises on purpose derives from [`EffectsError`][langgraph_effects.errors.EffectsError],
+so a caller can catch the package as a whole or one precise failure::
 
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
@@ -82,7 +82,7 @@ class DurabilityError(ConfigurationError):
 class MissingExtraError(ConfigurationError, ModuleNotFoundError):
     """A name that needs an optional dependency which is not installed.
 
-    Also a :class:`ModuleNotFoundError`, so ``except ImportError`` still catches it.
+    Also a `ModuleNotFoundError`, so ``except ImportError`` still catches it.
     Attributes: ``feature`` (what was asked for), ``module`` (the missing module) and
     ``extra`` (the ``langgraph-effects[...]`` extra that installs it).
     """
@@ -136,11 +136,11 @@ class SyncMismatchError(ConfigurationError):
 
 
 class UnknownBackendError(ConfigurationError, ValueError):
-    """A ledger URL (``--db``, :func:`~langgraph_effects.ledger.kit.open_ledger`) whose
+    """A ledger URL (``--db``, `open_ledger`) whose
     scheme no backend is registered for.
 
     Attributes: ``scheme``, ``url`` (password starred out) and ``known`` (the schemes
-    registered). Also a :class:`ValueError`: the console answers it as bad input.
+    registered). Also a `ValueError`: the console answers it as bad input.
     """
 
     kind = "unknown_backend"
@@ -443,7 +443,7 @@ class CompensationError(EffectsError):
 
     ``verdict`` names the rule (``not_landed``, ``irreversible``, ``in_flight``,
     ``awaiting_review``, ``is_undo``, ``key_taken``; see
-    :func:`langgraph_effects.core.compensation.may_compensate`), ``reason`` says why.
+    `langgraph_effects.core.compensation.may_compensate`), ``reason`` says why.
     """
 
     kind = "not_compensable"
@@ -499,20 +499,20 @@ class ControlRefusedError(EffectsError):
 
 
 class BudgetExceededError(ControlRefusedError):
-    """The send would exceed a durable :class:`~langgraph_effects.Budget`: not sent."""
+    """The send would exceed a durable [`Budget`][langgraph_effects.Budget]: not sent."""
 
 
 class CircuitOpenError(ControlRefusedError):
-    """The provider's :class:`~langgraph_effects.CircuitBreaker` is open: not sent."""
+    """The provider's [`CircuitBreaker`][langgraph_effects.CircuitBreaker] is open: not sent."""
 
 
 class OversizedError(EffectsError, ValueError):
     """A receipt or an evidence text larger than its documented limit: refused, nothing written.
 
-    See :data:`langgraph_effects._runtime.messages.MAX_RECEIPT_BYTES` and
-    :data:`~langgraph_effects._runtime.messages.MAX_EVIDENCE_CHARS`. ``what`` names the value,
+    See `langgraph_effects._runtime.messages.MAX_RECEIPT_BYTES` and
+    `MAX_EVIDENCE_CHARS`. ``what`` names the value,
     ``size`` and ``limit`` are in ``unit`` (``"bytes"`` or ``"characters"``);
-    :attr:`overage` says just that, without claiming what was or was not written.
+    `overage` says just that, without claiming what was or was not written.
     """
 
     what: str
@@ -557,9 +557,9 @@ class LedgerNotFoundError(LedgerError):
     """The database named as the ledger does not exist, or holds no ledger.
 
     Nothing is created: an operator who mistypes a path or a database name must not
-    be told "nothing unresolved" by a brand-new empty ledger. :attr:`postgres` and
-    :attr:`empty` say which case it is (a Postgres database without our tables in
-    :attr:`schema`; a SQLite file without them; or no file at all).
+    be told "nothing unresolved" by a brand-new empty ledger. `postgres` and
+    `empty` say which case it is (a Postgres database without our tables in
+    `schema`; a SQLite file without them; or no file at all).
     """
 
     kind = "ledger_not_found"
@@ -672,8 +672,8 @@ class NotResolvableError(IllegalTransitionError):
 class VerdictNotRecordedError(TransitionError):
     """An expired lease was recorded as lost, but the verdict that followed was not.
 
-    The operation is now ``unknown`` (:attr:`operation`, at a new version) and still
-    waits for a verdict; :attr:`cause` says why the verdict was refused.
+    The operation is now ``unknown`` (`operation`, at a new version) and still
+    waits for a verdict; `cause` says why the verdict was refused.
     """
 
     kind = "verdict_not_recorded"

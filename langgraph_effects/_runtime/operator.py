@@ -14,7 +14,7 @@ Postgres, in-memory) and async::
 
 A verdict is bound to the version the operator saw (``expected_version``): if the
 operation moved since, it is refused and nothing changes. It is idempotent by its
-decision id. It is written with :func:`langgraph_effects._runtime.review.decision_change`, the
+decision id. It is written with `langgraph_effects._runtime.review.decision_change`, the
 same change an answer to the graph's ``interrupt()`` produces, so the graph honours
 it on its next resume exactly as if it had been given through ``Command(resume=...)``.
 """
@@ -104,7 +104,7 @@ AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
 def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | None:
     """The lease of a ``dispatched`` operation (``None`` in any other state).
 
-    Consistent with :func:`langgraph_effects._runtime.lease.lease_expired`: ``live`` exactly
+    Consistent with `langgraph_effects._runtime.lease.lease_expired`: ``live`` exactly
     when it is not expired.
     """
     if op.state is not State.DISPATCHED:
@@ -162,7 +162,7 @@ async def list_operations(
 
     ``states`` defaults to the unresolved ones (``pending``, ``dispatched``,
     ``unknown``, ``review``). ``older_than`` (seconds) keeps only operations that
-    have not changed for at least that long. Use :func:`lease_status` to tell a
+    have not changed for at least that long. Use `lease_status` to tell a
     ``dispatched`` operation whose sender is gone from one being sent right now.
     """
     wanted = frozenset(State(s) for s in states) if states is not None else UNRESOLVED
@@ -215,7 +215,7 @@ def new_decision_id() -> str:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What :func:`resolve_report` did."""
+    """What `resolve_report` did."""
 
     operation: Operation
     """The operation as stored afterwards."""
@@ -260,7 +260,7 @@ async def resolve_report(
     tenant: str | None = None,
     channel: Literal["console", "api"] = "api",
 ) -> Resolution:
-    """:func:`resolve`, reporting what happened (replayed, lease recorded as lost)."""
+    """`resolve`, reporting what happened (replayed, lease recorded as lost)."""
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise TypeError(f"expected_version must be an int, not {expected_version!r}")
     if expected_version < 1:
@@ -291,28 +291,30 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
 
     ``decision`` is a review decision model or a mapping such as
     ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
-    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects._runtime.review`).
+    ``{"type": "abandon", "reason": "..."}`` (see `langgraph_effects._runtime.review`).
     ``not_landed`` also gives back, in the same commit, the budget shares the
     operation was charged (see docs/budgets.md); the others keep them.
 
     Refusals change nothing:
 
     * ``expected_version`` is not the operation's version:
-      :class:`~langgraph_effects.errors.StaleVersionError` (read it again);
-    * the operation is ``dispatched`` under a live lease: :class:`LeaseLiveError`
+      [`StaleVersionError`][langgraph_effects.errors.StaleVersionError] (read it again);
+    * the operation is ``dispatched`` under a live lease:
+    [`LeaseLiveError`][langgraph_effects.errors.LeaseLiveError]
       (someone is sending it right now);
-    * it is ``pending`` or terminal: :class:`NotResolvableError` (an
-      :class:`~langgraph_effects.errors.IllegalTransitionError`);
+    * it is ``pending`` or terminal: [`NotResolvableError`][langgraph_effects.errors.NotResolvableError] (an
+      [`IllegalTransitionError`][langgraph_effects.errors.IllegalTransitionError]);
     * ``decision_id`` was already used with other content:
-      :class:`~langgraph_effects.errors.DecisionConflictError`;
+      [`DecisionConflictError`][langgraph_effects.errors.DecisionConflictError];
     * with ``tenant``, an operation of another tenant:
-      :class:`~langgraph_effects.errors.OperationNotFoundError`.
+      [`OperationNotFoundError`][langgraph_effects.errors.OperationNotFoundError].
 
     The same ``decision_id`` with the same content again is a no-op that returns the
     stored operation (safe to retry). A ``dispatched`` operation whose lease expired
     (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
     ``expected_version``), then decided at ``expected_version + 1``; if that second
-    write fails, :class:`VerdictNotRecordedError` says so (the operation is then
+    write fails, [`VerdictNotRecordedError`][langgraph_effects.errors.VerdictNotRecordedError] says so (the
+    operation is then
     ``unknown``, waiting for a verdict at the new version).
     """
     return (await resolve_report(*args, **kwargs)).operation
@@ -351,7 +353,7 @@ def _verdict(
     ledger: Ledger, op_id: str, change: Change, expected_version: int, actor: str
 ) -> Awaitable[Transition]:
     """Record a verdict in one commit, with what it does to the budgets the operation
-    was charged (``not_landed`` gives the share back; see :func:`verdict_plan`)."""
+    was charged (``not_landed`` gives the share back; see `verdict_plan`)."""
     where, settle = ledger.where, ledger.stores_controls
     return ledger.transact(lambda: verdict_plan(op_id, change, expected_version, actor, where, settle))
 

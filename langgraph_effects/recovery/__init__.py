@@ -58,10 +58,10 @@ that looks busy a resume that would lose that race. With a checkpointer that doe
 not fence threads (a plain LangGraph saver with ``attach_ledger``), run recovery only
 when no worker can be running the threads.
 
-The package reads in three steps: :mod:`.observe` reads a thread's operations and
-checkpoint state, :mod:`.classify` decides from that alone (pure, no I/O) what to do
-and why, :mod:`.resume` does it; :mod:`.narrative` tells, from the audit trail, how
-each operation was settled, and :mod:`.report` holds what is reported.
+The package reads in three steps: `observe` reads a thread's operations and
+checkpoint state, `classify` decides from that alone (pure, no I/O) what to do
+and why, `resume` does it; `narrative` tells, from the audit trail, how
+each operation was settled, and `report` holds what is reported.
 """
 
 from .classify import Observation, Policy, ThreadDecision, classify

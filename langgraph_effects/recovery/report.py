@@ -25,7 +25,7 @@ ThreadAction = Literal[
 """What recovery did with a thread:
 
 ``resumed``
-    resumed once (see :attr:`ThreadReport.outcome`);
+    resumed once (see [`ThreadReport.outcome`][langgraph_effects.ThreadReport.outcome]);
 ``would_resume``
     a dry run: it would have been resumed;
 ``in_flight_elsewhere``
@@ -43,8 +43,8 @@ ThreadAction = Literal[
     unresolved operations, but the thread has no pending work (its run ended, or
     the graph has no checkpoint for it): decide them with ``langgraph-effects resolve``;
 ``failed``
-    the resume raised (see :attr:`ThreadReport.error`), or the thread could not be
-    resumed safely (operations of several tenants, a conflicting ``tenant_id``);
+    the resume raised (see [`ThreadReport.error`][langgraph_effects.ThreadReport.error]), or the thread could
+    not be resumed safely (operations of several tenants, a conflicting ``tenant_id``);
 ``nothing_to_do``
     (threads named explicitly) nothing is unresolved or waiting to be answered;
 ``running_elsewhere``
@@ -102,7 +102,7 @@ Settlement = Literal[
 ``not_resumed``
     its thread was not resumed (see the thread's action);
 ``would_resume``
-    a dry run: its thread would have been resumed (:attr:`OperationReport.detail`
+    a dry run: its thread would have been resumed (`OperationReport.detail`
     says what the resume is expected to do).
 """
 
@@ -224,7 +224,7 @@ class ThreadReport:
 
 @dataclass(frozen=True)
 class RecoveryReport:
-    """What :func:`recover` found and did, per thread and per operation."""
+    """What `recover` found and did, per thread and per operation."""
 
     ledger: str
     dry_run: bool
@@ -235,7 +235,7 @@ class RecoveryReport:
     """The arguments recovery ran with (tenant, threads, min_idle, lease_grace)."""
     compensations: tuple[Any, ...] = ()
     """The interrupted compensations recovery finished (or, in a dry run, would):
-    :class:`~langgraph_effects.CompensationReport` each."""
+    [`CompensationReport`][langgraph_effects.CompensationReport] each."""
 
     @property
     def resumed(self) -> tuple[ThreadReport, ...]:
