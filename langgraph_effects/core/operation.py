@@ -306,7 +306,7 @@ class Operation:
     created_at: float = 0.0
     updated_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Context recorded at intent. The engine reads three keys: ``approval``
+    """Context recorded at intent. The runtime reads three keys: ``approval``
     (``"required"``: the call waits for an approver before its first send, see
     `needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
     detection compares). ``edited_from`` (the operation an approver's edit replaced) is

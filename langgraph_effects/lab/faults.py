@@ -42,7 +42,7 @@ from .child import send_via_child
 from .providers import EffectRecord, Provider, Receipt, Withdrawn
 
 #: ``child``: the tool's child process was started and is about to send (``child-process``).
-#: ``undo-A`` / ``undo-C``: the engine's ``after_intent`` / ``before_outcome`` of an undo
+#: ``undo-A`` / ``undo-C``: the dispatcher's ``after_intent`` / ``before_outcome`` of an undo
 #: (a compensation's own operation: before it is sent / after the provider applied it).
 KILL_POINTS = ("A", "B", "C", "child", "undo-A", "undo-C")
 

@@ -23,7 +23,7 @@ after reading its documentation:
     Nothing declared (an undeclared tool is blind): every ambiguity goes to an
     operator, and the lab answers as one would after checking the provider.
 
-Crash points map onto the product's own fault points: ``A`` is the engine's
+Crash points map onto the product's own fault points: ``A`` is the dispatcher's
 ``after_intent`` (the intent is durable, nothing was sent), ``C`` its
 ``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
 and the lost response (``timeout``) are inside the lab's client.
@@ -178,7 +178,7 @@ def send_tool(ctx: BuildContext) -> BaseTool:
 
 
 def install_fault_points(faults: Faults, *, undo_points: bool = False) -> None:
-    """Make the engine's own fault points the lab's A (``after_intent``) and C
+    """Make the dispatcher's own fault points the lab's A (``after_intent``) and C
     (``before_outcome``) for our rows; an undo's the lab's undo-A and undo-C when
     ``undo_points``."""
 

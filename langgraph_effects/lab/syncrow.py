@@ -13,7 +13,7 @@ worker process that drives it without an event loop of its own:
   [`recover_sync`][langgraph_effects.recover_sync]; the ``edit-branch`` column sends the
   edited message with ``invoke`` at the thread's first checkpoint.
 
-Crash points are the same as the async row's: ``A``/``C`` are the engine's fault
+Crash points are the same as the async row's: ``A``/``C`` are the dispatcher's fault
 points, ``B`` and the lost response the lab client's, all reached from the sync tool's
 thread or from the package's portal loop (the sync path's ledger work), and a kill
 there is the same SIGKILL of the whole worker. Columns that cannot apply to a sync graph

@@ -274,7 +274,7 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
 
 def attempt_config(attempt: Attempt) -> Any:
     """The run config of an attempt: its thread, and the keys EffectToolNode reads its
-    scope from (engine.scope_from)."""
+    scope from (``scope_from`` in ``_runtime/binding.py``)."""
     configurable = {
         "thread_id": attempt.thread_id,
         "tenant_id": TENANT,

@@ -48,7 +48,7 @@ operation). Pass anything else your graph reads from ``configurable`` (such as
 sent to review rather than re-sent) with ``config=``.
 
 Every decision is re-read from the ledger right before the thread is resumed, and
-the engine itself never sends under a live lease. What makes recovery safe to run
+the dispatcher itself never sends under a live lease. What makes recovery safe to run
 while workers run (or twice at once) is the checkpointer: ``EffectSqliteSaver`` and
 ``EffectPostgresSaver`` let one runner per thread move it on (a checkpoint gets at
 most one child). If a worker resumed the thread too, whichever saves second is
