@@ -1,7 +1,7 @@
 """The exception hierarchy.
 
 Everything the package raises on purpose derives from [`EffectsError`][langgraph_effects.errors.EffectsError],
-so a caller can catch the package as a whole or one precise failure::
+so a caller can catch the package as a whole or one precise failure:
 
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
@@ -15,13 +15,13 @@ so a caller can catch the package as a whole or one precise failure::
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
-│   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
+    │   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
     │   ├── LedgerNotFoundError     the console was pointed at a database that holds no ledger
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
     │   ├── IllegalTransitionError  the state machine does not allow it
+    │   │   └── NotResolvableError  a verdict for an operation with nothing in doubt
     │   ├── ApprovalError           a gated dispatch without a matching, unused approval
-    │   ├── NotResolvableError      a verdict for an operation with nothing in doubt
     │   ├── StaleVersionError       someone moved the operation since you read it
     │   ├── LeaseLiveError          a verdict while a worker is sending it right now
     │   ├── VerdictNotRecordedError an expired lease was recorded, the verdict was not
