@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_effects import errors
+from langgraph_effects._runtime.shapes import SHAPES, json_schema
 from langgraph_effects.core.exitcodes import TABLE
 from langgraph_effects.core.operation import mermaid
 
@@ -54,6 +55,16 @@ def error_tree() -> str:
     return "\n".join(lines)
 
 
+def json_shapes() -> str:
+    """Each published JSON shape: its description and its JSON Schema."""
+    parts = []
+    for name, shape in SHAPES.items():
+        summary = " ".join((shape.__doc__ or "").split())
+        schema = json.dumps(json_schema(name), indent=2)
+        parts.append(f"## `{name}`\n\n{summary}\n\n```json\n{schema}\n```")
+    return "\n\n".join(parts)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 #: What ``python benchmarks/run.py --json docs/_data/benchmark.json`` wrote.
 BENCHMARK_JSON = ROOT / "docs" / "_data" / "benchmark.json"
@@ -75,6 +86,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "exit-codes": exit_codes,
     "benchmark": benchmark,
     "errors": error_tree,
+    "json-schemas": json_shapes,
 }
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", flags=re.M)
 

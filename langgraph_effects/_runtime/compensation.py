@@ -58,6 +58,8 @@ from . import lease
 from .binding import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
+from .operator import operation_to_json
+from .shapes import CompensationJSON, CompensationListJSON
 
 log = logging.getLogger("langgraph_effects")
 
@@ -87,6 +89,18 @@ class CompensationReport:
         if self.undo is None and self.verdict == "review_first":
             return "effect sent to review"
         return undo_state(self.undo)
+
+    def to_json(self) -> CompensationJSON:
+        """What ``langgraph-effects compensate --json`` prints (and each of a recovery
+        report's ``compensations``)."""
+        return {
+            "operation": operation_to_json(self.operation),
+            "undo": operation_to_json(self.undo) if self.undo is not None else None,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "compensation": self.state,
+            "error": self.error,
+        }
 
 
 def undo_for(op: Operation, effects: Mapping[str, Effect]) -> Undo | None:
@@ -322,12 +336,29 @@ async def compensate(
 async def compensations(
     ledger: Ledger, *, tenant: str | None = None, unfinished: bool = True, limit: int = 1000
 ) -> list[tuple[Operation, Operation | None]]:
-    """(undo, effect) pairs: every undo not settled yet (``unfinished``) or every undo."""
+    """``(undo, effect)`` pairs: every undo not settled yet (``unfinished``) or every
+    undo, of ``tenant`` if given; ``effect`` is ``None`` if it is not in the ledger."""
     states = frozenset({*_TO_FINISH, State.REVIEW}) if unfinished else frozenset(State)
     rows = await ledger.list_operations(OperationQuery(states=states, tenant=tenant, limit=limit))
     undos = [op for op in rows if op.compensates is not None]
     originals = await ledger.get_many(sorted({str(u.compensates) for u in undos}))
     return [(u, originals.get(str(u.compensates))) for u in undos]
+
+
+def compensations_to_json(pairs: Sequence[tuple[Operation, Operation | None]]) -> CompensationListJSON:
+    """What ``langgraph-effects compensations --json`` prints for the pairs
+    [`compensations`][langgraph_effects.operator.compensations] found: each undo, the
+    effect it undoes (``operation``) and how the compensation stands."""
+    return {
+        "compensations": [
+            {
+                "operation": operation_to_json(effect) if effect is not None else None,
+                "undo": operation_to_json(undo),
+                "compensation": undo_state(undo),
+            }
+            for undo, effect in pairs
+        ]
+    }
 
 
 async def finish_compensations(
