@@ -150,7 +150,7 @@ class EffectMiddleware(AgentMiddleware):
         hash_key: as for [`EffectToolNode`][langgraph_effects.EffectToolNode].
         detect_replans: as for [`EffectToolNode`][langgraph_effects.EffectToolNode].
 
-    Example::
+    Example:
 
         agent = create_agent(
             model, tools=[send_invoice],

@@ -72,7 +72,7 @@ def maybe_current_operation() -> OperationInfo | None:
 
     For one tool that runs both in a protected graph (``EffectToolNode`` /
     ``EffectMiddleware``) and in a plain one (LangGraph's ``ToolNode``, a test calling
-    the tool directly): send the provider key when there is one, nothing otherwise::
+    the tool directly): send the provider key when there is one, nothing otherwise:
 
         op = maybe_current_operation()
         headers = {"Idempotency-Key": op.provider_key} if op is not None else {}

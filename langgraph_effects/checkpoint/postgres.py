@@ -30,7 +30,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
     saver's connection is unsafe (a ledger transaction would capture the saver's
     writes, and the saver's autocommit would split ours). Open it with
     [`from_conn_string`][langgraph_effects.EffectPostgresSaver.from_conn_string] and call
-    [`setup`][langgraph_effects.EffectPostgresSaver.setup] once::
+    [`setup`][langgraph_effects.EffectPostgresSaver.setup] once:
 
         async with EffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             await saver.setup()

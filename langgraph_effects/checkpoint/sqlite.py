@@ -37,7 +37,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     The ledger uses its own connection to the same file: sharing the saver's
     connection is unsafe (the saver's commits would swallow the ledger's
     transactions). Open it with [`from_conn_string`][langgraph_effects.EffectSqliteSaver.from_conn_string] and
-    call [`setup`][langgraph_effects.EffectSqliteSaver.setup] once::
+    call [`setup`][langgraph_effects.EffectSqliteSaver.setup] once:
 
         async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             await saver.setup()

@@ -203,7 +203,7 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
 class SyncEffectSqliteSaver(SyncEffectSaver):
     """The sync twin of [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (as LangGraph's
     ``SqliteSaver`` is of its ``AsyncSqliteSaver``): the checkpoints and the ledger in
-    one SQLite file, one runner per thread, for ``graph.invoke`` and ``graph.stream``::
+    one SQLite file, one runner per thread, for ``graph.invoke`` and ``graph.stream``:
 
         with SyncEffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             saver.setup()
@@ -227,7 +227,7 @@ class SyncEffectSqliteSaver(SyncEffectSaver):
 class SyncEffectPostgresSaver(SyncEffectSaver):
     """The sync twin of [`EffectPostgresSaver`][langgraph_effects.EffectPostgresSaver] (as LangGraph's
     ``PostgresSaver`` is of its ``AsyncPostgresSaver``), for ``graph.invoke`` and
-    ``graph.stream``::
+    ``graph.stream``:
 
         with SyncEffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             saver.setup()

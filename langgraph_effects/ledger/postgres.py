@@ -113,7 +113,7 @@ class PostgresLedger(Ledger):
     Pass a DSN (the ledger then owns its pool and `aclose` closes it) or an
     ``AsyncConnectionPool`` you manage (never the checkpointer's connection). Use
     [`from_conn_string`][langgraph_effects.PostgresLedger.from_conn_string] as an async context manager, and
-    call `setup` once before use::
+    call `setup` once before use:
 
         async with PostgresLedger.from_conn_string("postgresql://...") as ledger:
             await ledger.setup()

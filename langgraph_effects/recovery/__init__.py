@@ -1,6 +1,6 @@
 """Crash recovery: find the threads a crash left mid-effect and resume each one once.
 
-A service calls it on start-up (or an operator runs ``langgraph-effects recover``)::
+A service calls it on start-up (or an operator runs ``langgraph-effects recover``):
 
     async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
         await saver.setup()
