@@ -34,7 +34,7 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import tools_condition
 
 from langgraph_effects import EffectSqliteSaver, resume_command
-from langgraph_effects._runtime.operator import open_ledger, show
+from langgraph_effects.operator import open_ledger, show
 from langgraph_effects.testing import ScriptedChatModel
 
 PROVIDER_URL = os.environ.get("PROVIDER_URL", "http://127.0.0.1:8765")

@@ -10,7 +10,7 @@ tool that also runs unprotected), the ledgers and checkpointer extensions,
 Every name imports on first use (PEP 562), so ``import langgraph_effects`` loads
 no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
 import EffectToolNode`` loads what that name needs and nothing else. The pure
-core (:mod:`langgraph_effects.core`) imports without any of them. Optional extras
+core (`langgraph_effects.core`) imports without any of them. Optional extras
 import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
 need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
 the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``,

@@ -169,7 +169,7 @@ class SiblingCall(NamedTuple):
     """One task call its entrypoint made in this run (LangGraph's pushed ``PregelExecutableTask``).
 
     ``place`` is its index among its parent's calls; ``proc`` what LangGraph runs for
-    it (see :func:`task_function`); ``input`` what it was called with (``(args,
+    it (see `task_function`); ``input`` what it was called with (``(args,
     kwargs)``); ``writes`` the task's live writes (LangGraph's saved ones when its
     result was handed back from the checkpoint): read them, do not keep them.
     """

@@ -1,7 +1,7 @@
 """The exception hierarchy.
 
-Everything the package raises on purpose derives from :class:`EffectsError`, so a
-caller can catch the package as a whole or one precise failure::
+Everything the package raises on purpose derives from [`EffectsError`][langgraph_effects.errors.EffectsError],
+so a caller can catch the package as a whole or one precise failure:
 
     EffectsError
     ├── ConfigurationError          the graph or node is set up in a way we cannot make safe
@@ -16,13 +16,13 @@ caller can catch the package as a whole or one precise failure::
     ├── LedgerError                 the durable store cannot be used
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
-│   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
+    │   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
     │   ├── LedgerNotFoundError     the console was pointed at a database that holds no ledger
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
     │   ├── IllegalTransitionError  the state machine does not allow it
+    │   │   └── NotResolvableError  a verdict for an operation with nothing in doubt
     │   ├── ApprovalError           a gated dispatch without a matching, unused approval
-    │   ├── NotResolvableError      a verdict for an operation with nothing in doubt
     │   ├── StaleVersionError       someone moved the operation since you read it
     │   ├── LeaseLiveError          a verdict while a worker is sending it right now
     │   ├── VerdictNotRecordedError an expired lease was recorded, the verdict was not
@@ -105,7 +105,7 @@ class DurabilityError(ConfigurationError):
 class MissingExtraError(ConfigurationError, ModuleNotFoundError):
     """A name that needs an optional dependency which is not installed.
 
-    Also a :class:`ModuleNotFoundError`, so ``except ImportError`` still catches it.
+    Also a `ModuleNotFoundError`, so ``except ImportError`` still catches it.
     Attributes: ``feature`` (what was asked for), ``module`` (the missing module) and
     ``extra`` (the ``langgraph-effects[...]`` extra that installs it).
     """
@@ -159,11 +159,11 @@ class SyncMismatchError(ConfigurationError):
 
 
 class UnknownBackendError(ConfigurationError, ValueError):
-    """A ledger URL (``--db``, :func:`~langgraph_effects.ledger.kit.open_ledger`) whose
+    """A ledger URL (``--db``, `open_ledger`) whose
     scheme no backend is registered for.
 
     Attributes: ``scheme``, ``url`` (password starred out) and ``known`` (the schemes
-    registered). Also a :class:`ValueError`: the console answers it as bad input.
+    registered). Also a `ValueError`: the console answers it as bad input.
     """
 
     kind = "unknown_backend"
@@ -502,7 +502,7 @@ class CompensationError(EffectsError):
 
     ``verdict`` names the rule (``not_landed``, ``irreversible``, ``in_flight``,
     ``awaiting_review``, ``is_undo``, ``key_taken``; see
-    :func:`langgraph_effects.core.compensation.may_compensate`), ``reason`` says why.
+    `langgraph_effects.core.compensation.may_compensate`), ``reason`` says why.
     """
 
     kind = "not_compensable"
@@ -558,20 +558,20 @@ class ControlRefusedError(EffectsError):
 
 
 class BudgetExceededError(ControlRefusedError):
-    """The send would exceed a durable :class:`~langgraph_effects.Budget`: not sent."""
+    """The send would exceed a durable [`Budget`][langgraph_effects.Budget]: not sent."""
 
 
 class CircuitOpenError(ControlRefusedError):
-    """The provider's :class:`~langgraph_effects.CircuitBreaker` is open: not sent."""
+    """The provider's [`CircuitBreaker`][langgraph_effects.CircuitBreaker] is open: not sent."""
 
 
 class OversizedError(EffectsError, ValueError):
     """A receipt or an evidence text larger than its documented limit: refused, nothing written.
 
-    See :data:`langgraph_effects._runtime.messages.MAX_RECEIPT_BYTES` and
-    :data:`~langgraph_effects._runtime.messages.MAX_EVIDENCE_CHARS`. ``what`` names the value,
+    See `langgraph_effects._runtime.messages.MAX_RECEIPT_BYTES` and
+    `MAX_EVIDENCE_CHARS`. ``what`` names the value,
     ``size`` and ``limit`` are in ``unit`` (``"bytes"`` or ``"characters"``);
-    :attr:`overage` says just that, without claiming what was or was not written.
+    `overage` says just that, without claiming what was or was not written.
     """
 
     what: str
@@ -616,9 +616,9 @@ class LedgerNotFoundError(LedgerError):
     """The database named as the ledger does not exist, or holds no ledger.
 
     Nothing is created: an operator who mistypes a path or a database name must not
-    be told "nothing unresolved" by a brand-new empty ledger. :attr:`postgres` and
-    :attr:`empty` say which case it is (a Postgres database without our tables in
-    :attr:`schema`; a SQLite file without them; or no file at all).
+    be told "nothing unresolved" by a brand-new empty ledger. `postgres` and
+    `empty` say which case it is (a Postgres database without our tables in
+    `schema`; a SQLite file without them; or no file at all).
     """
 
     kind = "ledger_not_found"
@@ -731,8 +731,8 @@ class NotResolvableError(IllegalTransitionError):
 class VerdictNotRecordedError(TransitionError):
     """An expired lease was recorded as lost, but the verdict that followed was not.
 
-    The operation is now ``unknown`` (:attr:`operation`, at a new version) and still
-    waits for a verdict; :attr:`cause` says why the verdict was refused.
+    The operation is now ``unknown`` (`operation`, at a new version) and still
+    waits for a verdict; `cause` says why the verdict was refused.
     """
 
     kind = "verdict_not_recorded"

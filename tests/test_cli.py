@@ -99,7 +99,7 @@ def test_list_json_and_filters(ledgerfile: Ledgerfile) -> None:
     db = str(ledgerfile.path)
     data = as_json(run("list", "--db", db, "--json"))
     assert data["count"] == 4 and not data["truncated"]
-    by_id = {op["op_id"]: op for op in data["operations"]}
+    by_id = {op["operation_id"]: op for op in data["operations"]}
     assert set(by_id) == {REVIEW, LIVE, EXPIRED, TENANTED}
     assert by_id[LIVE]["lease"] == "live" and by_id[LIVE]["allowed_decisions"] == []
     assert by_id[EXPIRED]["lease"] == "owner_dead"
@@ -109,7 +109,7 @@ def test_list_json_and_filters(ledgerfile: Ledgerfile) -> None:
     def ids(*args: str) -> set[str]:
         done = run("list", "--db", db, "--json", *args)
         assert done.returncode == 0, done.stderr
-        return {op["op_id"] for op in as_json(done)["operations"]}
+        return {op["operation_id"] for op in as_json(done)["operations"]}
 
     assert ids("--state", "review") == {REVIEW}
     assert ids("--state", "review", "-s", "UNKNOWN") == {REVIEW, TENANTED}

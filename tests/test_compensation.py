@@ -244,7 +244,8 @@ async def test_sigkill_mid_undo_then_console_recover_undoes_once(tmp_path: Path,
             report = json.loads(done.stdout)
             assert report["threads"] == []  # an undo is finished on its own, not by a resume
             [entry] = report["compensations"]
-            assert entry["operation_id"] == op.op_id and entry["compensation"] == "undone"
+            assert entry["operation"]["operation_id"] == op.op_id and entry["compensation"] == "undone"
+            assert entry["undo"]["operation_id"] == undo_operation_id(op.op_id)
             assert cancels(provider) == 1  # exactly one undo at the provider
         undo = await saver.ledger.get(undo_operation_id(op.op_id))
     assert undo is not None and undo.state is State.CONFIRMED

@@ -64,8 +64,8 @@ def test_compensate_undoes_a_confirmed_effect_once(
     code, listed = console(capsys, db, "compensations", "--all")
     assert code == 0
     [entry] = listed["compensations"]
-    assert entry["compensates"] == op.op_id and entry["compensation"] == "undone"
-    assert entry["effect_tool"] == "book"
+    assert entry["operation"]["operation_id"] == op.op_id and entry["compensation"] == "undone"
+    assert entry["operation"]["tool"] == "book" and entry["undo"]["compensates"] == op.op_id
     code, unfinished = console(capsys, db, "compensations")
     assert code == 0 and unfinished["compensations"] == []
 

@@ -96,7 +96,9 @@ PUBLIC = [
 ]
 
 #: The package's top-level modules and packages: public (each has a row in docs/core.md) ...
-PUBLIC_MODULES = {"core", "errors", "ledger", "checkpoint", "recovery", "cli", "crashtest", "lab", "testing"}
+PUBLIC_MODULES = {
+    "core", "errors", "ledger", "checkpoint", "recovery", "operator", "cli", "crashtest", "lab", "testing",
+}
 #: ... and private (free to change between releases).
 PRIVATE_MODULES = {"_runtime", "_integrations", "_private"}
 
@@ -162,9 +164,19 @@ def _undocumented(path: Path) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "core").glob("*.py")), ids=lambda p: p.name)
-def test_the_core_public_names_are_documented(path: Path) -> None:
-    assert not _undocumented(path), f"add docstrings in core/{path.name}: {_undocumented(path)}"
+@pytest.mark.parametrize(
+    "path",
+    [
+        *sorted((PACKAGE / "core").glob("*.py")),
+        PACKAGE / "operator.py",
+        PACKAGE / "_runtime" / "operator.py",
+        PACKAGE / "_runtime" / "shapes.py",
+    ],
+    ids=lambda p: p.relative_to(PACKAGE).as_posix(),
+)
+def test_the_core_and_operator_public_names_are_documented(path: Path) -> None:
+    where = path.relative_to(PACKAGE).as_posix()
+    assert not _undocumented(path), f"add docstrings in {where}: {_undocumented(path)}"
 
 
 def test_the_docstring_check_finds_what_is_missing(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) ->
     listed = cli("list", *db, "--json")
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)["operations"]
-    op_id = row["op_id"]
+    op_id = row["operation_id"]
     assert row["state"] == "dispatched" and row["lease"] == "owner_dead"
 
     shown = cli("show", op_id, *db, "--json")
@@ -190,7 +190,7 @@ def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) ->
     assert thread["thread_id"] == "t1" and thread["action"] == "resumed"
     assert thread["outcome"] == "completed"
     [op] = thread["operations"]
-    assert op["op_id"] == op_id and op["how"] == "replayed"
+    assert op["operation_id"] == op_id and op["how"] == "replayed"
     assert op["before"]["state"] == op["after"]["state"] == "confirmed" and op["steps"] == []
 
     [message] = tool_messages(thread_view(s))

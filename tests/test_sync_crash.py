@@ -140,8 +140,9 @@ def test_the_console_resolves_what_a_sync_app_left_and_the_app_takes_the_verdict
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)["operations"]
     assert row["state"] == "dispatched" and row["lease"] == "owner_dead"
-    version = json.loads(cli("show", row["op_id"], "--db", s.db, "--json").stdout)["operation"]["version"]
-    resolved = cli("resolve", row["op_id"], "--landed", "--receipt", '{"id": "r9"}',
+    shown = cli("show", row["operation_id"], "--db", s.db, "--json")
+    version = json.loads(shown.stdout)["operation"]["version"]
+    resolved = cli("resolve", row["operation_id"], "--landed", "--receipt", '{"id": "r9"}',
                    "--expected-version", str(version), "--db", s.db, "--json")
     assert resolved.returncode == 0, resolved.stderr
 

@@ -62,7 +62,7 @@ class EffectKeyInterceptor:
     unchanged. So does a call to a server missing from ``connections``: its key then
     goes only where ``Effect(key_argument=...)`` puts it.
 
-    Example::
+    Example:
 
         connections = {"tickets": {"transport": "stdio", "command": "python", "args": [...]}}
         client = MultiServerMCPClient(connections, tool_interceptors=[EffectKeyInterceptor(connections)])
@@ -136,7 +136,7 @@ def hide_key_arguments(tools: Sequence[BaseTool], effects: Mapping[str, Effect])
     An MCP tool's input schema may require an idempotency-key parameter; shown to the
     model, it invites the model to invent values. The runtime fills it on every send
     (``Effect(key_argument=...)``), so the model need not see it. Applies to tools whose
-    schema is a JSON schema (as MCP tools' are); other tools are returned unchanged::
+    schema is a JSON schema (as MCP tools' are); other tools are returned unchanged:
 
         tools = hide_key_arguments(await client.get_tools(), effects)
     """
@@ -161,7 +161,7 @@ def require_contracts(tools: Sequence[BaseTool], effects: Mapping[str, Effect]) 
 
     A tool without a contract runs blind (sent once; after a lost answer, review),
     whatever its MCP annotations say: hints are never read as a contract. Call this
-    where a server's new tool must not reach the model undeclared::
+    where a server's new tool must not reach the model undeclared:
 
         tools = require_contracts(await client.get_tools(), effects)
 
@@ -211,7 +211,7 @@ def mcp_lookup(
     found: Callable[[CallToolResult], LookupOutcome] = _found_field,
 ) -> Lookup:
     """A contract's lookup that is another tool of the same MCP server, called with the
-    operation's provider key in ``argument``::
+    operation's provider key in ``argument``:
 
         Effect(lookup=mcp_lookup(connections["tickets"], "find_ticket"))
 

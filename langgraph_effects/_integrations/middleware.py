@@ -150,12 +150,14 @@ class EffectMiddleware(AgentMiddleware):
     """Crash-safe effectful tool calls for ``create_agent``.
 
     Args:
-        effects: tool name -> :class:`~langgraph_effects.Effect`; undeclared tools are
+        effects: tool name -> [`Effect`][langgraph_effects.Effect]; undeclared tools are
             blind effects, ``Effect.read_only()`` opts a tool out.
         ledger: default: the ledger of the agent's checkpointer.
-        lease_seconds, hash_key, detect_replans: as for ``EffectToolNode``.
+        lease_seconds: as for [`EffectToolNode`][langgraph_effects.EffectToolNode].
+        hash_key: as for [`EffectToolNode`][langgraph_effects.EffectToolNode].
+        detect_replans: as for [`EffectToolNode`][langgraph_effects.EffectToolNode].
 
-    Example::
+    Example:
 
         agent = create_agent(
             model, tools=[send_invoice],
@@ -232,7 +234,8 @@ class EffectMiddleware(AgentMiddleware):
     def awrap_model_call(  # type: ignore[override]
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> Awaitable[ModelCallResult]:
-        """Async path of :meth:`wrap_model_call` (returns the awaitable to await)."""
+        """Async path of [`wrap_model_call`][langgraph_effects.EffectMiddleware.wrap_model_call] (returns the
+        awaitable to await)."""
         self._check_names(get_config(), _names(request.tools))
         if not unanswered(request.state.get("messages") or []):
             return handler(request)

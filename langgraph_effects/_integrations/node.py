@@ -105,12 +105,12 @@ class EffectToolNode(ToolNode):
 
     Args:
         tools: as for ``ToolNode``.
-        effects: tool name -> :class:`~langgraph_effects.Effect`, what each tool's
+        effects: tool name -> [`Effect`][langgraph_effects.Effect], what each tool's
             provider can prove after a crash. A tool not listed is a *blind* effect
             (ambiguity goes to an operator); ``Effect.read_only()`` opts a tool out.
         ledger: where operations are recorded. Default: the ledger of the graph's
             checkpointer (``EffectSqliteSaver``, ``EffectPostgresSaver``, or one
-            attached with :func:`~langgraph_effects.attach_ledger`).
+            attached with [`attach_ledger`][langgraph_effects.attach_ledger]).
         lease_seconds: how long a dispatch lease lasts without a heartbeat; a live
             lease makes a second worker wait instead of sending.
         hash_key: secret for the keyed args hash (default: env

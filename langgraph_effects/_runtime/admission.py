@@ -1,9 +1,9 @@
 """Budgets and circuit breakers at run time: a send admitted (or refused) in its
 transition's own transaction, and a refusal answered and recorded.
 
-Only calls whose :class:`~langgraph_effects.core.contract.Effect` declares controls
-come here; the decisions themselves are pure (:mod:`langgraph_effects.core.controls`),
-the transaction is :func:`langgraph_effects.ledger.controls.controlled_plan`.
+Only calls whose [`Effect`][langgraph_effects.Effect] declares controls
+come here; the decisions themselves are pure (`langgraph_effects.core.controls`),
+the transaction is `langgraph_effects.ledger.controls.controlled_plan`.
 """
 
 from __future__ import annotations

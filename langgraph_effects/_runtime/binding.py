@@ -1,8 +1,8 @@
 """Binding a call to its operation: the durable checkpoint the call's task was
 prepared from (the durability barrier and the turn ids are anchored on), the tenant
 scope, the one rule that derives an operation id, the per-call record a session keeps
-(:class:`CallRecord`), and the one ledger plan that binds a session's calls and
-commits their new intents (:func:`open_plan`). See ``docs/architecture.md``."""
+(`CallRecord`), and the one ledger plan that binds a session's calls and
+commits their new intents (`open_plan`). See ``docs/architecture.md``."""
 
 from __future__ import annotations
 
@@ -194,8 +194,8 @@ def message_anchors(history: Iterable[BaseMessage]) -> dict[str, str]:
 class Source:
     """The durable checkpoint a tool task was prepared from (the one holding its call).
 
-    ``turn`` is its coordinate in operation ids (:func:`identity.turn_of`);
-    ``origin`` names the state the model answered (:func:`identity.origin_of`), which
+    ``turn`` is its coordinate in operation ids (`identity.turn_of`);
+    ``origin`` names the state the model answered (`identity.origin_of`), which
     re-plan detection compares (a re-planned call binds only to an operation asked
     from the same state, never to one asked from another).
     """
@@ -269,8 +269,8 @@ _reading: dict[tuple[int, int, str, str, str, bool], asyncio.Future[Source | Non
 async def durable_source(
     config: Mapping[str, Any], *, wait_seconds: float, sync_checkpointer: bool
 ) -> Source | None:
-    """:func:`read_durable_source`, shared by the tasks that ask for the same checkpoint
-    at the same time (each gets the same :class:`Source`; a failure reaches each)."""
+    """`read_durable_source`, shared by the tasks that ask for the same checkpoint
+    at the same time (each gets the same `Source`; a failure reaches each)."""
     parent = _private.parent_checkpoint(config)
     saver = _private.checkpointer(config)
     thread_id = _private.thread_id(config)
@@ -352,7 +352,7 @@ async def read_durable_source(
 
 
 async def turn_of_saved(saver: Any, saved: Any, *, thread_id: str, namespace: str, sync: bool) -> str:
-    """The turn coordinate of a saved checkpoint tuple (see :func:`identity.turn_of`)."""
+    """The turn coordinate of a saved checkpoint tuple (see `identity.turn_of`)."""
     versions = saved.checkpoint.get("channel_versions") or {}
     checkpoint_id = str(saved.config["configurable"]["checkpoint_id"])
     if not identity.versions_unique(versions):
@@ -403,7 +403,7 @@ def identify(
     The one place an operation id is derived (node, middleware, ``@effectful``,
     dangling-call answers; an approver's edit derives from the id it edits). Pure:
     anyone holding the same coordinates finds the same row. ``turn`` is the
-    :class:`Source` turn of the checkpoint the call's task was prepared from;
+    `Source` turn of the checkpoint the call's task was prepared from;
     ``call_key`` tells the calls of that turn apart (default: the ``tool_call_id``).
     """
     effect = at.settings.effect_for(str(tool_call["name"]))
@@ -565,7 +565,7 @@ def _follow_edits(calls: Sequence[CallRecord]) -> Plan[None]:
 
 
 def _intents_step(fresh: list[CallRecord], owner: Owner | None, settings: Settings) -> InsertWithAudit:
-    """The one insert of the new intents (part of :func:`open_plan`)."""
+    """The one insert of the new intents (part of `open_plan`)."""
     # The checkpoint holding the calls is durable: the open made sure of it.
     # Calls that can be reconciled without a human get intent and dispatch marker in
     # one write; blind and approval-gated calls are written ``pending`` first, so a

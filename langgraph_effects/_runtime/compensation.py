@@ -2,15 +2,15 @@
 
 Two steps, each crash-safe on its own:
 
-1. **Request** (:func:`request_compensation`): one ledger transaction locks the
-   effect's row, asks the pure rule (:func:`~langgraph_effects.core.compensation.may_compensate`)
+1. **Request** (`request_compensation`): one ledger transaction locks the
+   effect's row, asks the pure rule (`may_compensate`)
    and, for a confirmed effect with a declared undo, marks it (``compensate``: it stays
    ``confirmed``, its evidence names the undo) and inserts the undo's operation
    (``pending``, its ``extra`` names the effect) in the same commit. The undo's id is
    derived from the effect's id, so asking twice finds the same undo. An ``unknown``
    effect is sent to review instead: nothing is undone while its outcome is in doubt.
-2. **Run** (:func:`run_undo`): the undo is driven through the same per-call protocol as
-   every tool call (a :class:`~langgraph_effects._runtime.session.Session` with one
+2. **Run** (`run_undo`): the undo is driven through the same per-call protocol as
+   every tool call (a `Session` with one
    call): dispatch marker and lease before it leaves, its outcome recorded after, and
    after a crash its dead lease is taken over and the undo reconciled from its own
    contract (dedup, lookup, or review), never blindly sent again.
@@ -59,10 +59,13 @@ from . import lease
 from .binding import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
+from .operator import operation_to_json
+from .shapes import CompensationJSON, CompensationListJSON
 
 log = logging.getLogger("langgraph_effects")
 
-#: Undo states :func:`finish_compensations` drives on (``review`` waits for an operator).
+#: Undo states [`finish_compensations`][langgraph_effects.finish_compensations] drives on (``review`` waits
+#: for an operator).
 _TO_FINISH = frozenset({State.PENDING, State.DISPATCHED, State.UNKNOWN})
 
 
@@ -76,7 +79,7 @@ class CompensationReport:
     """Its undo's operation as stored afterwards (``None``: none was recorded)."""
     verdict: str
     """What the rule said: ``compensate``, ``requested``, ``review_first``, ... (see
-    :func:`~langgraph_effects.core.compensation.may_compensate`)."""
+    `may_compensate`)."""
     reason: str
     error: str | None = None
     """What the undo raised, when it raised (its row says how that was recorded)."""
@@ -87,6 +90,18 @@ class CompensationReport:
         if self.undo is None and self.verdict == "review_first":
             return "effect sent to review"
         return undo_state(self.undo)
+
+    def to_json(self) -> CompensationJSON:
+        """What ``langgraph-effects compensate --json`` prints (and each of a recovery
+        report's ``compensations``)."""
+        return {
+            "operation": operation_to_json(self.operation),
+            "undo": operation_to_json(self.undo) if self.undo is not None else None,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "compensation": self.state,
+            "error": self.error,
+        }
 
 
 def undo_for(op: Operation, effects: Mapping[str, Effect]) -> Undo | None:
@@ -202,7 +217,7 @@ async def request_compensation(
 ) -> CompensationReport:
     """Record that effect ``op_id`` must be undone (see the module docstring); runs nothing.
 
-    Raises :class:`~langgraph_effects.errors.CompensationError` when it cannot be
+    Raises [`CompensationError`][langgraph_effects.errors.CompensationError] when it cannot be
     compensated (nothing landed, no undo declared, being sent right now...), with the
     reason; an ``unknown`` effect is sent to review and reported (``review_first``).
     """
@@ -287,8 +302,13 @@ async def compensate(
         effects: the tool contracts the graph runs with (the ``effects=`` of
             ``EffectToolNode``/``EffectMiddleware``); the effect's tool must declare
             ``Effect(compensate=...)``.
-        actor, reason: who asks and why (recorded in the audit trail).
+        actor: who asks (recorded in the audit trail).
+        reason: why (recorded in the audit trail).
+        channel: where the request came from (``"api"``, ``"console"``), for the audit.
         tenant: only an operation of this tenant (others count as missing).
+        hash_key: the key of the undo's arguments hash (default: the environment's,
+            as for the graph).
+        lease_seconds: how long the undo's dispatch lease lasts.
 
     Safe to call again after a crash, from any process: the undo recorded the first
     time is finished, never a second one minted. An ``unknown`` effect is sent to
@@ -354,12 +374,29 @@ async def finish_ordered(
 async def compensations(
     ledger: Ledger, *, tenant: str | None = None, unfinished: bool = True, limit: int = 1000
 ) -> list[tuple[Operation, Operation | None]]:
-    """(undo, effect) pairs: every undo not settled yet (``unfinished``) or every undo."""
+    """``(undo, effect)`` pairs: every undo not settled yet (``unfinished``) or every
+    undo, of ``tenant`` if given; ``effect`` is ``None`` if it is not in the ledger."""
     states = frozenset({*_TO_FINISH, State.REVIEW}) if unfinished else frozenset(State)
     rows = await ledger.list_operations(OperationQuery(states=states, tenant=tenant, limit=limit))
     undos = [op for op in rows if op.compensates is not None]
     originals = await ledger.get_many(sorted({str(u.compensates) for u in undos}))
     return [(u, originals.get(str(u.compensates))) for u in undos]
+
+
+def compensations_to_json(pairs: Sequence[tuple[Operation, Operation | None]]) -> CompensationListJSON:
+    """What ``langgraph-effects compensations --json`` prints for the pairs
+    [`compensations`][langgraph_effects.operator.compensations] found: each undo, the
+    effect it undoes (``operation``) and how the compensation stands."""
+    return {
+        "compensations": [
+            {
+                "operation": operation_to_json(effect) if effect is not None else None,
+                "undo": operation_to_json(undo),
+                "compensation": undo_state(undo),
+            }
+            for undo, effect in pairs
+        ]
+    }
 
 
 async def finish_compensations(
@@ -407,7 +444,7 @@ _NO_UNDO = (
 
 
 def effects_of(graph: Any) -> dict[str, Effect]:
-    """The tool contracts a compiled graph's ``EffectToolNode``\\ s and ``EffectMiddleware``\\ s
+    """The tool contracts a compiled graph's ``EffectToolNode``s and ``EffectMiddleware``s
     run with (what finishing its compensations needs), found by walking its nodes."""
     found: dict[str, Effect] = {}
     seen: set[int] = set()
@@ -457,7 +494,7 @@ async def run_saga(
 ) -> SagaReport | None:
     """Undo the earlier confirmed effects of ``failed``'s saga (same thread, same saga
     instance), newest first, each exactly once (see
-    :func:`~langgraph_effects.core.compensation.saga_plan`); ``None`` if it is in none.
+    `saga_plan`); ``None`` if it is in none.
     Safe to run again: marked effects finish the undo they have."""
     saga = failed.extra.get("saga")
     if not saga:

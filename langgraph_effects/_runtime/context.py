@@ -46,7 +46,8 @@ class OperationInfo:
 
 
 #: The operation of the call running now (set around the tool by the session's call loop);
-#: :func:`current_operation` makes the :class:`OperationInfo` a tool asks for.
+#: [`current_operation`][langgraph_effects.current_operation] makes the
+#: [`OperationInfo`][langgraph_effects.OperationInfo] a tool asks for.
 CURRENT_OPERATION: ContextVar[Operation | None] = ContextVar("langgraph_effects_operation", default=None)
 _CURRENT = CURRENT_OPERATION
 
@@ -71,13 +72,14 @@ def maybe_current_operation() -> OperationInfo | None:
 
     For one tool that runs both in a protected graph (``EffectToolNode`` /
     ``EffectMiddleware``) and in a plain one (LangGraph's ``ToolNode``, a test calling
-    the tool directly): send the provider key when there is one, nothing otherwise::
+    the tool directly): send the provider key when there is one, nothing otherwise:
 
         op = maybe_current_operation()
         headers = {"Idempotency-Key": op.provider_key} if op is not None else {}
 
     Without an operation nothing makes the call safe to repeat, so a crash may send it
-    twice; :func:`current_operation` raises instead, for tools that must never run
+    twice; [`current_operation`][langgraph_effects.current_operation] raises instead, for tools that must
+    never run
     unprotected.
     """
     op = _CURRENT.get()

@@ -1,12 +1,12 @@
 """The per-call dispatcher: what one call does next (``begin``), recording its outcome
 (``finish``), standing down (``withdraw``/``abort``/``stand_down``), and the ledger I/O the
-pure decisions of :mod:`langgraph_effects.core.protocol` name (moves, leases, heartbeats).
+pure decisions of `langgraph_effects.core.protocol` name (moves, leases, heartbeats).
 
-A :class:`Dispatcher` keeps no state of a session's: it moves the :class:`CallRecord` it
-is handed and answers a :class:`Directive`; the session files the answer (who waits for
+A `Dispatcher` keeps no state of a session's: it moves the `CallRecord` it
+is handed and answers a `Directive`; the session files the answer (who waits for
 a human). The dispatch owners a session's open made for several calls at once are
-counted by :class:`Leases`, which the session owns and hands in; the leases of
-running calls are renewed by one :class:`Heartbeat` scheduler thread per process
+counted by `Leases`, which the session owns and hands in; the leases of
+running calls are renewed by one `Heartbeat` scheduler thread per process
 (at the end).
 """
 
@@ -156,7 +156,7 @@ class Leases:
 @dataclass(eq=False, repr=False, kw_only=True)
 class Dispatcher:
     """Drives one call at a time through the protocol, for a
-    :class:`~langgraph_effects._runtime.session.Session`.
+    `Session`.
 
     ``closed`` tells whether the session is over (checked between awaits);
     ``leased`` lists the session's calls, for the one shared read of their rows."""
@@ -300,7 +300,7 @@ class Dispatcher:
 
     async def _refused(self, c: CallRecord, refusal: Refusal) -> Reply:
         """A budget or circuit breaker refused the send: held for an approver, or
-        answered (and recorded) with the refusal (:func:`.admission.record_refusal`)."""
+        answered (and recorded) with the refusal (`admission.record_refusal`)."""
         if refusal.ask:
             return Reply(
                 messages.review_placeholder(c.op, tool_call_id=c.call_id, tool=c.tool), waits_for="approval"
@@ -388,7 +388,7 @@ class Dispatcher:
 
     async def saga(self, c: CallRecord) -> None:
         """``c`` failed definitively and was answered so: undo the earlier effects of its
-        saga (see :func:`~langgraph_effects._runtime.compensation.run_saga`). A failure
+        saga (see `run_saga`). A failure
         raised to the caller is not final (a retry may follow): nothing is undone."""
         if protocol.raised(c.op):
             return
@@ -557,7 +557,7 @@ class Dispatcher:
 
 def _not_run(c: CallRecord) -> Reply:
     """The answer of a call stood down before its tool ran. Never seen (the node's
-    result is discarded), so only :meth:`Dispatcher.begin` builds it, not the
+    result is discarded), so only `Dispatcher.begin` builds it, not the
     session's ``close``, which stands down every call of every node."""
     return Reply(
         ToolMessage(
@@ -612,7 +612,7 @@ Renew = Callable[[], bool]
 
 class Heartbeat:
     """Renews one lease every ``interval`` seconds (first after one interval) until
-    :meth:`stop` or until ``renew`` returns ``False`` (the lease is no longer ours)."""
+    `stop` or until ``renew`` returns ``False`` (the lease is no longer ours)."""
 
     def __init__(self, renew: Renew, *, interval: float, name: str = "lease") -> None:
         self._renew = renew

@@ -7,7 +7,7 @@ to one dispatch.
 
 **Same host: liveness is proved by the kernel, not by a clock.** While a dispatch
 runs, its owner holds an exclusive ``flock`` on a file in a per-user runtime
-directory (:func:`runtime_dir`), stamped with the dispatch's token. The kernel keeps
+directory (`runtime_dir`), stamped with the dispatch's token. The kernel keeps
 the lock while the process is stopped (SIGSTOP), paused by a debugger, or has its
 event loop blocked, and drops it the instant the process dies (SIGKILL included). A
 resumer on the same host tries a non-blocking lock: held and still stamped with the
@@ -19,7 +19,7 @@ waits for a dispatch that was cancelled long ago.
 **A live dispatch includes the processes its tool started.** Once the owner's
 process is gone, a process it started since the dispatch began (a ``gh`` or
 ``kubectl`` the tool shelled out to, still sending) keeps the dispatch running;
-:mod:`~langgraph_effects._runtime.processes` finds them by the lineage every process of this
+`processes` finds them by the lineage every process of this
 package leaves in its children's environment. A lock file removed from its
 directory is not a release: it is looked for among the live owner's open files.
 An owner that names this host but another kernel or pid namespace (a container
@@ -33,7 +33,7 @@ deployment on one host should run versions that agree on this (a resumer from
 before files were reused takes any held file for a running dispatch, and waits).
 
 **Across hosts only time can tell:** the lease expires unless its owner renews it.
-Renewal runs on a thread (:class:`Heartbeat`), so a tool that blocks the event loop
+Renewal runs on a thread (`Heartbeat`), so a tool that blocks the event loop
 does not lapse it; a process paused longer than the lease on another host can
 still be taken over (README, "Leases").
 """
@@ -70,7 +70,7 @@ log = logging.getLogger("langgraph_effects")
 @dataclass(frozen=True)
 class _Slot:
     """A lock file this process holds (``flock``) for as long as it keeps it, stamped
-    with the token of the dispatch it stands for, or with :data:`_IDLE`."""
+    with the token of the dispatch it stands for, or with `_IDLE`."""
 
     fd: int
     path: str
@@ -109,7 +109,7 @@ def _forget_in_child() -> None:
         _mark_forked(parent[0])
 
 
-#: A forked child's mark (see :func:`_mark_forked`), held open until it exits.
+#: A forked child's mark (see `_mark_forked`), held open until it exits.
 _forked_fd: int | None = None
 
 
@@ -117,7 +117,7 @@ def _mark_forked(parent: str) -> None:
     """Say that this process was forked (without exec) by ``parent`` (``pid:start``).
 
     Its ``/proc/<pid>/environ`` shows the environment its parent was started with,
-    without the parent's lineage, so :func:`processes.live_descendant` cannot find
+    without the parent's lineage, so `processes.live_descendant` cannot find
     it: a lock file ``fork-<parent>-<start>-<pid>.lock`` held until it exits (and by
     its own forks, which share it) does. Best effort: nothing here may fail a fork.
     """
@@ -187,7 +187,7 @@ def _host() -> str:
 
 
 def _runtime_settings() -> tuple[str | None, str | None]:
-    """What :func:`_runtime_path` depends on, cheap to compare."""
+    """What `_runtime_path` depends on, cheap to compare."""
     return os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR"), os.environ.get("XDG_RUNTIME_DIR")
 
 
@@ -314,7 +314,7 @@ def _own_start(pid: int) -> float:
 
 
 def new_owner() -> Owner:
-    """An owner for one dispatch by this process, provably live until :func:`release`."""
+    """An owner for one dispatch by this process, provably live until `release`."""
     token = uuid.uuid4().hex
     # Read each time, not cached: a forked worker must not inherit its parent's identity.
     pid = os.getpid()
@@ -364,7 +364,7 @@ def _retire(slot: _Slot) -> None:
 def release(owner: Owner | None) -> None:
     """The dispatch this owner stood for is over (whatever its outcome).
 
-    Blocking (a write to its lock file): from a coroutine use :func:`release_soon`.
+    Blocking (a write to its lock file): from a coroutine use `release_soon`.
     """
     if owner is None:
         return
@@ -387,9 +387,9 @@ def _release_thread() -> ThreadPoolExecutor:
 
 
 def release_soon(owner: Owner | None) -> None:
-    """:func:`release` for event-loop code: never blocks, never awaits (safe in a
+    """`release` for event-loop code: never blocks, never awaits (safe in a
     ``finally`` of a cancelled task). The process stops holding the dispatch at once
-    (:func:`holds` is ``False``); its lock file is stamped idle on a worker thread a
+    (`holds` is ``False``); its lock file is stamped idle on a worker thread a
     moment later, so until then a resumer sees it running and waits, which errs on
     the safe side. A process that exits first drops the lock with its death.
     """
@@ -447,7 +447,7 @@ def _refill() -> None:
 
 
 def ready_owner() -> Owner | None:
-    """An owner made ahead (now held, as :func:`new_owner`'s are), or ``None``; either
+    """An owner made ahead (now held, as `new_owner`'s are), or ``None``; either
     way a refill is started on the lease thread. Never blocks."""
     global _refilling
     where = _runtime_settings()
@@ -475,7 +475,7 @@ def ready_owner() -> Owner | None:
 
 
 async def new_owner_async() -> Owner:
-    """:func:`new_owner` off the event loop (it creates and locks a file): one made
+    """`new_owner` off the event loop (it creates and locks a file): one made
     ahead is handed out at once when there is one.
 
     Cancelled while the file is being made, the owner is released as soon as it
@@ -495,7 +495,7 @@ async def new_owner_async() -> Owner:
 
 
 async def owner_alive_async(owner: Owner) -> bool | None:
-    """:func:`owner_alive` off the event loop (it opens and locks a file)."""
+    """`owner_alive` off the event loop (it opens and locks a file)."""
     return await asyncio.to_thread(owner_alive, owner)
 
 
@@ -508,7 +508,7 @@ def holds(owner: Owner) -> bool:
 def _probe(path: str, token: str | None = None) -> bool | None:
     """The lock file's verdict on the dispatch ``token``: ``True`` running, ``False``
     over, ``None`` unknown. Without a token: whether anyone holds the file at all.
-    A missing file reads as over here: :func:`owner_alive` looks further."""
+    A missing file reads as over here: `owner_alive` looks further."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -519,7 +519,7 @@ def _probe(path: str, token: str | None = None) -> bool | None:
 
 
 def _judge(fd: int, token: str | None, path: str | None) -> bool | None:
-    """:func:`_probe`'s verdict on the lock file open as ``fd`` (closed here); found
+    """`_probe`'s verdict on the lock file open as ``fd`` (closed here); found
     free, it is unlinked at ``path`` (unless ``None``)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -686,6 +686,6 @@ def _ticks_per_second() -> int:
 
 
 def ticks_now() -> float:
-    """Now, in the unit and clock of :func:`.processes.process_start_time` (ticks since
+    """Now, in the unit and clock of `processes.process_start_time` (ticks since
     boot): when a dispatch begins (``Owner.since``)."""
     return time.clock_gettime(time.CLOCK_BOOTTIME) * _ticks_per_second()

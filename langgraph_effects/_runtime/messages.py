@@ -40,7 +40,8 @@ def receipt_bytes(receipt: Any) -> int:
 
 
 def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
-    """``receipt`` if within :data:`MAX_RECEIPT_BYTES`, else :class:`OversizedError`."""
+    """``receipt`` if within `MAX_RECEIPT_BYTES`, else
+    [`OversizedError`][langgraph_effects.errors.OversizedError]."""
     if receipt is None:
         return receipt
     size = receipt_bytes(receipt)
@@ -54,7 +55,8 @@ def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
 
 
 def check_text(text: str, *, what: str) -> str:
-    """``text`` if within :data:`MAX_EVIDENCE_CHARS`, else :class:`OversizedError`."""
+    """``text`` if within `MAX_EVIDENCE_CHARS`, else
+    [`OversizedError`][langgraph_effects.errors.OversizedError]."""
     if len(text) > MAX_EVIDENCE_CHARS:
         raise OversizedError(what, len(text), MAX_EVIDENCE_CHARS, "characters", "Say it in fewer words.")
     return text

@@ -1,34 +1,23 @@
-"""The operator API: find unresolved operations, inspect one, record a verdict.
-
-This is what the console (``langgraph-effects list/show/resolve``) is built on, and
-what a service or a notebook can call directly. It is ledger-agnostic (SQLite,
-Postgres, in-memory) and async::
-
-    async with open_ledger("agent.db") as ledger:
-        for op in await list_operations(ledger):  # unresolved ones, oldest first
-            view = await show(ledger, op.op_id)
-        await resolve(
-            ledger, op_id, {"type": "landed", "receipt": {"id": "r1"}},
-            expected_version=view.operation.version, actor="alice",
-        )
+"""The operator API's implementation: find unresolved operations, inspect one, record
+a verdict. Import it from [`langgraph_effects.operator`][langgraph_effects.operator],
+the public face the console (``langgraph-effects list/show/resolve``) is built on too.
 
 A verdict is bound to the version the operator saw (``expected_version``): if the
 operation moved since, it is refused and nothing changes. It is idempotent by its
-decision id. It is written with :func:`langgraph_effects._runtime.review.decision_change`, the
-same change an answer to the graph's ``interrupt()`` produces, so the graph honours
-it on its next resume exactly as if it had been given through ``Command(resume=...)``.
+decision id. It is written with ``decision_change`` (``_runtime/review.py``), the same
+change an answer to the graph's ``interrupt()`` produces, so the graph honours it on
+its next resume exactly as if it had been given through ``Command(resume=...)``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 from ..core.operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
 from ..errors import (
@@ -56,7 +45,18 @@ from .review import (
     LandedDecision,
     NotLandedDecision,
     decision_change,
+    decision_content,
     parse_decision,
+)
+from .shapes import (
+    AuditEntryJSON,
+    OperationJSON,
+    OperationListJSON,
+    OperationViewJSON,
+    OwnerJSON,
+    ResolutionJSON,
+    ResultSummaryJSON,
+    Verdict,
 )
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "Resolution",
     "VerdictNotRecordedError",
     "allowed_decisions",
+    "audit_to_json",
     "describe_target",
     "has_password",
     "is_postgres_dsn",
@@ -78,6 +79,7 @@ __all__ = [
     "new_decision_id",
     "open_ledger",
     "operation_to_json",
+    "operations_to_json",
     "redact_dsn",
     "resolve",
     "resolve_report",
@@ -95,6 +97,7 @@ LeaseStatus = Literal["live", "expired", "owner_dead"]
 """A ``dispatched`` operation's lease: someone is sending it (``live``), or its sender
 is gone (``expired`` by time, or ``owner_dead``: its process is provably dead)."""
 
+#: A verdict as a review decision model.
 AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
 
 
@@ -104,7 +107,7 @@ AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
 def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | None:
     """The lease of a ``dispatched`` operation (``None`` in any other state).
 
-    Consistent with :func:`langgraph_effects._runtime.lease.lease_expired`: ``live`` exactly
+    Consistent with `langgraph_effects._runtime.lease.lease_expired`: ``live`` exactly
     when it is not expired.
     """
     if op.state is not State.DISPATCHED:
@@ -137,12 +140,13 @@ class OperationView:
     allowed_decisions: tuple[str, ...]
     """``landed``/``not_landed``/``abandon`` when a verdict may be given now, else empty."""
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the result bytes are summarised, never included)."""
+    def to_json(self) -> OperationViewJSON:
+        """What ``langgraph-effects show --json`` prints (the result bytes are
+        summarised, never included)."""
         return {
             "operation": operation_to_json(self.operation),
             "lease": self.lease,
-            "allowed_decisions": list(self.allowed_decisions),
+            "allowed_decisions": cast(list[Verdict], list(self.allowed_decisions)),
             "audit": [audit_to_json(entry) for entry in self.audit],
         }
 
@@ -162,7 +166,7 @@ async def list_operations(
 
     ``states`` defaults to the unresolved ones (``pending``, ``dispatched``,
     ``unknown``, ``review``). ``older_than`` (seconds) keeps only operations that
-    have not changed for at least that long. Use :func:`lease_status` to tell a
+    have not changed for at least that long. Use `lease_status` to tell a
     ``dispatched`` operation whose sender is gone from one being sent right now.
     """
     wanted = frozenset(State(s) for s in states) if states is not None else UNRESOLVED
@@ -215,7 +219,7 @@ def new_decision_id() -> str:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What :func:`resolve_report` did."""
+    """What `resolve_report` did."""
 
     operation: Operation
     """The operation as stored afterwards."""
@@ -227,9 +231,24 @@ class Resolution:
     lost (``dispatched -> unknown``), then the verdict was applied."""
     from_state: State
     """The state the operation was in when the operator decided."""
+    decision: Mapping[str, Any]
+    """The verdict as recorded (``{"type": "landed", "receipt": ...}``...)."""
+
+    def to_json(self) -> ResolutionJSON:
+        """What ``langgraph-effects resolve --json`` prints."""
+        return {
+            "operation": operation_to_json(self.operation),
+            "decision_id": self.decision_id,
+            "decision": dict(self.decision),
+            "from_state": self.from_state.value,
+            "replayed": self.replayed,
+            "lease_lost": self.lease_lost,
+        }
 
 
+#: The parameters of the function whose signature `_takes_arguments_of` copies.
 P = ParamSpec("P")
+#: What the decorated coroutine function returns.
 T = TypeVar("T")
 
 
@@ -260,7 +279,7 @@ async def resolve_report(
     tenant: str | None = None,
     channel: Literal["console", "api"] = "api",
 ) -> Resolution:
-    """:func:`resolve`, reporting what happened (replayed, lease recorded as lost)."""
+    """`resolve`, reporting what happened (replayed, lease recorded as lost)."""
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise TypeError(f"expected_version must be an int, not {expected_version!r}")
     if expected_version < 1:
@@ -281,7 +300,8 @@ async def resolve_report(
     # (a replay, or a conflict), the version, then whether the state takes a verdict.
     result = await _verdict(ledger, op.op_id, change, expected_version, actor)
     return Resolution(
-        result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state
+        result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
+        decision=decision_content(parsed),
     )
 
 
@@ -289,31 +309,41 @@ async def resolve_report(
 async def resolve(*args: Any, **kwargs: Any) -> Operation:
     """Record an operator's verdict on ``op_id``; returns the operation afterwards.
 
+    Takes the arguments of [`resolve_report`][langgraph_effects.operator.resolve_report]:
+    ``resolve(ledger, op_id, decision, *, expected_version, decision_id=None, actor,
+    tenant=None, channel="api")``.
+
     ``decision`` is a review decision model or a mapping such as
     ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
-    ``{"type": "abandon", "reason": "..."}`` (see :mod:`langgraph_effects._runtime.review`).
-    ``not_landed`` also gives back, in the same commit, the budget shares the
-    operation was charged (see docs/budgets.md); the others keep them.
+    ``{"type": "abandon", "reason": "..."}`` (the models:
+    [`LandedDecision`][langgraph_effects.LandedDecision],
+    [`NotLandedDecision`][langgraph_effects.NotLandedDecision],
+    [`AbandonDecision`][langgraph_effects.AbandonDecision]). ``not_landed`` also gives
+    back, in the same commit, the budget shares the operation was charged (see the
+    Budgets page); the others keep them.
 
     Refusals change nothing:
 
     * ``expected_version`` is not the operation's version:
-      :class:`~langgraph_effects.errors.StaleVersionError` (read it again);
-    * the operation is ``dispatched`` under a live lease: :class:`LeaseLiveError`
-      (someone is sending it right now);
-    * it is ``pending`` or terminal: :class:`NotResolvableError` (an
-      :class:`~langgraph_effects.errors.IllegalTransitionError`);
+      [`StaleVersionError`][langgraph_effects.errors.StaleVersionError] (read it again);
+    * the operation is ``dispatched`` under a live lease:
+      [`LeaseLiveError`][langgraph_effects.errors.LeaseLiveError] (someone is sending
+      it right now);
+    * it is ``pending`` or terminal:
+      [`NotResolvableError`][langgraph_effects.errors.NotResolvableError] (an
+      [`IllegalTransitionError`][langgraph_effects.errors.IllegalTransitionError]);
     * ``decision_id`` was already used with other content:
-      :class:`~langgraph_effects.errors.DecisionConflictError`;
+      [`DecisionConflictError`][langgraph_effects.errors.DecisionConflictError];
     * with ``tenant``, an operation of another tenant:
-      :class:`~langgraph_effects.errors.OperationNotFoundError`.
+      [`OperationNotFoundError`][langgraph_effects.errors.OperationNotFoundError].
 
     The same ``decision_id`` with the same content again is a no-op that returns the
     stored operation (safe to retry). A ``dispatched`` operation whose lease expired
     (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
     ``expected_version``), then decided at ``expected_version + 1``; if that second
-    write fails, :class:`VerdictNotRecordedError` says so (the operation is then
-    ``unknown``, waiting for a verdict at the new version).
+    write fails, [`VerdictNotRecordedError`][langgraph_effects.errors.VerdictNotRecordedError]
+    says so (the operation is then ``unknown``, waiting for a verdict at the new
+    version).
     """
     return (await resolve_report(*args, **kwargs)).operation
 
@@ -344,14 +374,16 @@ async def _decide_lost(
         after = (await _verdict(ledger, op.op_id, change, lost.version, actor)).op
     except Exception as error:
         raise VerdictNotRecordedError(lost, error) from error
-    return Resolution(after, did, replayed=False, lease_lost=True, from_state=op.state)
+    return Resolution(
+        after, did, replayed=False, lease_lost=True, from_state=op.state, decision=change.decision or {}
+    )
 
 
 def _verdict(
     ledger: Ledger, op_id: str, change: Change, expected_version: int, actor: str
 ) -> Awaitable[Transition]:
     """Record a verdict in one commit, with what it does to the budgets the operation
-    was charged (``not_landed`` gives the share back; see :func:`verdict_plan`)."""
+    was charged (``not_landed`` gives the share back; see `verdict_plan`)."""
     where, settle = ledger.where, ledger.stores_controls
     return ledger.transact(lambda: verdict_plan(op_id, change, expected_version, actor, where, settle))
 
@@ -372,13 +404,14 @@ def _lease_evidence(op: Operation, actor: str, channel: str, now: float) -> dict
 # -- JSON -----------------------------------------------------------------------------
 
 
-def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, Any]:
-    """A JSON-ready dict of ``op`` (as stored: arguments redacted).
+def operation_to_json(op: Operation, *, now: float | None = None) -> OperationJSON:
+    """A JSON-ready dict of ``op`` (as stored: arguments redacted), in the shape every
+    console command and report uses for an operation (``OperationJSON``).
 
     The stored tool result is never included, only ``{"type", "bytes", "sha256"}``.
     """
     stamp = time.time() if now is None else now
-    result = None
+    result: ResultSummaryJSON | None = None
     if op.result is not None:
         result = {
             "type": op.result_type,
@@ -386,12 +419,12 @@ def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, A
             "sha256": hashlib.sha256(op.result).hexdigest(),
         }
     return {
-        "op_id": op.op_id,
+        "operation_id": op.op_id,
         "state": op.state.value,
         "version": op.version,
         "terminal": op.terminal,
         "lease": lease_status(op, now=stamp),
-        "allowed_decisions": list(allowed_decisions(op, now=stamp)),
+        "allowed_decisions": cast(list[Verdict], list(allowed_decisions(op, now=stamp))),
         "tool": op.tool,
         "contract": op.contract,
         "thread_id": op.thread_id,
@@ -406,7 +439,7 @@ def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, A
         "args_hash": op.args_hash,
         "provider_key": op.provider_key,
         "attempts": op.attempts,
-        "owner": op.owner.to_json() if op.owner is not None else None,
+        "owner": cast(OwnerJSON, op.owner.to_json()) if op.owner is not None else None,
         "lease_expires_at": op.lease_expires_at,
         "dispatched_at": op.dispatched_at,
         "result": result,
@@ -420,10 +453,29 @@ def operation_to_json(op: Operation, *, now: float | None = None) -> dict[str, A
     }
 
 
-def audit_to_json(entry: AuditEntry) -> dict[str, Any]:
-    """A JSON-ready dict of one audit entry."""
-    data = dataclasses.asdict(entry)
-    data["from_state"] = entry.from_state.value if entry.from_state is not None else None
-    data["to_state"] = entry.to_state.value
-    data["evidence"] = dict(entry.evidence) if entry.evidence is not None else None
-    return data
+def audit_to_json(entry: AuditEntry) -> AuditEntryJSON:
+    """A JSON-ready dict of one audit entry (``AuditEntryJSON``)."""
+    return {
+        "operation_id": entry.op_id,
+        "seq": entry.seq,
+        "at": entry.at,
+        "actor": entry.actor,
+        "from_state": entry.from_state.value if entry.from_state is not None else None,
+        "to_state": entry.to_state.value,
+        "event": entry.event,
+        "version": entry.version,
+        "evidence": dict(entry.evidence) if entry.evidence is not None else None,
+    }
+
+
+def operations_to_json(
+    ops: Sequence[Operation], *, limit: int, now: float | None = None
+) -> OperationListJSON:
+    """What ``langgraph-effects list --json`` prints for ``ops``, found with ``limit``."""
+    stamp = time.time() if now is None else now
+    return {
+        "count": len(ops),
+        "limit": limit,
+        "truncated": len(ops) >= limit,
+        "operations": [operation_to_json(op, now=stamp) for op in ops],
+    }

@@ -2,19 +2,19 @@
 
 Three facts the lease module builds on:
 
-* **Which kernel and pid namespace a process runs in** (:func:`node_id`): a pid and
+* **Which kernel and pid namespace a process runs in** (`node_id`): a pid and
   a start time name a process only there. Containers cloned from one image may
   share a hostname; a lease written in another one must not be judged by our pids.
 * **Which processes descend from a worker**, even after it died. Every process that
   imports this package appends itself (``pid:start``) to the environment variable
-  :data:`LINEAGE_VAR`; children inherit the environment whatever starts them
+  `LINEAGE_VAR`; children inherit the environment whatever starts them
   (``subprocess.run`` with its defaults, ``os.system``,
   ``asyncio.create_subprocess_exec``, a shell and its children), so
-  :func:`live_descendant` finds a dead worker's children by reading
+  `live_descendant` finds a dead worker's children by reading
   ``/proc/<pid>/environ``. An inherited lock fd would not do: ``subprocess`` closes
   every fd but 0, 1 and 2 in the child by default. A process group would not either:
   a worker is rarely a group leader, and its group holds its siblings too.
-* **Which file a live process holds open** (:func:`open_file_of`): a lock file
+* **Which file a live process holds open** (`open_file_of`): a lock file
   removed from its directory (a tmp cleaner, logind removing ``$XDG_RUNTIME_DIR``
   at logout) is still reachable through ``/proc/<pid>/fd`` of the process holding it.
 
@@ -88,7 +88,7 @@ def node_id(pid: int) -> str | None:
 
 
 def mark_lineage() -> None:
-    """Append this process to :data:`LINEAGE_VAR` in its environment (once per process:
+    """Append this process to `LINEAGE_VAR` in its environment (once per process:
     at import, and in a forked child), so the children it starts carry it."""
     pid = os.getpid()
     start = process_start_time(pid)

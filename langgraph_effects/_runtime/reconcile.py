@@ -1,7 +1,7 @@
 """Reconciliation's I/O: poll the tool's lookup and apply the rules to what it answers.
 
 The rules (what a dedup window, a lookup's answer or a timeout means for an
-``unknown`` operation) are pure functions in :mod:`langgraph_effects.core.reconcile`;
+``unknown`` operation) are pure functions in `langgraph_effects.core.reconcile`;
 this module calls the contract's lookup under its timeout, with bounded backoff,
 bounds what it records (receipt size, reasons), and reads the clock.
 """

@@ -22,8 +22,9 @@ def load_target(target: str) -> Any:
     """The object ``target`` names (``MODULE:ATTR``, dotted attributes allowed).
 
     The current directory is put on ``sys.path`` first (as ``python -m`` would), so a
-    module beside the caller imports. Raises :class:`TargetNotFoundError` saying which
-    of the three failures it was and what to do.
+    module beside the caller imports. Raises
+    [`TargetNotFoundError`][langgraph_effects.errors.TargetNotFoundError] saying which of the three failures
+    it was and what to do.
     """
     module_name, _, attribute = target.partition(":")
     if os.getcwd() not in sys.path:

@@ -29,7 +29,8 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
     The ledger runs on its own connection pool to the same database: sharing the
     saver's connection is unsafe (a ledger transaction would capture the saver's
     writes, and the saver's autocommit would split ours). Open it with
-    :meth:`from_conn_string` and call :meth:`setup` once::
+    [`from_conn_string`][langgraph_effects.EffectPostgresSaver.from_conn_string] and call
+    [`setup`][langgraph_effects.EffectPostgresSaver.setup] once:
 
         async with EffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             await saver.setup()
@@ -171,7 +172,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
 
     async def unfinished_threads(self) -> list[str]:
         """Threads whose newest checkpoint has input or a step no checkpoint finished
-        (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
+        (see `_unfinished`), oldest first."""
         query = _unfinished.unfinished_sql(
             "checkpoint_writes", "c.metadata ->> 'source'", "%s", "OFFSET 0"
         )

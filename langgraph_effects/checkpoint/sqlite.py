@@ -36,7 +36,8 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
 
     The ledger uses its own connection to the same file: sharing the saver's
     connection is unsafe (the saver's commits would swallow the ledger's
-    transactions). Open it with :meth:`from_conn_string` and call :meth:`setup` once::
+    transactions). Open it with [`from_conn_string`][langgraph_effects.EffectSqliteSaver.from_conn_string] and
+    call [`setup`][langgraph_effects.EffectSqliteSaver.setup] once:
 
         async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             await saver.setup()
@@ -44,7 +45,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
 
     One runner per thread: saving a second child of a checkpoint (two runners
     resumed the thread from it) raises
-    :class:`~langgraph_effects.errors.ThreadConflictError` and saves nothing. Runs
+    [`ThreadConflictError`][langgraph_effects.errors.ThreadConflictError] and saves nothing. Runs
     started from an earlier ``checkpoint_id`` (time travel, new input there),
     ``update_state`` and subgraphs replayed under time travel still branch.
     """
@@ -104,7 +105,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
 
     async def unfinished_threads(self) -> list[str]:
         """Threads whose newest checkpoint has input or a step no checkpoint finished
-        (see :mod:`~langgraph_effects.checkpoint._unfinished`), oldest first."""
+        (see `_unfinished`), oldest first."""
         await self._ready_for_use()
         sql = _unfinished.unfinished_sql("writes", "json_extract(CAST(c.metadata AS TEXT), '$.source')", "?")
         async with self.lock, self.conn.execute(sql, _unfinished.PARAMS) as cur:

@@ -201,9 +201,9 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
 
 
 class SyncEffectSqliteSaver(SyncEffectSaver):
-    """The sync twin of :class:`~langgraph_effects.EffectSqliteSaver` (as LangGraph's
+    """The sync twin of [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (as LangGraph's
     ``SqliteSaver`` is of its ``AsyncSqliteSaver``): the checkpoints and the ledger in
-    one SQLite file, one runner per thread, for ``graph.invoke`` and ``graph.stream``::
+    one SQLite file, one runner per thread, for ``graph.invoke`` and ``graph.stream``:
 
         with SyncEffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             saver.setup()
@@ -218,15 +218,16 @@ class SyncEffectSqliteSaver(SyncEffectSaver):
     @contextmanager
     def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[SyncEffectSqliteSaver]:
         """Open the checkpoints and the ledger in the SQLite file ``conn_string``
-        (``kwargs`` go to :meth:`EffectSqliteSaver.from_conn_string`)."""
+        (``kwargs`` go to
+        [`EffectSqliteSaver.from_conn_string`][langgraph_effects.EffectSqliteSaver.from_conn_string])."""
         with cls._opened(EffectSqliteSaver.from_conn_string(conn_string, **kwargs)) as saver:
             yield saver
 
 
 class SyncEffectPostgresSaver(SyncEffectSaver):
-    """The sync twin of :class:`~langgraph_effects.EffectPostgresSaver` (as LangGraph's
+    """The sync twin of [`EffectPostgresSaver`][langgraph_effects.EffectPostgresSaver] (as LangGraph's
     ``PostgresSaver`` is of its ``AsyncPostgresSaver``), for ``graph.invoke`` and
-    ``graph.stream``::
+    ``graph.stream``:
 
         with SyncEffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             saver.setup()
@@ -249,7 +250,7 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
         connect_timeout: float | None = None,
     ) -> Iterator[SyncEffectPostgresSaver]:
         """Open the checkpoints and the ledger in the Postgres database ``conn_string``
-        (the arguments of :meth:`EffectPostgresSaver.from_conn_string`)."""
+        (the arguments of `EffectPostgresSaver.from_conn_string`)."""
         from .postgres import EffectPostgresSaver
 
         manager = EffectPostgresSaver.from_conn_string(
@@ -260,7 +261,7 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
             yield saver
 
     def setup_fencing(self) -> None:
-        """The async saver's ``setup_fencing`` (run by :meth:`setup`)."""
+        """The async saver's ``setup_fencing`` (run by `setup`)."""
         self._run(self.saver.setup_fencing())
 
 

@@ -27,7 +27,7 @@ A verdict is bound to the version you saw (``--expected-version``, printed by
 Re-running ``resolve`` with the same ``--decision-id`` is safe (a no-op).
 
 Exit codes: one table for every subcommand (``lab`` and ``crashtest`` included), see
-:mod:`langgraph_effects.core.exitcodes`:
+`langgraph_effects.core.exitcodes`:
 
 ====  ==========================================================================
 0     ok (also: nothing to do)

@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .._runtime.operator import DEFAULT_CONNECT_TIMEOUT
 from ..core.exitcodes import HELP as EXIT_CODES_HELP
+from ..operator import DEFAULT_CONNECT_TIMEOUT
 
 ENV_DB = "LANGGRAPH_EFFECTS_DB"
 ENV_SCHEMA = "LANGGRAPH_EFFECTS_SCHEMA"

@@ -10,12 +10,18 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from .._runtime.compensation import CompensationReport, compensate, compensations
-from .._runtime.operator import new_decision_id, operation_to_json, resolve_report
 from .._runtime.targets import load_target
 from ..core.compensation import undo_state
 from ..core.contract import Effect
 from ..errors import TargetNotFoundError
+from ..operator import (
+    CompensationReport,
+    compensate,
+    compensations,
+    compensations_to_json,
+    new_decision_id,
+    resolve_report,
+)
 from .app import OperationArgument, TenantOption
 from .failures import EXIT_NEEDS_OPERATOR, BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
@@ -100,7 +106,7 @@ def compensate_command(
 
     report = run(target, work)
     if use_json:
-        print_json(_report_json(report))
+        print_json(report.to_json())
     else:
         _render(report, target)
     if report.undo is None or report.undo.state.value in ("review", "failed", "unknown"):
@@ -116,17 +122,6 @@ def _landed_verdict(landed: bool, receipt: str | None, version: int | None) -> d
         raise BadInput("--landed needs --expected-version (the version `show` printed).")
     decision = _decision(True, receipt, False, False, None)
     return {**decision, "undo": True}
-
-
-def _report_json(report: CompensationReport) -> dict[str, Any]:
-    return {
-        "operation": operation_to_json(report.operation),
-        "undo": operation_to_json(report.undo) if report.undo is not None else None,
-        "verdict": report.verdict,
-        "reason": report.reason,
-        "compensation": report.state,
-        "error": report.error,
-    }
 
 
 def _render(report: CompensationReport, target: Target) -> None:
@@ -174,19 +169,7 @@ def compensations_command(target: Target, all_: AllOption = False, tenant: Tenan
 
     pairs = run(target, work)
     if target.json:
-        print_json(
-            {
-                "compensations": [
-                    {
-                        "undo": operation_to_json(undo),
-                        "compensates": undo.compensates,
-                        "effect_tool": effect.tool if effect is not None else None,
-                        "compensation": undo_state(undo),
-                    }
-                    for undo, effect in pairs
-                ]
-            }
-        )
+        print_json(compensations_to_json(pairs))
         return
     console = stdout()
     if not pairs:

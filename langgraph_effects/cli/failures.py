@@ -7,14 +7,14 @@ import os
 import shlex
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 from rich.text import Text
 
 from .. import errors
-from .._runtime.operator import has_password, operation_to_json
 from ..core.exitcodes import ExitCode
+from ..operator import ErrorDetailJSON, has_password, operation_to_json
 from .render import print_json, stderr
 
 if TYPE_CHECKING:
@@ -162,9 +162,9 @@ def fail(error: BaseException, use_json: bool, target: Target | None = None) -> 
     raise typer.Exit(code)
 
 
-def _json_error(error: BaseException, message: str, code: int, advice: str | None) -> dict[str, Any]:
-    """The ``{"error": ...}`` object printed with ``--json``."""
-    payload: dict[str, Any] = {
+def _json_error(error: BaseException, message: str, code: int, advice: str | None) -> ErrorDetailJSON:
+    """The ``{"error": ...}`` object printed with ``--json`` (``ErrorJSON``)."""
+    payload: ErrorDetailJSON = {
         "kind": error_kind(error),
         "type": type(error).__name__,
         "message": message,

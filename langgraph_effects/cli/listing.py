@@ -15,16 +15,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._runtime.operator import (
+from ..core.operation import Operation, State, provider_check
+from ..ledger.base import AuditEntry
+from ..operator import (
     OperationView,
     has_password,
     lease_status,
     list_operations,
-    operation_to_json,
+    operations_to_json,
     show,
 )
-from ..core.operation import Operation, State, provider_check
-from ..ledger.base import AuditEntry
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, compact, field, print_json, relative, state_text, stdout, when
@@ -85,14 +85,7 @@ def list_command(
     ops = run(target, work)
     now = time.time()
     if use_json:
-        print_json(
-            {
-                "count": len(ops),
-                "limit": limit,
-                "truncated": len(ops) >= limit,
-                "operations": [operation_to_json(op, now=now) for op in ops],
-            }
-        )
+        print_json(operations_to_json(ops, limit=limit, now=now))
         return
     _render_list(ops, now=now, limit=limit, states=states, target=target)
 
@@ -174,7 +167,6 @@ def _narrow_table(ops: list[Operation], now: float, width: int) -> Table:
             row.append(Text(compact(dict(op.args), 90), style="dim"))
         table.add_row(*row)
     return table
-
 
 
 # -- show ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .render import STATE_STYLES, print_json, stdout
 from .target import Target, ledger_command, open_checkpointer, parse_duration
 
 if TYPE_CHECKING:
-    from ..recovery import OperationReport, RecoveryReport
+    from ..operator import OperationReport, RecoveryReport
 
 # -- recover ------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ def recover_command(
     the tenant its operations were recorded with. A thread with an operation under a live
     lease is left alone (someone is sending it right now).
     """
-    from ..recovery import recover
+    from ..operator import recover
 
     try:
         factory = load_graph_factory(graph)

@@ -14,9 +14,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._runtime.operator import LeaseStatus
 from ..core.exitcodes import HELP as EXIT_CODES_HELP
 from ..core.operation import Operation, State
+from ..operator import LeaseStatus
 
 STATE_STYLES: dict[State, str] = {
     State.PENDING: "cyan",

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .._runtime.operator import Resolution, lease_status, new_decision_id, operation_to_json, resolve_report
+from ..operator import Resolution, lease_status, new_decision_id, resolve_report
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
@@ -112,16 +112,7 @@ def resolve_command(
 
     report = run(target, work)
     if use_json:
-        print_json(
-            {
-                "operation": operation_to_json(report.operation),
-                "decision_id": report.decision_id,
-                "decision": decision,
-                "from_state": report.from_state.value,
-                "replayed": report.replayed,
-                "lease_lost": report.lease_lost,
-            }
-        )
+        print_json(report.to_json())
         return
     _render_resolution(report, decision, target)
 

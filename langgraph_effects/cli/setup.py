@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from .._runtime.operator import setup_database
+from ..operator import setup_database
 from .failures import run
 from .render import print_json, stdout
 from .target import Target, connecting, ledger_command

@@ -110,7 +110,7 @@ def ledger_command(
     name: str, *, epilog: str = EXIT_CODES_HELP
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a command on a ledger: it gets ``--db``, ``--schema``, ``--connect-timeout``
-    and ``--json`` (after its own options), and is called with the :class:`Target` they name.
+    and ``--json`` (after its own options), and is called with the `Target` they name.
 
     ``command(target, ...)`` declares only its own options; typer reads the signature
     built here, so every ledger command offers and resolves those four the same way.
@@ -165,7 +165,7 @@ async def open_target(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
 @asynccontextmanager
 async def open_checkpointer(target: Target) -> AsyncIterator[Any]:
     """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``
-    (the registry's :func:`~langgraph_effects.ledger.registry.open_checkpointer`).
+    (the registry's `open_checkpointer`).
 
     The ledger must be there already (a database without one is refused, nothing
     created); the checkpoint tables are then set up as the saver needs them.

@@ -11,10 +11,10 @@ never run at all.
 
 So ``@effectful`` binds a call to its operation by what it is: its parent, tool,
 argument hash and how many equal calls came before it in this run (its
-:func:`occurrence`), not by its index; a call that moved finds its own operation
-wherever it now sits. And each call leaves a :data:`MARK` write beside its result
+`occurrence`), not by its index; a call that moved finds its own operation
+wherever it now sits. And each call leaves a `MARK` write beside its result
 naming what was recorded there; a later effectful call of the run compares each
-earlier place's mark with what was called there now (:func:`crossed`) and stops the
+earlier place's mark with what was called there now (`crossed`) and stops the
 run before anything else leaves when LangGraph answered a call with another's result.
 """
 
@@ -39,7 +39,7 @@ class Placed:
     """The operation's tool name, ``None`` for a task that is not ``@effectful``."""
     args_hash: str | None
     recorded: Mapping[str, Any] | None = None
-    """The :data:`MARK` found in its writes: what the run that saved them called here."""
+    """The `MARK` found in its writes: what the run that saved them called here."""
     args: Mapping[str, Any] | None = None
     """Its arguments as bound (secret fields redacted), for an error to name."""
 
@@ -57,12 +57,12 @@ class Crossing:
 
 
 def mark(tool: str, args_hash: str, op_id: str) -> dict[str, str]:
-    """The :data:`MARK` write of one call."""
+    """The `MARK` write of one call."""
     return {"tool": tool, "args_hash": args_hash, "op_id": op_id}
 
 
 def recorded_mark(writes: Iterable[tuple[str, Any]]) -> Mapping[str, Any] | None:
-    """The :data:`MARK` among a task's writes, if it has a well-formed one."""
+    """The `MARK` among a task's writes, if it has a well-formed one."""
     for channel, value in writes:
         if channel == MARK and isinstance(value, Mapping) and "tool" in value and "args_hash" in value:
             return value
@@ -102,5 +102,5 @@ def occurrence(index: int, tool: str, args_hash: str, placed: Iterable[Placed]) 
 
 def call_key(parent: str, tool: str, nth: int) -> str:
     """The key that tells a Functional API call apart within its turn (see
-    :func:`langgraph_effects.core.identity.operation_id`, which adds the argument hash)."""
+    `langgraph_effects.core.identity.operation_id`, which adds the argument hash)."""
     return f"{parent}:{tool}#{nth}"

@@ -1,7 +1,7 @@
 """Compensation rules: may an effect be undone now, what is its undo called, and which
 effects a failed saga undoes. Pure: no ledger, no clock, no I/O.
 
-An undo is an operation of its own (see :class:`~langgraph_effects.core.contract.Undo`).
+An undo is an operation of its own (see [`Undo`][langgraph_effects.Undo]).
 Its identity is derived from the id of the operation it undoes, so every resume, retry
 or second worker that asks for the same compensation finds the same undo and never
 mints a new one. Only an effect known to have landed (``confirmed``) is undone: an
@@ -42,7 +42,7 @@ Verdict = Literal[
     "irreversible",  # confirmed, but no undo is declared
     "is_undo",  # an undo itself: undo it by hand
 ]
-"""What :func:`may_compensate` rules for one operation (see the comments above)."""
+"""What `may_compensate` rules for one operation (see the comments above)."""
 
 
 @dataclass(frozen=True)

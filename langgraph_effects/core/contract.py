@@ -89,7 +89,7 @@ class Effect:
             (e.g. a 422, a 429). They make the operation ``failed``; raised to the
             caller, a retry of it (``RetryPolicy``, ``ToolRetryMiddleware``, a resume)
             is a new attempt under the same key (see ``docs/retries.md``). Everything
-            else is ambiguous. :class:`~langgraph_effects.DefiniteFailure` is always
+            else is ambiguous. [`DefiniteFailure`][langgraph_effects.errors.DefiniteFailure] is always
             definite.
         key: ``(args, config) -> str``, a logical provider key such as
             ``"invoice:tenant-7:2026-08-11:send"``. Calls that produce the same key
@@ -107,14 +107,14 @@ class Effect:
             there and is the same on every re-send and resume of the operation. The
             tool's input schema must have that argument (checked when the node is
             built, or on the middleware's first call of the tool).
-        budgets: durable :class:`~langgraph_effects.Budget`\\ s this tool's sends count
+        budgets: durable [`Budget`][langgraph_effects.Budget]s this tool's sends count
             against (shared by every tool listing a budget of the same name): a send
             over budget is refused, or held for an approver (see ``docs/budgets.md``).
-        circuit: a durable :class:`~langgraph_effects.CircuitBreaker` for this tool's
+        circuit: a durable [`CircuitBreaker`][langgraph_effects.CircuitBreaker] for this tool's
             provider: while it is open, sends are refused before anything leaves
             (see ``docs/circuit-breakers.md``).
-        read_only_tool: see :meth:`read_only`.
-        compensate: how to undo an effect that landed (an :class:`Undo`, or the undo
+        read_only_tool: see [`read_only`][langgraph_effects.Effect.read_only].
+        compensate: how to undo an effect that landed (an [`Undo`][langgraph_effects.Undo], or the undo
             tool or function itself): run exactly once, as its own operation with its
             own contract, when an operator decides the effect must not stand, or when
             a later step of a saga fails definitively (see ``docs/compensation.md``).
@@ -205,13 +205,13 @@ class Effect:
 
     @property
     def undo(self) -> Undo | None:
-        """The declared :class:`Undo` (``compensate=`` normalized), or ``None``."""
+        """The declared [`Undo`][langgraph_effects.Undo] (``compensate=`` normalized), or ``None``."""
         return self.compensate if isinstance(self.compensate, Undo) else None
 
 
 @dataclass(frozen=True)
 class UndoRequest:
-    """What an :class:`Undo`'s ``args`` function receives: the effect to undo."""
+    """What an [`Undo`][langgraph_effects.Undo]'s ``args`` function receives: the effect to undo."""
 
     operation_id: str
     """The id of the operation being undone."""
@@ -242,7 +242,7 @@ class Undo:
     Args:
         action: the undo itself: a LangChain tool (invoked with the arguments), or a
             function, sync or async, called with them as keyword arguments. Inside
-            it, :func:`~langgraph_effects.current_operation` is the undo's operation
+            it, [`current_operation`][langgraph_effects.current_operation] is the undo's operation
             (its ``provider_key`` is the undo's idempotency key).
         args: ``(UndoRequest) -> dict``, the undo's arguments. Default:
             ``{"provider_key": <the undone operation's provider key>}``.

@@ -1,14 +1,14 @@
 """Admission controls as pure code: durable budgets and circuit breakers.
 
-A tool's :class:`~langgraph_effects.Effect` may declare :class:`Budget`\\ s (how many
+A tool's [`Effect`][langgraph_effects.Effect] may declare [`Budget`][langgraph_effects.Budget]s (how many
 sends, or how much of an argument summed, per thread, run or tenant, optionally per
-time window) and a :class:`CircuitBreaker` (stop sending to a provider that keeps
-failing). Both are one mechanism: *control rows* (:class:`ControlRow`, keyed by a
+time window) and a [`CircuitBreaker`][langgraph_effects.CircuitBreaker] (stop sending to a provider that keeps
+failing). Both are one mechanism: *control rows* (`ControlRow`, keyed by a
 control name and a scope) that the ledger locks in the transaction that commits a
 send, and that these functions read and rewrite:
 
-* :func:`admit`: may this send leave now? (and the rows that record it if so);
-* :func:`settle`: what the send's outcome does to the rows (a definite failure gives
+* `admit`: may this send leave now? (and the rows that record it if so);
+* `settle`: what the send's outcome does to the rows (a definite failure gives
   its budget share back; failures and timeouts open a circuit, a success closes it).
 
 An operation holds at most one share of each budget: the *hold* row (keyed by the
@@ -44,7 +44,7 @@ HOLD = "hold"
 @o.checked_options
 @dataclass(frozen=True)
 class Budget:
-    """A durable budget on sends, shared by every tool whose :class:`Effect` lists it.
+    """A durable budget on sends, shared by every tool whose `Effect` lists it.
 
     Args:
         name: the budget's name; tools listing budgets of the same name share it.
@@ -192,7 +192,7 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Admission:
-    """What :func:`admit` decided: a refusal, or the rows to write with the send."""
+    """What `admit` decided: a refusal, or the rows to write with the send."""
 
     refusal: Refusal | None
     writes: tuple[ControlRow, ...] = ()
@@ -222,7 +222,7 @@ def budget_scope(budget: Budget, call: Call, now: float) -> str:
 
 
 def admit_keys(controls: Controls, call: Call, now: float) -> list[Key]:
-    """The rows :func:`admit` reads, in the order every worker locks them."""
+    """The rows `admit` reads, in the order every worker locks them."""
     keys = {hold_key(call.op_id)}
     keys.update((b.control, budget_scope(b, call, now)) for b in controls.budgets)
     if controls.circuit is not None:
@@ -293,13 +293,13 @@ def admit(
     keyed_at: float | None = None,
 ) -> Admission:
     """Whether a send of ``call`` may leave at ``now``, given the rows of
-    :func:`admit_keys` as stored (missing rows are empty).
+    `admit_keys` as stored (missing rows are empty).
 
     ``override``: an approver allowed this send over budget (it is still counted).
     ``circuit``: whether the circuit breaker gates this send (a re-send that settles
     an earlier, ambiguous send is not gated). An operation that already holds its
     share (its hold row has charges) is not charged again. ``keyed_at``: the time
-    :func:`admit_keys` was asked at (the rows were locked then; default ``now``).
+    `admit_keys` was asked at (the rows were locked then; default ``now``).
     """
     writes: list[ControlRow] = []
     breaker = controls.circuit
@@ -341,7 +341,7 @@ def admit(
 
 
 Outcome = Literal["success", "failure", "refund", "other"]
-"""What a transition says to the controls (see :func:`outcome_of`)."""
+"""What a transition says to the controls (see `outcome_of`)."""
 
 
 def outcome_of(event: str, evidence: Mapping[str, Any] | None) -> Outcome:
@@ -376,7 +376,7 @@ def settle(
     now: float,
 ) -> tuple[ControlRow, ...]:
     """The rows to write when an operation's transition ``event`` is recorded, given
-    its hold row, the rows it charged (:func:`charged_keys`) and its circuit's row."""
+    its hold row, the rows it charged (`charged_keys`) and its circuit's row."""
     outcome = outcome_of(event, evidence)
     writes: list[ControlRow] = []
     hold = rows.get(hold_key(op_id))
@@ -462,7 +462,7 @@ def describe(row: ControlRow, *, now: float) -> dict[str, Any] | None:
 
 
 def controls_of(budgets: Sequence[Budget], circuit: CircuitBreaker | None) -> Controls:
-    """The :class:`Controls` of an effect's declaration (checked: no budget named twice)."""
+    """The `Controls` of an effect's declaration (checked: no budget named twice)."""
     names = [b.name for b in budgets]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})

@@ -4,7 +4,7 @@ An MCP server may annotate its tools (``readOnlyHint``, ``idempotentHint``,
 ``destructiveHint``, ``openWorldHint``). The protocol calls them hints: a client must
 not rely on them for safety. The runtime never reads them; only the console's
 ``langgraph-effects mcp-tools`` listing does, to suggest an
-:class:`~langgraph_effects.Effect` a user may then declare. A tool without a declared
+[`Effect`][langgraph_effects.Effect] a user may then declare. A tool without a declared
 contract stays blind (see ``docs/mcp.md``), whatever its hints say.
 
 Pure: no I/O, no MCP imports.
@@ -78,7 +78,7 @@ def suggest(
     """A contract to consider for ``tool``, from its hints and its argument names.
 
     ``lookups``: the server's tools that could find an effect by key (read-only,
-    taking a key argument; see :func:`lookup_candidates`); one whose name ends in the
+    taking a key argument; see `lookup_candidates`); one whose name ends in the
     same word (``find_ticket`` for ``open_ticket``) is suggested as the lookup.
     """
     key = key_argument(arguments)

@@ -7,9 +7,9 @@ for the same thing. Model-provided ids cannot give that: model servers repeat
 message ids and tool call ids (``call_0`` every turn). The id is therefore
 anchored on the **turn**: the checkpoint the tool task was prepared from, the one
 in which the AIMessage was written, named by its newest channel version (see
-:func:`turn_of`). Within that checkpoint the call is told apart by its
+`turn_of`). Within that checkpoint the call is told apart by its
 ``tool_call_id`` (refused when shared within one message) or, for a Functional API
-task, by what it is (:func:`langgraph_effects.core.callorder.call_key`). The args hash is
+task, by what it is (`langgraph_effects.core.callorder.call_key`). The args hash is
 part of the id too, so an edit of the arguments is a new operation.
 """
 
@@ -27,13 +27,13 @@ REDACTED = "[redacted]"
 _HASH_KEY_ENV = "LANGGRAPH_EFFECTS_HASH_KEY"
 
 
-#: The encoder of :func:`canonical_json`, made once (``json.dumps`` makes a new one on
+#: The encoder of `canonical_json`, made once (``json.dumps`` makes a new one on
 #: every call given options); it keeps no state between calls.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _canonical_utf8(value: Any) -> bytes:
-    """:func:`canonical_json` as UTF-8 bytes (what is hashed)."""
+    """`canonical_json` as UTF-8 bytes (what is hashed)."""
     return _CANONICAL.encode(value).encode("utf-8", "replace")
 
 
@@ -173,9 +173,9 @@ def operation_id(
 ) -> str:
     """The operation id for one tool call: the one rule every path derives ids with.
 
-    ``turn`` comes from :func:`turn_of`; ``call_key`` tells the calls of one turn
+    ``turn`` comes from `turn_of`; ``call_key`` tells the calls of one turn
     apart (the ``tool_call_id``, or a Functional API task's
-    :func:`~langgraph_effects.core.callorder.call_key`). The ``op_`` prefix keeps a bare
+    `call_key`). The ``op_`` prefix keeps a bare
     hex digest from being mistaken for an interrupt id in
     ``Command(resume=...)``, which maps interrupt ids to answers.
     """

@@ -1,7 +1,7 @@
 """The provider key written into a tool argument (``Effect(key_argument=...)``).
 
 Pure rules, no I/O: which argument carries the key, whether a tool's input schema has
-it, and the arguments a call is sent with. The runtime calls :func:`with_key` once per
+it, and the arguments a call is sent with. The runtime calls `with_key` once per
 send, after the operation is bound, so every send of one operation (the first, a
 re-send by reconciliation, a resume after a crash) carries the same key.
 """
@@ -19,7 +19,7 @@ def check_key_argument(tool: str, effect: Effect, arguments: Iterable[str]) -> N
     """Refuse a contract whose ``key_argument`` the tool's input schema lacks.
 
     ``arguments`` are the names in the tool's model-visible input schema.
-    Raises :class:`~langgraph_effects.errors.ConfigurationError`.
+    Raises [`ConfigurationError`][langgraph_effects.errors.ConfigurationError].
     """
     name = effect.key_argument
     if name is None:

@@ -1,9 +1,9 @@
 """The operation state machine: pure code, no I/O.
 
-Every allowed transition is one row of :data:`TRANSITIONS` ("Rule 1": if it is not
+Every allowed transition is one row of `TRANSITIONS` ("Rule 1": if it is not
 in the table, it cannot happen). Backends never decide anything: they load an
-:class:`Operation`, call :func:`advance`, and store what it returns under a
-compare-and-set on :attr:`Operation.version`. The README's state diagram is
+[`Operation`][langgraph_effects.Operation], call `advance`, and store what it returns under a
+compare-and-set on [`Operation.version`][langgraph_effects.Operation.version]. The README's state diagram is
 generated from the same table (``python -m langgraph_effects.core.operation``).
 """
 
@@ -51,7 +51,7 @@ class State(str, enum.Enum):
 
 
 #: States with a recorded outcome, replayed to every later call (``failed`` reopens only
-#: for a caller's retry of a failure it was raised, see :data:`REOPENING`).
+#: for a caller's retry of a failure it was raised, see `REOPENING`).
 TERMINAL: frozenset[State] = frozenset({State.CONFIRMED, State.FAILED, State.ABANDONED})
 #: States whose call is not over: what recovery and the console look for.
 UNRESOLVED: frozenset[State] = frozenset(set(State) - TERMINAL)
@@ -121,7 +121,7 @@ SENDING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RESEND, Event.RETRY
 #: raised. ``failed`` is terminal (nothing landed, nothing to resolve) until then.
 REOPENING: Mapping[State, Event] = {State.FAILED: Event.RETRY}
 #: Rows of the table that leave a terminal state where it is and only mark it: a
-#: confirmed effect marked for compensation (see :mod:`.compensation`).
+#: confirmed effect marked for compensation (see `compensation`).
 MARKS: Mapping[State, Event] = {State.CONFIRMED: Event.COMPENSATE}
 #: Events that are an operator's verdict: they need a decision id.
 VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
@@ -214,7 +214,7 @@ class Owner:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Owner:
-        """The owner :meth:`to_json` stored (rows without the newer fields included)."""
+        """The owner `to_json` stored (rows without the newer fields included)."""
         return cls(
             host=str(data["host"]),
             pid=int(data["pid"]),
@@ -228,7 +228,7 @@ class Owner:
 
 @dataclass(frozen=True)
 class Change:
-    """One event with what it carries; the input of :func:`advance`."""
+    """One event with what it carries; the input of `advance`."""
 
     event: Event
     evidence: Mapping[str, Any] | None = None
@@ -253,7 +253,7 @@ class Change:
             object.__setattr__(self, "evidence", plain(self.evidence))
 
 
-#: Values :func:`plain` returns as they are, by exact type (an enum member of a ``str``
+#: Values `plain` returns as they are, by exact type (an enum member of a ``str``
 #: enum is not one): most of what evidence holds, told apart without the ``Mapping``
 #: ABC check, which costs a Python-level call every time.
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -307,9 +307,9 @@ class Operation:
     created_at: float = 0.0
     updated_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Context recorded at intent. The engine reads three keys: ``approval``
+    """Context recorded at intent. The runtime reads three keys: ``approval``
     (``"required"``: the call waits for an approver before its first send, see
-    :func:`needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
+    `needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
     detection compares). ``edited_from`` (the operation an approver's edit replaced) is
     written for operators and never read. Other keys are kept and shown, never read."""
 
@@ -329,7 +329,7 @@ class Operation:
 
     @property
     def terminal(self) -> bool:
-        """Whether its state is in :data:`TERMINAL`."""
+        """Whether its state is in `TERMINAL`."""
         return self.state in TERMINAL
 
     def lease_live(self, now: float) -> bool:
@@ -385,11 +385,12 @@ def advance(
 
     Returns the new operation (``version + 1``), or ``None`` when ``change`` is a
     verdict whose decision id was already applied with the same content (a no-op).
-    Raises :class:`DecisionConflictError` for a reused decision id with other
-    content, :class:`StaleVersionError` if ``expected_version`` does not match, and
-    :class:`IllegalTransitionError` if the table has no such row.
-    ``decidable_only`` (an operator's verdict): a state outside :data:`DECIDABLE`
-    is refused with :class:`NotResolvableError`, after the replay and version checks.
+    Raises [`DecisionConflictError`][langgraph_effects.errors.DecisionConflictError] for a reused decision id
+    with other content, [`StaleVersionError`][langgraph_effects.errors.StaleVersionError] if
+    ``expected_version`` does not match, and
+    [`IllegalTransitionError`][langgraph_effects.errors.IllegalTransitionError] if the table has no such row.
+    ``decidable_only`` (an operator's verdict): a state outside `DECIDABLE` is refused with
+    [`NotResolvableError`][langgraph_effects.errors.NotResolvableError], after the replay and version checks.
     """
     if change.event in VERDICTS and change.decision_id is None:
         raise ValueError(f"a {change.event} verdict needs a decision_id")
@@ -483,7 +484,7 @@ def provider_check(op: Operation) -> str:
 
 
 def mermaid() -> str:
-    """The state diagram, generated from :data:`TRANSITIONS` (for the README)."""
+    """The state diagram, generated from `TRANSITIONS` (for the README)."""
     lines = ["stateDiagram-v2", "    [*] --> pending: intent", "    [*] --> dispatched: intent+dispatch"]
     for (source, event), target in TRANSITIONS.items():
         lines.append(f"    {source.value} --> {target.value}: {event.value}")

@@ -1,18 +1,18 @@
 """The per-call dispatch protocol as pure code: no I/O, no clock, no ledger.
 
-:class:`~langgraph_effects._runtime.session.Session` asks two questions and does the I/O the
+`Session` asks two questions and does the I/O the
 answers name:
 
-* :func:`next_step`: given the operation as last read, whose lease this call holds
+* `next_step`: given the operation as last read, whose lease this call holds
   and whether the current lease holder is provably alive, what should the call do
   now (replay, run the tool, send, wait, take over, reconcile, ask a human)?
-* :func:`settle` / :func:`late`: given what the tool just did, which change records
+* `settle` / `late`: given what the tool just did, which change records
   it; and, if another worker took the operation over while the tool ran, how the
   result is kept as evidence without ever sending again.
 
 The rules that make "exactly one effect" hold are all here, so they are tested on
 their own with hypothesis (``tests/core/test_protocol.py``), like the state machine in
-:mod:`langgraph_effects.core.operation`.
+`langgraph_effects.core.operation`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Reconcile:
 
 
 Step = Replay | Review | Approve | Dispatch | Retry | Run | Wait | TakeOver | Reconcile
-"""What a call does now, as :func:`next_step` decides it."""
+"""What a call does now, as `next_step` decides it."""
 
 
 def ours(op: Operation, token: str | None) -> bool:
@@ -97,7 +97,7 @@ def lease_to_spare(op: Operation, *, now: float, lease_seconds: float) -> bool:
 
 
 def needs_liveness(op: Operation, token: str | None) -> bool:
-    """Whether :func:`next_step` needs to know if ``op``'s lease holder is alive."""
+    """Whether `next_step` needs to know if ``op``'s lease holder is alive."""
     return op.state is State.DISPATCHED and not ours(op, token) and op.owner is not None
 
 
@@ -134,13 +134,13 @@ def next_step(
     """What a call whose operation is ``op`` does now.
 
     ``token`` is the lease this call holds (``None`` if none); ``alive`` is
-    :func:`langgraph_effects._runtime.lease.owner_alive` of ``op``'s owner when
-    :func:`needs_liveness` says it matters (ignored otherwise); ``now`` is the
+    `langgraph_effects._runtime.lease.owner_alive` of ``op``'s owner when
+    `needs_liveness` says it matters (ignored otherwise); ``now`` is the
     wall clock, used only for leases of another host. ``scope_changed``: the tenant
     or policy version differs from the one recorded at intent.
 
     A recorded outcome is replayed, with one exception, the retry rule: a definite
-    failure that was *raised* to the caller (:func:`raised`) ended no call, so
+    failure that was *raised* to the caller (`raised`) ended no call, so
     whoever runs the call again (a ``RetryPolicy``, ``ToolRetryMiddleware``, a
     resume of the task that raised) makes a new attempt under the same key, as it
     would without this package; nothing landed, so it cannot duplicate anything. A
@@ -195,7 +195,7 @@ class Failed:
     result: bytes
     error: str
     raised: bool = False
-    """The caller gets the exception (``True``), not an error message (see :func:`raised`)."""
+    """The caller gets the exception (``True``), not an error message (see `raised`)."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class Ambiguous:
 
 
 Outcome = Succeeded | Failed | Ambiguous
-"""What the tool did when it ran, as :func:`settle` records it."""
+"""What the tool did when it ran, as `settle` records it."""
 
 
 def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Change:

@@ -1,9 +1,9 @@
 """Reconciliation rules: what the provider's evidence means for an ``unknown`` operation. Pure.
 
 An operation is ``unknown`` when a send may or may not have landed (a crash, a
-timeout, an ambiguous error). The contract (:class:`~.contract.Effect`) says what
+timeout, an ambiguous error). The contract (`Effect`) says what
 the provider can prove; each function here takes one piece of evidence and the
-operation's state and returns a :class:`Reconciliation`:
+operation's state and returns a `Reconciliation`:
 
 * ``confirm``  - a lookup found the effect (a withdrawn item counts: it landed);
 * ``resend``   - a re-send is provably safe: the provider dedups on our key within

@@ -621,7 +621,7 @@ def _answer(interrupts: Sequence[tuple[str, Any]], calls: Sequence[ToolCall], no
 
 def summary(point: str) -> str:
     """What ``point`` does, in a few words."""
-    return POINT_SUMMARIES.get(point, "EffectToolNode/EffectMiddleware: killed at this engine fault point")
+    return POINT_SUMMARIES.get(point, "EffectToolNode/EffectMiddleware: killed at this fault point")
 
 
 def points_help() -> str:

@@ -81,7 +81,7 @@ class CrashReport:
     """Effects the probe counted for the control run's thread (no fault)."""
     calls: list[ToolCall]
     engine_points: list[str]
-    """Engine fault points the control run passed (empty: the graph does not use the package)."""
+    """Dispatcher fault points the control run passed (empty: the graph does not use the package)."""
     points: list[str]
     runs: list[RunResult]
     not_applicable: dict[str, str] = field(default_factory=dict)

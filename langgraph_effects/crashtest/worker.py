@@ -13,7 +13,7 @@ node), so the handler can break a call at three moments no graph can opt out of:
 * ``timeout``: ``on_tool_end`` raises ``TimeoutError`` (``raise_error``), so
   the caller sees a timeout for a call that did its work (no kill).
 
-Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the engine's
+Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the dispatcher's
 own fault points (:mod:`langgraph_effects._runtime.faults`), where the worker can die too.
 
 Graphs whose tools are MCP tools (any client on the official SDK's
@@ -61,7 +61,7 @@ CALLBACK_POINTS = ("before-tool", "after-tool", "timeout")
 
 
 def engine_point(name: str) -> str:
-    """The crash test's name for an engine fault point (``after_intent`` -> ``after-intent``)."""
+    """The crash test's name for a dispatcher fault point (``after_intent`` -> ``after-intent``)."""
     return name.replace("_", "-")
 
 
@@ -136,7 +136,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class EngineEvent:
-    """The engine reached one of its fault points for an operation."""
+    """The dispatcher reached one of its fault points for an operation."""
 
     point: str
     index: int
@@ -262,7 +262,7 @@ class FaultHandler(BaseCallbackHandler):
             raise TimeoutError("crashtest: the tool ran, but its caller saw a timeout")
 
     def engine_hook(self, name: str, op: Operation) -> None:
-        """Installed at the engine's fault points (:func:`langgraph_effects._runtime.faults.install`)."""
+        """Installed at the dispatcher's fault points (:func:`langgraph_effects._runtime.faults.install`)."""
         point = engine_point(name)
         index = self._engine_counts.get(point, 0) + 1
         self._engine_counts[point] = index

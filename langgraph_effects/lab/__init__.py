@@ -5,8 +5,8 @@ one simulated provider, kills the worker at a crash point on every K-th
 operation, resumes the thread in a fresh worker, and counts intended effects,
 duplicates and missing work from the provider's own SQLite records.
 
-Entry points: ``python -m langgraph_effects.lab`` or :func:`runner.main`.
-Strategies plug in through :func:`strategies.register`.
+Entry points: ``python -m langgraph_effects.lab`` or `runner.main`.
+Strategies plug in through `strategies.register`.
 """
 
 from .providers import (

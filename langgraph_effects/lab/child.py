@@ -7,8 +7,8 @@ its child along: the child is reparented and still sends.
 
 The child of an armed attempt waits before sending until someone else has talked
 to the provider since the tool started it (the resumer's lookup or re-send), or the
-lab has seen the resume return (:func:`resume_returned`: the resumer decided without
-asking the provider), or :data:`CHILD_MAX_WAIT` passed: its request is still on its
+lab has seen the resume return (`resume_returned`: the resumer decided without
+asking the provider), or `CHILD_MAX_WAIT` passed: its request is still on its
 way while the resumer decides, however long the resumer takes to start.
 
 Only the faulted attempt's request goes through a child (an interpreter start

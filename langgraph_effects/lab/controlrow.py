@@ -156,7 +156,7 @@ async def _ledger_view(files: CellFiles) -> tuple[list[Operation], list[Any]]:
 
 
 def audit_controls(files: CellFiles) -> AuditCounts:
-    """:func:`~.ours.audit_ledger`, and what the controls recorded: refusals by control
+    """`audit_ledger`, and what the controls recorded: refusals by control
     (and what the model was told), undos by state, the circuit's ``opened_at`` and the
     sends dispatched after it."""
     base = audit_ledger(files)

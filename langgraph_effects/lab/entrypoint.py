@@ -3,7 +3,7 @@ changes between processes.
 
 Two rows of their own (the column is not a tools node): ``plain-entrypoint``, a
 ``@task`` as LangGraph users write it, and ``effectful-entrypoint``, the same task
-under :func:`~langgraph_effects.effectful`. The entrypoint sends one notification
+under [`effectful`][langgraph_effects.effectful]. The entrypoint sends one notification
 per recipient, iterating a set::
 
     for recipient in set(recipients): await send(recipient, body)
@@ -42,7 +42,7 @@ RECIPIENTS = ("ann", "bob", "cy")
 
 class Recipient(str):
     """A recipient whose hash, so its place in a set, depends on the process: the
-    recipients of :data:`RECIPIENTS` hash to small distinct integers, which a set
+    recipients of `RECIPIENTS` hash to small distinct integers, which a set
     iterates in ascending order, rotated by the worker's generation."""
 
     generation = 0

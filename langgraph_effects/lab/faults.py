@@ -42,20 +42,20 @@ from .child import send_via_child
 from .providers import EffectRecord, Provider, Receipt, Withdrawn
 
 #: ``child``: the tool's child process was started and is about to send (``child-process``).
-#: ``undo-A`` / ``undo-C``: the engine's ``after_intent`` / ``before_outcome`` of an undo
+#: ``undo-A`` / ``undo-C``: the dispatcher's ``after_intent`` / ``before_outcome`` of an undo
 #: (a compensation's own operation: before it is sent / after the provider applied it).
 KILL_POINTS = ("A", "B", "C", "child", "undo-A", "undo-C")
 
-#: What one operation's thread does (see :mod:`.strategies` for the models):
+#: What one operation's thread does (see `strategies` for the models):
 #: ``single``: one call; ``two-turns``: two turns asking for the same call, the
 #: model repeating its message id and ``call_0``; ``follow-up``: one call, then a
 #: follow-up call whose wording names the worker that planned it; ``siblings``: one
 #: AIMessage with two sends and a read-only question that calls ``interrupt()``;
 #: ``no-replan``: one call, and a model that does not re-plan it after an error (only
 #: the node's ``RetryPolicy`` may retry it); ``entrypoint``: a Functional API
-#: entrypoint sending one notification per recipient of a set (:mod:`.entrypoint`).
+#: entrypoint sending one notification per recipient of a set (`entrypoint`).
 #: ``saga``: one send that declares an undo, then a charge of the same saga that the
-#: provider refuses definitively, so the node undoes the send (:mod:`.controlrow`).
+#: provider refuses definitively, so the node undoes the send (`controlrow`).
 Scenario = Literal["single", "two-turns", "follow-up", "siblings", "no-replan", "entrypoint", "saga"]
 
 #: Lease of the ``paused-owner`` column: short, so that the pause outlasts it.
@@ -92,7 +92,7 @@ class CrashPoint:
     """The ``resumers`` start the whole run at the same instant (not at the call),
     the second one through ``recover()`` where the strategy has a ledger."""
     pause_at: str | None = None
-    """The first attempt stops itself (``SIGSTOP``) here, for :data:`PAUSE_SECONDS`,
+    """The first attempt stops itself (``SIGSTOP``) here, for `PAUSE_SECONDS`,
     while a second worker resumes the thread; then it is continued."""
     hold: bool = False
     """The first attempt's sends stay in flight until a later attempt sends."""
@@ -115,7 +115,7 @@ class CrashPoint:
     wedge: bool = False
     """The operator's first answer to a review is oversized, in LangChain's HITL shape."""
     child: bool = False
-    """Requests leave from a child process of the tool (:mod:`.child`)."""
+    """Requests leave from a child process of the tool (`child`)."""
     tolerate: bool = False
     """An attempt that raises is a result (counted as refused), not a broken cell."""
     kill_on: int = 1
@@ -140,7 +140,7 @@ class CrashPoint:
     """The faulted operations' kill points, taking turns (instead of ``first_kill``)."""
     resume_kinds: tuple[Literal["resume", "recover"], ...] = ("resume",)
     """How a killed operation's thread is taken up again, taking turns: ``resume`` (a plain
-    resume) or ``recover`` (:func:`~langgraph_effects.recover` on the thread)."""
+    resume) or ``recover`` ([`recover`][langgraph_effects.recover] on the thread)."""
     goes_down: bool = False
     """From the first faulted operation on, the provider answers every send with a 429
     the contract declares definite (a provider that started failing)."""
@@ -389,7 +389,7 @@ def process_cpu() -> float:
 
 
 class Faults:
-    """The worker's side of fault injection; tool code calls :meth:`reach`.
+    """The worker's side of fault injection; tool code calls `reach`.
 
     ``conn`` is the worker's pipe to the lab: it hears which point killed the
     worker (sent just before the kill) and runs the duplicate-delivery rendezvous.
@@ -424,7 +424,7 @@ class Faults:
 
     def holder(self) -> Callable[[], None] | None:
         """For a request of this attempt: a call that keeps it in flight until a later
-        attempt sends, or :data:`HOLD_SECONDS` passed (whoever waits for it must not
+        attempt sends, or `HOLD_SECONDS` passed (whoever waits for it must not
         wait for ever). ``None`` when the attempt holds nothing."""
         event = self._hold
         if event is None:
@@ -534,7 +534,7 @@ class LabClient:
     committed; a ``timeout`` attempt loses the response there instead. Lookups
     raise ``TimeoutError`` when the attempt is armed with ``lookup_timeout``. With
     ``child_markers``, the request of an attempt armed to die at ``child`` leaves from a
-    child process (:mod:`.child`).
+    child process (`child`).
     """
 
     def __init__(self, provider: Provider, faults: Faults, *, child_markers: Path | None = None) -> None:
@@ -573,7 +573,7 @@ class LabClient:
         return receipt
 
     async def asend(self, payload: Mapping[str, Any], *, key: str | None = None) -> Receipt:
-        """:meth:`send` from async tool code: off the event loop when the attempt holds
+        """`send` from async tool code: off the event loop when the attempt holds
         its sends in flight (the loop must go on, e.g. to surface a sibling's interrupt)."""
         if self.faults.holds:
             return await asyncio.to_thread(self.send, payload, key=key)

@@ -334,7 +334,7 @@ def run_cell(
     return result
 
 
-#: The counts a strategy's own check reads (:class:`CellReport`), as the cell's result has them.
+#: The counts a strategy's own check reads (`CellReport`), as the cell's result has them.
 _REPORTED_COUNTS = (
     "intended",
     "faulted",
@@ -533,7 +533,7 @@ WEDGE_KINDS = ("respond", "reject", "pasted")
 
 
 def wedging_answer(reviews: list[tuple[str, Any]], kind: str) -> dict[str, Any]:
-    """An oversized answer of ``kind`` (one of :data:`WEDGE_KINDS`) in LangChain's HITL
+    """An oversized answer of ``kind`` (one of `WEDGE_KINDS`) in LangChain's HITL
     shape: one decision per ``action_requests`` entry of each pending review."""
     decision = {
         "respond": {"type": "respond", "message": WEDGING_RESPOND},
@@ -553,7 +553,7 @@ def _answer(
     """The value for ``Command(resume=...)``: the lab's own questions are answered yes,
     the reviews by the strategy (as an operator who checked the provider). Also
     whether there were reviews among them. ``wedge``: answer the reviews with an
-    oversized message of that kind instead (:func:`wedging_answer`)."""
+    oversized message of that kind instead (`wedging_answer`)."""
     questions = [(i, v) for i, v in report.interrupts if _is_question(v)]
     reviews = [(i, v) for i, v in report.interrupts if not _is_question(v)]
     answers: dict[str, Any] = {interrupt_id: "yes" for interrupt_id, _ in questions}

@@ -3,14 +3,14 @@
 In the ``mcp-lost`` column the lab's ``send_notification`` is an MCP tool. Each
 worker starts an MCP server (the official SDK's FastMCP, streamable HTTP, on a
 loopback port of its own, in a thread) in front of the cell's provider, and a
-:class:`~.mcpdrop.DroppingProxy` between the server and the client. The graph's
+`DroppingProxy` between the server and the client. The graph's
 tools come from ``langchain-mcp-adapters`` (``MultiServerMCPClient.get_tools()``),
 as a user gets them. On a faulted operation the proxy lets the call through, waits
 until the server has applied it and answered, and closes the client's connection
 before any of the answer: the worker lives on, the provider holds the effect.
 
 The server deduplicates on the key it finds in the request's ``_meta``
-(:data:`~langgraph_effects.META_KEY`) or ``Idempotency-Key`` header when its
+(`META_KEY`) or ``Idempotency-Key`` header when its
 provider is ``dedup``, tags the effect with it when the provider is ``lookup``
 (and answers ``find_notification(reference)``), and ignores it when ``blind``. A
 request without a key is a new request to it, as to any server.
@@ -32,7 +32,7 @@ cell's worker imports the MCP SDK and runs a server.
 """
 
 # No ``from __future__ import annotations``: FastMCP reads the tools' annotations,
-# and ``Context`` is imported inside :func:`lab_server` (the mcp extra is optional).
+# and ``Context`` is imported inside `lab_server` (the mcp extra is optional).
 import argparse
 import socket
 import threading

@@ -1,8 +1,8 @@
 """Our rows: ``EffectToolNode`` under each provider, with the contract it really offers.
 
 One strategy, one row per provider. The tool is the seed's ``send_notification``;
-what changes is that it runs under :class:`~langgraph_effects.EffectToolNode`
-with the :class:`~langgraph_effects.Effect` a user would declare for that provider
+what changes is that it runs under [`EffectToolNode`][langgraph_effects.EffectToolNode]
+with the [`Effect`][langgraph_effects.Effect] a user would declare for that provider
 after reading its documentation:
 
 ``dedup``
@@ -23,15 +23,15 @@ after reading its documentation:
     Nothing declared (an undeclared tool is blind): every ambiguity goes to an
     operator, and the lab answers as one would after checking the provider.
 
-Crash points map onto the product's own fault points: ``A`` is the engine's
+Crash points map onto the product's own fault points: ``A`` is the dispatcher's
 ``after_intent`` (the intent is durable, nothing was sent), ``C`` its
 ``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
 and the lost response (``timeout``) are inside the lab's client.
 
-The graph checkpoints through :class:`~langgraph_effects.EffectSqliteSaver`, as
+The graph checkpoints through [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver], as
 this package recommends: the ledger lives in the checkpoints' file on its own
 connection (a strategy run on a plain saver gets one attached with
-:func:`~langgraph_effects.attach_ledger`). The audit counts operations left
+[`attach_ledger`][langgraph_effects.attach_ledger]). The audit counts operations left
 non-terminal from that file with plain SQL.
 """
 
@@ -178,7 +178,7 @@ def send_tool(ctx: BuildContext) -> BaseTool:
 
 
 def install_fault_points(faults: Faults, *, undo_points: bool = False) -> None:
-    """Make the engine's own fault points the lab's A (``after_intent``) and C
+    """Make the dispatcher's own fault points the lab's A (``after_intent``) and C
     (``before_outcome``) for our rows; an undo's the lab's undo-A and undo-C when
     ``undo_points``."""
 

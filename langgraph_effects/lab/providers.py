@@ -3,32 +3,33 @@
 A provider is the system that owns the side effect (a mail service, a payment
 API). The crash lab must count effects from *its* records, never from the
 worker's logs, so every provider lives in its own SQLite file. Whoever calls it
-(the worker's tool code) opens that file with plain :mod:`sqlite3`; each call is
+(the worker's tool code) opens that file with plain `sqlite3`; each call is
 one short ``BEGIN IMMEDIATE ... COMMIT`` in WAL mode with ``synchronous=FULL``, so
 an effect that was committed survives the caller's SIGKILL a microsecond later.
 The lab's parent process reads the same file afterwards to count.
 
-One :class:`Provider` class covers the five provider contracts (what a provider can
-tell about a call after a crash; see the README), chosen by ``mode``:
+One [`Provider`][langgraph_effects.testing.Provider] class covers the five provider contracts (what a provider
+can tell about a call after a crash; see the README), chosen by ``mode``:
 
 ``dedup``
     Stripe-like idempotency keys. The first response for a key (errors
     included) is stored and replayed on a repeat with the same payload; another
-    payload under the same key raises :class:`IdempotencyMismatch`; a key another
-    caller is still processing raises :class:`KeyInFlight`; keys are forgotten
+    payload under the same key raises `IdempotencyMismatch`; a key another
+    caller is still processing raises `KeyInFlight`; keys are forgotten
     after ``retention`` seconds (a repeat after that applies the effect again).
 ``lookup``
     No dedup, but every effect is tagged with the caller's reference and
-    :meth:`Provider.get` finds it at once (strongly consistent).
+    [`Provider.get`][langgraph_effects.testing.Provider.get] finds it at once (strongly consistent).
 ``lagging``
-    Only an eventually consistent search: :meth:`Provider.list_by_reference`
-    shows a record once it is ``lag`` seconds old; there is no single-item get.
+    Only an eventually consistent search:
+    [`Provider.list_by_reference`][langgraph_effects.testing.Provider.list_by_reference] shows a record once
+    it is ``lag`` seconds old; there is no single-item get.
 ``withdrawn``
     Records can be withdrawn. The listing drops withdrawn records, while
-    :meth:`Provider.get` answers :class:`Withdrawn` (HTTP 410) for them and
+    [`Provider.get`][langgraph_effects.testing.Provider.get] answers `Withdrawn` (HTTP 410) for them and
     ``None`` (404) for references it never saw.
 ``blind``
-    :meth:`Provider.apply` just appends; no key, no lookup.
+    [`Provider.apply`][langgraph_effects.testing.Provider.apply] just appends; no key, no lookup.
 
 Every call is logged in ``requests``; every applied effect is a row of
 ``effects`` with the logical operation label taken from the payload (what an
@@ -132,7 +133,7 @@ class ProviderRejected(ProviderError):
 class RateLimited(Exception):
     """HTTP 429 before anything was applied: the contract may declare it definite.
 
-    Not a :class:`ProviderError` on purpose: a tool that turns provider errors into
+    Not a `ProviderError` on purpose: a tool that turns provider errors into
     messages (``ToolNode(handle_tool_errors=(ProviderError, ...))``) leaves this one
     to the node's ``RetryPolicy``, as a user retrying 429s would.
     """
@@ -228,12 +229,12 @@ class Provider:
 
     Args:
         path: the provider's own SQLite file (created on first use).
-        mode: one of :data:`MODES`; recorded in the file, and a file opened
+        mode: one of `MODES`; recorded in the file, and a file opened
             under another mode is refused.
         retention: dedup keys older than this many seconds are forgotten.
         lag: ``lagging`` mode: a record shows in the listing once this old.
         processing_time: dedup mode: seconds between claiming a key and
-            applying the effect, during which a repeat gets :class:`KeyInFlight`.
+            applying the effect, during which a repeat gets `KeyInFlight`.
             With 0 the claim and the effect are one transaction.
         in_flight_timeout: a dedup claim older than this is treated as
             abandoned (its caller died mid-request) and may be taken over.
@@ -336,12 +337,12 @@ class Provider:
 
         ``key`` is the idempotency key (``dedup``) or our reference
         (``lookup``/``lagging``/``withdrawn``); ``blind`` takes none. A payload
-        with a true ``"reject"`` field is refused with :class:`ProviderRejected`
+        with a true ``"reject"`` field is refused with `ProviderRejected`
         and applies nothing (a 422).
 
         ``hold`` keeps the request in flight at the provider until it returns:
         a dedup provider calls it after claiming the key (a concurrent request
-        with that key then gets :class:`KeyInFlight`), the others before the
+        with that key then gets `KeyInFlight`), the others before the
         effect is stored (a lookup meanwhile finds nothing).
         """
         if self.mode in KEYED_MODES and not key:
@@ -358,7 +359,7 @@ class Provider:
 
     def rate_limit(self, requests: int) -> None:
         """Answer the next ``requests`` ``apply`` calls (from any process) with
-        :class:`RateLimited` (429) before anything else: logged, nothing applied, no
+        `RateLimited` (429) before anything else: logged, nothing applied, no
         dedup key claimed. Then serve as usual."""
         if requests < 0:
             raise ValueError(f"rate_limit takes a count of requests >= 0, not {requests}")
@@ -369,7 +370,7 @@ class Provider:
         """The record carrying ``reference``, at once; ``None`` if there is none (404).
 
         Only ``lookup`` and ``withdrawn`` providers offer a single-item get. A
-        withdrawn record answers :class:`Withdrawn` (410).
+        withdrawn record answers `Withdrawn` (410).
         """
         if self.mode not in ("lookup", "withdrawn"):
             raise Unsupported(f"a {self.mode} provider has no single-item lookup")
@@ -426,7 +427,8 @@ class Provider:
     # -- internals ------------------------------------------------------------
 
     def _turned_away(self, db: sqlite3.Connection, key: str | None, body: str) -> bool:
-        """Whether this ``apply`` is one :meth:`rate_limit` asked to answer with a 429
+        """Whether this ``apply`` is one [`rate_limit`][langgraph_effects.testing.Provider.rate_limit] asked
+        to answer with a 429
         (logged as ``rate_limited``, the count taken down); inside its transaction."""
         row = db.execute("SELECT value FROM provider_meta WHERE name = 'rate_limited'").fetchone()
         if row is None or int(row[0]) <= 0:

@@ -266,7 +266,7 @@ def _run_in_workdir(args: argparse.Namespace, cells: Sequence[Cell]) -> tuple[li
 
 
 def soak_schedule(rng: random.Random, ops: int) -> tuple[SoakFault, ...]:
-    """Each operation's fault: ``none`` for about half, else one of :data:`SOAK_FAULTS`
+    """Each operation's fault: ``none`` for about half, else one of `SOAK_FAULTS`
     (with the moment, a fraction of a typical attempt, for ``random``)."""
     return tuple(
         (rng.choice(SOAK_FAULTS) if rng.random() < SOAK_FAULTED else "none", rng.random()) for _ in range(ops)

@@ -33,7 +33,7 @@ OP_SECONDS = 0.015
 FAULT_SECONDS = 0.06
 #: At most this many cells at once per unit of ``jobs``, however light their weights
 #: (each holds one or more worker processes). Cells that mostly wait (weight under
-#: :data:`WAITING`) take at most all but ``jobs`` of those places: the busy cells
+#: `WAITING`) take at most all but ``jobs`` of those places: the busy cells
 #: always find room.
 MAX_CELLS_PER_JOB = 5
 WAITING = 0.5

@@ -132,7 +132,7 @@ def build_provider_key(ctx: BuildContext) -> ToolNode:
 
 def _per_call(ctx: BuildContext, send: Callable[[dict[str, Any], str], Awaitable[str]]) -> ToolNode:
     """A ToolNode whose tool hands ``send`` the request and the call's identity
-    (:func:`call_identity`, stable across a resume of the same call)."""
+    (`call_identity`, stable across a resume of the same call)."""
 
     @tool(TOOL_NAME)
     async def send_notification(

@@ -10,10 +10,10 @@ operation::
 after an error ``ToolMessage`` re-plans the call once with a new
 ``tool_call_id``, as a model would. ``tools`` is whatever the strategy builds:
 the prebuilt ``ToolNode`` for the seed rows, ``EffectToolNode`` for ours.
-Some columns run another scenario (:data:`.faults.Scenario`): two turns whose
+Some columns run another scenario (`faults.Scenario`): two turns whose
 model repeats its ids, a follow-up call worded per worker, or an AIMessage with
 two sends and a read-only question that calls ``interrupt()`` (strategies add
-:func:`scenario_tools` to their node for it).
+`scenario_tools` to their node for it).
 
 To add a row, write a module-level builder and register it::
 
@@ -22,7 +22,7 @@ To add a row, write a module-level builder and register it::
     register(Strategy(name="effect-dedup", build=build, providers=("dedup",),
                       ours=True, audit=count_unresolved))
 
-and list its module in :data:`BUILTIN_MODULES` so workers and the CLI import it.
+and list its module in `BUILTIN_MODULES` so workers and the CLI import it.
 The builder runs inside the worker process (it must be importable by name, so
 no lambdas); it may be ``async`` (to open a ledger, say) and register cleanups on
 ``ctx.exits``. ``answer_review``, ``audit`` and ``check`` run in the lab's parent
@@ -167,7 +167,7 @@ class WholeGraph:
 
 
 #: ``build(ctx) -> tools node`` (or an awaitable of one): anything
-#: ``StateGraph.add_node`` accepts, or a :class:`WholeGraph`.
+#: ``StateGraph.add_node`` accepts, or a `WholeGraph`.
 ToolsBuilder = Callable[[BuildContext], Any]
 
 
@@ -257,7 +257,7 @@ class Strategy:
             ledger in the same file), as this package recommends, instead of
             LangGraph's plain ``AsyncSqliteSaver``.
         sync: the worker runs the graph synchronously (``graph.invoke``) on
-            ``SyncEffectSqliteSaver`` (:mod:`.syncrow`); the builder is then a
+            ``SyncEffectSqliteSaver`` (`syncrow`); the builder is then a
             plain function and its tools are sync.
     """
 
@@ -305,7 +305,7 @@ def register(strategy: Strategy) -> Strategy:
 
 
 def registered() -> dict[str, Strategy]:
-    """Every strategy, after importing :data:`BUILTIN_MODULES`, in registration order."""
+    """Every strategy, after importing `BUILTIN_MODULES`, in registration order."""
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
     return dict(_REGISTRY)

@@ -2,18 +2,18 @@
 
 A large share of LangGraph applications are synchronous: ``graph.invoke`` with a sync
 saver, from a web view, a task queue or a script. This row runs the lab's graph as
-they do: a sync ``send_notification`` tool under :class:`~langgraph_effects.EffectToolNode`
+they do: a sync ``send_notification`` tool under [`EffectToolNode`][langgraph_effects.EffectToolNode]
 (the contract each provider offers, as the async row declares it), checkpoints and
-the ledger in one file through :class:`~langgraph_effects.SyncEffectSqliteSaver`, and a
+the ledger in one file through [`SyncEffectSqliteSaver`][langgraph_effects.SyncEffectSqliteSaver], and a
 worker process that drives it without an event loop of its own:
 
 * a run is ``graph.invoke(payload, config)``; a resume ``graph.invoke(None, config)``;
   an operator's answer ``graph.invoke(Command(resume=...), config)``;
 * the rival of ``two-runners`` resumes through
-  :func:`~langgraph_effects.recover_sync`; the ``edit-branch`` column sends the
+  [`recover_sync`][langgraph_effects.recover_sync]; the ``edit-branch`` column sends the
   edited message with ``invoke`` at the thread's first checkpoint.
 
-Crash points are the same as the async row's: ``A``/``C`` are the engine's fault
+Crash points are the same as the async row's: ``A``/``C`` are the dispatcher's fault
 points, ``B`` and the lost response the lab client's, all reached from the sync tool's
 thread or from the package's portal loop (the sync path's ledger work), and a kill
 there is the same SIGKILL of the whole worker. Columns that cannot apply to a sync graph

@@ -6,7 +6,7 @@ imported LangGraph and langchain-core: a new worker is a fork of a warm process
 (milliseconds) and serves operations over a pipe until a crash point kills it,
 after which the lab forks a replacement to resume the thread.
 
-Protocol (parent -> worker): an :class:`Attempt`, ``"go"`` after a rendezvous,
+Protocol (parent -> worker): an `Attempt`, ``"go"`` after a rendezvous,
 ``None`` to exit. Worker -> parent: ``("done", AttemptReport, cpu)``,
 ``("failed", traceback)``, ``("arrived", point)`` at a rendezvous,
 ``("crash", point, cpu)`` right before the worker SIGKILLs itself, ``("paused",
@@ -65,7 +65,7 @@ RENDEZVOUS_TIMEOUT = 0.5
 
 @dataclass(frozen=True)
 class ProviderSettings:
-    """How the cell's provider behaves (see :class:`~.providers.Provider`)."""
+    """How the cell's provider behaves (see `Provider`)."""
 
     retention: float = 24 * 3600.0
     lag: float = 0.2
@@ -92,14 +92,14 @@ class WorkerSpec:
     crash_point: str
     files: CellFiles
     effect_saver: bool = False
-    """Checkpoints through :class:`~langgraph_effects.EffectSqliteSaver` (the ledger in
+    """Checkpoints through [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (the ledger in
     the same file, and whatever the saver does to keep one runner per thread)
     instead of LangGraph's plain ``AsyncSqliteSaver``."""
     generation: int = 0
     """Workers of the cell replaced before this one (the builder sees it)."""
     sync: bool = False
     """The graph runs synchronously (``graph.invoke``) on
-    :class:`~langgraph_effects.SyncEffectSqliteSaver` (:mod:`.syncrow`)."""
+    [`SyncEffectSqliteSaver`][langgraph_effects.SyncEffectSqliteSaver] (`syncrow`)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Attempt:
     resume: Any = None
     """``answer`` attempts: the value for ``Command(resume=...)``. (``inspect``
     runs nothing: it reports the thread's pending interrupts; ``recover`` runs
-    :func:`~langgraph_effects.recover` on the thread; ``edit`` sends an edited first
+    [`recover`][langgraph_effects.recover] on the thread; ``edit`` sends an edited first
     message at the thread's first checkpoint, a branch.)"""
     turn: int = 1
     """``start`` attempts: the user's turn (a later turn adds one more request)."""
@@ -274,7 +274,7 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
 
 def attempt_config(attempt: Attempt) -> Any:
     """The run config of an attempt: its thread, and the keys EffectToolNode reads its
-    scope from (engine.scope_from)."""
+    scope from (``scope_from`` in ``_runtime/binding.py``)."""
     configurable = {
         "thread_id": attempt.thread_id,
         "tenant_id": TENANT,
@@ -332,7 +332,7 @@ class RecoveryFailed(Exception):
 
 
 def raise_if_failed(report: Any) -> None:
-    """Raise :class:`RecoveryFailed` when ``recover()``'s report says the thread failed."""
+    """Raise `RecoveryFailed` when ``recover()``'s report says the thread failed."""
     failed = [t for t in report.threads if t.action == "failed" or t.outcome == "error"]
     if failed:
         raise RecoveryFailed(failed[0].error or "recover() reported the thread failed")
@@ -374,16 +374,16 @@ def edit_branch(attempt: Attempt, config: Any, history: Sequence[Any]) -> tuple[
     return payload, {**config, "configurable": {**config["configurable"], "checkpoint_id": first}}
 
 
-#: :func:`attempt_input`'s answer when ``recover()`` is to run on the thread instead.
+#: `attempt_input`'s answer when ``recover()`` is to run on the thread instead.
 RECOVER: Final = object()
 
-#: The attempt kinds that read the thread's state first (:func:`attempt_input`).
+#: The attempt kinds that read the thread's state first (`attempt_input`).
 RESUMING = ("resume", "recover")
 
 
 def attempt_input(attempt: Attempt, snapshot: Any) -> Any:
     """What a start, resume, recover or answer attempt invokes the graph with, or
-    :data:`RECOVER` (``snapshot``: the thread's state, read for a resume or a recover)."""
+    `RECOVER` (``snapshot``: the thread's state, read for a resume or a recover)."""
     if attempt.kind == "start":
         return start_payload(attempt)
     if attempt.kind in RESUMING:
@@ -430,7 +430,7 @@ _PROCESS_LOCK = threading.Lock()
 
 def context(extra: Sequence[str] = ()) -> ForkServerContext:
     """The multiprocessing context: a fork server with the heavy imports preloaded
-    (the lab's, then ``extra``, then :mod:`.zygote`)."""
+    (the lab's, then ``extra``, then `zygote`)."""
     ctx = multiprocessing.get_context("forkserver")
     # Ignored once the server runs; a preload that fails to import is skipped. The
     # zygote comes last: it freezes what the others imported.
@@ -439,13 +439,13 @@ def context(extra: Sequence[str] = ()) -> ForkServerContext:
     return ctx
 
 
-#: The lab's ``__main__`` path, for the fork server (:mod:`.zygote`).
+#: The lab's ``__main__`` path, for the fork server (`zygote`).
 MAIN_ENV = "LANGGRAPH_EFFECTS_LAB_MAIN"
 
 
 def _share_main() -> None:
     """Name ``__main__``'s path, as multiprocessing sends it to each worker, for the fork
-    server to import (it inherits the environment; see :mod:`.zygote`)."""
+    server to import (it inherits the environment; see `zygote`)."""
     path = spawn.get_preparation_data("lab").get("init_main_from_path")
     if path:
         os.environ[MAIN_ENV] = path
@@ -549,9 +549,9 @@ class Driver:
     """Attempts running on several workers at once, collected as they finish.
 
     Workers armed with a rendezvous are released together once every worker still
-    running is waiting at it, or after :data:`RENDEZVOUS_TIMEOUT`. A worker that
+    running is waiting at it, or after `RENDEZVOUS_TIMEOUT`. A worker that
     stopped itself (``SIGSTOP``) is *paused*: not finished, until the lab continues
-    it (:meth:`WorkerHandle.resume_process`) and it reports. An attempt armed with
+    it (`WorkerHandle.resume_process`) and it reports. An attempt armed with
     ``kill_after`` is SIGKILLed by the lab that long after it was sent.
     """
 
@@ -643,5 +643,5 @@ def drive_workers(
     runs: Sequence[tuple[WorkerHandle, Attempt]], *, deadline_seconds: float = 120.0
 ) -> list[WorkerResult]:
     """Run attempts on several workers at once and collect each one's outcome
-    (see :class:`Driver`)."""
+    (see `Driver`)."""
     return Driver(runs, deadline_seconds=deadline_seconds).finish()

@@ -10,11 +10,11 @@ redo or rewrite what the server already has:
   the whole console imported per worker), unless the fork server already has that
   ``__main__``. multiprocessing's own preload of ``"__main__"`` never receives the
   path (CPython 3.11 and 3.12 look for a key the parent does not send), so the lab
-  names it in :data:`~.worker.MAIN_ENV` and the server imports it here, as a worker
+  names it in `MAIN_ENV` and the server imports it here, as a worker
   would (``python -m`` runs have no path: nothing to import);
 * Python's cyclic garbage collector writes to every object it walks, so each
   worker's first full collection would copy most inherited pages. What the server
-  imported is collected once and frozen (:func:`gc.freeze`), as CPython's
+  imported is collected once and frozen (`gc.freeze`), as CPython's
   documentation advises for a process that forks workers.
 """
 

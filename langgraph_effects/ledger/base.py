@@ -1,15 +1,15 @@
-"""The ledger protocol, written once over a few storage primitives (codec: :mod:`.codec`).
+"""The ledger protocol, written once over a few storage primitives (codec: `codec`).
 
 Backends only store. Every write is a *plan* (a generator, in the style of a
-sans-IO protocol) that yields :data:`LedgerStep` requests (:mod:`.steps`): lock a row,
+sans-IO protocol) that yields `LedgerStep` requests (`steps`): lock a row,
 load rows, insert-if-absent, compare-and-set, append audit rows. A backend runs a
-plan inside one transaction of its own (:meth:`Ledger._transact`) by answering each
-step with its method of the same name (one table dispatches, :func:`.steps.answer`;
-the public kit for new backends is :mod:`.kit`); the rules (the pure
-:func:`~langgraph_effects.core.operation.advance`, who may renew a lease, how migrations
+plan inside one transaction of its own (`Ledger._transact`) by answering each
+step with its method of the same name (one table dispatches, `steps.answer`;
+the public kit for new backends is `kit`); the rules (the pure
+`advance`, who may renew a lease, how migrations
 are ordered) live here, once. Unresolved operations
 are never expired or deleted by time: no step deletes. Writes that arrive while
-another is in flight share the next transaction (group commit, :class:`GroupCommit`, at the end).
+another is in flight share the next transaction (group commit, `GroupCommit`, at the end).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def drive_plan(plan: Plan[T], answer: Callable[[LedgerStep], Any]) -> tuple[T, b
 
 
 async def adrive_plan(plan: Plan[T], answer: Callable[[LedgerStep], Awaitable[Any]]) -> tuple[T, bool]:
-    """:func:`drive_plan` for a backend whose answers are awaited."""
+    """`drive_plan` for a backend whose answers are awaited."""
     run = _Run(plan)
     step = run.send(None)
     while step is not None:
@@ -123,7 +123,7 @@ async def adrive_plan(plan: Plan[T], answer: Callable[[LedgerStep], Awaitable[An
 
 @dataclass(frozen=True)
 class Transition:
-    """What :meth:`Ledger.apply` did: the stored operation, and whether this call
+    """What [`Ledger.apply`][langgraph_effects.Ledger.apply] did: the stored operation, and whether this call
     changed it (``False``: a verdict already applied with the same decision id)."""
 
     op: Operation
@@ -138,7 +138,7 @@ def record_plan(
 ) -> Plan[list[Operation]]:
     """Insert every operation not stored yet (and audit it); the stored rows, in order.
 
-    Each new row is created with ``change`` (see :func:`create`), or with its own
+    Each new row is created with ``change`` (see `create`), or with its own
     entry in ``changes`` (by op id) when given: one insert for rows created
     ``pending`` and rows created ``dispatched``."""
     insert = insert_step(operations, change, actor, changes)
@@ -151,7 +151,7 @@ def insert_step(
     actor: str,
     changes: Mapping[str, Change | None] | None = None,
 ) -> InsertWithAudit:
-    """The insert of :func:`record_plan` (for a plan that yields it inside another step)."""
+    """The insert of `record_plan` (for a plan that yields it inside another step)."""
     stamp = now()
     fresh: dict[str, Operation] = {}
     made: dict[str, Change | None] = {}
@@ -189,7 +189,7 @@ def transition_plan(
     """Lock the row, apply the state machine, compare-and-set, audit.
 
     With ``seen`` (the row as the caller last read it, at ``expected_version``) the
-    lock is skipped when that is safe: see :func:`optimistic_plan`.
+    lock is skipped when that is safe: see `optimistic_plan`.
     """
     if seen is not None and seen.op_id == op_id and expected_version == seen.version:
         done = yield from optimistic_plan(seen, change, actor, decidable_only)
@@ -249,7 +249,7 @@ def lookup_plan(
     op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]]
 ) -> Plan[tuple[dict[str, Operation], list[Operation]]]:
     """The stored rows among ``op_ids``, and the rows of ``thread_id`` with any of the
-    ``pairs`` in :func:`listing_order`, in one read (see :class:`Find`)."""
+    ``pairs`` in `listing_order`, in one read (see `Find`)."""
     find = find_step(op_ids, thread_id, pairs)
     return split_found(find, (yield find))
 
@@ -257,12 +257,12 @@ def lookup_plan(
 def find_step(
     op_ids: Sequence[str], thread_id: str, pairs: Sequence[tuple[str, str]], origin: str | None = None
 ) -> Find:
-    """The read of :func:`lookup_plan` (for a plan that yields it inside another step)."""
+    """The read of `lookup_plan` (for a plan that yields it inside another step)."""
     return Find(tuple(sorted(set(op_ids))), thread_id, tuple(sorted(set(pairs))), origin)
 
 
 def split_found(find: Find, found: Sequence[Operation]) -> tuple[dict[str, Operation], list[Operation]]:
-    """:func:`lookup_plan`'s answer from what ``find`` found."""
+    """`lookup_plan`'s answer from what ``find`` found."""
     wanted, payloads = set(find.op_ids), set(find.pairs)
     by_id = {op.op_id: op for op in found if op.op_id in wanted}
     matching = [
@@ -284,7 +284,7 @@ def version_plan() -> Plan[int | None]:
 
 def migrate_plan(migrations: int, where: str, elsewhere: str) -> Plan[None]:
     """The migration runner: apply the backend's ``migrations`` (how many it has, in
-    order) not yet recorded, each with :class:`ApplyMigration`.
+    order) not yet recorded, each with `ApplyMigration`.
 
     ``elsewhere`` says where to put the ledger instead when foreign tables are found.
     """
@@ -312,7 +312,7 @@ def sql_statements(migration: str) -> list[str]:
 def may_renew(op: Operation | None, token: str) -> bool:
     """The lease-renewal rule: only a ``dispatched`` operation, only by its owner's token.
 
-    The SQL backends state the same rule in :func:`renewal_sql`.
+    The SQL backends state the same rule in `renewal_sql`.
     """
     return (
         op is not None
@@ -323,7 +323,7 @@ def may_renew(op: Operation | None, token: str) -> bool:
 
 
 def renewal_sql(table: str, owner_token: str, mark: str) -> str:
-    """:func:`may_renew` as one UPDATE (lease, op_id, token), for a heartbeat's thread.
+    """`may_renew` as one UPDATE (lease, op_id, token), for a heartbeat's thread.
 
     ``owner_token`` is the backend's expression for the owner JSON's ``token``.
     """
@@ -344,8 +344,9 @@ class Ledger(abc.ABC):
     #: A name for messages ("sqlite:/path", "postgres:host/db", "memory").
     where: str = "ledger"
 
-    #: How many schema migrations this code knows (what :meth:`setup` brings a ledger
-    #: to, and what opening an existing one checks :meth:`schema_version` against).
+    #: How many schema migrations this code knows (what [`setup`][langgraph_effects.Ledger.setup] brings a
+    #: ledger to, and what opening an existing one checks
+    #: [`schema_version`][langgraph_effects.Ledger.schema_version] against).
     SCHEMA_VERSION: ClassVar[int] = 1
 
     @property
@@ -370,7 +371,7 @@ class Ledger(abc.ABC):
         """The schema version recorded in this ledger, without writing anything.
 
         ``None``: the store holds no langgraph-effects ledger. Compare with
-        :attr:`SCHEMA_VERSION`.
+        `SCHEMA_VERSION`.
         """
         return await self._read(version_plan())
 
@@ -380,7 +381,7 @@ class Ledger(abc.ABC):
 
     async def _write(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make()`` builds, group-committed with the writes that arrive
-        while another is in flight (see :mod:`.group`)."""
+        while another is in flight (see `group`)."""
         group = self.__dict__.get("_group")
         if group is None:
             group = self.__dict__["_group"] = GroupCommit(self._transact_group)
@@ -401,7 +402,7 @@ class Ledger(abc.ABC):
 
     async def transact(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make()`` builds (a generator of this module's steps, e.g.
-        composed of :func:`load_plan`, :func:`lookup_plan` and :func:`record_plan`)
+        composed of `load_plan`, `lookup_plan` and `record_plan`)
         as **one** transaction, group-committed with concurrent writes: a caller that
         must read, decide and write pays one round trip and one commit, not three.
         ``make`` may be called again (a group that had to be rolled back runs each
@@ -452,9 +453,9 @@ class Ledger(abc.ABC):
         applies). A verdict whose decision id was already applied with the same
         content changes nothing: ``applied`` is then ``False`` and ``op`` the stored row.
         ``decidable_only`` (an operator's verdict) refuses states outside
-        :data:`~langgraph_effects.core.operation.DECIDABLE` (see ``advance``).
+        `DECIDABLE` (see ``advance``).
         ``before``: the row as the caller last read it. At ``expected_version`` it
-        saves the locking read (same results and errors; see :func:`optimistic_plan`).
+        saves the locking read (same results and errors; see `optimistic_plan`).
         """
         where = self.where
         return await self._write(
@@ -472,7 +473,7 @@ class Ledger(abc.ABC):
         actor: str = DEFAULT_ACTOR,
         before: Operation | None = None,
     ) -> Operation:
-        """:meth:`apply`, returning only the operation as stored afterwards."""
+        """[`apply`][langgraph_effects.Ledger.apply], returning only the operation as stored afterwards."""
         result = await self.apply(
             op_id, change, expected_version=expected_version, actor=actor, before=before
         )
@@ -486,7 +487,8 @@ class Ledger(abc.ABC):
         """
 
     def lease_renewer(self) -> Callable[[str, str, float], bool] | None:
-        """A blocking :meth:`renew_lease` usable from any thread, or ``None``.
+        """A blocking [`renew_lease`][langgraph_effects.Ledger.renew_lease] usable from any thread, or
+        ``None``.
 
         Heartbeats call it from a thread of their own, so a tool that blocks the
         event loop does not let its lease lapse. Backends bound to one event loop
@@ -498,7 +500,7 @@ class Ledger(abc.ABC):
 
     @abc.abstractmethod
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        """Operations matching ``query``, in :func:`listing_order`."""
+        """Operations matching ``query``, in `listing_order`."""
 
     @abc.abstractmethod
     async def audit(self, op_id: str) -> list[AuditEntry]:
@@ -508,7 +510,7 @@ class Ledger(abc.ABC):
         self, thread_id: str, payloads: Sequence[tuple[str, str]]
     ) -> list[Operation]:
         """Operations of ``thread_id`` with any of the (tool, args hash) pairs, in
-        :func:`listing_order` on every backend.
+        `listing_order` on every backend.
 
         Used to recognise a re-planned duplicate: the same call minted again with a
         new tool_call_id after its first AIMessage was lost.

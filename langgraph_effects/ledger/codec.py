@@ -105,7 +105,7 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # t
 
 def _json(text: str) -> Any:
     """``json.loads(text)``, scanned directly when the text is one JSON value and
-    nothing else (what :func:`_dumps` writes); anything else goes through
+    nothing else (what `_dumps` writes); anything else goes through
     ``json.loads``, which also says what is wrong with it."""
     try:
         value, end = _SCAN(text, 0)
@@ -114,7 +114,7 @@ def _json(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
-#: What marks a stored text as :func:`stored_text`'s escaped form: U+2400 SYMBOL FOR
+#: What marks a stored text as `stored_text`'s escaped form: U+2400 SYMBOL FOR
 #: NULL, then the original with ``\\`` and each unstorable code point escaped.
 ESCAPED = "\u2400"
 #: What no backend stores as text: NUL (Postgres ``text`` refuses it) and any UTF-16
@@ -138,9 +138,9 @@ def _unescape(match: re.Match[str]) -> str:
 def stored_text(text: str) -> str:
     """``text`` as a text column of every backend holds it: unchanged, unless it holds
     something a backend refuses (NUL, a surrogate code point) or starts with
-    :data:`ESCAPED`; then :data:`ESCAPED` and the text with ``\\`` doubled and each of
+    `ESCAPED`; then `ESCAPED` and the text with ``\\`` doubled and each of
     those code points as ``\\uXXXX`` (one by one: a surrogate pair stays two code
-    points). Reversible (:func:`read_text`) and one-to-one, so equality and uniqueness
+    points). Reversible (`read_text`) and one-to-one, so equality and uniqueness
     still hold."""
     if text.isascii() and "\x00" not in text:
         return text  # the common case, without the regular expression
@@ -150,7 +150,7 @@ def stored_text(text: str) -> str:
 
 
 def read_text(text: str) -> str:
-    """The inverse of :func:`stored_text`."""
+    """The inverse of `stored_text`."""
     return _ESCAPES.sub(_unescape, text[1:]) if text[:1] == ESCAPED else text
 
 
@@ -166,8 +166,8 @@ def _dumps(value: Any) -> str | None:
     """``value`` as JSON text. JSON keeps NUL and a lone surrogate exactly (as ``\\u``
     escapes, ASCII only), but a high surrogate followed by a low one reads back as one
     code point: a document with any surrogate escape stores every string in it through
-    :func:`stored_text` instead, marked by a leading :data:`ESCAPED` (JSON text never
-    starts with one), so :func:`_loads` gives back exactly what was stored."""
+    `stored_text` instead, marked by a leading `ESCAPED` (JSON text never
+    starts with one), so `_loads` gives back exactly what was stored."""
     if value is None:
         return None
     text = _encode(value)
@@ -189,7 +189,7 @@ def _walk(value: Any, convert: Callable[[str], str]) -> Any:
 
 def origin_text(origin: str | None) -> str | None:
     """What the ``extra`` column of a row with this origin holds, as text (``extra``
-    is written once, by :func:`to_row`): SQL finds candidates by it without decoding
+    is written once, by `to_row`): SQL finds candidates by it without decoding
     the column, which need not be valid JSON to every server (a lone surrogate)."""
     if origin is None:
         return None
@@ -198,11 +198,11 @@ def origin_text(origin: str | None) -> str | None:
 
 
 def encoded_extra(op: Operation) -> str:
-    """The ``extra`` column of ``op`` as stored (what :func:`origin_text` is found in)."""
+    """The ``extra`` column of ``op`` as stored (what `origin_text` is found in)."""
     return _dumps(dict(op.extra)) or "{}"
 
 
-#: The text columns written at intent (each goes through :func:`stored_text`): the
+#: The text columns written at intent (each goes through `stored_text`): the
 #: fixed columns but the operation id and the JSON arguments.
 _TEXT_COLUMNS: tuple[str, ...] = tuple(
     c for c in COLUMNS[: COLUMNS.index("state")] if c not in ("op_id", "args")
@@ -232,7 +232,7 @@ def to_row(op: Operation) -> dict[str, Any]:
     return dict(row)
 
 
-#: The last operation :func:`to_row` encoded and its row (one slot, swapped whole).
+#: The last operation `to_row` encoded and its row (one slot, swapped whole).
 _LAST_ROW: list[tuple[Operation, dict[str, Any]] | None] = [None]
 
 
@@ -258,7 +258,7 @@ def _raw_row(op: Operation) -> dict[str, Any]:
 
 
 def mutable_row(op: Operation) -> dict[str, Any]:
-    """:func:`to_row`'s values of :data:`MUTABLE_COLUMNS` only, plus ``op_id``: what a
+    """`to_row`'s values of `MUTABLE_COLUMNS` only, plus ``op_id``: what a
     transition writes (the arguments, however large, are not encoded again)."""
     return {
         "op_id": stored_text(op.op_id),
@@ -297,7 +297,7 @@ _EVENT_TEXT: dict[Event, str] = {event: event.value for event in Event}
 
 
 def from_row(row: Mapping[str, Any]) -> Operation:
-    """The inverse of :func:`to_row`.
+    """The inverse of `to_row`.
 
     Every row a ledger reads is decoded here, on its thread, so the operation is
     built straight into its instance dict: ``Operation.__init__`` only assigns, one
@@ -371,9 +371,9 @@ def audit_row(
 
 
 def audit_from_row(row: Mapping[str, Any]) -> AuditEntry:
-    """An :class:`AuditEntry` from one stored audit row (op_id, seq, at, actor,
+    """An `AuditEntry` from one stored audit row (op_id, seq, at, actor,
     from_state, to_state, event, version, evidence; text read back through
-    :func:`read_text`)."""
+    `read_text`)."""
     return AuditEntry(
         op_id=read_text(row["op_id"]),
         seq=int(row["seq"]),

@@ -1,10 +1,10 @@
 """Budgets and circuit breakers in the ledger: the plans that check and record them in
 the very transaction that commits a send or its outcome, and the rows' encoding.
 
-The decisions are :mod:`langgraph_effects.core.controls`'s; these plans only lock the
-rows they read (:class:`~.steps.LockControls`, in one sorted order), run the
+The decisions are `langgraph_effects.core.controls`'s; these plans only lock the
+rows they read (`LockControls`, in one sorted order), run the
 operation's transition, and write what the decision says
-(:class:`~.steps.WriteControls`), all in one transaction: two workers can never both
+(`WriteControls`), all in one transaction: two workers can never both
 take the last share of a budget, and a refused send writes nothing.
 """
 
@@ -23,7 +23,7 @@ from .steps import LockControls, WriteControls
 
 #: Events that charge budgets (a new attempt: never a re-send of one in doubt).
 CHARGING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RETRY})
-#: Events whose transition the controls hear of (see :func:`~.core.controls.outcome_of`):
+#: Events whose transition the controls hear of (see `outcome_of`):
 #: a ``resend`` settles a send in doubt, which holds its share already, and is not gated.
 HEARD: frozenset[Event] = frozenset(
     {Event.DISPATCH, Event.RETRY, Event.SUCCEED, Event.FAIL, Event.LOSE, Event.WITHDRAW, Event.NOT_LANDED}
@@ -41,7 +41,7 @@ def row_values(row: ControlRow) -> dict[str, Any]:
 
 
 def row_from(values: Mapping[str, Any]) -> ControlRow:
-    """A control row read back (:func:`row_values`' inverse)."""
+    """A control row read back (`row_values`' inverse)."""
     state = values["state"]
     return ControlRow(
         control=str(values["control"]),
@@ -71,11 +71,11 @@ def controlled_plan(
     controls: Controls,
     call: Call,
 ) -> Plan[Transition | Refusal]:
-    """:func:`~.base.transition_plan` for an operation with controls: the admission of
+    """`transition_plan` for an operation with controls: the admission of
     a send, or the record of its outcome, in the transition's own transaction.
 
-    A send (``dispatch``, ``retry``) is admitted first (:func:`~.core.controls.admit`):
-    refused, nothing is written and the :class:`Refusal` is returned. Every other
+    A send (``dispatch``, ``retry``) is admitted first (`admit`):
+    refused, nothing is written and the `Refusal` is returned. Every other
     event locks the rows it may change (the hold first, then the rows it charged
     and the circuit's), then transitions, then writes what the outcome does.
     """
@@ -108,8 +108,8 @@ def settling_plan(
     *,
     decidable_only: bool = False,
 ) -> Plan[Transition]:
-    """:func:`~.base.transition_plan` for a transition that is not a send, with what
-    its outcome does to the rows (:func:`~.core.controls.settle`): the hold first,
+    """`transition_plan` for a transition that is not a send, with what
+    its outcome does to the rows (`settle`): the hold first,
     then the rows it charged and the circuit's, locked before the transition."""
     hold: dict[Key, ControlRow] = yield LockControls((rules.hold_key(op_id),))
     more = set(rules.charged_keys(hold.get(rules.hold_key(op_id))))

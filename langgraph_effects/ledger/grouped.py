@@ -1,11 +1,11 @@
-"""Plans that are group-committed together, as one plan (see :mod:`.group`).
+"""Plans that are group-committed together, as one plan (see `group`).
 
 Each plan runs as if alone, one after the other, with one exception: first steps
 that many plans ask together are asked as one step, when nothing one reads or
-writes can touch another's. The :class:`~.base.FindOrInsert` that opens each plan's
+writes can touch another's. The `FindOrInsert` that opens each plan's
 calls: eight parallel tool tasks of one AIMessage (``create_agent`` runs one task
 per call) open their calls with one statement, not eight. And the compare-and-sets
-of outcomes that arrive together (:class:`~.base.CasEach`): on Postgres, one
+of outcomes that arrive together (`CasEach`): on Postgres, one
 statement instead of a round trip each inside the group's transaction.
 
 That merge answers every plan exactly what its own step would have: its ids,
@@ -40,7 +40,7 @@ from .codec import encoded_extra, origin_text
 
 def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[PlanResult[Any]]]:
     """Several plans as one plan (one transaction): the outcome of each. Raises
-    :class:`Regroup` if one raised after writing, so the backend rolls back and runs
+    `Regroup` if one raised after writing, so the backend rolls back and runs
     them one by one."""
     runs = [_Run(make()) for make in makers]
     outcomes: list[PlanResult[Any] | None] = [None] * len(runs)
@@ -67,7 +67,7 @@ def _ask_opens_together(
     steps: list[LedgerStep | None],
     outcomes: list[PlanResult[Any] | None],
 ) -> Plan[None]:
-    """The opens ``together`` as one :class:`FindOrInsert`; each plan gets its share."""
+    """The opens ``together`` as one `FindOrInsert`; each plan gets its share."""
     opens = {i: step for i in together if isinstance(step := steps[i], FindOrInsert)}
     found, inserted = yield _merged(list(opens.values()))
     alone = []
@@ -88,7 +88,7 @@ def _ask_cas_together(
     steps: list[LedgerStep | None],
     outcomes: list[PlanResult[Any] | None],
 ) -> Plan[None]:
-    """The compare-and-sets ``together`` (distinct rows) as one :class:`CasEach`, in
+    """The compare-and-sets ``together`` (distinct rows) as one `CasEach`, in
     op_id order (two workers' batches lock rows in the same order); each gets its own."""
     cas = {i: step for i in together if isinstance(step := steps[i], CasWithAudit)}
     ordered = sorted(cas.items(), key=lambda item: item[1].after.op_id)
@@ -149,7 +149,7 @@ def _touched(step: FindOrInsert | CasWithAudit) -> set[Any]:
 
 
 def _merged(opens: Sequence[FindOrInsert]) -> FindOrInsert:
-    """One :class:`FindOrInsert` standing for ``opens`` (same thread and origin)."""
+    """One `FindOrInsert` standing for ``opens`` (same thread and origin)."""
     first = opens[0].find
     find = Find(
         tuple(sorted({x for o in opens for x in o.find.op_ids})),

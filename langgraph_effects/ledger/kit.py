@@ -2,16 +2,16 @@
 
 A backend stores; the ledger's rules (the state machine, who may renew a lease,
 group commit, the migration order) are written once, as *plans* that yield storage
-steps (:mod:`.steps`). A backend answers each step with one method of its own
+steps (`steps`). A backend answers each step with one method of its own
 (``lock``, ``load``, ``find``, ``insert_with_audit``, ``find_or_insert``,
 ``cas_with_audit``, ``cas_each``, ``lock_controls``, ``write_controls``,
 ``list_controls``, ``our_tables``, ``count_migrations``,
 ``create_ledger``, ``apply_migration``), runs each plan as one transaction, and
 answers three queries that are not plans (``list_operations``, ``audit``,
-``renew_lease``). :class:`LedgerBackend` does the running: subclass it, write the
-methods, and register a URL scheme with :func:`register_backend` so that
-:func:`open_ledger` (and the console's ``--db``) opens it. Prove it with
-:mod:`langgraph_effects.testing.conformance`. See ``docs/backends.md``.
+``renew_lease``). `LedgerBackend` does the running: subclass it, write the
+methods, and register a URL scheme with `register_backend` so that
+`open_ledger` (and the console's ``--db``) opens it. Prove it with
+`langgraph_effects.testing.conformance`. See ``docs/backends.md``.
 """
 
 from __future__ import annotations
@@ -135,19 +135,19 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
     """A ledger backend whose steps are coroutines, one transaction at a time.
 
     Write the step methods (each receives its step and returns the answer the step
-    documents, inside the current transaction), :meth:`begin`, :meth:`commit` and
-    :meth:`rollback`, and the three queries. ``find_or_insert`` and ``cas_each``
-    have defaults in terms of the others (:class:`AsyncStepDefaults`); override them
+    documents, inside the current transaction), `begin`, `commit` and
+    `rollback`, and the three queries. ``find_or_insert`` and ``cas_each``
+    have defaults in terms of the others (`AsyncStepDefaults`); override them
     when the store does better in one request. Plans of one instance run one after
-    the other (this class holds a lock from :meth:`begin` to the end); keeping other
-    processes out of a transaction is :meth:`begin`'s job. A plan that wrote is
+    the other (this class holds a lock from `begin` to the end); keeping other
+    processes out of a transaction is `begin`'s job. A plan that wrote is
     committed, any other rolled back, a plan that raised too.
 
-    :attr:`SCHEMA_VERSION` is how many migrations ``apply_migration`` knows;
-    :meth:`setup` applies the missing ones through the shared migration plan.
+    `SCHEMA_VERSION` is how many migrations ``apply_migration`` knows;
+    `setup` applies the missing ones through the shared migration plan.
     """
 
-    #: How many migrations :meth:`apply_migration` knows (0-based indexes below it).
+    #: How many migrations `apply_migration` knows (0-based indexes below it).
     SCHEMA_VERSION = 1
 
     def __init__(self) -> None:
@@ -157,7 +157,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
 
     @abc.abstractmethod
     async def begin(self) -> None:
-        """Start a transaction: from here until :meth:`commit` or :meth:`rollback`, the
+        """Start a transaction: from here until `commit` or `rollback`, the
         steps' reads and writes are one atomic unit no other writer interleaves with."""
 
     @abc.abstractmethod
@@ -180,7 +180,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
             return result
 
     async def setup(self) -> None:
-        """Create or migrate the store (idempotent): the missing :meth:`apply_migration`\\ s."""
+        """Create or migrate the store (idempotent): the missing `apply_migration`s."""
         await self._transact(migrate_plan(self.SCHEMA_VERSION, self.where, "another store"))
 
     async def aclose(self) -> None:
@@ -212,7 +212,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
 
     async def lock_controls(self, step: LockControls) -> dict[tuple[str, str], ControlRow]:
         """The control rows stored under ``step.keys``, held until the transaction ends
-        (budgets and circuit breakers; see :class:`~.steps.LockControls`)."""
+        (budgets and circuit breakers; see `LockControls`)."""
         raise self._no_controls()
 
     async def write_controls(self, step: WriteControls) -> None:
@@ -225,7 +225,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
 
     @property
     def stores_controls(self) -> bool:
-        """Whether this backend writes the control steps (overrides :meth:`lock_controls`)."""
+        """Whether this backend writes the control steps (overrides `lock_controls`)."""
         return type(self).lock_controls is not LedgerBackend.lock_controls
 
     def _no_controls(self) -> LedgerError:
@@ -237,7 +237,7 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
 
     @abc.abstractmethod
     async def our_tables(self, step: OurTables) -> set[str]:
-        """:data:`LEDGER_TABLES` once :meth:`create_ledger` ran, an empty set before."""
+        """`LEDGER_TABLES` once `create_ledger` ran, an empty set before."""
 
     @abc.abstractmethod
     async def count_migrations(self, step: CountMigrations) -> int:

@@ -41,15 +41,15 @@ from .steps import (
     answer,
 )
 
-#: The Operation fields behind :data:`MUTABLE_COLUMNS` (one field a column).
+#: The Operation fields behind `MUTABLE_COLUMNS` (one field a column).
 MUTABLE_FIELDS: tuple[str, ...] = tuple(c for c in MUTABLE_COLUMNS if c != "op_id")
 
 
 class InMemoryLedger(StepDefaults, Ledger):
     """The ledger protocol on dictionaries, with the same semantics as the durable ones.
 
-    It answers every storage step (:mod:`.steps`) itself, schema steps included, and
-    works without :meth:`setup` (which only records its one migration).
+    It answers every storage step (`steps`) itself, schema steps included, and
+    works without `setup` (which only records its one migration).
     """
 
     where = "memory"
@@ -73,7 +73,7 @@ class InMemoryLedger(StepDefaults, Ledger):
         return None
 
     async def setup(self) -> None:
-        async with self._lock:  # not counted in :attr:`commits`: no call's write
+        async with self._lock:  # not counted in `commits`: no call's write
             drive_plan(migrate_plan(self.SCHEMA_VERSION, self.where, "another ledger"), self._answer)
 
     async def _transact(self, plan: Plan[T]) -> T:
@@ -83,10 +83,10 @@ class InMemoryLedger(StepDefaults, Ledger):
             return result
 
     def _answer(self, step: Any) -> Any:
-        """``step`` answered by this ledger's method for it (see :mod:`.steps`)."""
+        """``step`` answered by this ledger's method for it (see `steps`)."""
         return answer(self, step)
 
-    # -- the steps (see :class:`~.steps.StepRunner`) ------------------------------------
+    # -- the steps (see `StepRunner`) ------------------------------------
 
     def lock(self, step: Lock) -> Operation | None:
         return self._ops.get(step.op_id)  # the ledger's lock is held for the whole plan

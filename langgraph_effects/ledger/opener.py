@@ -1,9 +1,9 @@
-"""The built-in ledger backends of the registry (:mod:`.registry`): SQLite, Postgres, memory.
+"""The built-in ledger backends of the registry (`registry`): SQLite, Postgres, memory.
 
-What the console and :mod:`langgraph_effects._runtime.operator` open ledgers with:
-:func:`open_ledger` never creates or migrates anything (a database without a ledger
-is refused with :class:`~langgraph_effects.errors.LedgerNotFoundError`), and
-:func:`setup_database` is the one place that creates the tables. Both ask the
+What the console and `langgraph_effects._runtime.operator` open ledgers with:
+`open_ledger` never creates or migrates anything (a database without a ledger
+is refused with [`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError]), and
+`setup_database` is the one place that creates the tables. Both ask the
 registry which backend a URL names; this module registers the three built in.
 """
 
@@ -70,7 +70,7 @@ def is_postgres_dsn(db: str) -> bool:
     """Whether ``db`` names a Postgres database.
 
     A URL (``postgres://`` or ``postgresql://``) or a libpq key/value string
-    (``host=127.0.0.1 port=5432 dbname=app``). Asks the registry (:func:`.registry.backend_for`).
+    (``host=127.0.0.1 port=5432 dbname=app``). Asks the registry (`registry.backend_for`).
     """
     try:
         return backend_for(db).scheme == "postgresql"
@@ -271,7 +271,8 @@ def _postgres_checkpointer(db: str, options: LedgerOptions) -> AbstractAsyncCont
 
 
 async def _open_memory(db: str, options: LedgerOptions) -> AsyncIterator[Ledger]:
-    """A fresh, set-up :class:`InMemoryLedger` each time (it survives nothing)."""
+    """A fresh, set-up [`InMemoryLedger`][langgraph_effects.InMemoryLedger] each time (it survives
+    nothing)."""
     ledger = InMemoryLedger()
     await ledger.setup()
     yield ledger

@@ -1,6 +1,6 @@
 """The Postgres ledger's control rows (budgets, circuit breakers): statements and steps.
 
-:class:`~.steps.LockControls` first inserts an empty row for each key nobody charged
+`LockControls` first inserts an empty row for each key nobody charged
 yet (``ON CONFLICT DO NOTHING``), then holds them all with ``SELECT ... FOR UPDATE`` in
 key order: two transactions charging the same new budget queue on its row instead
 of both starting from zero.

@@ -115,15 +115,15 @@ class LedgerPool(AsyncConnectionPool[Any]):
     restart, a failover, ``pg_terminate_backend``) says so on the socket.
 
     The connection the ledger used last can be kept aside (*parked*) for its next
-    checkout (:meth:`take`) instead of being returned, so a ledger writing one change
+    checkout (`take`) instead of being returned, so a ledger writing one change
     after another takes the same connection back without the pool's lock, check and
     return each time. A connection is parked only idle (no transaction, no pipeline),
     while nobody is waiting for one of the pool's connections and the pool is open,
     and for at most ``trusted`` seconds after the pool handed it out: then it goes
-    back through the pool, so the pool's own upkeep (``max_lifetime``, :meth:`drain`)
-    still reaches it. Anyone asking the pool itself (:meth:`getconn`,
-    ``connection()``), and :meth:`check`, :meth:`drain`, :meth:`wait` and
-    :meth:`close`, put the parked connection back first: the pool then hands it out,
+    back through the pool, so the pool's own upkeep (``max_lifetime``, `drain`)
+    still reaches it. Anyone asking the pool itself (`getconn`,
+    ``connection()``), and `check`, `drain`, `wait` and
+    `close`, put the parked connection back first: the pool then hands it out,
     checked, like any idle one.
     """
 
@@ -148,7 +148,7 @@ class LedgerPool(AsyncConnectionPool[Any]):
 
     def park(self, conn: psycopg.AsyncConnection[Any], used: float) -> bool:
         """Keep ``conn`` (handed out by this pool, given back at ``used``) for
-        :meth:`take`, if it may be (see the class); ``False``: return it instead."""
+        `take`, if it may be (see the class); ``False``: return it instead."""
         pgconn = conn.pgconn
         if (
             self._asking
@@ -165,7 +165,7 @@ class LedgerPool(AsyncConnectionPool[Any]):
     def take(self) -> psycopg.AsyncConnection[Any] | None:
         """The parked connection, now the caller's, if it would pass the check without
         a round trip (given back within ``trusted`` seconds, its socket quiet); else
-        ``None``, and a parked one stays for :meth:`unpark_to_pool`."""
+        ``None``, and a parked one stays for `unpark_to_pool`."""
         parked = self.parked
         if parked is None or time.monotonic() - parked[1] > self.trusted or has_news(parked[0]):
             return None
@@ -173,7 +173,7 @@ class LedgerPool(AsyncConnectionPool[Any]):
         return parked[0]
 
     def given_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Note that ``conn``, about to be returned with :meth:`putconn`, was used now."""
+        """Note that ``conn``, about to be returned with `putconn`, was used now."""
         self.used[conn] = time.monotonic()
 
     async def unpark_to_pool(self) -> None:

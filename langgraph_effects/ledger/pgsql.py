@@ -133,12 +133,12 @@ def unnest(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
 
 
 def one_row(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
-    """One row from one typed scalar per column (the parameters of :func:`scalars`)."""
+    """One row from one typed scalar per column (the parameters of `scalars`)."""
     values = ", ".join(f"%b::{t}" for t in types)
     return f"SELECT * FROM (VALUES ({values})) AS {alias} ({', '.join(columns)})"
 
 
-#: Where a statement's new rows come from: :func:`unnest` or :func:`one_row`.
+#: Where a statement's new rows come from: `unnest` or `one_row`.
 RowSource = Callable[[Sequence[str], Sequence[str], str], str]
 
 
@@ -149,7 +149,7 @@ def insert_sql(ops: str, audit: str, find_sql: str, rows_from: RowSource = unnes
     one snapshot): the insert runs only when the read found nothing. FindOrInsert's
     one result holds both: the rows found (``inserted`` NULL), then a row per id
     inserted (found's columns all NULL: a join that never matches). ``rows_from``:
-    :func:`unnest` (any number of rows) or :func:`one_row`."""
+    `unnest` (any number of rows) or `one_row`."""
     rows = rows_from(COLUMNS, OP_COLUMN_TYPES, "v")
     audit_rows = rows_from(AUDIT_COLUMNS, AUDIT_TYPES, "a")
     into = f"INSERT INTO {ops} ({', '.join(COLUMNS)}) {rows}"
@@ -198,15 +198,15 @@ def cas_params(step: base.CasWithAudit) -> list[Any]:
 
 
 def cas_each_params(step: base.CasEach) -> list[list[Any]]:
-    """The parameters of :func:`cas_each_sql`, in order."""
+    """The parameters of `cas_each_sql`, in order."""
     rows = [{**mutable_row(i.after), "expected_version": i.expected_version} for i in step.items]
     audit = as_arrays([i.audit for i in step.items], AUDIT_COLUMNS, AUDIT_TYPES)
     return [*as_arrays(rows, CAS_COLUMNS, CAS_TYPES), *audit]
 
 
 def insert_params(step: base.InsertWithAudit) -> list[Any]:
-    """The parameters of :func:`insert_sql`'s rows: scalars for one row (its
-    :func:`one_row` statements), else arrays."""
+    """The parameters of `insert_sql`'s rows: scalars for one row (its
+    `one_row` statements), else arrays."""
     rows = list(map(to_row, step.ops))
     if len(rows) == 1:
         return [*_OP_SCALARS(rows[0]), *_AUDIT_SCALARS(step.audit[0])]
@@ -214,12 +214,12 @@ def insert_params(step: base.InsertWithAudit) -> list[Any]:
 
 
 def scalars(row: Mapping[str, Any], columns: Sequence[str], types: Sequence[str]) -> list[Any]:
-    """The values of one row (for :func:`one_row`), floats as for :func:`as_arrays`."""
+    """The values of one row (for `one_row`), floats as for `as_arrays`."""
     return scalar_reader(columns, types)(row)
 
 
 def scalar_reader(columns: Sequence[str], types: Sequence[str]) -> Callable[[Mapping[str, Any]], list[Any]]:
-    """:func:`scalars` for these columns, made once: the values taken in one call
+    """`scalars` for these columns, made once: the values taken in one call
     (``itemgetter``), then the numbers of the float columns made floats."""
     take = itemgetter(*columns)
     floats = [i for i, kind in enumerate(types) if kind == "double precision"]
@@ -247,7 +247,7 @@ def _typed(value: Any, kind: str) -> Any:
 def as_arrays(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str], types: Sequence[str]
 ) -> list[list[Any]]:
-    """The values of ``rows``, one list per column (for :func:`unnest`). psycopg
+    """The values of ``rows``, one list per column (for `unnest`). psycopg
     refuses a list mixing int and float: a float column's numbers are all floats."""
     return [[_typed(row[column], kind) for row in rows] for column, kind in zip(columns, types, strict=True)]
 

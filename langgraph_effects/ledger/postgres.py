@@ -12,11 +12,11 @@
   a new intent is one statement (rows and audit rows), a read is one; a plan that
   needs a transaction opens it lazily in pipeline mode (``BEGIN`` travels with its
   first statement, ``COMMIT`` with the final sync). Writes arriving while one is
-  in flight are group-committed (see :mod:`.group`). A pooled connection used in
+  in flight are group-committed (see `group`). A pooled connection used in
   the last few seconds is handed out without the pool's check round trip unless
   its socket says the server closed it; on a pool of its own, the ledger keeps the
   connection it used last aside for its next checkout while nobody else waits for
-  one (:class:`~.pgsession.LedgerPool`).
+  one (`LedgerPool`).
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -110,23 +110,23 @@ def _lock_key(schema: str | None) -> int:
 class PostgresLedger(Ledger):
     """The ledger in a PostgreSQL database, on its own connection pool.
 
-    Pass a DSN (the ledger then owns its pool and :meth:`aclose` closes it) or an
+    Pass a DSN (the ledger then owns its pool and `aclose` closes it) or an
     ``AsyncConnectionPool`` you manage (never the checkpointer's connection). Use
-    :meth:`from_conn_string` as an async context manager, and call :meth:`setup`
-    once before use::
+    [`from_conn_string`][langgraph_effects.PostgresLedger.from_conn_string] as an async context manager, and
+    call `setup` once before use:
 
         async with PostgresLedger.from_conn_string("postgresql://...") as ledger:
             await ledger.setup()
 
-    ``schema`` puts the tables in that schema (created by :meth:`setup`);
+    ``schema`` puts the tables in that schema (created by `setup`);
     ``None`` uses the connection's ``search_path``.
 
     ``read_only=True`` (what the console's ``list``/``show`` use) makes every
     transaction of its own pool read-only (``default_transaction_read_only``), and
-    :meth:`setup` refuses: reading a database never creates tables in it.
+    `setup` refuses: reading a database never creates tables in it.
     ``connect_timeout`` (seconds) bounds each connection attempt (libpq's own
     ``connect_timeout``); ``timeout`` bounds waiting for a pooled connection.
-    :meth:`schema_version` reads the version recorded without writing anything
+    `schema_version` reads the version recorded without writing anything
     (``None``: no ``effect_migrations`` table in ``schema``, or on the ``search_path``).
     """
 
@@ -261,13 +261,13 @@ class PostgresLedger(Ledger):
 
     def _parked(self) -> psycopg.AsyncConnection[Any] | None:
         """The connection this ledger parked, now checked out, if the pool's check would
-        pass it without a round trip (:meth:`~.pgsession.LedgerPool.take`)."""
+        pass it without a round trip (`take`)."""
         pool = self.pool
         return pool.take() if isinstance(pool, LedgerPool) else None
 
     async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
-        """A connection in autocommit for :meth:`_checkin`, and whether it must be given
-        back out of autocommit (a pool passed in: as it came): the one :meth:`_parked`
+        """A connection in autocommit for `_checkin`, and whether it must be given
+        back out of autocommit (a pool passed in: as it came): the one `_parked`
         gives, else one from the pool."""
         conn = self._parked()
         if conn is not None:
@@ -297,19 +297,19 @@ class PostgresLedger(Ledger):
         return conn, restore
 
     def _park(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Give back a connection from :meth:`_checkout` (not to be restored) by parking
-        it, if the pool may keep it (:meth:`~.pgsession.LedgerPool.park`)."""
+        """Give back a connection from `_checkout` (not to be restored) by parking
+        it, if the pool may keep it (`park`)."""
         pool = self.pool
         return isinstance(pool, LedgerPool) and pool.park(conn, time.monotonic())
 
     async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
-        """Give back a connection from :meth:`_checkout`: parked for the next checkout
-        when it may be (:meth:`_park`), else as :meth:`_return` does."""
+        """Give back a connection from `_checkout`: parked for the next checkout
+        when it may be (`_park`), else as `_return` does."""
         if restore or not self._park(conn):
             await self._return(conn, restore)
 
     async def _return(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
-        """Return a connection from :meth:`_checkout` to the pool (which replaces a broken
+        """Return a connection from `_checkout` to the pool (which replaces a broken
         one), out of autocommit again if ``restore``, rolled back if a transaction is
         open."""
         try:
@@ -392,7 +392,7 @@ class PostgresLedger(Ledger):
     ) -> T:
         """Run ``plan`` on ``conn`` (in autocommit) in as few round trips as it allows.
 
-        Reads, and one :data:`~.base.ALONE` write of a plan running alone, run as
+        Reads, and one `ALONE` write of a plan running alone, run as
         statements of their own (one round trip each; the write commits by itself).
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
@@ -523,8 +523,8 @@ class PostgresLedger(Ledger):
 
 
 class _Checkout:
-    """:meth:`PostgresLedger._connection`: :meth:`~PostgresLedger._checkout` on entry,
-    :meth:`~PostgresLedger._checkin` on exit; psycopg errors become the ledger's."""
+    """`PostgresLedger._connection`: `_checkout` on entry,
+    `_checkin` on exit; psycopg errors become the ledger's."""
 
     __slots__ = ("conn", "ledger", "restore")
 
@@ -543,8 +543,8 @@ class _Checkout:
 
 class _Steps(AsyncStepDefaults):
     """The storage steps in SQL on ``conn`` (inside the caller's transaction), with the
-    statements :class:`PostgresLedger` prepared: rows read as dicts (``cur``), and
-    rows of ids as tuples (``plain``)."""
+    statements [`PostgresLedger`][langgraph_effects.PostgresLedger] prepared: rows read as dicts (``cur``),
+    and rows of ids as tuples (``plain``)."""
 
     def __init__(self, ledger: PostgresLedger, conn: psycopg.AsyncConnection[Any]) -> None:
         self.ledger = ledger

@@ -1,4 +1,4 @@
-"""What a caller may ask a ledger to list: :class:`OperationQuery`, and the SQL
+"""What a caller may ask a ledger to list: `OperationQuery`, and the SQL
 ``WHERE`` both SQL backends build from it (the unresolved states spelled as the
 literal their partial indexes are created on)."""
 
@@ -13,7 +13,7 @@ from .codec import stored_text
 
 @dataclass(frozen=True)
 class OperationQuery:
-    """A filter for :meth:`Ledger.list_operations`. Empty fields do not filter."""
+    """A filter for `Ledger.list_operations`. Empty fields do not filter."""
 
     states: frozenset[State] | None = None
     thread_id: str | None = None

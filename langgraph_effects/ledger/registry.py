@@ -1,11 +1,11 @@
 """Which backend a ledger URL names, and opening it: one registry of schemes.
 
 ``sqlite:///path`` (or a plain path), ``postgresql://...`` (or libpq's
-``host=... dbname=...``) and ``memory://`` are registered by :mod:`.opener`; a new
-backend registers its own scheme with :func:`register_backend`, or from another
+``host=... dbname=...``) and ``memory://`` are registered by `opener`; a new
+backend registers its own scheme with `register_backend`, or from another
 package through the ``langgraph_effects.backends`` entry-point group (each entry
-point names a :class:`Backend`, loaded the first time a URL is resolved).
-:func:`backend_for` is the one place a URL is looked at to choose a backend.
+point names a `Backend`, loaded the first time a URL is resolved).
+`backend_for` is the one place a URL is looked at to choose a backend.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..errors import (
 )
 from .base import Ledger
 
-#: The entry-point group other packages register backends in (each names a :class:`Backend`).
+#: The entry-point group other packages register backends in (each names a `Backend`).
 ENTRY_POINT_GROUP = "langgraph_effects.backends"
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
@@ -40,12 +40,13 @@ class LedgerOptions:
     read_only: bool = False
     """Nothing may be written (what the console's ``list``/``show`` ask for)."""
     schema: str | None = None
-    """Where the tables live, for a backend with :attr:`Backend.schemas`."""
+    """Where the tables live, for a backend with `Backend.schemas`."""
     connect_timeout: float | None = None
     """Seconds to wait for a connection or a lock (``None``: the backend's default)."""
     create: bool = False
-    """``True`` (what :func:`setup_database` asks): create the store if it is missing.
-    ``False``: a store that does not exist is refused (:class:`LedgerNotFoundError`), never created."""
+    """``True`` (what `setup_database` asks): create the store if it is missing.
+    ``False``: a store that does not exist is refused
+    ([`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError]), never created."""
 
 
 OpenLedger = Callable[[str, LedgerOptions], "AbstractAsyncContextManager[Ledger] | Ledger"]
@@ -60,7 +61,7 @@ class Backend:
     scheme: str
     open: OpenLedger
     schemas: bool = False
-    """Whether :attr:`LedgerOptions.schema` applies (Postgres); else giving one is refused."""
+    """Whether `LedgerOptions.schema` applies (Postgres); else giving one is refused."""
     remote: bool = False
     """A server over the network (messages speak of connecting, not of a file)."""
     describe: Callable[[str, str | None], str] | None = None
@@ -87,10 +88,10 @@ def register_backend(
 ) -> Backend:
     """Register the backend for ``scheme`` (``"myscheme"`` answers ``myscheme://...``).
 
-    ``open(url, options)`` builds the ledger (see :data:`OpenLedger`); ``hooks`` are
-    the other fields of :class:`Backend`. A :class:`Backend` may be passed instead of
+    ``open(url, options)`` builds the ledger (see `OpenLedger`); ``hooks`` are
+    the other fields of `Backend`. A `Backend` may be passed instead of
     ``open``. Registering a scheme twice is refused unless ``replace``. Returns the
-    :class:`Backend` registered.
+    `Backend` registered.
     """
     if open is None:
         raise TypeError("register_backend needs the backend's factory: open(url, options) -> Ledger")
@@ -140,7 +141,8 @@ def _load() -> None:
 def backend_for(url: str) -> Backend:
     """The backend ``url`` names: its scheme's, one that claims it, else SQLite (a path).
 
-    Raises :class:`UnknownBackendError` for ``scheme://...`` with no backend registered.
+    Raises [`UnknownBackendError`][langgraph_effects.errors.UnknownBackendError] for ``scheme://...`` with no
+    backend registered.
     """
     _load()
     found = _SCHEME.match(url)
@@ -190,7 +192,7 @@ async def check_schema(
     ledger: Ledger, name: str, *, schema: str | None = None, backend: str = "sqlite"
 ) -> None:
     """Refuse a store without a ledger, or with one at another schema version than the
-    ledger's :attr:`~.base.Ledger.SCHEMA_VERSION` (reads only)."""
+    ledger's `SCHEMA_VERSION` (reads only)."""
     found = await ledger.schema_version()
     expected = ledger.SCHEMA_VERSION
     if found is None:
@@ -214,18 +216,19 @@ async def open_ledger(
 
     ``db`` is a URL of a registered scheme (``sqlite:///path`` or a plain path,
     ``postgresql://...`` or ``host=... dbname=...`` with the ``postgres`` extra,
-    ``memory://`` for a throw-away one, or a scheme of :func:`register_backend`),
+    ``memory://`` for a throw-away one, or a scheme of `register_backend`),
     with the ledger's tables in ``schema`` if given (Postgres).
 
     Nothing is ever created or migrated here (that is ``setup()``'s job, or
     ``langgraph-effects setup``): a store without a ledger is refused with
-    :class:`LedgerNotFoundError` rather than answered with "nothing unresolved", so
+    [`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError] rather than
+    answered with "nothing unresolved", so
     an operator who mistypes a path or a database name is told so. A ledger at an
     older or newer schema version is refused too. ``read_only`` opens it so that
     nothing can be written (what ``list``/``show`` use). ``connect_timeout``
     (seconds) bounds connecting, or waiting for SQLite's write lock. Raises
-    :class:`~langgraph_effects.errors.LedgerError` subclasses when the store cannot
-    be used, :class:`~langgraph_effects.errors.UnknownBackendError` for a scheme
+    [`LedgerError`][langgraph_effects.errors.LedgerError] subclasses when the store cannot
+    be used, [`UnknownBackendError`][langgraph_effects.errors.UnknownBackendError] for a scheme
     nobody registered.
     """
     backend = backend_for(db)

@@ -6,7 +6,7 @@
   statement, and no other writer can interleave between our read and our write.
 * ``busy_timeout`` lets concurrent processes queue for the write lock.
 * Schema migrations are an ordered list; ``effect_migrations`` records which ran
-  (the runner is :func:`~langgraph_effects.ledger.base.migrate_plan`).
+  (the runner is `migrate_plan`).
 """
 
 from __future__ import annotations
@@ -164,11 +164,11 @@ def _classify(error: sqlite3.Error, where: str) -> Exception:
 class SqliteLedger(Ledger):
     """The ledger in a SQLite database file, on its own connection.
 
-    :meth:`schema_version` reads the version recorded without writing anything
-    (``None``: no langgraph-effects ledger in the file); compare with :data:`SCHEMA_VERSION`.
+    `schema_version` reads the version recorded without writing anything
+    (``None``: no langgraph-effects ledger in the file); compare with `SCHEMA_VERSION`.
 
-    Use :meth:`from_conn_string` (an async context manager), or pass an open
-    ``aiosqlite.Connection`` you manage. Call :meth:`setup` once before use.
+    Use [`from_conn_string`][langgraph_effects.SqliteLedger.from_conn_string] (an async context manager), or
+    pass an open ``aiosqlite.Connection`` you manage. Call `setup` once before use.
     Never share the checkpointer's connection: its commits would swallow ours.
 
     ``read_only=True`` (what the console's ``list``/``show`` use) opens the file with

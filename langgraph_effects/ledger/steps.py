@@ -1,8 +1,8 @@
 """The storage steps a ledger plan asks, and the one table that sends each to its method.
 
-A plan (:data:`~.base.Plan`) yields these requests; a backend answers each with one
-method of the same name in snake case (:class:`StepRunner`). :func:`answer` is the
-only dispatch: it looks the step's type up in :data:`STEP_METHODS`, so a backend
+A plan (`Plan`) yields these requests; a backend answers each with one
+method of the same name in snake case (`StepRunner`). `answer` is the
+only dispatch: it looks the step's type up in `STEP_METHODS`, so a backend
 never tests step types itself. No step carries SQL: the schema steps name what to
 do (count, create, apply migration *n*), and each backend says how.
 """
@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 from ..core.controls import ControlRow
 from ..core.operation import Operation
 
-#: The tables of a SQL ledger (what :class:`OurTables` is answered with once set up).
+#: The tables of a SQL ledger (what `OurTables` is answered with once set up).
 LEDGER_TABLES: tuple[str, ...] = (
     "effect_operations", "effect_audit", "effect_controls", "effect_migrations"
 )
@@ -26,7 +26,7 @@ LEDGER_TABLES: tuple[str, ...] = (
 @dataclass(frozen=True)
 class Lock:
     """Load one row and hold it until the transaction ends; answered with the
-    :class:`Operation` or ``None``."""
+    [`Operation`][langgraph_effects.Operation] or ``None``."""
 
     op_id: str
     writes: ClassVar[bool] = False
@@ -45,7 +45,7 @@ class Find:
     """The rows with any of ``op_ids``, and the rows of ``thread_id`` with any of the
     (tool, args hash) ``pairs`` (with ``origin``: only those whose ``extra`` records
     that origin): one query for both (no lock); answered with a list of
-    :class:`Operation` (each row once, in any order)."""
+    [`Operation`][langgraph_effects.Operation] (each row once, in any order)."""
 
     op_ids: tuple[str, ...]
     thread_id: str
@@ -67,7 +67,7 @@ class InsertWithAudit:
 
 @dataclass(frozen=True)
 class FindOrInsert:
-    """:class:`Find`, and :class:`InsertWithAudit` only if it found nothing, atomic on
+    """`Find`, and `InsertWithAudit` only if it found nothing, atomic on
     its own: calls never stored before are opened in one round trip. Answered with
     (rows found, ids inserted); nothing is inserted when any row is found."""
 
@@ -78,7 +78,7 @@ class FindOrInsert:
 
 @dataclass(frozen=True)
 class CasWithAudit:
-    """Write ``after``'s mutable columns (:data:`~.codec.MUTABLE_COLUMNS`: never its
+    """Write ``after``'s mutable columns (`MUTABLE_COLUMNS`: never its
     identity or payload) if the row is still at ``expected_version``, and append
     ``audit`` only if it was; answered with whether it was. Atomic on its own."""
 
@@ -90,7 +90,7 @@ class CasWithAudit:
 
 @dataclass(frozen=True)
 class CasEach:
-    """Several :class:`CasWithAudit` on distinct operations, as one step (what group
+    """Several `CasWithAudit` on distinct operations, as one step (what group
     commit asks for the outcomes that arrive together); answered with whether each was
     written, in order. Each is atomic on its own, as alone."""
 
@@ -100,7 +100,7 @@ class CasEach:
 
 @dataclass(frozen=True)
 class LockControls:
-    """Load the control rows (:class:`~langgraph_effects.core.controls.ControlRow`) with
+    """Load the control rows (`ControlRow`) with
     these (control, scope) ``keys``, given in sorted order, and hold them until the
     transaction ends; a key with no row yet is held too (a SQL backend inserts an
     empty row first), so two transactions charging the same new budget queue instead
@@ -130,8 +130,8 @@ class ListControls:
 
 @dataclass(frozen=True)
 class OurTables:
-    """Which of :data:`LEDGER_TABLES` exist; answered with a ``set`` of names. A
-    backend without tables answers all of them once :class:`CreateLedger` ran, none before."""
+    """Which of `LEDGER_TABLES` exist; answered with a ``set`` of names. A
+    backend without tables answers all of them once `CreateLedger` ran, none before."""
 
     writes: ClassVar[bool] = False
 
@@ -181,7 +181,7 @@ LedgerStep = (
 #: autocommit when it is the only write of a plan running alone.
 ALONE: tuple[type, ...] = (InsertWithAudit, FindOrInsert, CasWithAudit)
 
-#: The one dispatch table: each step type, and the :class:`StepRunner` method answering it.
+#: The one dispatch table: each step type, and the `StepRunner` method answering it.
 STEP_METHODS: dict[type, str] = {
     Lock: "lock",
     Load: "load",
@@ -203,9 +203,9 @@ STEP_METHODS: dict[type, str] = {
 class StepRunner(Protocol):
     """What a backend implements: one method per step, answering it inside the
     transaction the plan runs in. The methods may be coroutines (a backend whose
-    plans run with :func:`~.base.adrive_plan`); the answers are those the steps document.
+    plans run with `adrive_plan`); the answers are those the steps document.
 
-    :class:`StepDefaults` gives :meth:`find_or_insert` and :meth:`cas_each` in terms
+    `StepDefaults` gives `find_or_insert` and `cas_each` in terms
     of the others, for a backend that has nothing faster.
     """
 
@@ -226,7 +226,7 @@ class StepRunner(Protocol):
 
 
 def answer(runner: Any, step: Any) -> Any:
-    """``step`` answered by ``runner``'s method for it (see :data:`STEP_METHODS`); a
+    """``step`` answered by ``runner``'s method for it (see `STEP_METHODS`); a
     coroutine when that method is one."""
     try:
         name = STEP_METHODS[type(step)]
@@ -239,13 +239,13 @@ def answer(runner: Any, step: Any) -> Any:
 
 
 def answerer(runner: Any) -> Callable[[Any], Any]:
-    """``answer`` bound to ``runner``: what :func:`~.base.drive_plan` and
-    :func:`~.base.adrive_plan` take."""
+    """``answer`` bound to ``runner``: what `drive_plan` and
+    `adrive_plan` take."""
     return partial(answer, runner)
 
 
 class StepDefaults:
-    """:meth:`find_or_insert` and :meth:`cas_each` from a synchronous backend's other
+    """`find_or_insert` and `cas_each` from a synchronous backend's other
     methods (inside the one transaction the plan runs in)."""
 
     def find_or_insert(self, step: FindOrInsert) -> tuple[list[Operation], list[str]]:
@@ -257,7 +257,7 @@ class StepDefaults:
 
 
 class AsyncStepDefaults:
-    """:class:`StepDefaults` for a backend whose step methods are coroutines."""
+    """`StepDefaults` for a backend whose step methods are coroutines."""
 
     async def find_or_insert(self, step: FindOrInsert) -> tuple[list[Operation], list[str]]:
         found: list[Operation] = await answer(self, step.find)

@@ -1,6 +1,6 @@
 """Crash recovery: find the threads a crash left mid-effect and resume each one once.
 
-A service calls it on start-up (or an operator runs ``langgraph-effects recover``)::
+A service calls it on start-up (or an operator runs ``langgraph-effects recover``):
 
     async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
         await saver.setup()
@@ -48,7 +48,7 @@ operation). Pass anything else your graph reads from ``configurable`` (such as
 sent to review rather than re-sent) with ``config=``.
 
 Every decision is re-read from the ledger right before the thread is resumed, and
-the engine itself never sends under a live lease. What makes recovery safe to run
+the dispatcher itself never sends under a live lease. What makes recovery safe to run
 while workers run (or twice at once) is the checkpointer: ``EffectSqliteSaver`` and
 ``EffectPostgresSaver`` let one runner per thread move it on (a checkpoint gets at
 most one child). If a worker resumed the thread too, whichever saves second is
@@ -58,10 +58,10 @@ that looks busy a resume that would lose that race. With a checkpointer that doe
 not fence threads (a plain LangGraph saver with ``attach_ledger``), run recovery only
 when no worker can be running the threads.
 
-The package reads in three steps: :mod:`.observe` reads a thread's operations and
-checkpoint state, :mod:`.classify` decides from that alone (pure, no I/O) what to do
-and why, :mod:`.resume` does it; :mod:`.narrative` tells, from the audit trail, how
-each operation was settled, and :mod:`.report` holds what is reported.
+The package reads in three steps: `observe` reads a thread's operations and
+checkpoint state, `classify` decides from that alone (pure, no I/O) what to do
+and why, `resume` does it; `narrative` tells, from the audit trail, how
+each operation was settled, and `report` holds what is reported.
 """
 
 from .classify import Observation, Policy, ThreadDecision, classify

@@ -1,7 +1,7 @@
-"""Decide what recovery does with one thread, from what :mod:`.observe` saw. Pure.
+"""Decide what recovery does with one thread, from what `observe` saw. Pure.
 
 No ledger, no graph, no clock, no process table: every fact (the operations, the
-thread's checkpoint, whose lease is over, the time) is in the :class:`Observation`,
+thread's checkpoint, whose lease is over, the time) is in the `Observation`,
 so each rule can be tested with a table of cases.
 """
 
@@ -25,7 +25,7 @@ from .report import (
 )
 
 RecoveryAction = ThreadAction | Literal["resume"]
-"""A :data:`ThreadAction`, or ``resume``: resume the thread now (not a dry run)."""
+"""A `ThreadAction`, or ``resume``: resume the thread now (not a dry run)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Policy:
-    """How recovery was asked to run (the arguments of :func:`recover` that decide)."""
+    """How recovery was asked to run (the arguments of `recover` that decide)."""
 
     tenant: str | None = None
     explicit: bool = False

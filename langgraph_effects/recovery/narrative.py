@@ -1,8 +1,8 @@
 """How each operation was settled, told from the audit entries its resume recorded.
 
 Pure: the steps come from the ledger's audit trail, keyed here by
-:class:`~langgraph_effects.core.operation.Event` (what moved the operation) and
-:class:`~langgraph_effects.core.operation.EvidenceKind` (on what evidence).
+`Event` (what moved the operation) and
+`EvidenceKind` (on what evidence).
 """
 
 from __future__ import annotations

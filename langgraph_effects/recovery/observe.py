@@ -15,7 +15,7 @@ from ..core.operation import UNRESOLVED, Operation, State
 from ..ledger.base import Ledger, OperationQuery
 from .classify import Observation, decided_out_of_band
 
-#: The ``type`` of our interrupts (see :mod:`langgraph_effects._runtime.review`).
+#: The ``type`` of our interrupts (see `langgraph_effects._runtime.review`).
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 _SCAN_LIMIT = 1_000_000
 
@@ -36,7 +36,7 @@ async def _candidate_threads(
 
     Decided operations are read only if they changed within ``verdicts_within`` seconds
     (a filter in the ledger's query): a thread whose graph answered the verdict since
-    is then skipped by :func:`~.classify.classify` (nothing left to answer)."""
+    is then skipped by `classify` (nothing left to answer)."""
     since = time.time() - verdicts_within if verdicts_within is not None else None
     first_seen: dict[str, float] = {}
     unresolved = await ledger.list_operations(

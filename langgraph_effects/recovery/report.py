@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..core._fields import pick
+from .._runtime.shapes import (
+    OperationReportJSON,
+    RecoveryReportJSON,
+    StateAtJSON,
+    ThreadReportJSON,
+    TransitionJSON,
+)
 from ..core.operation import Operation, State, needs_approval
 from ..ledger.base import AuditEntry
+
+if TYPE_CHECKING:
+    from .._runtime.compensation import CompensationReport
 
 ThreadAction = Literal[
     "resumed",
@@ -25,7 +34,7 @@ ThreadAction = Literal[
 """What recovery did with a thread:
 
 ``resumed``
-    resumed once (see :attr:`ThreadReport.outcome`);
+    resumed once (see [`ThreadReport.outcome`][langgraph_effects.ThreadReport.outcome]);
 ``would_resume``
     a dry run: it would have been resumed;
 ``in_flight_elsewhere``
@@ -43,8 +52,8 @@ ThreadAction = Literal[
     unresolved operations, but the thread has no pending work (its run ended, or
     the graph has no checkpoint for it): decide them with ``langgraph-effects resolve``;
 ``failed``
-    the resume raised (see :attr:`ThreadReport.error`), or the thread could not be
-    resumed safely (operations of several tenants, a conflicting ``tenant_id``);
+    the resume raised (see [`ThreadReport.error`][langgraph_effects.ThreadReport.error]), or the thread could
+    not be resumed safely (operations of several tenants, a conflicting ``tenant_id``);
 ``nothing_to_do``
     (threads named explicitly) nothing is unresolved or waiting to be answered;
 ``running_elsewhere``
@@ -102,7 +111,7 @@ Settlement = Literal[
 ``not_resumed``
     its thread was not resumed (see the thread's action);
 ``would_resume``
-    a dry run: its thread would have been resumed (:attr:`OperationReport.detail`
+    a dry run: its thread would have been resumed (`OperationReport.detail`
     says what the resume is expected to do).
 """
 
@@ -127,12 +136,12 @@ class TransitionReport:
         """The step an audit entry records."""
         return cls(**{f.name: getattr(entry, f.name) for f in fields(cls)})
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
+    def to_json(self) -> TransitionJSON:
+        """A JSON-ready dict (named as an audit entry's fields are)."""
         return {
             "event": self.event,
-            "from": self.from_state.value if self.from_state is not None else None,
-            "to": self.to_state.value,
+            "from_state": self.from_state.value if self.from_state is not None else None,
+            "to_state": self.to_state.value,
             "version": self.version,
             "evidence": dict(self.evidence) if self.evidence is not None else None,
             "actor": self.actor,
@@ -164,13 +173,19 @@ class OperationReport:
         """The resumed run created this operation (the model asked for more after recovery)."""
         return self.before is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OperationReportJSON:
         """A JSON-ready dict (arguments and results are not included: use ``show``)."""
         return {
-            **pick(self, "op_id", "tool", "tool_call_id", "contract", "provider_key", "new"),
-            "before": _state_json(self.before),
+            "operation_id": self.op_id,
+            "tool": self.tool,
+            "tool_call_id": self.tool_call_id,
+            "contract": self.contract,
+            "provider_key": self.provider_key,
+            "new": self.new,
+            "before": _state_json(self.before) if self.before is not None else None,
             "after": _state_json(self.after),
-            **pick(self, "how", "detail"),
+            "how": self.how,
+            "detail": self.detail,
             "steps": [step.to_json() for step in self.steps],
         }
 
@@ -211,10 +226,15 @@ class ThreadReport:
             "not_resumable",
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ThreadReportJSON:
         """A JSON-ready dict."""
         return {
-            **pick(self, "thread_id", "tenant", "action", "reason", "outcome", "error"),
+            "thread_id": self.thread_id,
+            "tenant": self.tenant,
+            "action": self.action,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "error": self.error,
             "interrupts": list(self.interrupts),
             "awaiting_review": list(self.awaiting_review),
             "seconds": round(self.seconds, 3),
@@ -224,7 +244,7 @@ class ThreadReport:
 
 @dataclass(frozen=True)
 class RecoveryReport:
-    """What :func:`recover` found and did, per thread and per operation."""
+    """What `recover` found and did, per thread and per operation."""
 
     ledger: str
     dry_run: bool
@@ -233,9 +253,9 @@ class RecoveryReport:
     threads: tuple[ThreadReport, ...]
     options: Mapping[str, Any] = field(default_factory=dict)
     """The arguments recovery ran with (tenant, threads, min_idle, lease_grace)."""
-    compensations: tuple[Any, ...] = ()
+    compensations: tuple[CompensationReport, ...] = ()
     """The interrupted compensations recovery finished (or, in a dry run, would):
-    :class:`~langgraph_effects.CompensationReport` each."""
+    [`CompensationReport`][langgraph_effects.CompensationReport] each."""
 
     @property
     def resumed(self) -> tuple[ThreadReport, ...]:
@@ -285,27 +305,20 @@ class RecoveryReport:
             out["compensations"] = len(self.compensations)
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (what ``langgraph-effects recover --json`` prints)."""
+    def to_json(self) -> RecoveryReportJSON:
+        """A JSON-ready dict (what ``langgraph-effects recover --json`` prints);
+        each compensation in the shape ``compensate --json`` prints."""
         return {
-            **pick(self, "ledger", "dry_run", "started_at", "finished_at"),
+            "ledger": self.ledger,
+            "dry_run": self.dry_run,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
             "options": dict(self.options),
             "nothing_to_do": self.nothing_to_do,
             "counts": self.counts(),
             "awaiting_review": list(self.awaiting_review),
             "threads": [t.to_json() for t in self.threads],
-            "compensations": [
-                {
-                    "operation_id": c.operation.op_id,
-                    "tool": c.operation.tool,
-                    "undo_id": c.undo.op_id if c.undo is not None else None,
-                    "undo_state": c.undo.state.value if c.undo is not None else None,
-                    "compensation": c.state,
-                    "reason": c.reason,
-                    "error": c.error,
-                }
-                for c in self.compensations
-            ],
+            "compensations": [c.to_json() for c in self.compensations],
         }
 
     def summary(self) -> str:
@@ -352,9 +365,7 @@ def _awaiting_approval(op: Operation) -> bool:
     return op.state is State.PENDING and needs_approval(op)
 
 
-def _state_json(op: Operation | None) -> dict[str, Any] | None:
-    if op is None:
-        return None
+def _state_json(op: Operation) -> StateAtJSON:
     return {
         "state": op.state.value,
         "version": op.version,

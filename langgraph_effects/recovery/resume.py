@@ -85,8 +85,8 @@ async def recover(
         effects: the tool contracts to finish interrupted compensations with, each once
             (default: those of the graph's ``EffectToolNode``/``EffectMiddleware``).
 
-    Returns a :class:`RecoveryReport`. A failing thread is reported (``failed``, with
-    the error) and does not stop the others.
+    Returns a [`RecoveryReport`][langgraph_effects.RecoveryReport]. A failing thread is reported (``failed``,
+    with the error) and does not stop the others.
 
     Raises:
         NoLedgerError: no ledger given and the checkpointer carries none.
@@ -177,7 +177,7 @@ class _Run:
     durability: str
 
     async def thread_safely(self, thread_id: str) -> ThreadReport | None:
-        """:meth:`thread`, with an error reported as the thread's, not raised."""
+        """`thread`, with an error reported as the thread's, not raised."""
         try:
             report = await self.thread(thread_id)
         except Exception as error:  # one bad thread must not stop the others

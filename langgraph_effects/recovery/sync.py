@@ -1,4 +1,4 @@
-"""``recover_sync``: :func:`~langgraph_effects.recover` for graphs run with ``invoke``/``stream``.
+"""``recover_sync``: [`recover`][langgraph_effects.recover] for graphs run with ``invoke``/``stream``.
 
 Recovery is written once, async. A sync graph (on ``SyncEffectSqliteSaver`` or
 ``SyncEffectPostgresSaver``) is recovered by running that same coroutine on the
@@ -18,7 +18,7 @@ from .resume import recover
 
 
 class _SyncGraph:
-    """A compiled sync graph as :func:`recover` reads and resumes it."""
+    """A compiled sync graph as [`recover`][langgraph_effects.recover] reads and resumes it."""
 
     def __init__(self, graph: Any) -> None:
         self.graph = graph
@@ -35,11 +35,11 @@ class _SyncGraph:
 
 def recover_sync(graph: Any, **options: Any) -> RecoveryReport:
     """Find threads a crash left mid-effect, resume each once with ``graph.invoke``, and
-    report what happened: :func:`~langgraph_effects.recover` for a sync application.
+    report what happened: [`recover`][langgraph_effects.recover] for a sync application.
 
     ``graph`` is the compiled graph the threads ran with (its checkpointer a
     ``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver``, or a sync saver with a
-    ledger attached); ``options`` are :func:`~langgraph_effects.recover`'s keyword
+    ledger attached); ``options`` are [`recover`][langgraph_effects.recover]'s keyword
     arguments (``thread_ids``, ``min_idle``, ``dry_run``...). Call it from sync code,
     not from a running event loop's thread.
     """

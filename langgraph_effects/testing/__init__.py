@@ -1,15 +1,16 @@
 """Public helpers to try the package, and test agents built with it, with no LLM key.
 
-* :class:`ScriptedChatModel`: a chat model driven by the conversation. LangChain's
-  fake chat models keep their position per instance (and lack ``bind_tools``), so
-  a resumed process (a fresh instance) would replay their script from the start;
-  here a function of the messages so far decides the next AIMessage, so a crashed
-  and resumed thread continues where it was. :func:`call_each_then_finish` is the
-  usual script.
-* :class:`Provider`: a stand-in for the outside system (a payment API, a mail
-  service) that keeps its own records in a SQLite file, with the contract you pick
-  (``"dedup"`` Stripe-like idempotency keys, ``"lookup"``, ``"lagging"``,
-  ``"withdrawn"``, ``"blind"``). Count effects from its records
+* [`ScriptedChatModel`][langgraph_effects.testing.ScriptedChatModel]: a chat model
+  driven by the conversation. LangChain's fake chat models keep their position per
+  instance (and lack ``bind_tools``), so a resumed process (a fresh instance) would
+  replay their script from the start; here a function of the messages so far
+  decides the next AIMessage, so a crashed and resumed thread continues where it
+  was. [`call_each_then_finish`][langgraph_effects.testing.call_each_then_finish] is
+  the usual script.
+* [`Provider`][langgraph_effects.testing.Provider]: a stand-in for the outside system
+  (a payment API, a mail service) that keeps its own records in a SQLite file, with
+  the contract you pick (``"dedup"`` Stripe-like idempotency keys, ``"lookup"``,
+  ``"lagging"``, ``"withdrawn"``, ``"blind"``). Count effects from its records
   (``provider.effects()``, ``provider.count_requests("apply")``), never from the
   worker's logs: they survive a SIGKILL of the worker a microsecond later.
 """
@@ -38,7 +39,8 @@ __all__ = [
 ]
 
 Script = Callable[[Sequence[BaseMessage]], AIMessage]
-"""What a :class:`ScriptedChatModel` runs: the conversation so far -> the next AIMessage."""
+"""What a [`ScriptedChatModel`][langgraph_effects.testing.ScriptedChatModel] runs: the
+conversation so far -> the next AIMessage."""
 
 
 class ScriptedChatModel(BaseChatModel):

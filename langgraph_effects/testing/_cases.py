@@ -1,4 +1,4 @@
-"""What the conformance cases share: operations and changes to record (see :mod:`.conformance`)."""
+"""What the conformance cases share: operations and changes to record (see `conformance`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ..ledger.base import Ledger
 
 
 def make_op(**fields: Any) -> Operation:
-    """An :class:`Operation` with sensible defaults; every id and key is unique per call."""
+    """An [`Operation`][langgraph_effects.Operation] with sensible defaults; every id and key is unique per
+    call."""
     suffix = uuid.uuid4().hex[:10]
     values: dict[str, Any] = {
         "op_id": f"op-{suffix}",
@@ -34,7 +35,7 @@ def owner(token: str = "tok-1") -> Owner:
 
 
 def dispatch(token: str = "tok-1", lease: float | None = None) -> Change:
-    """A dispatch by :func:`owner` ``token``, leased for a minute unless ``lease`` is given."""
+    """A dispatch by `owner` ``token``, leased for a minute unless ``lease`` is given."""
     return Change(
         Event.DISPATCH,
         owner=owner(token),

@@ -23,7 +23,7 @@ def _effects(key: str | None = None) -> dict[str, Effect]:
 
 
 class CompensationCases:
-    """Compensation requests (part of :class:`~.conformance.LedgerConformance`)."""
+    """Compensation requests (part of `LedgerConformance`)."""
 
     async def test_a_compensation_marks_the_effect_and_records_its_undo_together(
         self, ledger: Ledger

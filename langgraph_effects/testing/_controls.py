@@ -28,7 +28,7 @@ def _send(
 
 
 class ControlCases:
-    """Budgets and circuit breakers (part of :class:`~.conformance.LedgerConformance`)."""
+    """Budgets and circuit breakers (part of `LedgerConformance`)."""
 
     async def test_control_rows_are_written_read_back_and_listed_without_holds(self, ledger: Ledger) -> None:
         rows = (

@@ -26,7 +26,7 @@ from ._cases import LOSE, dispatch, ids, make_op, populate, succeed, trail_len
 
 
 class ReadCases:
-    """Leases, queries and concurrency (part of :class:`~.conformance.LedgerConformance`)."""
+    """Leases, queries and concurrency (part of `LedgerConformance`)."""
 
     async def test_renew_lease_only_for_the_owner_token(self, ledger: Ledger) -> None:
         op, idle = make_op(), make_op()
@@ -235,7 +235,7 @@ class ReadCases:
         assert await trail_len(ledger, home.op_id) == 1
 
     async def test_cas_each_writes_only_rows_still_at_their_version(self, ledger: Ledger) -> None:
-        """Each compare-and-set of a :class:`CasEach` on its own; only the mutable columns
+        """Each compare-and-set of a `CasEach` on its own; only the mutable columns
         are written (the identity and payload stored at intent stay as they were)."""
         a, b = make_op(), make_op()
         await ledger.record_intents([a, b], change=dispatch())

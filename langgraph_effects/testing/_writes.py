@@ -22,7 +22,7 @@ from ._cases import ESCALATE, LOSE, dispatch, ids, make_op, owner, succeed, trai
 
 class WriteCases:
     """Intents, finds, transitions, verdicts and the audit trail (part of
-    :class:`~.conformance.LedgerConformance`)."""
+    `LedgerConformance`)."""
 
     async def test_record_intent_stores_a_pending_row_with_every_field(self, ledger: Ledger) -> None:
         op = make_op(

@@ -2,8 +2,8 @@
 
 Every backend of this package passes it (memory, SQLite, Postgres: see
 ``tests/ledger/test_contract.py``); a backend of your own runs the same cases by
-subclassing :class:`LedgerConformance` in a test module and providing a ``ledger``
-fixture that yields a fresh, set-up, empty ledger for each test::
+subclassing `LedgerConformance` in a test module and providing a ``ledger``
+fixture that yields a fresh, set-up, empty ledger for each test:
 
     import pytest
     from langgraph_effects.testing.conformance import LedgerConformance

@@ -1,0 +1,236 @@
+"""The operator API: list, show, resolve, compensate and recover operations from Python.
+
+Everything the console (``langgraph-effects list/show/resolve/compensate/recover``) does,
+it does through these functions, so a service, a notebook or a script gets the same
+behaviour and the same JSON:
+
+    from langgraph_effects.operator import list_operations, open_ledger, resolve, show
+
+    async with open_ledger("agent.sqlite") as ledger:
+        for op in await list_operations(ledger):  # unresolved ones, oldest change first
+            view = await show(ledger, op.op_id)
+            print(view.to_json())  # what `show --json` prints
+        await resolve(
+            ledger, op.op_id, {"type": "landed", "receipt": {"id": "r1"}},
+            expected_version=view.operation.version, actor="alice",
+        )
+
+A verdict is bound to the version the operator saw (``expected_version``): if the
+operation moved since, it is refused and nothing changes; it is idempotent by its
+decision id; the graph honours it on its next resume exactly as if it had been given
+through ``Command(resume=...)``.
+
+**JSON.** Every ``to_json()`` here, the console's ``--json`` output, the values of the
+``interrupt()`` the package raises and the recovery report share one vocabulary (an
+operation's id is ``operation_id`` everywhere). Their shapes are the typed dicts
+below (``OperationJSON``, ``OperationViewJSON``, ``ReviewRequestJSON``...); their JSON
+Schemas come from [`json_schemas`][langgraph_effects.operator.json_schemas] and are
+published on the docs' "JSON shapes" page.
+
+Every name imports on first use (PEP 562): ``recover`` loads LangGraph, the rest does
+not.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._runtime.compensation import (
+        CompensationReport,
+        compensate,
+        compensations,
+        compensations_to_json,
+        finish_compensations,
+    )
+    from ._runtime.operator import (
+        DECISION_TYPES,
+        DEFAULT_CONNECT_TIMEOUT,
+        LeaseStatus,
+        OperationView,
+        Resolution,
+        allowed_decisions,
+        audit_to_json,
+        has_password,
+        lease_status,
+        list_operations,
+        new_decision_id,
+        open_ledger,
+        operation_to_json,
+        operations_to_json,
+        resolve,
+        resolve_report,
+        setup_database,
+        show,
+    )
+    from ._runtime.shapes import (
+        SHAPES,
+        ActionRequestJSON,
+        ApprovalEntryJSON,
+        ApprovalRequestJSON,
+        AuditEntryJSON,
+        CompensationEntryJSON,
+        CompensationJSON,
+        CompensationListJSON,
+        ErrorDetailJSON,
+        ErrorJSON,
+        OperationJSON,
+        OperationListJSON,
+        OperationReportJSON,
+        OperationViewJSON,
+        OwnerJSON,
+        RecoveryReportJSON,
+        ResolutionJSON,
+        ResultSummaryJSON,
+        ReviewConfigJSON,
+        ReviewEntryJSON,
+        ReviewRequestJSON,
+        StateAtJSON,
+        ThreadReportJSON,
+        TransitionJSON,
+        json_schema,
+        json_schemas,
+    )
+    from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
+    from .recovery.sync import recover_sync
+
+#: Where each name lives (relative to the package); imported on first access.
+_EXPORTS: dict[str, str] = {
+    # reading
+    "open_ledger": "_runtime.operator",
+    "setup_database": "_runtime.operator",
+    "DEFAULT_CONNECT_TIMEOUT": "_runtime.operator",
+    "has_password": "_runtime.operator",
+    "list_operations": "_runtime.operator",
+    "show": "_runtime.operator",
+    "OperationView": "_runtime.operator",
+    "lease_status": "_runtime.operator",
+    "LeaseStatus": "_runtime.operator",
+    "allowed_decisions": "_runtime.operator",
+    # deciding
+    "resolve": "_runtime.operator",
+    "resolve_report": "_runtime.operator",
+    "Resolution": "_runtime.operator",
+    "new_decision_id": "_runtime.operator",
+    "DECISION_TYPES": "_runtime.operator",
+    # compensating
+    "compensate": "_runtime.compensation",
+    "compensations": "_runtime.compensation",
+    "finish_compensations": "_runtime.compensation",
+    "CompensationReport": "_runtime.compensation",
+    # recovering
+    "recover": "recovery",
+    "recover_sync": "recovery.sync",
+    "RecoveryReport": "recovery",
+    "ThreadReport": "recovery",
+    "OperationReport": "recovery",
+    # JSON
+    "operation_to_json": "_runtime.operator",
+    "operations_to_json": "_runtime.operator",
+    "audit_to_json": "_runtime.operator",
+    "compensations_to_json": "_runtime.compensation",
+    "json_schema": "_runtime.shapes",
+    "json_schemas": "_runtime.shapes",
+    "SHAPES": "_runtime.shapes",
+    **{
+        name: "_runtime.shapes"
+        for name in (
+            "ActionRequestJSON",
+            "ApprovalEntryJSON",
+            "ApprovalRequestJSON",
+            "AuditEntryJSON",
+            "CompensationEntryJSON",
+            "CompensationJSON",
+            "CompensationListJSON",
+            "ErrorDetailJSON",
+            "ErrorJSON",
+            "OperationJSON",
+            "OperationListJSON",
+            "OperationReportJSON",
+            "OperationViewJSON",
+            "OwnerJSON",
+            "RecoveryReportJSON",
+            "ResolutionJSON",
+            "ResultSummaryJSON",
+            "ReviewConfigJSON",
+            "ReviewEntryJSON",
+            "ReviewRequestJSON",
+            "StateAtJSON",
+            "ThreadReportJSON",
+            "TransitionJSON",
+        )
+    },
+}
+
+__all__ = [
+    "ActionRequestJSON",
+    "ApprovalEntryJSON",
+    "ApprovalRequestJSON",
+    "AuditEntryJSON",
+    "CompensationEntryJSON",
+    "CompensationJSON",
+    "CompensationListJSON",
+    "CompensationReport",
+    "DECISION_TYPES",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "ErrorDetailJSON",
+    "ErrorJSON",
+    "LeaseStatus",
+    "OperationJSON",
+    "OperationListJSON",
+    "OperationReport",
+    "OperationReportJSON",
+    "OperationView",
+    "OperationViewJSON",
+    "OwnerJSON",
+    "RecoveryReport",
+    "RecoveryReportJSON",
+    "Resolution",
+    "ResolutionJSON",
+    "ResultSummaryJSON",
+    "ReviewConfigJSON",
+    "ReviewEntryJSON",
+    "ReviewRequestJSON",
+    "SHAPES",
+    "StateAtJSON",
+    "ThreadReport",
+    "ThreadReportJSON",
+    "TransitionJSON",
+    "allowed_decisions",
+    "audit_to_json",
+    "compensate",
+    "compensations",
+    "compensations_to_json",
+    "finish_compensations",
+    "has_password",
+    "json_schema",
+    "json_schemas",
+    "lease_status",
+    "list_operations",
+    "new_decision_id",
+    "open_ledger",
+    "operation_to_json",
+    "operations_to_json",
+    "recover",
+    "recover_sync",
+    "resolve",
+    "resolve_report",
+    "setup_database",
+    "show",
+]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """Import a name on first access and keep it (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f".{module}", __package__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names (imported or not yet) beside what the module holds."""
+    return sorted({*globals(), *__all__})
