@@ -30,7 +30,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from pydantic import BaseModel
+
 from ..core.operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
+from ..core.text import require_json, require_text
 from ..errors import (
     LeaseLiveError,
     LedgerNotFoundError,
@@ -267,6 +270,7 @@ async def resolve_report(
         raise ValueError(f"expected_version must be at least 1, not {expected_version}")
     if not actor:
         raise ValueError("actor must name who decides (it goes into the audit trail)")
+    _check_text(op_id, decision, decision_id=decision_id, actor=actor, tenant=tenant)
     parsed = parse_decision(decision)
     did = decision_id if decision_id is not None else new_decision_id()
     if not did:
@@ -283,6 +287,24 @@ async def resolve_report(
     return Resolution(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state
     )
+
+
+_VERDICT_ADVICE = (
+    "Give ids, the actor, notes and reasons as valid text, and the receipt as JSON (what the "
+    "provider returned, e.g. {'id': 'ch_123'})."
+)
+
+
+def _check_text(
+    op_id: str, decision: Any, *, decision_id: str | None, actor: str, tenant: str | None
+) -> None:
+    """Refuse a verdict holding what cannot be stored as it is (a lone surrogate, a receipt
+    that is not JSON), naming the value, before anything is read or written."""
+    for value, name in ((op_id, "op_id"), (decision_id, "decision_id"), (actor, "actor"), (tenant, "tenant")):
+        require_text(value, name, _VERDICT_ADVICE)
+    content = decision.model_dump() if isinstance(decision, BaseModel) else decision
+    if isinstance(content, Mapping):
+        require_json(dict(content), "the decision", _VERDICT_ADVICE)
 
 
 @_takes_arguments_of(resolve_report)
