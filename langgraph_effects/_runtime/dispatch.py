@@ -30,6 +30,7 @@ from langchain_core.messages import ToolMessage
 from ..core import identity, protocol
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
+from ..core.reconcile import lost_send
 from ..errors import (
     IllegalTransitionError,
     StaleVersionError,
@@ -234,7 +235,9 @@ class Dispatcher:
                 await self.move(c, step.change)
                 continue
             if isinstance(step, protocol.Reconcile):
-                outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
+                outcome = await reconcile(
+                    op, c.effect, args=c.args, scope=self.scope, lost_sends=await self._lost_sends(c)
+                )
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
                 evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
                 if outcome.action == "resend":
@@ -459,6 +462,15 @@ class Dispatcher:
             ):
                 return
             delay = min(delay * 2, 1.0)
+
+    async def _lost_sends(self, c: CallRecord) -> int:
+        """How many of the operation's sends ended with no outcome from the tool (a lost
+        lease, a hand-back), read from its audit trail; only asked once its attempts
+        reach ``max_attempts``, when the count decides between a re-send and review."""
+        if c.op.attempts < c.effect.max_attempts or c.effect.kind == "blind":
+            return 0
+        trail = await self.ledger.audit(c.op.op_id)
+        return sum(1 for entry in trail if lost_send(entry.event, entry.evidence))
 
     def _token(self, c: CallRecord) -> str | None:
         return c.owner.token if c.owner is not None else None
