@@ -140,6 +140,13 @@ class OperationView:
     allowed_decisions: tuple[str, ...]
     """``landed``/``not_landed``/``abandon`` when a verdict may be given now, else empty."""
 
+    @property
+    def late_sends(self) -> tuple[AuditEntry, ...]:
+        """The audit entries noting a late send (``late``): the tool of a dispatch that
+        another worker took over finished anyway, so a second request may have reached
+        the provider (see ``docs/leases.md``)."""
+        return tuple(entry for entry in self.audit if entry.event == Event.LATE.value)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the result bytes are summarised, never included)."""
         return {
@@ -147,6 +154,7 @@ class OperationView:
             "lease": self.lease,
             "allowed_decisions": list(self.allowed_decisions),
             "audit": [audit_to_json(entry) for entry in self.audit],
+            "late_sends": [audit_to_json(entry) for entry in self.late_sends],
         }
 
 
