@@ -87,6 +87,7 @@ def _problem(value: Any, where: str, depth: int) -> tuple[str, str] | None:
 #: The run config's entries that ids, keys and checkpoints are made of.
 CONFIG_IDS: tuple[str, ...] = ("thread_id", "checkpoint_ns", "checkpoint_id", "tenant_id", "policy_version")
 
+#: What an error about such a config value advises.
 CONFIG_ADVICE = (
     "Give it as valid text: decode bytes as UTF-8 (with errors='replace' if they may be "
     "malformed), or pass a digest of them."
