@@ -38,6 +38,7 @@ so a caller can catch the package as a whole or one precise failure:
     │   ├── BudgetExceededError     the send would exceed a durable budget
     │   └── CircuitOpenError        the provider's circuit breaker is open
     ├── OversizedError              a receipt or evidence text over its documented limit
+    ├── UnencodableValueError       an id, key or verdict that cannot be stored as it is (a lone surrogate)
     └── DefiniteFailure             raised by a tool: the provider definitely did nothing
 
 Errors about one operation or one ledger carry what they are about as attributes
@@ -589,6 +590,35 @@ class OversizedError(EffectsError, ValueError):
     def overage(self) -> str:
         """``"the reason is 5,000 characters, over the 4,096-character limit"``."""
         return _overage(self.what, self.size, self.limit, self.unit)
+
+
+class UnencodableValueError(EffectsError, ValueError):
+    """An id, a key or an operator's verdict that cannot be stored or hashed as it is:
+    refused before anything was sent or written.
+
+    Text holding an unpaired surrogate (``"t\\ud800"``) has no UTF-8 form, so no
+    database, checkpoint or id digest takes it; a receipt must be JSON. Raised for a
+    thread id, checkpoint namespace, tenant id or policy version (by the savers and by
+    every effectful call), an ``Effect(key=...)`` key, and a verdict's decision id,
+    actor, receipt, note or reason (see ``docs/tenants-secrets-strings.md``).
+
+    Attributes: ``field`` (the value, as the caller gave it: ``"config['configurable']
+    ['tenant_id']"``), ``where`` (the part of it that is wrong, printable), ``why`` and
+    ``advice``. Also a :class:`ValueError`: the console answers it as bad input.
+    """
+
+    kind = "bad_input"
+
+    field: str
+    where: str
+    why: str
+    advice: str
+
+    def __init__(self, field: str, where: str, why: str, advice: str) -> None:
+        self._record(
+            f"{where} {why}; nothing was sent or written. {advice}",
+            field=field, where=where, why=why, advice=advice,
+        )
 
 
 def _overage(what: str, size: int, limit: int, unit: str) -> str:

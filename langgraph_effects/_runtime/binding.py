@@ -21,6 +21,7 @@ from ..core import identity, options
 from ..core.contract import BLIND, Effect
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
+from ..core.text import CONFIG_ADVICE, require_config_text, require_text
 from ..errors import (
     DurabilityError,
     InvalidOptionError,
@@ -364,8 +365,11 @@ def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
     """The tenant and policy version a call runs under.
 
     Read from ``config["configurable"]`` (``tenant_id``, ``policy_version``), or from
-    the graph's runtime ``context`` (a mapping or object with those names).
+    the graph's runtime ``context`` (a mapping or object with those names). Text that
+    cannot be stored or hashed as it is (a lone surrogate) is refused, as are such ids
+    of the run config (:func:`~langgraph_effects.core.text.require_config_text`).
     """
+    require_config_text(config)
     conf = config.get("configurable") or {}
 
     def pick(name: str) -> Any:
@@ -377,10 +381,16 @@ def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
 
     tenant = pick("tenant_id")
     policy = pick("policy_version")
-    return Scope(
+    scope = Scope(
         tenant="" if tenant is None else str(tenant),
         policy_version=None if policy is None else str(policy),
     )
+    require_text(scope.tenant, "the tenant id (tenant_id in the config or the context)", CONFIG_ADVICE)
+    require_text(
+        scope.policy_version, "the policy version (policy_version in the config or the context)",
+        CONFIG_ADVICE,
+    )
+    return scope
 
 
 @dataclass(frozen=True)
@@ -412,6 +422,11 @@ def identify(
     digest = identity.args_hash(identifying, key=at.settings.hash_key)
     if effect.key is not None:
         provider_key = str(effect.key(args, at.config))
+        require_text(
+            provider_key,
+            f"the key Effect(key=...) made for a {tool_call['name']} call",
+            "Make the key function return valid text (a digest of the arguments is safe).",
+        )
         return (
             identity.logical_operation_id(tenant=at.scope.tenant, provider_key=provider_key),
             provider_key,

@@ -44,6 +44,7 @@ from ..core.compensation import (
 from ..core.contract import Effect, Undo, UndoRequest
 from ..core.keys import with_key
 from ..core.operation import Operation, Scope, State, advance
+from ..core.text import require_text
 from ..errors import CompensationError, OperationNotFoundError
 from ..ledger.base import (
     DEFAULT_ACTOR,
@@ -220,7 +221,11 @@ async def request_compensation(
     Raises [`CompensationError`][langgraph_effects.errors.CompensationError] when it cannot be
     compensated (nothing landed, no undo declared, being sent right now...), with the
     reason; an ``unknown`` effect is sent to review and reported (``review_first``).
+    An actor, reason or tenant holding a lone surrogate is refused
+    (:class:`~langgraph_effects.errors.UnencodableValueError`).
     """
+    for value, name in ((op_id, "op_id"), (actor, "actor"), (reason, "reason"), (tenant, "tenant")):
+        require_text(value, name, "Give it as valid text.")
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
     decision, op, undo = await ledger.transact(
         lambda: request_plan(

@@ -31,6 +31,7 @@ from ..core import identity, protocol
 from ..core.compensation import undo_ordered
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
+from ..core.reconcile import lost_send
 from ..errors import (
     CompensationError,
     IllegalTransitionError,
@@ -235,7 +236,9 @@ class Dispatcher:
                 await self.move(c, step.change)
                 continue
             if isinstance(step, protocol.Reconcile):
-                outcome = await reconcile(op, c.effect, args=c.args, scope=self.scope)
+                outcome = await reconcile(
+                    op, c.effect, args=c.args, scope=self.scope, lost_sends=await self._lost_sends(c)
+                )
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
                 evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
                 if outcome.action == "resend":
@@ -281,7 +284,7 @@ class Dispatcher:
             sender = {"host": c.owner.host, "pid": c.owner.pid} if c.owner else None
             moved = await self.move(c, protocol.settle(outcome, sender=sender), expected=op.version)
             if not moved:
-                await self._record_late(c, outcome, token)
+                await self._record_late(c, outcome, token, sender)
         finally:
             c.running = False
             self.leases.release(c)
@@ -307,19 +310,31 @@ class Dispatcher:
             )
         return Reply(await admission.record_refusal(c, refusal, self.move))
 
-    async def _record_late(self, c: CallRecord, outcome: protocol.Outcome, token: str) -> None:
+    async def _record_late(
+        self, c: CallRecord, outcome: protocol.Outcome, token: str, sender: Mapping[str, Any] | None
+    ) -> None:
         """Another worker took the operation over while our tool ran: what it did is
-        evidence (never a reason to send again); the call answers with it as is."""
-        change = protocol.late(c.op, outcome, token=token)
+        evidence (never a reason to send again), recorded with :func:`protocol.late`
+        (a result settling an ``unknown`` or reviewed operation, else a ``late`` note in
+        the audit trail); the call answers with it as is. A worker sending it right
+        now is waited for first, so the note never costs it its outcome."""
         log.warning(
             "operation %s was taken over while its tool ran (now %s); the late %s is kept "
-            "as evidence and nothing is sent again",
+            "as evidence and nothing is sent again: a second request may have reached the "
+            "provider (see its audit trail)",
             c.op.op_id,
             c.op.state,
             type(outcome).__name__.lower(),
         )
-        if change is not None:
-            await self.move(c, change)
+        for _ in range(_MAX_STEPS):
+            if c.op.state is State.DISPATCHED and not protocol.ours(c.op, token) and not protocol.holder_gone(
+                c.op, alive=await self._alive(c), now=time.time()
+            ):
+                await self.wait_for_other(c)
+                continue
+            if await self.move(c, protocol.late(c.op, outcome, token=token, sender=sender)):
+                return
+        log.warning("operation %s kept changing; its late %s was not noted", c.op.op_id, outcome)
 
     async def withdraw(self, c: CallRecord) -> None:
         """The tool paused itself with ``interrupt()``; it will run again on resume."""
@@ -491,6 +506,15 @@ class Dispatcher:
             ):
                 return
             delay = min(delay * 2, 1.0)
+
+    async def _lost_sends(self, c: CallRecord) -> int:
+        """How many of the operation's sends ended with no outcome from the tool (a lost
+        lease, a hand-back), read from its audit trail; only asked once its attempts
+        reach ``max_attempts``, when the count decides between a re-send and review."""
+        if c.op.attempts < c.effect.max_attempts or c.effect.kind == "blind":
+            return 0
+        trail = await self.ledger.audit(c.op.op_id)
+        return sum(1 for entry in trail if lost_send(entry.event, entry.evidence))
 
     def _token(self, c: CallRecord) -> str | None:
         return c.owner.token if c.owner is not None else None

@@ -18,6 +18,7 @@ from langgraph.types import Command
 from ..core.controls import Refusal
 from ..core.identity import canonical_json
 from ..core.operation import EvidenceKind, Operation, State
+from ..core.text import encodable as encodable  # what a checkpoint can store as it is
 from ..errors import BudgetExceededError, CircuitOpenError, OversizedError
 
 _SERDE = JsonPlusSerializer()
@@ -265,16 +266,6 @@ def review_placeholder(op: Operation, *, tool_call_id: str, tool: str) -> ToolMe
         tool_call_id=tool_call_id,
         artifact={PENDING_REVIEW: op.op_id},
     )
-
-
-def encodable(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (no unpaired surrogate): what a checkpoint can
-    store as it is."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def unanswered(history: Sequence[BaseMessage]) -> list[tuple[int, Mapping[str, Any]]]:

@@ -19,7 +19,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
+from pydantic import BaseModel
+
 from ..core.operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, State
+from ..core.text import require_json, require_text
 from ..errors import (
     LeaseLiveError,
     LedgerNotFoundError,
@@ -140,6 +143,13 @@ class OperationView:
     allowed_decisions: tuple[str, ...]
     """``landed``/``not_landed``/``abandon`` when a verdict may be given now, else empty."""
 
+    @property
+    def late_sends(self) -> tuple[AuditEntry, ...]:
+        """The audit entries noting a late send (``late``): the tool of a dispatch that
+        another worker took over finished anyway, so a second request may have reached
+        the provider (see ``docs/leases.md``)."""
+        return tuple(entry for entry in self.audit if entry.event == Event.LATE.value)
+
     def to_json(self) -> OperationViewJSON:
         """What ``langgraph-effects show --json`` prints (the result bytes are
         summarised, never included)."""
@@ -148,6 +158,7 @@ class OperationView:
             "lease": self.lease,
             "allowed_decisions": cast(list[Verdict], list(self.allowed_decisions)),
             "audit": [audit_to_json(entry) for entry in self.audit],
+            "late_sends": [audit_to_json(entry) for entry in self.late_sends],
         }
 
 
@@ -286,6 +297,7 @@ async def resolve_report(
         raise ValueError(f"expected_version must be at least 1, not {expected_version}")
     if not actor:
         raise ValueError("actor must name who decides (it goes into the audit trail)")
+    _check_text(op_id, decision, decision_id=decision_id, actor=actor, tenant=tenant)
     parsed = parse_decision(decision)
     did = decision_id if decision_id is not None else new_decision_id()
     if not did:
@@ -303,6 +315,24 @@ async def resolve_report(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
         decision=decision_content(parsed),
     )
+
+
+_VERDICT_ADVICE = (
+    "Give ids, the actor, notes and reasons as valid text, and the receipt as JSON (what the "
+    "provider returned, e.g. {'id': 'ch_123'})."
+)
+
+
+def _check_text(
+    op_id: str, decision: Any, *, decision_id: str | None, actor: str, tenant: str | None
+) -> None:
+    """Refuse a verdict holding what cannot be stored as it is (a lone surrogate, a receipt
+    that is not JSON), naming the value, before anything is read or written."""
+    for value, name in ((op_id, "op_id"), (decision_id, "decision_id"), (actor, "actor"), (tenant, "tenant")):
+        require_text(value, name, _VERDICT_ADVICE)
+    content = decision.model_dump() if isinstance(decision, BaseModel) else decision
+    if isinstance(content, Mapping):
+        require_json(dict(content), "the decision", _VERDICT_ADVICE)
 
 
 @_takes_arguments_of(resolve_report)

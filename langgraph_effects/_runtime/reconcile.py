@@ -50,15 +50,20 @@ async def reconcile(
     scope: Scope,
     sleep: Sleep = asyncio.sleep,
     clock: Callable[[], float] = time.time,
+    lost_sends: int = 0,
 ) -> Reconciliation:
     """Decide what the evidence allows for an ``unknown`` operation.
 
     Every escalation says what changed in the authority since intent, if anything,
-    so the operator sees it beside the evidence.
+    so the operator sees it beside the evidence. ``lost_sends``: its sends that ended
+    with no outcome from the tool, which ``max_attempts`` does not count
+    (:func:`langgraph_effects.core.reconcile.tried`).
     """
     if effect.lookup is None:
-        return without_lookup(op, effect, scope, now=clock())
-    return await _by_lookup(op, effect, args=args, scope=scope, sleep=sleep, clock=clock)
+        return without_lookup(op, effect, scope, now=clock(), lost_sends=lost_sends)
+    return await _by_lookup(
+        op, effect, args=args, scope=scope, sleep=sleep, clock=clock, lost_sends=lost_sends
+    )
 
 
 async def _by_lookup(
@@ -69,6 +74,7 @@ async def _by_lookup(
     scope: Scope,
     sleep: Sleep,
     clock: Callable[[], float],
+    lost_sends: int,
 ) -> Reconciliation:
     """Poll the lookup with bounded backoff until its answer settles it, or every one
     of ``lookup_attempts`` polls was inconclusive."""
@@ -92,11 +98,14 @@ async def _by_lookup(
             except OversizedError as error:
                 # Proof it landed, but too big to record: no lookup evidence to act on.
                 return after_inconclusive(
-                    op, effect, scope, now=clock(), reason=f"the lookup found it, but {error}"
+                    op, effect, scope, now=clock(), reason=f"the lookup found it, but {error}",
+                    lost_sends=lost_sends,
                 )
             return after_landed(receipt=receipt, withdrawn=found.withdrawn, polls=polls)
         if isinstance(found, NotLanded):
-            decided = after_not_landed(op, effect, scope, now=clock(), polls=polls, backoff=delay)
+            decided = after_not_landed(
+                op, effect, scope, now=clock(), polls=polls, backoff=delay, lost_sends=lost_sends
+            )
             if not isinstance(decided, PollAgain):
                 return decided
             await sleep(decided.wait)
@@ -107,4 +116,4 @@ async def _by_lookup(
                 await sleep(delay)
         delay = min(delay * 2, 2.0)
     reason = "; ".join(dict.fromkeys(reasons)) or "lookup inconclusive"
-    return after_inconclusive(op, effect, scope, now=clock(), reason=reason)
+    return after_inconclusive(op, effect, scope, now=clock(), reason=reason, lost_sends=lost_sends)

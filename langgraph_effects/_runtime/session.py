@@ -144,6 +144,8 @@ class Session:
                 "with a checkpointer (e.g. EffectSqliteSaver) and pass "
                 "config={'configurable': {'thread_id': ...}}"
             )
+        # Before anything waits, reads or writes: ids that cannot be stored are refused.
+        scope = scope_from(config, context)
         history = history_of(state, messages_key)
         # A dispatch owner for the calls the open itself may dispatch (released at once
         # if none is): one made ahead, or one made on a worker thread (a locked file)
@@ -158,7 +160,6 @@ class Session:
                 config, wait_seconds=settings.durable_wait_seconds, sync_checkpointer=sync_checkpointer
             )
             namespace = identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config)))
-            scope = scope_from(config, context)
             at = Coordinates(settings, scope, thread_id, namespace, config)
             calls = _new_calls(tool_calls, at, source, history, call_keys or {})
             if made is not None:

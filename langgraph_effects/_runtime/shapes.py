@@ -106,12 +106,14 @@ class OperationListJSON(TypedDict):
 
 class OperationViewJSON(TypedDict):
     """``langgraph-effects show --json``: one operation, its lease, the verdicts it
-    takes now and its audit trail."""
+    takes now, its audit trail, and the audit entries that note a late send by an
+    overtaken owner (a second request may have reached the provider)."""
 
     operation: OperationJSON
     lease: LeaseName | None
     allowed_decisions: list[Verdict]
     audit: list[AuditEntryJSON]
+    late_sends: list[AuditEntryJSON]
 
 
 class ResolutionJSON(TypedDict):

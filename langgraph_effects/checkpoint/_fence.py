@@ -47,6 +47,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .. import _private
+from ..core.text import require_config_text, require_metadata_text
 from ..errors import NotSetUpError, SchemaBehindError, SchemaTooNewError, ThreadConflictError
 from ..ledger.base import Ledger
 
@@ -345,7 +346,10 @@ class FencedSaver:
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's ``aget_tuple``; a run's first load starts its mark, a checkpoint
         the run names is a branch point if it has a child, and a tool waiting for a
-        checkpoint its refused run will never save gets the refusal."""
+        checkpoint its refused run will never save gets the refusal. A config id that
+        cannot be stored (a thread id with a lone surrogate) is refused
+        (`UnencodableValueError`)."""
+        require_config_text(config)
         await self._ready_for_use()
         on_load(config)
         found: CheckpointTuple | None = await super().aget_tuple(config)  # type: ignore[misc]
@@ -366,6 +370,8 @@ class FencedSaver:
         """LangGraph's ``alist``. A subgraph's loop under its parent's time travel loads
         through it (the last checkpoint before the replayed one): that checkpoint, or
         the namespace's start when there is none, is named by the caller."""
+        if config is not None:
+            require_config_text(config)
         await self._ready_for_use()
         listed = super().alist(config, filter=filter, before=before, limit=limit)  # type: ignore[misc]
         if config is None or before is None or not _private.replaying(config):
@@ -390,7 +396,11 @@ class FencedSaver:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Save a checkpoint unless it would be a second child of its parent."""
+        """Save a checkpoint unless it would be a second child of its parent. Ids or
+        metadata text that cannot be stored are refused before anything is written
+        (`UnencodableValueError`), the same on every backend."""
+        require_config_text(config)
+        require_metadata_text(metadata)
         await self._ready_for_use()
         put = Put(config, checkpoint, metadata, new_versions, check=not branching(config))
         saved = await self._put_fenced(put)
@@ -411,6 +421,7 @@ class FencedSaver:
         task_path: str = "",
     ) -> None:
         """Store a task's writes, unless another runner already moved past their checkpoint."""
+        require_config_text(config)
         if own_refusal(writes):
             return  # the refused run's error: nothing of it lands
         await self._ready_for_use()

@@ -243,8 +243,24 @@ def _render_view(view: OperationView, *, now: float, target: Target, tenant: str
     console.print()
     console.print(_audit_table(view.audit, now=now))
     console.print()
+    for entry in view.late_sends:
+        console.print(_late_send(view.operation, entry), soft_wrap=True)
     # soft_wrap: each hint stays one line, so it can be pasted as printed
     console.print(_next_steps(view, target, tenant), soft_wrap=True)
+
+
+def _late_send(op: Operation, entry: AuditEntry) -> Text:
+    """The warning for one late send: a second request may have reached the provider."""
+    evidence = dict(entry.evidence or {})
+    sender = evidence.get("sender") or {}
+    who = f"pid {sender.get('pid')} on {sender.get('host')}" if sender else "a worker"
+    return Text(
+        f"A second request may have reached the provider: the tool of a dispatch by {who} "
+        f"finished after another worker took it over (audit #{entry.seq}, while "
+        f"{evidence.get('state_then')}; its outcome: {evidence.get('outcome')}). Check the provider "
+        f"for a duplicate under the key {op.provider_key}.",
+        style="bold yellow",
+    )
 
 
 def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:

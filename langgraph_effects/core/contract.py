@@ -100,7 +100,9 @@ class Effect:
         approval: ``"always"`` to require a human approval (bound to the
             arguments' hash, single use) before the first dispatch.
         max_attempts: the most sends (first dispatch included) reconciliation may
-            make before asking an operator.
+            make before asking an operator. A send that a worker death or a lost
+            lease ended, or that was handed back unsent, is not counted: the dedup
+            window or the lookup decides those re-sends (see ``docs/retries.md``).
         key_argument: the name of a tool argument that receives the operation's
             provider key on every send (for example ``"idempotency_key"``, or an MCP
             tool's idempotency parameter). The key replaces whatever the model put

@@ -89,6 +89,10 @@ class Event(str, enum.Enum):
     """A confirmed effect is to be undone: its undo (a new operation, named in the
     evidence's ``compensated_by``) is recorded in the same commit. It stays confirmed:
     the effect did land; the undo's own state says how the compensation stands."""
+    LATE = "late"
+    """The tool of a dispatch that was taken over finished anyway (a late send by an
+    overtaken owner): a second request may have reached the provider. A note in the
+    audit trail (see :data:`NOTES`); nothing else changes."""
 
     def __str__(self) -> str:
         return self.value
@@ -113,6 +117,8 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (State.REVIEW, Event.NOT_LANDED): State.PENDING,
     (State.REVIEW, Event.ABANDON): State.ABANDONED,
     (State.CONFIRMED, Event.COMPENSATE): State.CONFIRMED,
+    # A note, from every state to itself (see NOTES).
+    **{(state, Event.LATE): state for state in State},
 }
 
 #: Events that put a request on the wire: they take a lease and count an attempt.
@@ -123,6 +129,10 @@ REOPENING: Mapping[State, Event] = {State.FAILED: Event.RETRY}
 #: Rows of the table that leave a terminal state where it is and only mark it: a
 #: confirmed effect marked for compensation (see `compensation`).
 MARKS: Mapping[State, Event] = {State.CONFIRMED: Event.COMPENSATE}
+#: Events that only annotate the audit trail: the operation keeps its state, evidence,
+#: result, owner and lease; only its version moves (so the note has its place in the
+#: trail). The change's evidence goes to the audit row alone.
+NOTES: frozenset[Event] = frozenset({Event.LATE})
 #: Events that are an operator's verdict: they need a decision id.
 VERDICTS: frozenset[Event] = frozenset({Event.LANDED, Event.NOT_LANDED, Event.ABANDON})
 #: States a verdict may land on, derived from the table: the one place that says so.
@@ -148,6 +158,9 @@ class EvidenceKind(str, enum.Enum):
     """The tool timed out: ambiguous."""
     LEASE = "lease"
     """The sender's lease expired or its owner died."""
+    LATE = "late"
+    """The tool of an overtaken dispatch finished after the takeover: a second request
+    may have reached the provider (``outcome`` says what the tool did, ``sender`` who)."""
     INTERRUPT = "interrupt"
     """The tool paused itself with ``interrupt()``."""
     LOOKUP = "lookup"
@@ -422,6 +435,8 @@ def advance(
     decisions = op.decisions
     if change.decision_id is not None:
         decisions = (*decisions, (change.decision_id, decision_digest(change.decision)))
+    if change.event in NOTES:
+        return _evolve(op, version=op.version + 1, decisions=decisions, updated_at=now)
     return _evolve(
         op,
         state=target,
@@ -487,6 +502,8 @@ def mermaid() -> str:
     """The state diagram, generated from `TRANSITIONS` (for the README)."""
     lines = ["stateDiagram-v2", "    [*] --> pending: intent", "    [*] --> dispatched: intent+dispatch"]
     for (source, event), target in TRANSITIONS.items():
+        if event in NOTES:
+            continue  # a note on every state, not a move (docs/states.md)
         lines.append(f"    {source.value} --> {target.value}: {event.value}")
     for state in sorted(TERMINAL, key=lambda s: s.value):
         lines.append(f"    {state.value} --> [*]")

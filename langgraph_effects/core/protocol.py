@@ -234,25 +234,29 @@ def settle(outcome: Outcome, *, sender: Mapping[str, Any] | None = None) -> Chan
     return Change(Event.LOSE, evidence=dict(outcome.evidence))
 
 
-def late(current: Operation, outcome: Outcome, *, token: str) -> Change | None:
+def late(
+    current: Operation, outcome: Outcome, *, token: str, sender: Mapping[str, Any] | None = None
+) -> Change:
     """A result that arrived after another worker took the operation over.
 
     It is evidence, never a reason to send: a success proves the effect landed, so
-    it settles an operation still ``unknown`` or waiting for a human; in any other
-    state (the taker is already re-sending, or it is settled) nothing moves and the
-    caller only notes it. A failure or an ambiguous outcome changes nothing.
+    it settles an operation still ``unknown`` or waiting for a human (its request was
+    the only one). In any other state the taker may have sent a request of its own (it
+    is re-sending, it settled, or an operator cleared a re-send), so the late send is
+    noted in the audit trail (``late``, see :data:`~.operation.NOTES`) for an operator
+    to see that a second request may have reached the provider; nothing else moves.
+    The caller must not note it on an operation another worker is sending right now
+    (its outcome's compare-and-set would lose to the note): wait for that worker first.
     """
-    if not isinstance(outcome, Succeeded):
-        return None
-    evidence = {"kind": EvidenceKind.RESULT, "late": True, "owner_token": token}
-    if current.state is State.UNKNOWN:
-        return Change(
-            Event.CONFIRM,
-            evidence=evidence,
-            result_type=outcome.result_type,
-            result=outcome.result,
-        )
-    if current.state is State.REVIEW:
+    if isinstance(outcome, Succeeded) and current.state in (State.UNKNOWN, State.REVIEW):
+        evidence = {"kind": EvidenceKind.RESULT, "late": True, "owner_token": token}
+        if current.state is State.UNKNOWN:
+            return Change(
+                Event.CONFIRM,
+                evidence=evidence,
+                result_type=outcome.result_type,
+                result=outcome.result,
+            )
         return Change(
             Event.LANDED,
             evidence=evidence,
@@ -261,7 +265,22 @@ def late(current: Operation, outcome: Outcome, *, token: str) -> Change | None:
             decision_id=f"late-result:{token}",
             decision={"decision": "landed", "by": "late tool result"},
         )
-    return None
+    note: dict[str, Any] = {
+        "kind": EvidenceKind.LATE,
+        "outcome": _LATE_OUTCOMES[type(outcome)],
+        "owner_token": token,
+        "state_then": current.state.value,
+    }
+    if sender:
+        note["sender"] = dict(sender)
+    if isinstance(outcome, Failed):
+        note["error"] = outcome.error
+    elif isinstance(outcome, Ambiguous) and outcome.evidence.get("error"):
+        note["error"] = outcome.evidence["error"]
+    return Change(Event.LATE, evidence=note)
+
+
+_LATE_OUTCOMES: Mapping[type, str] = {Succeeded: "result", Failed: "error", Ambiguous: "ambiguous"}
 
 
 def after_record(moved: bool, outcome: Outcome) -> str:

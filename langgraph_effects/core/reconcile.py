@@ -11,7 +11,8 @@ operation's state and returns a `Reconciliation`:
   one only once its settle time has passed);
 * ``escalate`` - nothing settles it (blind provider, lookup inconclusive, window
   expired, attempts used up, or the tenant/policy changed since intent): an
-  operator decides.
+  operator decides. Attempts are the sends the call tried (:func:`tried`): a send a
+  worker death or a lost lease ended does not count.
 
 A re-send happens only under the tenant and policy version recorded at intent, and
 every escalation carries what changed in that authority (``changed``), if anything.
@@ -87,27 +88,51 @@ def escalate(op: Operation, scope: Scope, evidence: Mapping[str, Any]) -> Reconc
     return Reconciliation("escalate", dict(evidence))
 
 
+def tried(op: Operation, lost_sends: int) -> int:
+    """The attempts that count against ``max_attempts``: the operation's sends
+    (``op.attempts``) but the ``lost_sends`` that ended with no outcome from the tool (a
+    worker that died or lost its lease, a dispatch handed back unsent; see
+    :func:`lost_send`). A worker death ends every call it had dispatched, so counting
+    it would send each of them to review after ``max_attempts`` deaths, though the
+    evidence that allows the re-send (a dedup window, a lookup's proof of absence)
+    holds whatever the count."""
+    return max(0, op.attempts - lost_sends)
+
+
+def lost_send(event: str, evidence: Mapping[str, Any] | None) -> bool:
+    """Whether an audit entry (its event and evidence) ended a send with no outcome from
+    the tool: ``lose`` on a lost lease, or ``withdraw`` (handed back unsent, or paused)."""
+    if event == Event.WITHDRAW.value:
+        return True
+    return event == Event.LOSE.value and (evidence or {}).get("kind") == EvidenceKind.LEASE.value
+
+
 def resend_if_allowed(
-    op: Operation, effect: Effect, scope: Scope, evidence: Mapping[str, Any]
+    op: Operation, effect: Effect, scope: Scope, evidence: Mapping[str, Any], *, lost_sends: int = 0
 ) -> Reconciliation:
     """A re-send the evidence proves safe, unless the tenant or policy changed since
-    intent (``policy``) or the call used up its ``max_attempts`` (``attempts``)."""
+    intent (``policy``) or the call's :func:`tried` attempts reached ``max_attempts``
+    (``attempts``)."""
     changes = scope_changes(op, scope)
     if changes:
         return Reconciliation("escalate", {**evidence, "kind": EvidenceKind.POLICY, "changed": changes})
-    if op.attempts >= effect.max_attempts:
-        return Reconciliation(
-            "escalate", {**evidence, "kind": EvidenceKind.ATTEMPTS, "attempts": op.attempts}
-        )
+    if tried(op, lost_sends) >= effect.max_attempts:
+        used: dict[str, Any] = {**evidence, "kind": EvidenceKind.ATTEMPTS, "attempts": op.attempts}
+        if lost_sends:
+            used["lost_sends"] = lost_sends
+        return Reconciliation("escalate", used)
     return Reconciliation("resend", dict(evidence))
 
 
-def without_lookup(op: Operation, effect: Effect, scope: Scope, *, now: float) -> Reconciliation:
-    """A contract with no lookup: the dedup window decides, or, blind, an operator."""
+def without_lookup(
+    op: Operation, effect: Effect, scope: Scope, *, now: float, lost_sends: int = 0
+) -> Reconciliation:
+    """A contract with no lookup: the dedup window decides, or, blind, an operator.
+    ``lost_sends``: see :func:`tried`."""
     if effect.dedup_seconds is None:
         return escalate(op, scope, {"kind": EvidenceKind.BLIND})
     if within_dedup_window(op, effect, now):
-        return resend_if_allowed(op, effect, scope, {"kind": EvidenceKind.DEDUP})
+        return resend_if_allowed(op, effect, scope, {"kind": EvidenceKind.DEDUP}, lost_sends=lost_sends)
     return escalate(
         op, scope, {"kind": EvidenceKind.DEDUP, "expired": True, "window_seconds": effect.dedup_seconds}
     )
@@ -124,7 +149,14 @@ def after_landed(*, receipt: Any, withdrawn: bool, polls: int) -> Reconciliation
 
 
 def after_not_landed(
-    op: Operation, effect: Effect, scope: Scope, *, now: float, polls: int, backoff: float
+    op: Operation,
+    effect: Effect,
+    scope: Scope,
+    *,
+    now: float,
+    polls: int,
+    backoff: float,
+    lost_sends: int = 0,
 ) -> Reconciliation | PollAgain:
     """The lookup found no trace. Proof of absence from a strong lookup, or from an
     eventual one once ``settle_after`` has passed since the send; before that the
@@ -133,13 +165,14 @@ def after_not_landed(
     remaining = effect.settle_seconds - since_send
     if effect.lookup_consistency == "strong" or remaining <= 0:
         return resend_if_allowed(
-            op, effect, scope, {"kind": EvidenceKind.LOOKUP, "found": False, "polls": polls}
+            op, effect, scope, {"kind": EvidenceKind.LOOKUP, "found": False, "polls": polls},
+            lost_sends=lost_sends,
         )
     return PollAgain(min(backoff, remaining))
 
 
 def after_inconclusive(
-    op: Operation, effect: Effect, scope: Scope, *, now: float, reason: str
+    op: Operation, effect: Effect, scope: Scope, *, now: float, reason: str, lost_sends: int = 0
 ) -> Reconciliation:
     """The lookup could not say (every poll inconclusive, timed out or raised, or it
     found a receipt too big to record): the dedup window, if still open, makes a
@@ -147,4 +180,6 @@ def after_inconclusive(
     inconclusive: dict[str, Any] = {"kind": EvidenceKind.LOOKUP, "found": None, "reason": reason}
     if not within_dedup_window(op, effect, now):
         return escalate(op, scope, inconclusive)
-    return resend_if_allowed(op, effect, scope, {**inconclusive, "kind": EvidenceKind.DEDUP})
+    return resend_if_allowed(
+        op, effect, scope, {**inconclusive, "kind": EvidenceKind.DEDUP}, lost_sends=lost_sends
+    )

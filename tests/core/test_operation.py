@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from langgraph_effects.core.operation import (
     MARKS,
+    NOTES,
     REOPENING,
     SENDING,
     TERMINAL,
@@ -229,7 +230,7 @@ class Run:
         assert {d for d, _ in op.decisions} == set(model.decisions)
         # Terminal stays terminal, but for a retry of a definite failure (a mark, such
         # as a compensation, is a new version in the same state).
-        if before.terminal and change.event is MARKS.get(before.state):
+        if before.terminal and (change.event is MARKS.get(before.state) or change.event in NOTES):
             assert op.state is before.state
         elif before.terminal and REOPENING.get(before.state) is not change.event:
             assert op is before
@@ -242,11 +243,15 @@ class Run:
         assert after is not None
         assert isinstance(after.state, State)
         kept = (REOPENING.get(before.state), MARKS.get(before.state))
-        assert not before.terminal or change.event in kept, (
+        assert not before.terminal or change.event in kept or change.event in NOTES, (
             "a terminal operation accepted an event"
         )
         # Every accepted step is a row of the table.
         assert TRANSITIONS[(before.state, change.event)] is after.state
+        if change.event in NOTES:  # only the version (and the clock) move
+            moved = {"version": before.version + 1, "updated_at": self.clock, "decisions": after.decisions}
+            assert after == _evolve(before, **moved)
+            return
         assert after.version == before.version + 1
         sending = change.event in SENDING
         assert after.attempts == before.attempts + (1 if sending else 0)
@@ -261,7 +266,7 @@ class Run:
 
     def finish(self) -> None:
         if self.op.terminal:
-            for event in set(Event) - {REOPENING.get(self.op.state), MARKS.get(self.op.state)}:
+            for event in set(Event) - {REOPENING.get(self.op.state), MARKS.get(self.op.state)} - NOTES:
                 change = Change(event, owner=OWNER, lease_expires_at=1.0, decision_id="fresh")
                 with pytest.raises(IllegalTransitionError):
                     advance(self.op, change, expected_version=self.op.version, now=self.clock)
@@ -318,7 +323,7 @@ def test_every_pair_is_either_a_row_or_refused(state: State, event: Event) -> No
 def test_terminal_states_have_no_outgoing_rows_but_a_retry() -> None:
     assert set(State) == TERMINAL | UNRESOLVED and not TERMINAL & UNRESOLVED
     for state, event in TRANSITIONS:
-        assert state not in TERMINAL or event in (REOPENING.get(state), MARKS.get(state))
+        assert state not in TERMINAL or event in (REOPENING.get(state), MARKS.get(state)) or event in NOTES
     for state, event in MARKS.items():
         assert TRANSITIONS[(state, event)] is state  # a mark moves nothing
     assert TRANSITIONS[(State.FAILED, Event.RETRY)] is State.DISPATCHED
@@ -455,9 +460,11 @@ def test_mermaid_lists_every_row_of_the_table() -> None:
     diagram = mermaid()
     assert diagram.startswith("stateDiagram-v2")
     lines = set(diagram.splitlines())
-    for (source, event), target in TRANSITIONS.items():
+    moves = {row: target for row, target in TRANSITIONS.items() if row[1] not in NOTES}
+    for (source, event), target in moves.items():
         assert f"    {source.value} --> {target.value}: {event.value}" in lines
     for state in TERMINAL:
         assert f"    {state.value} --> [*]" in lines
     arrows = [line for line in lines if "-->" in line and "[*]" not in line]
-    assert len(arrows) == len(TRANSITIONS)
+    assert len(arrows) == len(moves)  # notes (every state to itself) are not drawn
+    assert all((state, event) in TRANSITIONS for state in State for event in NOTES)

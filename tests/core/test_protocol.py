@@ -115,14 +115,22 @@ def test_next_step_rules(
     state=st.sampled_from(list(State)),
 )
 def test_a_late_result_is_evidence_never_a_send(outcome: protocol.Outcome, state: State) -> None:
+    """A success settles an ``unknown`` or reviewed operation; anything else is a ``late``
+    note that moves nothing but the version (and is never a send)."""
     current = make_op(state=state, owner=owner("tok-b") if state is State.DISPATCHED else None)
-    change = protocol.late(current, outcome, token="tok-a")
-    if change is None:
-        return
-    assert change.event not in (Event.DISPATCH, Event.RESEND)
-    assert isinstance(outcome, protocol.Succeeded) and state in (State.UNKNOWN, State.REVIEW)
+    change = protocol.late(current, outcome, token="tok-a", sender={"host": "a", "pid": 1})
+    assert change.event not in (Event.DISPATCH, Event.RESEND, Event.RETRY)
     moved = advance(current, change, expected_version=current.version, now=1.0)
-    assert moved is not None and moved.state is State.CONFIRMED and moved.evidence["late"] is True  # type: ignore[index]
+    assert moved is not None and moved.version == current.version + 1
+    if isinstance(outcome, protocol.Succeeded) and state in (State.UNKNOWN, State.REVIEW):
+        assert moved.state is State.CONFIRMED and moved.evidence["late"] is True  # type: ignore[index]
+        return
+    assert change.event is Event.LATE and change.evidence is not None
+    assert change.evidence["kind"] == "late" and change.evidence["state_then"] == state.value
+    assert change.evidence["sender"] == {"host": "a", "pid": 1}
+    assert (moved.state, moved.evidence, moved.owner, moved.result) == (
+        current.state, current.evidence, current.owner, current.result
+    )
 
 
 @given(raised=st.booleans())

@@ -18,7 +18,9 @@ from langgraph_effects.core.reconcile import (
     after_landed,
     after_not_landed,
     escalate,
+    lost_send,
     scope_changes,
+    tried,
     within_dedup_window,
     without_lookup,
 )
@@ -280,3 +282,39 @@ def test_an_escalation_keeps_the_changes_it_already_names() -> None:
 )
 def test_each_decision_is_recorded_by_its_event(action: Any, event: Event) -> None:
     assert Reconciliation(action).event is event
+
+
+# -- attempts: sends a worker death ended do not count -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("effect", "attempts", "lost", "action"),
+    [
+        (DEDUP, 6, 5, "resend"),  # five deaths, one send of its own: 1 < 3
+        (DEDUP, 6, 3, "escalate"),  # three sends ended ambiguously: 3 >= 3
+        (STRONG, 4, 4, "resend"),
+        (STRONG, 3, 0, "escalate"),
+    ],
+)
+def test_sends_lost_to_a_worker_death_do_not_count_against_max_attempts(
+    effect: Effect, attempts: int, lost: int, action: str
+) -> None:
+    operation = op(attempts=attempts, dispatched_at=CREATED)
+    if effect is DEDUP:
+        decided = without_lookup(operation, effect, SAME, now=CREATED + 1, lost_sends=lost)
+    else:
+        decided = after_not_landed(
+            operation, effect, SAME, now=CREATED + 1, polls=1, backoff=0.05, lost_sends=lost
+        )
+    assert isinstance(decided, Reconciliation) and decided.action == action
+    if action == "escalate":
+        assert decided.evidence["kind"] == "attempts" and decided.evidence["attempts"] == attempts
+        assert decided.evidence.get("lost_sends", 0) == lost
+
+
+def test_a_lost_send_is_a_lost_lease_or_a_hand_back() -> None:
+    assert lost_send("lose", {"kind": "lease", "why": "owner gone"})
+    assert lost_send("withdraw", {"kind": "not_run"}) and lost_send("withdraw", {"kind": "interrupt"})
+    assert not lost_send("lose", {"kind": "timeout", "error": "ReadTimeout"})
+    assert not lost_send("resend", {"kind": "dedup"}) and not lost_send("intent", None)
+    assert tried(op(attempts=2), 5) == 0

@@ -53,6 +53,7 @@ class Spec:
     retry: bool = False
     sync: bool = False  # run with graph.invoke on a SyncEffect*Saver (db: a path or a postgresql:// DSN)
     kind: str = "graph"  # graph | subgraph | create_agent | react
+    kill_before_send: bool = False  # the tool SIGKILLs its own worker before the provider sees it
 
 
 class State(TypedDict):
@@ -90,6 +91,8 @@ def send_tool(spec: Spec, provider: Provider) -> BaseTool:
     def send(operation: str) -> str:
         """Send the notification for ``operation``."""
         op = current_operation()
+        if spec.kill_before_send:
+            os.kill(os.getpid(), signal.SIGKILL)
         receipt = provider.apply({"operation": operation}, key=op.provider_key if keyed else None)
         index = int(operation.rsplit(":", 1)[1])
         if index in spec.timeout_after_effect and op.attempt == 1:
