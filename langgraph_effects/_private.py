@@ -240,7 +240,7 @@ def graph_tool_nodes(config: Mapping[str, Any]) -> list[Any]:
     """The ``ToolNode`` objects of the graph whose task is running (``create_agent``'s
     ``"tools"`` node), or ``[]`` when they cannot be reached.
 
-    Reached like :func:`sibling_calls`: the running task's ``__pregel_call`` is bound to
+    Reached like `sibling_calls`: the running task's ``__pregel_call`` is bound to
     the loop that runs the step, whose ``nodes`` map each node's name to a
     ``PregelNode`` whose ``bound`` is what the node runs. Middleware learns of the
     agent's tools no other way before a call of each reaches it.

@@ -17,6 +17,7 @@ so a caller can catch the package as a whole or one precise failure:
     │   ├── LedgerCorruptError      not a database, or a foreign schema under our table names
     │   ├── SchemaTooNewError       written by a newer langgraph-effects
     │   ├── SchemaBehindError       not migrated yet to this langgraph-effects' schema
+    │   │   └── NotSetUpError       an Effect saver used before its setup() ever ran
     │   ├── LedgerNotFoundError     the console was pointed at a database that holds no ledger
     │   └── LedgerUnavailableError  locked, read-only, full or unreachable right now
     ├── TransitionError             a state change the ledger refused; nothing was written
@@ -75,7 +76,7 @@ class ConfigurationError(EffectsError):
 
 
 class InvalidOptionError(ConfigurationError, ValueError):
-    """An option given to :class:`~langgraph_effects.Effect`, ``Budget``,
+    """An option given to `Effect`, ``Budget``,
     ``CircuitBreaker``, ``Undo`` or an integration (``EffectToolNode``,
     ``EffectMiddleware``, ``@effectful``) that is of the wrong type, unit or name.
     Raised when the object is made (for ``EffectMiddleware``'s ``effects`` names, before
@@ -83,7 +84,7 @@ class InvalidOptionError(ConfigurationError, ValueError):
 
     Attributes: ``owner`` (what was being made, e.g. ``"Effect"``), ``option`` (the
     option's name), ``given`` (what was given) and ``accepts`` (what the option takes,
-    in words). Also a :class:`ValueError`.
+    in words). Also a `ValueError`.
     """
 
     owner: str
@@ -604,7 +605,7 @@ class UnencodableValueError(EffectsError, ValueError):
 
     Attributes: ``field`` (the value, as the caller gave it: ``"config['configurable']
     ['tenant_id']"``), ``where`` (the part of it that is wrong, printable), ``why`` and
-    ``advice``. Also a :class:`ValueError`: the console answers it as bad input.
+    ``advice``. Also a `ValueError`: the console answers it as bad input.
     """
 
     kind = "bad_input"

@@ -7,8 +7,8 @@ its tool, its arguments and how many equal calls came before it, so resume and t
 travel find it wherever it sits), replayed once recorded, reconciled after a crash,
 and sent to review through ``interrupt()`` when evidence cannot settle it. A resumed
 entrypoint that LangGraph answers with another call's saved result (its call order
-changed) is stopped with :class:`~langgraph_effects.errors.NondeterminismError`
-before anything else is sent (see :mod:`langgraph_effects.core.callorder`)::
+changed) is stopped with `NondeterminismError`
+before anything else is sent (see `langgraph_effects.core.callorder`)::
 
     @task
     @effectful(Effect(dedup_window=timedelta(hours=24)))
@@ -58,7 +58,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The attribute ``@effectful`` sets on the function it returns, so a later call can
-#: tell what an earlier task call of the run was (see :func:`_placed`).
+#: tell what an earlier task call of the run was (see `_placed`).
 _ATTRIBUTE = "__langgraph_effects__"
 _MEMO_SIZE = 4096
 _private.quiet_unknown_channel(callorder.MARK)
@@ -80,7 +80,7 @@ class _Calls:
         return named, identity.args_hash(named, key=self.settings.hash_key)
 
     def of_input(self, given: Any) -> tuple[dict[str, Any], str] | None:
-        """:meth:`bind` for a task's ``(args, kwargs)`` input; ``None`` if it does not bind."""
+        """`bind` for a task's ``(args, kwargs)`` input; ``None`` if it does not bind."""
         try:
             args, kwargs = given
             return self.bind(args, kwargs)
@@ -88,7 +88,7 @@ class _Calls:
             return None
 
 
-#: task id -> (its input, how many writes it had, what :func:`_placed` made of it): an
+#: task id -> (its input, how many writes it had, what `_placed` made of it): an
 #: entrypoint of n calls looks at every earlier call n times.
 _PLACED: dict[str, tuple[Any, int, Placed]] = {}
 
@@ -99,7 +99,7 @@ def _calls_of(sibling: _private.SiblingCall) -> _Calls | None:
 
 
 def _placed(sibling: _private.SiblingCall) -> Placed:
-    """A task call of this run as :mod:`.callorder` compares it."""
+    """A task call of this run as `.callorder` compares it."""
     memo = _PLACED.get(sibling.task_id)
     if memo is not None and memo[0] is sibling.input and memo[1] == len(sibling.writes):
         return memo[2]
@@ -133,7 +133,7 @@ class _TaskCall:
     config: dict[str, Any]
     ledger: Ledger
     key: str
-    """What tells it apart within its turn (see :func:`callorder.call_key`)."""
+    """What tells it apart within its turn (see `callorder.call_key`)."""
     args_hash: str
     crossing: Crossing | None
     """An earlier call of this run that LangGraph answered with another call's result."""
@@ -189,7 +189,7 @@ async def _refusal(task: _TaskCall) -> NondeterminismError:
 
 
 def _leave_mark(task: _TaskCall, session: Session) -> None:
-    """Record beside the task's result which call made it (see :data:`callorder.MARK`).
+    """Record beside the task's result which call made it (see `callorder.MARK`).
 
     Only once it has a result, right before returning it: LangGraph gives a failed
     task's writes back on a resume (all but the error), and a call whose writes came

@@ -1,6 +1,6 @@
 """``Effect(key_argument=...)`` for ``EffectToolNode`` and ``EffectMiddleware``: the
 schema check before any send, and the provider key written into the tool call that is
-dispatched (the rules live in :mod:`langgraph_effects.core.keys`)."""
+dispatched (the rules live in `langgraph_effects.core.keys`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 HIDDEN = "langgraph_effects.key_argument"
 """Tool metadata naming a key argument removed from the schema the model sees
-(see :func:`langgraph_effects.hide_key_arguments`)."""
+(see `langgraph_effects.hide_key_arguments`)."""
 
 
 def tool_arguments(tool: BaseTool) -> list[str]:

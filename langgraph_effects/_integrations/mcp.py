@@ -6,7 +6,7 @@ with contracts per tool name. What this module adds is the key's way to the serv
 
 * a tool argument, when the tool's input schema has one: ``Effect(key_argument=...)``
   (no code here; every transport);
-* ``_meta`` under :data:`META_KEY` on ``tools/call``: :class:`EffectKeyInterceptor`
+* ``_meta`` under `META_KEY` on ``tools/call``: `EffectKeyInterceptor`
   makes the call itself on a session of its own (the adapter's interceptors may only
   change a call's name, arguments and headers, so it cannot pass ``_meta``);
 * an ``Idempotency-Key`` HTTP header, on HTTP transports (streamable HTTP, SSE).

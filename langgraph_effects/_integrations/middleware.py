@@ -2,7 +2,7 @@
 
 ``create_agent`` does not take a ToolNode; it takes middleware, and it runs one
 task per tool call. ``EffectMiddleware`` wraps each call with the same
-:class:`~langgraph_effects._runtime.session.Session` as ``EffectToolNode``: bind the call to
+`Session` as ``EffectToolNode``: bind the call to
 its durable operation, replay, execute under a lease, reconcile, and, when
 evidence cannot settle it, raise one ``interrupt()`` for that task.
 

@@ -1,8 +1,8 @@
 """``EffectToolNode``: ``ToolNode`` that never sends an effect twice or silently drops one.
 
-A drop-in subclass of :class:`langgraph.prebuilt.ToolNode` (same constructor, plus
+A drop-in subclass of `langgraph.prebuilt.ToolNode` (same constructor, plus
 keyword-only ``effects=`` and ``ledger=``). Around ToolNode's own machinery it adds
-the dispatch protocol of :mod:`langgraph_effects._runtime.session`:
+the dispatch protocol of `langgraph_effects._runtime.session`:
 
 * at the node level (``_func``/``_afunc``): open a session that binds every call to
   its durable operation and records the intents in one commit; run ToolNode as

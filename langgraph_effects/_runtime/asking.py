@@ -1,9 +1,9 @@
 """Asking a human: the approval and review questions a session's calls raise, and
 applying the answers (verdicts, approvals, edits) to the ledger. The payload shapes
-are built in :mod:`langgraph_effects._runtime.review`.
+are built in `langgraph_effects._runtime.review`.
 
-An :class:`Asker` keeps no state of a session's: the session hands it the calls that
-wait (:class:`Waiting`) and files what comes back (:class:`Applied`: the calls an
+An `Asker` keeps no state of a session's: the session hands it the calls that
+wait (`Waiting`) and files what comes back (`Applied`: the calls an
 answer settled, and why part of it was refused)."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Applied:
 @dataclass(eq=False, kw_only=True)
 class Asker:
     """Builds the one question a round raises and applies its answer, for a
-    :class:`~langgraph_effects._runtime.session.Session`."""
+    `Session`."""
 
     dispatcher: Dispatcher
     settings: Settings
@@ -106,7 +106,7 @@ class Asker:
         the previous answer was refused (or applied only in part), why opens every
         description and is kept under ``refused_answer``. The value carries ``round``
         and, under ``operations``, each operation's id and version: what binds an
-        answer to this question (see :mod:`langgraph_effects._runtime.question`).
+        answer to this question (see `langgraph_effects._runtime.question`).
         """
         if waiting.approval:
             value = approval_payload(waiting.approval, waiting.notice)
@@ -129,15 +129,15 @@ class Asker:
         """Record the answer to the ``round_no``-th interrupt of this node execution.
 
         ``question`` is what the node asks at that round now; ``asked`` is the question
-        the task asked last (:func:`~langgraph_effects._runtime.question.last_asked`).
+        the task asked last (`last_asked`).
         An answer is read only against the question it was given for
-        (:func:`~langgraph_effects._runtime.question.binding`): one an earlier run
+        (`binding`): one an earlier run
         already read is not read again, and one whose question changed since it was
         asked is refused whole (nothing written) and the new question asked.
 
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
-        :meth:`question` asked: the approval while calls await one, else the review
-        (mapped onto verdicts by :func:`~langgraph_effects._runtime.review.review_decisions`).
+        `question` asked: the approval while calls await one, else the review
+        (mapped onto verdicts by `review_decisions`).
         A mapping answers by operation id.
 
         It never raises for what the answer says: LangGraph has already stored it and
@@ -193,7 +193,7 @@ class Asker:
 
     def _approval_plan(self, answer: DecisionsAnswer, gated: list[CallRecord]) -> list[_Approved]:
         """Each call awaiting approval with its decision (and its edit, checked and
-        derived), or :class:`ReviewError` if the answer does not fit: nothing written."""
+        derived), or `ReviewError` if the answer does not fit: nothing written."""
         approval = approval_answer(answer)
         if approval is None:
             raise ReviewError(
@@ -244,7 +244,7 @@ class Asker:
 
     async def approve(self, plan: list[_Approved], applied: Applied, *, round_no: int) -> int:
         """Apply approval decisions (positional, as in LangChain's HITL response), as
-        checked by :meth:`_approval_plan`. The approval is consumed in the dispatch
+        checked by `_approval_plan`. The approval is consumed in the dispatch
         commit, bound to the args hash."""
         for c, decision, edit in plan:
             approval_id = f"approval:{round_no}:{c.op.op_id}"
@@ -307,10 +307,10 @@ class Asker:
     ) -> int:
         """Write the verdicts of an interrupt answer to the ledger, as soon as read.
 
-        Every decision is validated before any is written (:class:`ReviewError`:
+        Every decision is validated before any is written (`ReviewError`:
         nothing applied). Returns how many were applied. Decisions for operations that
         are not awaiting review here (stale, or unknown ids) are not applied; if none
-        is, the answer is refused (:class:`ReviewError`), else why opens the next
+        is, the answer is refused (`ReviewError`), else why opens the next
         question. Operations still unresolved are asked about again.
         """
         if not answer:

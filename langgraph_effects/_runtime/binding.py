@@ -95,7 +95,7 @@ _EFFECTS = options.Accepts("a mapping of tool name -> Effect", lambda v: v is No
 
 
 def check_effects(owner: str, effects: Any) -> None:
-    """Refuse an ``effects=`` that is not a mapping of names to :class:`Effect` objects."""
+    """Refuse an ``effects=`` that is not a mapping of names to `Effect` objects."""
     options.check(owner, "effects", effects, _EFFECTS)
     for key, effect in (effects or {}).items():
         if not isinstance(key, str) or not key:
@@ -120,7 +120,7 @@ _LEDGER = options.Accepts(
 
 
 def check_ledger(owner: str, ledger: Any) -> None:
-    """Refuse a ``ledger=`` that is not a :class:`~langgraph_effects.ledger.base.Ledger`."""
+    """Refuse a ``ledger=`` that is not a `Ledger`."""
     options.check(owner, "ledger", ledger, _LEDGER)
 
 
@@ -367,7 +367,7 @@ def scope_from(config: Mapping[str, Any], context: Any = None) -> Scope:
     Read from ``config["configurable"]`` (``tenant_id``, ``policy_version``), or from
     the graph's runtime ``context`` (a mapping or object with those names). Text that
     cannot be stored or hashed as it is (a lone surrogate) is refused, as are such ids
-    of the run config (:func:`~langgraph_effects.core.text.require_config_text`).
+    of the run config (`require_config_text`).
     """
     require_config_text(config)
     conf = config.get("configurable") or {}

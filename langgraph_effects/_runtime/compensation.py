@@ -222,7 +222,7 @@ async def request_compensation(
     compensated (nothing landed, no undo declared, being sent right now...), with the
     reason; an ``unknown`` effect is sent to review and reported (``review_first``).
     An actor, reason or tenant holding a lone surrogate is refused
-    (:class:`~langgraph_effects.errors.UnencodableValueError`).
+    (`UnencodableValueError`).
     """
     for value, name in ((op_id, "op_id"), (actor, "actor"), (reason, "reason"), (tenant, "tenant")):
         require_text(value, name, "Give it as valid text.")
@@ -348,14 +348,14 @@ async def finish_ordered(
     lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
 ) -> CompensationReport | None:
     """Finish the undo ``op``'s own record orders (see
-    :func:`~langgraph_effects.core.compensation.undo_ordered`), exactly once: recorded
+    `undo_ordered`), exactly once: recorded
     now if only the verdict that asked for it was written, run if a crash left it
     unsent (``pending``) or its sender gone (its own contract then decides re-send or
     review), left alone once settled or in review. ``None`` if ``op`` orders no undo.
 
     What a replay of the call does before it answers, so a resume finishes an undo
     an operator ordered as a saga's failed step finishes its own. Raises
-    :class:`~langgraph_effects.errors.CompensationError` when the undo cannot be
+    `CompensationError` when the undo cannot be
     recorded (its tool declares none any more); nothing is written then.
     """
     if not undo_ordered(op):

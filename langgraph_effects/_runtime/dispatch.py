@@ -314,7 +314,7 @@ class Dispatcher:
         self, c: CallRecord, outcome: protocol.Outcome, token: str, sender: Mapping[str, Any] | None
     ) -> None:
         """Another worker took the operation over while our tool ran: what it did is
-        evidence (never a reason to send again), recorded with :func:`protocol.late`
+        evidence (never a reason to send again), recorded with `protocol.late`
         (a result settling an ``unknown`` or reviewed operation, else a ``late`` note in
         the audit trail); the call answers with it as is. A worker sending it right
         now is waited for first, so the note never costs it its outcome."""
@@ -375,9 +375,9 @@ class Dispatcher:
         call answers: the first time, or on the replay after a crash interrupted them.
 
         A saga step that failed definitively orders the undos of the earlier effects of
-        its saga (:meth:`saga`); an effect marked for compensation, or confirmed by an
+        its saga (`saga`); an effect marked for compensation, or confirmed by an
         operator's verdict that asked for its undo, orders its own
-        (:func:`~langgraph_effects._runtime.compensation.finish_ordered`). Returns
+        (`finish_ordered`). Returns
         ``c``'s own undo as stored afterwards (``None``: it orders none), which the
         model's message is built from."""
         if c.op.state is State.FAILED and c.op.extra.get("saga"):

@@ -229,7 +229,7 @@ def settled_message(
 
 def replay(op: Operation, *, tool_call_id: str, tool: str, undo: Operation | None = None) -> Any:
     """The outcome of a settled operation, as the model should see it again (``undo``:
-    its undo's row, when it is marked for compensation; see :func:`settled_message`)."""
+    its undo's row, when it is marked for compensation; see `settled_message`)."""
     if op.result is not None and op.result_type is not None:
         output = load(op.result_type, op.result)
         if isinstance(output, ToolMessage) and output.tool_call_id != tool_call_id:

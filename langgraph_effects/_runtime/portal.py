@@ -8,9 +8,9 @@ for a sync subgraph inside an async run) is driven on that loop instead (``loop=
 A thread of the portal loop's own executor never waits for the portal loop: the
 loop's work needs those threads (LangGraph's async Postgres saver serializes there),
 so executor threads that all wait for it would stop the loop for good, and with it
-every sync run of the process. :func:`run` refuses such a call at once, and blocking
+every sync run of the process. `run` refuses such a call at once, and blocking
 sync work that may come back to the portal (``graph.invoke`` from a coroutine) runs
-on a thread of its own (:func:`in_thread`), never on the executor.
+on a thread of its own (`in_thread`), never on the executor.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _portal_loop() -> asyncio.AbstractEventLoop:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
             # The loop's default executor (``to_thread``), as asyncio would make it, its
-            # threads marked so that :func:`run` can refuse them.
+            # threads marked so that `run` can refuse them.
             loop.set_default_executor(
                 concurrent.futures.ThreadPoolExecutor(
                     thread_name_prefix="langgraph-effects-portal-executor",
@@ -86,7 +86,7 @@ def run_loop() -> asyncio.AbstractEventLoop | None:
 def run(coro: Coroutine[Any, Any, T], *, loop: asyncio.AbstractEventLoop | None = None) -> T:
     """Run ``coro`` to completion from sync code, in a copy of the caller's context: on
     ``loop`` when it is given and running, else on the loop the running graph's
-    checkpointer lives on when that one runs (:func:`run_loop`), else on the portal's."""
+    checkpointer lives on when that one runs (`run_loop`), else on the portal's."""
     try:
         running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:

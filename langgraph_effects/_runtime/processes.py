@@ -52,13 +52,13 @@ def _stat(pid: int) -> tuple[str, float] | None:
 def process_start_time(pid: int) -> float | None:
     """The start time of ``pid`` in clock ticks since boot (Linux), or ``None`` if unknown.
     A process that exited but was not reaped yet (a zombie) still has one: see
-    :func:`live_start_time`."""
+    `live_start_time`."""
     found = _stat(pid)
     return found[1] if found is not None else None
 
 
 def live_start_time(pid: int) -> float | None:
-    """:func:`process_start_time` of a process that still runs: ``None`` also once it
+    """`process_start_time` of a process that still runs: ``None`` also once it
     exited, while its parent has not reaped it yet (a zombie, state ``Z`` or ``X``).
 
     A SIGKILLed worker is such a zombie until its supervisor waits for it, which a busy

@@ -9,10 +9,10 @@ the node would ask now could then settle an operation it was never given for.
 
 So a question names itself: its value carries ``round`` (the node's n-th question in
 this task) and, in ``operations``, each operation's id and version in the order asked
-(:func:`question_key`). LangGraph keeps, among the checkpoint's pending writes, the
-value of the question the task asked last (:func:`last_asked`): that is the question
+(`question_key`). LangGraph keeps, among the checkpoint's pending writes, the
+value of the question the task asked last (`last_asked`): that is the question
 the next answer answers. When the node reads an answer at round ``n``
-(:func:`binding`):
+(`binding`):
 
 * the question asked last is this round's and is the same question now: the answer
   is read (applied, or refused for what it says);

@@ -57,7 +57,7 @@ async def reconcile(
     Every escalation says what changed in the authority since intent, if anything,
     so the operator sees it beside the evidence. ``lost_sends``: its sends that ended
     with no outcome from the tool, which ``max_attempts`` does not count
-    (:func:`langgraph_effects.core.reconcile.tried`).
+    (`langgraph_effects.core.reconcile.tried`).
     """
     if effect.lookup is None:
         return without_lookup(op, effect, scope, now=clock(), lost_sends=lost_sends)

@@ -2,11 +2,11 @@
 
 The review interrupt carries LangChain's HITL request shape too (``action_requests``,
 ``review_configs``), so Agent Inbox and LangGraph Studio can show it, and accepts
-their ``{"decisions": [...]}`` answers (:data:`HITL_REVIEW_DECISIONS`).
+their ``{"decisions": [...]}`` answers (`HITL_REVIEW_DECISIONS`).
 
 One module serves both ways a verdict arrives, so they behave the same:
 through ``interrupt()`` / ``Command(resume=...)`` inside the graph, and out of band
-through :mod:`langgraph_effects._runtime.operator` (the console). Either way the decision is
+through `langgraph_effects._runtime.operator` (the console). Either way the decision is
 written to the ledger as a compare-and-set transition with a decision id, and the
 graph, on its next run, answers the model from the ledger.
 """
@@ -180,7 +180,7 @@ class DecisionsAnswer(_Strict):
     decision per entry of the interrupt's ``action_requests``, in the same order.
 
     It answers whichever question the interrupt asked: an approval (``approve``,
-    ``edit``, ``reject``) or a review (see :func:`review_decisions`)."""
+    ``edit``, ``reject``) or a review (see `review_decisions`)."""
 
     decisions: list[AnyDecision]
 
@@ -365,7 +365,7 @@ def review_request(ops: Sequence[Operation], refused: str | None = None) -> dict
     by operation id) and, for Agent Inbox and LangGraph Studio, LangChain's HITL
     request shape: one ``action_requests`` entry per operation (its tool, redacted
     arguments, the evidence in the description) and a ``review_configs`` entry with
-    the decisions allowed (:data:`HITL_REVIEW_DECISIONS`). ``refused`` is why the
+    the decisions allowed (`HITL_REVIEW_DECISIONS`). ``refused`` is why the
     previous answer was not applied: it opens each description and is kept under
     ``refused_answer``.
     """
@@ -420,7 +420,7 @@ def review_decisions(
     answer: DecisionsAnswer, ops: Sequence[Operation]
 ) -> dict[str, LandedDecision | NotLandedDecision | AbandonDecision]:
     """Map a ``{"decisions": [...]}`` answer onto the operations a review listed, by
-    position (as LangChain's HITL response does). Raises :class:`ReviewError` when the
+    position (as LangChain's HITL response does). Raises `ReviewError` when the
     count differs or a decision cannot be a verdict."""
     if len(answer.decisions) != len(ops):
         raise ReviewError(
@@ -436,7 +436,7 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
     ``interrupts`` is what LangGraph reports as pending (``state.interrupts`` from
     ``graph.get_state(config)``, or ``result["__interrupt__"]``), or the state itself:
     then a thread with no checkpoint (a mistyped ``thread_id``) or not paused raises
-    :class:`~langgraph_effects.errors.NothingToResumeError` saying so; ``decisions`` maps
+    `NothingToResumeError` saying so; ``decisions`` maps
     operation id -> decision (``{"type": "landed", "receipt": ...}``,
     ``{"type": "not_landed"}``, ``{"type": "abandon", "reason": ...}``). Each pending
     ``effect_review`` interrupt (one per task: ``create_agent`` runs one task per call)

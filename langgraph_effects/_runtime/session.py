@@ -1,33 +1,33 @@
 """The dispatch protocol shared by ``EffectToolNode``, ``EffectMiddleware`` and ``@effectful``.
 
-One :class:`Session` serves one node execution (one LangGraph task). It
+One `Session` serves one node execution (one LangGraph task). It
 
 1. binds every effectful call to its operation: derived from durable graph
    coordinates, or found again in the ledger (resume, retry, second worker,
    re-planned duplicate), and records the new ones in one commit before anything
    is sent (after the checkpoint holding the call is durable);
-2. answers each call by its state (:meth:`Session.begin`): replay a recorded
+2. answers each call by its state (`Session.begin`): replay a recorded
    outcome, execute under a dispatch lease, wait for a live lease held by
    someone else, reconcile ``unknown``, or report that it needs review;
-3. records each outcome (:meth:`Session.finish`): a result confirms, a definite
+3. records each outcome (`Session.finish`): a result confirms, a definite
    error fails, anything else is ``unknown`` and goes straight to reconciliation;
-4. asks a human at most once per round (:meth:`Session.pending_interrupt`) and applies
-   the answer (:meth:`Session.apply_answer`).
+4. asks a human at most once per round (`Session.pending_interrupt`) and applies
+   the answer (`Session.apply_answer`).
 
 The session owns its state (its calls, who waits for a human, whether it is closed)
 and is composed of collaborators that each have one reason to change and keep none
-of it: :func:`~langgraph_effects._runtime.binding.open_plan` binds the calls before the
-session exists, a :class:`~langgraph_effects._runtime.dispatch.Dispatcher` moves one
-call's operation and answers a :class:`~langgraph_effects._runtime.dispatch.Directive`,
-an :class:`~langgraph_effects._runtime.asking.Asker` builds questions and applies answers;
+of it: `open_plan` binds the calls before the
+session exists, a `Dispatcher` moves one
+call's operation and answers a `Directive`,
+an `Asker` builds questions and applies answers;
 the session files what they return.
 
 The caller (node, middleware, ``@effectful``) runs the tool itself, so sync and async
 tools, ``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as
-without us. The loops callers share (:func:`run_call`, :func:`run_rounds` and their sync
+without us. The loops callers share (`run_call`, `run_rounds` and their sync
 twins) are written once, as generators of the session's work, and driven by one async
 and one sync driver. The per-call decisions themselves are pure code in
-:mod:`langgraph_effects.core.protocol`. See ``docs/architecture.md``.
+`langgraph_effects.core.protocol`. See ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ PortalRun = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 class Session:
-    """The ledger side of one node execution. Create with :meth:`open`."""
+    """The ledger side of one node execution. Create with `open`."""
 
     def __init__(
         self,
@@ -259,14 +259,14 @@ class Session:
 
     def close_now(self) -> bool:
         """Close the session here, without the event loop, if no call of it runs or
-        holds a lease or a heartbeat (:meth:`close` would then hand nothing back);
-        whether it did. If not, await :meth:`close`.
+        holds a lease or a heartbeat (`close` would then hand nothing back);
+        whether it did. If not, await `close`.
 
         Safe from a sync run's own thread while the event loop works on one of the
         session's calls: the flag is set first, and a call looks at it last thing
         before its tool runs, after taking its lease. So either that call sees it and
         stands itself down, or it held its lease before that look and this sees it
-        here (and :meth:`close` decides on the loop).
+        here (and `close` decides on the loop).
         """
         self._closed = True
         return not any(
@@ -276,9 +276,9 @@ class Session:
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables,
-        :class:`_OnLoop`) and :data:`_CALLER` for the tool, which answers
+        `_OnLoop`) and `_CALLER` for the tool, which answers
         ``(output, exception)``; returns what the call returns. Driven by
-        :func:`run_call` / :func:`run_call_sync`."""
+        `run_call` / `run_call_sync`."""
         c = self._calls[call_id]
         directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
         while isinstance(directive, RunTool):
@@ -323,14 +323,14 @@ class Session:
 
     def pending_interrupt(self, round_no: int) -> dict[str, Any] | None:
         """The value for the node's ``round_no``-th ``interrupt()``, or ``None`` if nobody
-        needs asking (approvals first, then reviews; see :meth:`Asker.question`)."""
+        needs asking (approvals first, then reviews; see `Asker.question`)."""
         if not self._waits_for:
             return None
         return self._asking().question(self._waiting(), round_no=round_no)
 
     async def apply_answer(self, answer: Any, *, question: Mapping[str, Any], round_no: int) -> int:
         """Record the answer to the ``round_no``-th interrupt, asked as ``question`` in
-        this run (see :meth:`Asker.apply_answer`); how many decisions were applied."""
+        this run (see `Asker.apply_answer`); how many decisions were applied."""
         if not self._asked_read:
             # What the task asked last is read once: nothing this run asks is saved
             # before the run stops.
@@ -461,12 +461,12 @@ async def _call(fn: Callable[[], Any]) -> Any:
 
 async def run_call(session: Session, call_id: str, execute: AsyncExecutor) -> Any:
     """Run one call through the protocol; ``execute`` runs the tool once and returns
-    ``(output, exception)`` (see :func:`capture`)."""
+    ``(output, exception)`` (see `capture`)."""
     return await _steps_async(session.call_steps(call_id), execute)
 
 
 def run_call_sync(session: Session, call_id: str, execute: SyncExecutor, run: PortalRun) -> Any:
-    """:func:`run_call` for sync code: ledger work goes through ``run`` (the portal), the
+    """`run_call` for sync code: ledger work goes through ``run`` (the portal), the
     tool runs in the calling thread."""
     return _steps_sync(session.call_steps(call_id), execute, run)
 
@@ -477,7 +477,7 @@ async def run_rounds(session: Session, one_round: Callable[[], Awaitable[Any]]) 
 
 
 def run_rounds_sync(session: Session, one_round: Callable[[], Any], run: PortalRun) -> Any:
-    """:func:`run_rounds` for sync code."""
+    """`run_rounds` for sync code."""
     return _steps_sync(_round_steps(session), one_round, run)
 
 
@@ -493,7 +493,7 @@ async def capture(run: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException
 
 
 def capture_sync(run: Callable[[], Any]) -> tuple[Any, BaseException | None]:
-    """:func:`capture` for sync tools."""
+    """`capture` for sync tools."""
     try:
         return run(), None
     except GraphBubbleUp:
@@ -515,7 +515,7 @@ def effectful_calls(
     call of the same message shares, or whose id the checkpoint cannot keep (an unpaired
     surrogate, which LangGraph's serializer turns into ``?``: a resume would read another
     id), has no identity to bind, so it is never sent. The ledger itself stores any text
-    (see :func:`~langgraph_effects.ledger.codec.stored_text`), so this does not depend on
+    (see `stored_text`), so this does not depend on
     the backend; a NUL in an id is kept and the call runs."""
     effectful = [
         call
@@ -533,7 +533,7 @@ def effectful_calls(
 
 
 def refusal_error(tool_call: Mapping[str, Any]) -> MalformedToolCallError:
-    """Why an effectful call has no usable identity (see :func:`effectful_calls`)."""
+    """Why an effectful call has no usable identity (see `effectful_calls`)."""
     call_id = str(tool_call.get("id") or "")
     if not call_id:
         why = "has no id"
@@ -550,7 +550,7 @@ def refusal_error(tool_call: Mapping[str, Any]) -> MalformedToolCallError:
 def refusal(tool_call: Mapping[str, Any]) -> ToolMessage:
     """The answer to an effectful call that has no usable identity: not sent.
 
-    The artifact names the error (:class:`~langgraph_effects.errors.MalformedToolCallError`).
+    The artifact names the error (`MalformedToolCallError`).
     """
     error = refusal_error(tool_call)
     return ToolMessage(

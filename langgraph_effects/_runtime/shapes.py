@@ -264,6 +264,9 @@ class ReviewRequestJSON(TypedDict):
     action_requests: list[ActionRequestJSON]
     review_configs: list[ReviewConfigJSON]
     operations: list[ReviewEntryJSON]
+    round: int
+    """The node's n-th question in this task: with ``operations`` (ids and versions, in
+    order) it names the question an answer is bound to."""
     refused_answer: NotRequired[str]
 
 
@@ -284,6 +287,9 @@ class ApprovalRequestJSON(TypedDict):
     action_requests: list[ActionRequestJSON]
     review_configs: list[ReviewConfigJSON]
     operations: list[ApprovalEntryJSON]
+    round: int
+    """The node's n-th question in this task: with ``operations`` (ids and versions, in
+    order) it names the question an answer is bound to."""
     refused_answer: NotRequired[str]
 
 

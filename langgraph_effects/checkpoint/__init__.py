@@ -2,9 +2,9 @@
 
 ``EffectSqliteSaver`` (and ``EffectPostgresSaver`` with the ``postgres`` extra) is
 LangGraph's saver plus a ``.ledger`` in the same database on its own connection;
-``SyncEffectSqliteSaver`` / ``SyncEffectPostgresSaver`` (:mod:`.sync`) are their sync
+``SyncEffectSqliteSaver`` / ``SyncEffectPostgresSaver`` (`.sync`) are their sync
 twins for ``invoke``/``stream``.
-Any other checkpointer can carry a ledger with :func:`attach_ledger`.
+Any other checkpointer can carry a ledger with `attach_ledger`.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ which dedups per operation, cannot see the duplicate. The savers refuse instead:
 
 * a checkpoint gets **at most one child** per thread and namespace from runs that
   resumed it as the thread's head. Saving a second one raises
-  :class:`~langgraph_effects.errors.ThreadConflictError`, and nothing of it is
+  `ThreadConflictError`, and nothing of it is
   stored. The check and the insert are one transaction, atomic across processes
   (SQLite ``BEGIN IMMEDIATE``; Postgres a transaction-scoped advisory lock per
   thread and namespace, taken by a trigger inside LangGraph's own insert);
-* except where the caller branches on purpose (:func:`branching`): a run that
+* except where the caller branches on purpose (`branching`): a run that
   *named* the checkpoint it starts from (``checkpoint_id`` in its config, or a
   subgraph loaded through LangGraph's time-travel lookup) while that checkpoint
   already had a child, and every save that is not a run's (``update_state``, any
@@ -25,7 +25,7 @@ Under ``durability="async"`` LangGraph starts the next step before the refused s
 has failed, and the refusal surfaces only when the run ends. The loser's tool node
 waits for the checkpoint holding its calls before it dispatches; that checkpoint is
 never saved, so nothing is sent. To make that wait end at once with the clear error
-(not a timeout), a run remembers its refusal (:class:`RunMark`, shared through the
+(not a timeout), a run remembers its refusal (`RunMark`, shared through the
 run's context with every task it starts) and a tool's wait re-raises it. The same
 mark holds the run's branch points.
 
@@ -159,7 +159,7 @@ class Written:
 
 #: One remembered save: thread, namespace, parent id, own id, and as JSON text its
 #: channel versions, versions seen and kept metadata (``None``: not kept; see
-#: :class:`Written`).
+#: `Written`).
 _Entry = tuple[str, str, "str | None", str, "str | None"]
 _HEADER_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
 #: The metadata keys a header keeps (what reading a checkpoint's turn looks at).
@@ -167,7 +167,7 @@ _KEPT_METADATA = ("source", "step")
 
 
 def _exact_nested(values: Mapping[Any, Any]) -> bool:
-    """:func:`_exact` for a mapping of str to mappings (``versions_seen``)."""
+    """`_exact` for a mapping of str to mappings (``versions_seen``)."""
     for key, inner in values.items():  # noqa: SIM110 (called on every save: no generator)
         if type(key) is not str or not _exact(inner):
             return False
@@ -227,7 +227,7 @@ class RunMark:
     the checkpoints it branches from on purpose."""
 
     run: Any = None
-    """The run's own object (:func:`~langgraph_effects._private.run_of`)."""
+    """The run's own object (`run_of`)."""
     refused: ThreadConflictError | None = None
     branch_points: set[Coordinates] = field(default_factory=set)
     """Checkpoints the run named (by ``checkpoint_id``, or a subgraph's time-travel
@@ -319,7 +319,7 @@ class FencedSaver:
 
     async def _ready_for_use(self) -> None:
         """Refuse, once per saver and before anything is read or saved, a database whose
-        setup() never ran (:class:`~langgraph_effects.errors.NotSetUpError`) or whose
+        setup() never ran (`NotSetUpError`) or whose
         ledger is at another schema version: the same check on every backend, so a
         forgotten setup() fails alike on SQLite (where LangGraph's saver would create
         its tables itself, and migrate an older ledger unasked) and on Postgres."""
@@ -429,14 +429,14 @@ class FencedSaver:
 
     async def _put_fenced(self, put: Put) -> RunnableConfig:
         """In one fenced transaction: if ``put.check``, refuse a second child of the
-        parent (:func:`refuse_checkpoint`); then store the checkpoint."""
+        parent (`refuse_checkpoint`); then store the checkpoint."""
         raise NotImplementedError
 
     async def _put_writes_fenced(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
         check: bool,
     ) -> None:
-        """In one fenced transaction: if ``check``, :func:`refuse_writes`; then store the writes."""
+        """In one fenced transaction: if ``check``, `refuse_writes`; then store the writes."""
         raise NotImplementedError
 
     async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:

@@ -1,10 +1,10 @@
 """Sync and async sides: an object of one side used from the other fails at once.
 
 An async saver driven by a sync graph run fails, naming the sync saver
-(:class:`AsyncOnly`); a sync saver in an async run names the async one
-(:mod:`~langgraph_effects.checkpoint.sync`); a tool with only an async
+(`AsyncOnly`); a sync saver in an async run names the async one
+(`sync`); a tool with only an async
 implementation in a sync run is refused before its call is recorded
-(:func:`refuse_async_only_tool`).
+(`refuse_async_only_tool`).
 
 LangGraph's async savers accept sync calls from a thread other than their event
 loop's, and run them on that loop (``asyncio.run_coroutine_threadsafe``); from the
@@ -13,7 +13,7 @@ waits for). Ours do the same for what an async run starts: a plain ``def`` node 
 async run (``ainvoke``/``astream``) runs on a worker thread, and a compiled subgraph
 it calls with ``invoke`` loads and saves its checkpoints through the saver's loop,
 fenced as the parent's, while its effectful calls drive the ledger on that same loop
-(:func:`~langgraph_effects._runtime.portal.run_loop`). A top-level sync run
+(`run_loop`). A top-level sync run
 (``graph.invoke``/``graph.stream``) on an async saver is refused at its first call,
 the loop's ``get_tuple``, before anything is read, saved or sent, naming the sync
 twin; so is a sync subgraph run on the saver's own event-loop thread, naming

@@ -10,7 +10,7 @@ A thread is listed when its newest root checkpoint is an ``input`` checkpoint (n
 step ran after the input) or has task writes saved against it (a step started, no
 checkpoint applied its writes), unless those writes record an interrupt or an error
 (the run ended there and its caller was told). Recovery then reads each one's state
-and decides (:mod:`langgraph_effects.recovery.classify`).
+and decides (`langgraph_effects.recovery.classify`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def unfinished_sql(writes_table: str, source: str, mark: str, barrier: str = "")
     """The thread ids (one column) of threads whose newest root checkpoint is unfinished.
 
     ``source``: the backend's expression for ``c.metadata``'s ``source``; ``mark``: its
-    parameter placeholder (the statement takes the two channels of :data:`_ENDED`);
+    parameter placeholder (the statement takes the two channels of `_ENDED`);
     ``barrier``: what keeps the backend's planner from merging the newest-checkpoint
     subquery into the filter (Postgres: ``OFFSET 0``; without it Postgres tests every
     checkpoint's metadata, not only each thread's newest).

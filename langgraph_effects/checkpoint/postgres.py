@@ -1,5 +1,5 @@
 """``EffectPostgresSaver``: LangGraph's ``AsyncPostgresSaver`` plus a ledger in the same
-database, and one runner per thread (see :mod:`langgraph_effects.checkpoint._fence`)."""
+database, and one runner per thread (see `langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
 

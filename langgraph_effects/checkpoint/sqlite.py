@@ -1,5 +1,5 @@
 """``EffectSqliteSaver``: LangGraph's ``AsyncSqliteSaver`` plus a ledger in the same file,
-and one runner per thread (see :mod:`langgraph_effects.checkpoint._fence`)."""
+and one runner per thread (see `langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
 
         Call it once after opening the saver: unlike ``AsyncSqliteSaver``, which calls
         ``setup()`` at the start of its methods, this saver refuses a database never set
-        up (:class:`~langgraph_effects.errors.NotSetUpError`), as the Postgres saver does,
+        up (`NotSetUpError`), as the Postgres saver does,
         and never migrates an older ledger behind your back. Once it ran (or the check
         found it done), LangGraph's own calls of it return at once.
         """

@@ -1,18 +1,18 @@
 """Durable savers for synchronous graphs (``graph.invoke`` / ``graph.stream``).
 
 ``SyncEffectSqliteSaver`` and ``SyncEffectPostgresSaver`` are LangGraph's sync
-checkpointer interface over the async savers (:class:`EffectSqliteSaver`,
-:class:`EffectPostgresSaver`), not a second copy of them: every sync call runs the
+checkpointer interface over the async savers (`EffectSqliteSaver`,
+`EffectPostgresSaver`), not a second copy of them: every sync call runs the
 async saver's method on the package's one background event loop (the portal,
-:mod:`langgraph_effects._runtime.portal`), where the sync integrations already run their
+`langgraph_effects._runtime.portal`), where the sync integrations already run their
 ledger work. So the checkpoints, the one-runner fence, the ledger beside them and
 its SQL are the async savers' own, and the sync path and the async path cannot drift.
 
 Each sync saver opens its async saver on the portal's loop and keeps it there (a
 Postgres connection and pool belong to the loop that opened them). It is for sync
-code only: its async methods raise :class:`~langgraph_effects.errors.SyncMismatchError`
+code only: its async methods raise `SyncMismatchError`
 naming the async saver, and a sync graph run on an async saver raises it naming these
-(:class:`~langgraph_effects.checkpoint._sides.AsyncOnly`).
+(`AsyncOnly`).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class LookupRequest:
 Lookup = Callable[[LookupRequest], Awaitable[LookupOutcome]]
 """A tool's lookup: ``async (LookupRequest) -> Landed | NotLanded | Inconclusive``."""
 KeyFunction = Callable[[Mapping[str, Any], Mapping[str, Any]], str]
-"""``(args, config) -> str``: the logical provider key of a call (see :class:`Effect`)."""
+"""``(args, config) -> str``: the logical provider key of a call (see `Effect`)."""
 ApprovalMode = Literal["never", "always"]
 """Whether a call waits for a human approval before its first send."""
 
@@ -310,7 +310,7 @@ def _kind(effect: Effect) -> str:
 
 _KEY_FUNCTION = o.function("a function (args, config) -> str")
 
-#: What each option of :class:`Effect` accepts (checked when it is made).
+#: What each option of `Effect` accepts (checked when it is made).
 _EFFECT_OPTIONS: dict[str, o.Accepts] = {
     "dedup_window": o.optional(o.duration(positive=True)),
     "lookup": o.optional(
@@ -336,7 +336,7 @@ _EFFECT_OPTIONS: dict[str, o.Accepts] = {
     "saga": o.optional(o.either(o.name(), _KEY_FUNCTION)),
 }
 
-#: What each option of :class:`Undo` accepts.
+#: What each option of `Undo` accepts.
 _UNDO_OPTIONS: dict[str, o.Accepts] = {
     "action": o.Accepts("a LangChain tool or a function", lambda v: callable(v) or hasattr(v, "ainvoke")),
     "args": o.optional(o.function("a function (UndoRequest) -> dict")),

@@ -122,7 +122,7 @@ class CircuitBreaker:
         return (self.control, "")
 
 
-#: What each option of :class:`Budget` accepts (checked when it is made).
+#: What each option of `Budget` accepts (checked when it is made).
 _BUDGET_OPTIONS: dict[str, o.Accepts] = {
     "name": o.name(),
     "max_sends": o.optional(o.whole(0)),
@@ -133,7 +133,7 @@ _BUDGET_OPTIONS: dict[str, o.Accepts] = {
     "on_exceed": o.one_of("refuse", "approve"),
 }
 
-#: What each option of :class:`CircuitBreaker` accepts.
+#: What each option of `CircuitBreaker` accepts.
 _BREAKER_OPTIONS: dict[str, o.Accepts] = {
     "name": o.name(),
     "failures": o.whole(1),

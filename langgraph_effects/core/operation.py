@@ -92,7 +92,7 @@ class Event(str, enum.Enum):
     LATE = "late"
     """The tool of a dispatch that was taken over finished anyway (a late send by an
     overtaken owner): a second request may have reached the provider. A note in the
-    audit trail (see :data:`NOTES`); nothing else changes."""
+    audit trail (see `NOTES`); nothing else changes."""
 
     def __str__(self) -> str:
         return self.value

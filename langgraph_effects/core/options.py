@@ -1,14 +1,14 @@
 """Options checked when they are made: one mechanism for every declaration.
 
-Each option of :class:`~langgraph_effects.Effect`, ``Budget``, ``CircuitBreaker``,
-``Undo`` and of the integrations is described by an :class:`Accepts` (a test and the
-words for what passes it). :func:`check` refuses a value that fails, and
-:func:`checked_options` refuses a keyword no option has, both with an
-:class:`~langgraph_effects.errors.InvalidOptionError` that names the option, what was
+Each option of `Effect`, ``Budget``, ``CircuitBreaker``,
+``Undo`` and of the integrations is described by an `Accepts` (a test and the
+words for what passes it). `check` refuses a value that fails, and
+`checked_options` refuses a keyword no option has, both with an
+`InvalidOptionError` that names the option, what was
 given and what is accepted. A wrong option therefore fails where it is written, not
 after a crash, inside reconciliation, when the thread can no longer move on.
 
-:func:`check_tool_names` is the one check of an ``effects`` map against the tools an
+`check_tool_names` is the one check of an ``effects`` map against the tools an
 integration runs: a name that is no tool is refused, with the nearest tool name.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidOptionError
 
 T = TypeVar("T")
-"""The class :func:`checked_options` returns, unchanged in type."""
+"""The class `checked_options` returns, unchanged in type."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def check(owner: str, option: str, value: Any, accepts: Accepts) -> None:
 
 
 def check_all(owner: str, obj: object, options: Mapping[str, Accepts]) -> None:
-    """:func:`check` every option of ``obj`` listed in ``options``, in that order."""
+    """`check` every option of ``obj`` listed in ``options``, in that order."""
     for option, accepts in options.items():
         check(owner, option, getattr(obj, option), accepts)
 

@@ -243,7 +243,7 @@ def late(
     it settles an operation still ``unknown`` or waiting for a human (its request was
     the only one). In any other state the taker may have sent a request of its own (it
     is re-sending, it settled, or an operator cleared a re-send), so the late send is
-    noted in the audit trail (``late``, see :data:`~.operation.NOTES`) for an operator
+    noted in the audit trail (``late``, see `NOTES`) for an operator
     to see that a second request may have reached the provider; nothing else moves.
     The caller must not note it on an operation another worker is sending right now
     (its outcome's compare-and-set would lose to the note): wait for that worker first.

@@ -11,7 +11,7 @@ operation's state and returns a `Reconciliation`:
   one only once its settle time has passed);
 * ``escalate`` - nothing settles it (blind provider, lookup inconclusive, window
   expired, attempts used up, or the tenant/policy changed since intent): an
-  operator decides. Attempts are the sends the call tried (:func:`tried`): a send a
+  operator decides. Attempts are the sends the call tried (`tried`): a send a
   worker death or a lost lease ended does not count.
 
 A re-send happens only under the tenant and policy version recorded at intent, and
@@ -92,7 +92,7 @@ def tried(op: Operation, lost_sends: int) -> int:
     """The attempts that count against ``max_attempts``: the operation's sends
     (``op.attempts``) but the ``lost_sends`` that ended with no outcome from the tool (a
     worker that died or lost its lease, a dispatch handed back unsent; see
-    :func:`lost_send`). A worker death ends every call it had dispatched, so counting
+    `lost_send`). A worker death ends every call it had dispatched, so counting
     it would send each of them to review after ``max_attempts`` deaths, though the
     evidence that allows the re-send (a dedup window, a lookup's proof of absence)
     holds whatever the count."""
@@ -111,7 +111,7 @@ def resend_if_allowed(
     op: Operation, effect: Effect, scope: Scope, evidence: Mapping[str, Any], *, lost_sends: int = 0
 ) -> Reconciliation:
     """A re-send the evidence proves safe, unless the tenant or policy changed since
-    intent (``policy``) or the call's :func:`tried` attempts reached ``max_attempts``
+    intent (``policy``) or the call's `tried` attempts reached ``max_attempts``
     (``attempts``)."""
     changes = scope_changes(op, scope)
     if changes:
@@ -128,7 +128,7 @@ def without_lookup(
     op: Operation, effect: Effect, scope: Scope, *, now: float, lost_sends: int = 0
 ) -> Reconciliation:
     """A contract with no lookup: the dedup window decides, or, blind, an operator.
-    ``lost_sends``: see :func:`tried`."""
+    ``lost_sends``: see `tried`."""
     if effect.dedup_seconds is None:
         return escalate(op, scope, {"kind": EvidenceKind.BLIND})
     if within_dedup_window(op, effect, now):

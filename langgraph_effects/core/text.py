@@ -7,11 +7,11 @@ metadata, sqlite3 refuses it as a parameter, and LangGraph's checkpoint serializ
 turns it into ``?`` (so what a resume reads back is another string). A receipt must be
 JSON. The entry points that take ids, keys and an operator's verdict check their
 values here and refuse a bad one with
-:class:`~langgraph_effects.errors.UnencodableValueError` before anything is sent or
+`UnencodableValueError` before anything is sent or
 written, naming the value and where in it the problem is.
 
 Tool arguments are not checked: a surrogate in them is hashed the way the checkpoint
-stores it (see :func:`~langgraph_effects.core.identity.canonical_json`).
+stores it (see `canonical_json`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ CONFIG_ADVICE = (
 
 def require_config_text(config: Mapping[str, Any]) -> None:
     """Refuse a run config whose thread id, checkpoint namespace or id, tenant id or
-    policy version (:data:`CONFIG_IDS`) is text that cannot be stored as it is."""
+    policy version (`CONFIG_IDS`) is text that cannot be stored as it is."""
     conf = config.get("configurable") or {}
     for name in CONFIG_IDS:
         value = conf.get(name)

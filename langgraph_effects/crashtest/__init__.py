@@ -1,4 +1,4 @@
-"""Crash-test your own graph: ``langgraph-effects crashtest`` and :func:`crashtest`.
+"""Crash-test your own graph: ``langgraph-effects crashtest`` and `crashtest`.
 
 A control run without faults gives the effects each thread should hold; then, for
 every fault point and every tool call the control run made, a fresh thread runs

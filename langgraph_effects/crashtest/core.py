@@ -1,9 +1,9 @@
 """Crash-test a user's own graph: a control run, then one faulted run per point and call.
 
 The parent process plans the runs, drives the worker processes with the crash
-lab's driver (:func:`langgraph_effects.lab.worker.drive_workers`), answers effect reviews
+lab's driver (`langgraph_effects.lab.worker.drive_workers`), answers effect reviews
 as an operator who asked the provider would, and counts every thread's effects
-with the user's probe, the only ground truth. Workers are in :mod:`.worker`.
+with the user's probe, the only ground truth. Workers are in `.worker`.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def _context(extra: Sequence[str] = ()) -> ForkServerContext:
 
 
 class _Handle(WorkerHandle):
-    """A lab worker handle whose process serves :func:`.worker.serve` instead of the lab's."""
+    """A lab worker handle whose process serves `.worker.serve` instead of the lab's."""
 
     def __init__(self, ctx: ForkServerContext, spec: Spec) -> None:
         self.conn, child = ctx.Pipe()
@@ -284,7 +284,7 @@ async def crashtest(
         input: the graph input of every run (default: one user message).
         config: merged into every run's config (``configurable`` merged key by key).
         points: the fault points to run (default: every point that applies; see
-            :data:`POINTS`); each runs once per tool call of the control run.
+            `POINTS`); each runs once per tool call of the control run.
         random: extra runs killed at a random moment of the run.
         seed: seeds the random kills.
         db: a ``postgresql://`` DSN to run on ``EffectPostgresSaver`` (default: a
@@ -295,7 +295,7 @@ async def crashtest(
         sync: run every attempt as a sync app does: ``graph.invoke`` on ``SyncEffect*Saver``.
 
     Returns:
-        A :class:`CrashReport` (``duplicates``, ``missing``, ``matrix()``, ``verdict()``).
+        A `CrashReport` (``duplicates``, ``missing``, ``matrix()``, ``verdict()``).
 
     Raises:
         CrashtestUsageError: bad targets or options, a factory that returns no graph.

@@ -1,4 +1,4 @@
-"""What a crash test found: one :class:`RunResult` per faulted run, and the :class:`CrashReport`."""
+"""What a crash test found: one `RunResult` per faulted run, and the `CrashReport`."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class RunResult:
 
 @dataclass
 class CrashReport:
-    """What :func:`crashtest` found; ``duplicates`` and ``missing`` sum over the runs."""
+    """What `crashtest` found; ``duplicates`` and ``missing`` sum over the runs."""
 
     factory: str
     probe: str
@@ -101,7 +101,7 @@ class CrashReport:
 
     @property
     def broken(self) -> list[RunResult]:
-        """The runs that could not be completed (see :attr:`RunResult.problem`)."""
+        """The runs that could not be completed (see `RunResult.problem`)."""
         return [r for r in self.runs if r.problem is not None]
 
     @property

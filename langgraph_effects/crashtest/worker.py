@@ -1,7 +1,7 @@
 """The crash test's worker process: runs the user's graph once per attempt, and dies on cue.
 
 A worker is a fork of the crash lab's warm fork server (LangGraph already
-imported). It imports the user's factory by name, and for every :class:`Job`
+imported). It imports the user's factory by name, and for every `Job`
 opens the run's checkpointer, builds the graph and calls ``graph.ainvoke`` with a
 LangChain callback handler in the run config. Callbacks reach every tool call of
 any graph (a plain ``ToolNode``, ``create_agent``, a tool called by hand inside a
@@ -14,7 +14,7 @@ node), so the handler can break a call at three moments no graph can opt out of:
   the caller sees a timeout for a call that did its work (no kill).
 
 Graphs built on ``EffectToolNode`` / ``EffectMiddleware`` also pass the dispatcher's
-own fault points (:mod:`langgraph_effects._runtime.faults`), where the worker can die too.
+own fault points (`langgraph_effects._runtime.faults`), where the worker can die too.
 
 Graphs whose tools are MCP tools (any client on the official SDK's
 ``ClientSession``: ``langchain-mcp-adapters``, this package's ``EffectKeyInterceptor``
@@ -22,7 +22,7 @@ and ``mcp_lookup``) also pass ``mcp-lost``: every ``tools/call`` the attempt mak
 counted, and the armed one goes to the server and is answered, then its caller gets
 the SDK's "connection closed" error instead of the answer (no kill).
 
-The protocol is the lab's (:mod:`langgraph_effects.lab.worker`), so the lab's
+The protocol is the lab's (`langgraph_effects.lab.worker`), so the lab's
 parent-side driver runs these workers unchanged: ``("done", RunReport)``,
 ``("failed", traceback)`` for a harness failure (the graph raising is *not* one: it
 is reported in ``RunReport.error``), ``("arrived", point)`` at a rendezvous and
@@ -77,7 +77,7 @@ class Spec:
     factory: str
     """``MODULE:ATTR`` of ``factory(checkpointer) -> compiled graph``."""
     probe: str | None
-    """``MODULE:ATTR`` of the probe, called in the control run only (see :class:`Job`)."""
+    """``MODULE:ATTR`` of the probe, called in the control run only (see `Job`)."""
     cwd: str
     env: dict[str, str]
     """The crash test's environment: a fork server child inherits the server's, not ours."""
@@ -115,7 +115,7 @@ class Job:
     @property
     def faults(self) -> AttemptFaults:
         """What the lab's driver arms for this job: nothing (the worker faults and kills
-        itself, see :attr:`fault` and :attr:`kill_after`)."""
+        itself, see `fault` and `kill_after`)."""
         return _DRIVER_ARMS_NOTHING
 
 
@@ -262,7 +262,7 @@ class FaultHandler(BaseCallbackHandler):
             raise TimeoutError("crashtest: the tool ran, but its caller saw a timeout")
 
     def engine_hook(self, name: str, op: Operation) -> None:
-        """Installed at the dispatcher's fault points (:func:`langgraph_effects._runtime.faults.install`)."""
+        """Installed at the dispatcher's fault points (`langgraph_effects._runtime.faults.install`)."""
         point = engine_point(name)
         index = self._engine_counts.get(point, 0) + 1
         self._engine_counts[point] = index
