@@ -488,6 +488,13 @@ async def _setup(db: str) -> None:
         await checkpointer.setup()
 
 
+async def _started(db: str, thread: str) -> bool:
+    """Whether ``thread`` has a checkpoint, i.e. a resume has something to continue."""
+    async with open_checkpointer(db) as checkpointer:
+        at = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return await checkpointer.aget_tuple(at) is not None
+
+
 async def _faulted_run(
     session: _Session, plan: _Plan, thread: str, calls: list[ToolCall], expected: int
 ) -> RunResult:
@@ -507,6 +514,8 @@ async def _faulted_run(
         kill_after=plan.kill_after,
     )
     resume = Job("resume", thread, db, config=config)
+    # The same start without the fault: for a kill that landed before the first checkpoint.
+    restart = Job("start", thread, db, input=session.graph_input, config=config)
     if plan.kill_after is not None:
         # Random moments are drawn over the control run's length, measured in a fresh
         # process (first calls are slower): start this run in a fresh one too.
@@ -519,6 +528,13 @@ async def _faulted_run(
             if isinstance(outcome, Killed):
                 run.kills += 1
                 run.fault_reached = True
+                if not await _started(db, thread):
+                    # Killed before the thread's first checkpoint: the run never started
+                    # (there is nothing to resume), so it starts afresh, as its caller would.
+                    run.restarts += 1
+                    outcome, used = await _run_job(pool, restart)
+                    run.processes += used
+                    continue
                 if twins is not None:
                     outcome = await _twins(pool, twins, resume, run)
                     twins = None
