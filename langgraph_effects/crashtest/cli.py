@@ -155,7 +155,7 @@ def _progress(run: RunResult, done: int, total: int) -> None:
         what += f", could not be completed: {run.problem}"
     extra = f"{run.processes} process(es), {run.kills} kill(s)"
     if run.restarts:
-        extra += f", {run.restarts} restart(s): killed before the first checkpoint"
+        extra += f", {run.restarts} restart(s): ended before the first checkpoint"
     if run.reviews:
         extra += f", {run.reviews} review(s)"
     if not run.fault_reached:

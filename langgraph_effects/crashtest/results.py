@@ -26,8 +26,9 @@ class RunResult:
     processes: int = 0
     kills: int = 0
     restarts: int = 0
-    """Kills that landed before the thread's first checkpoint: the run had not started
-    (nothing of it is durable, no tool can have run), so it was started again."""
+    """Attempts that ended (a kill, mostly a random one) before the thread's first
+    checkpoint: the run had not started (nothing of it is durable, no tool can have
+    run), so it was started again instead of resumed."""
     fault_reached: bool = False
     finished: bool = False
     errors: list[str] = field(default_factory=list)
