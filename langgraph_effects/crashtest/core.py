@@ -514,7 +514,7 @@ async def _faulted_run(
         kill_after=plan.kill_after,
     )
     resume = Job("resume", thread, db, config=config)
-    # The same start without the fault: for a kill that landed before the first checkpoint.
+    # The same start without the fault: for an attempt that ended before the first checkpoint.
     restart = Job("start", thread, db, input=session.graph_input, config=config)
     if plan.kill_after is not None:
         # Random moments are drawn over the control run's length, measured in a fresh
