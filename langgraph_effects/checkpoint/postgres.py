@@ -312,6 +312,20 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
             await conn.execute(_DELETE_RUN_WRITES_SQL, (ids,))
             await conn.execute(_DELETE_RUN_CHECKPOINTS_SQL, (ids,))
 
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune the threads' checkpoints: LangGraph's ``AsyncPostgresSaver.aprune``.
+
+        ``"keep_latest"`` keeps the latest checkpoint of each namespace, with its
+        pending writes (a thread a crash left mid-step still resumes from it);
+        ``"delete"`` removes every checkpoint, write and blob of the threads.
+
+        The ledger is not touched. An operation of a pruned thread stays as it was:
+        ``langgraph-effects list`` still lists an unresolved one, and recovery still
+        reports it (after ``"delete"`` as ``not_resumable``: the thread has no
+        checkpoint left, so an operator decides it with ``langgraph-effects resolve``).
+        """
+        await super().aprune(thread_ids, strategy=strategy)
+
     async def _has_child(self, thread_id: str, ns: str, parent: str | None) -> bool:
         query = _fence.children_sql(parent, "%s")
         params = _fence.children_params(thread_id, ns, parent, "")

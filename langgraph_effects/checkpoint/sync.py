@@ -264,5 +264,16 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
         """The async saver's ``setup_fencing`` (run by `setup`)."""
         self._run(self.saver.setup_fencing())
 
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune the threads' checkpoints as LangGraph's ``PostgresSaver.prune`` does
+        (the async saver's :meth:`~EffectPostgresSaver.aprune`): ``"keep_latest"`` keeps
+        each namespace's latest checkpoint with its pending writes, ``"delete"`` removes
+        every checkpoint. The ledger is not touched: the threads' operations stay, an
+        unresolved one is still listed and reported by recovery."""
+        self._run(self.saver.aprune(thread_ids, strategy=strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._refuse("aprune")
+
 
 __all__ = ["SyncEffectPostgresSaver", "SyncEffectSaver", "SyncEffectSqliteSaver"]

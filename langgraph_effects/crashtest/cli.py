@@ -2,8 +2,9 @@
 
 Exit codes: 0 every faulted run ended with exactly the control run's effects;
 1 a run duplicated or lost effects; 2 usage (bad option, a target that cannot be
-imported, a factory that returns no graph); 5 a run could not be made (the probe
-raised, the control run failed, a worker broke).
+imported, a factory that returns no graph); 5 a run could not be made or completed,
+and none duplicated or lost (the probe raised, the control run failed, a worker broke).
+All are read from each run's one outcome (:meth:`RunResult.outcome`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ _STYLE = {
     "exact": "green",
     "duplicated": "bold red",
     "lost": "bold yellow",
-    "both": "bold magenta",
     "broken": "dim",
 }
 
@@ -150,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _progress(run: RunResult, done: int, total: int) -> None:
     """One line per finished run, on stderr, flushed: CI logs show it as it happens."""
+    what = f"{run.effects} effect(s), expected {run.expected}: {run.outcome()}"
     if run.problem is not None:
-        what = f"could not be completed: {run.problem}"
-    else:
-        what = f"{run.effects} effect(s), expected {run.expected}: {run.outcome()}"
+        what += f", could not be completed: {run.problem}"
     extra = f"{run.processes} process(es), {run.kills} kill(s)"
+    if run.restarts:
+        extra += f", {run.restarts} restart(s): ended before the first checkpoint"
     if run.reviews:
         extra += f", {run.reviews} review(s)"
     if not run.fault_reached:
@@ -163,10 +164,7 @@ def _progress(run: RunResult, done: int, total: int) -> None:
 
 
 def _cell(run: RunResult) -> Text:
-    outcome = run.outcome()
-    if outcome == "broken":
-        return Text("could not run", style="dim")
-    text = Text(f"{run.effects} / {run.expected}", style=_STYLE[outcome])
+    text = _cell_line(run)
     if run.duplicates:
         text.append(f"\n+{run.duplicates} duplicate", style="red")
     if run.missing:
@@ -179,9 +177,13 @@ def _cell(run: RunResult) -> Text:
 
 
 def _cell_line(run: RunResult) -> Text:
-    if run.outcome() == "broken":
-        return Text("could not run", style="dim")
-    return Text(f"{run.effects} / {run.expected}", style=_STYLE[run.outcome()])
+    """``effects / expected`` in the run's outcome's colour; a run that could not be
+    completed says so (its count decides nothing unless it already exceeds)."""
+    outcome = run.outcome()
+    text = Text(f"{run.effects} / {run.expected}", style=_STYLE[outcome])
+    if run.problem is not None:
+        text.append(" could not finish", style="dim")
+    return text
 
 
 def render(report: CrashReport, out: Console) -> None:
@@ -215,6 +217,8 @@ def render(report: CrashReport, out: Console) -> None:
             if number:
                 line.append(" · ")
             moment = f"at {run.kill_after or 0.0:.2f} s" if run.kills else "ended before the kill"
+            if run.restarts:
+                moment += " (before the first checkpoint: started again)"
             line.append(f"{moment}: ")
             line.append_text(_cell_line(run))
         out.print(line)
@@ -224,7 +228,7 @@ def render(report: CrashReport, out: Console) -> None:
     out.print(Text(" · ".join(f"{p}: {summary(p)}" for p in used), style="dim"))
     for run in report.broken:
         out.print(Text(f"{run.label}: could not be completed: {run.problem}", style="yellow"))
-    style = "bold green" if report.ok else ("bold red" if report.exit_code == 1 else "bold yellow")
+    style = {0: "bold green", 1: "bold red"}.get(report.exit_code, "bold yellow")
     out.print(Text(report.verdict(), style=style))
     out.print(f"{len(report.runs)} faulted runs in {report.seconds:.1f} s")
 

@@ -488,6 +488,13 @@ async def _setup(db: str) -> None:
         await checkpointer.setup()
 
 
+async def _started(db: str, thread: str) -> bool:
+    """Whether ``thread`` has a checkpoint, i.e. a resume has something to continue."""
+    async with open_checkpointer(db) as checkpointer:
+        at = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return await checkpointer.aget_tuple(at) is not None
+
+
 async def _faulted_run(
     session: _Session, plan: _Plan, thread: str, calls: list[ToolCall], expected: int
 ) -> RunResult:
@@ -507,6 +514,8 @@ async def _faulted_run(
         kill_after=plan.kill_after,
     )
     resume = Job("resume", thread, db, config=config)
+    # The same start without the fault: for an attempt that ended before the first checkpoint.
+    restart = Job("start", thread, db, input=session.graph_input, config=config)
     if plan.kill_after is not None:
         # Random moments are drawn over the control run's length, measured in a fresh
         # process (first calls are slower): start this run in a fresh one too.
@@ -519,12 +528,11 @@ async def _faulted_run(
             if isinstance(outcome, Killed):
                 run.kills += 1
                 run.fault_reached = True
-                if twins is not None:
+                if twins is not None and await _started(db, thread):
                     outcome = await _twins(pool, twins, resume, run)
                     twins = None
-                    continue
-                outcome, used = await _run_job(pool, resume)
-                run.processes += used
+                else:
+                    outcome = await _go_on(pool, run, resume, restart)
                 continue
             report = _report(outcome)
             run.fault_reached = run.fault_reached or report.fault_reached
@@ -535,8 +543,7 @@ async def _faulted_run(
                 break
             if report.error is not None:
                 run.errors.append(report.error)
-                outcome, used = await _run_job(pool, resume)
-            elif report.interrupts:
+            if report.error is None and report.interrupts:
                 answer = _answer(report.interrupts, calls, await session.count(thread))
                 if answer is None:
                     value = report.interrupts[0][1]
@@ -544,9 +551,9 @@ async def _faulted_run(
                     break
                 run.reviews += 1
                 outcome, used = await _run_job(pool, Job("answer", thread, db, config=config, resume=answer))
+                run.processes += used
             else:
-                outcome, used = await _run_job(pool, resume)
-            run.processes += used
+                outcome = await _go_on(pool, run, resume, restart)
         if not run.finished and run.problem is None:
             run.problem = f"the thread did not finish within {MAX_ATTEMPTS} attempts"
     except CrashtestRunError as error:
@@ -557,6 +564,19 @@ async def _faulted_run(
     run.effects = await session.count(thread)
     run.seconds = time.perf_counter() - started
     return run
+
+
+async def _go_on(pool: _Pool, run: RunResult, resume: Job, restart: Job) -> Done | Killed:
+    """Resume the thread; or, when it has no checkpoint yet (the attempt ended before the
+    graph saved its input), start it again: a run that never started has nothing to
+    resume (LangGraph would raise ``EmptyInputError``), and no tool of it can have run."""
+    job = resume
+    if not await _started(resume.db, resume.thread_id):
+        run.restarts += 1
+        job = restart
+    outcome, used = await _run_job(pool, job)
+    run.processes += used
+    return outcome
 
 
 async def _twins(pool: _Pool, twins: list[_Handle], resume: Job, run: RunResult) -> Done | Killed:

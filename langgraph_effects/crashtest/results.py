@@ -25,6 +25,10 @@ class RunResult:
     """Review rounds answered from the probe."""
     processes: int = 0
     kills: int = 0
+    restarts: int = 0
+    """Attempts that ended (a kill, mostly a random one) before the thread's first
+    checkpoint: the run had not started (nothing of it is durable, no tool can have
+    run), so it was started again instead of resumed."""
     fault_reached: bool = False
     finished: bool = False
     errors: list[str] = field(default_factory=list)
@@ -36,13 +40,16 @@ class RunResult:
 
     @property
     def duplicates(self) -> int:
-        """Effects beyond the control run's."""
+        """Effects beyond the control run's (a fact at the provider, finished or not)."""
         return max(0, (self.effects or 0) - self.expected) if self.effects is not None else 0
 
     @property
     def missing(self) -> int:
-        """Effects the control run made that this thread lacks."""
-        return max(0, self.expected - self.effects) if self.effects is not None else 0
+        """Effects the control run made that this thread lacks once it finished (a run
+        that could not be completed has lost nothing yet: it is ``broken``)."""
+        if self.effects is None or self.problem is not None:
+            return 0
+        return max(0, self.expected - self.effects)
 
     @property
     def label(self) -> str:
@@ -52,13 +59,15 @@ class RunResult:
         return f"{self.point} at call {self.call} ({self.tool})"
 
     def outcome(self) -> str:
-        """One word: ``exact``, ``duplicated``, ``lost``, ``both`` or ``broken``."""
-        if self.problem is not None:
-            return "broken"
-        if self.duplicates and self.missing:
-            return "both"
+        """The run's one classification, from which the table's cell, the verdict and
+        the exit code are all derived: ``duplicated`` (the provider holds more effects
+        than the control run made, whether or not the run finished), ``broken`` (it
+        could not be completed, see :attr:`problem`), ``lost`` (it finished with fewer
+        effects) or ``exact``."""
         if self.duplicates:
             return "duplicated"
+        if self.problem is not None:
+            return "broken"
         if self.missing:
             return "lost"
         return "exact"
@@ -89,30 +98,34 @@ class CrashReport:
     control_seconds: float = 0.0
     seconds: float = 0.0
 
+    def _runs(self, outcome: str) -> list[RunResult]:
+        return [r for r in self.runs if r.outcome() == outcome]
+
     @property
     def duplicates(self) -> int:
-        """Duplicated effects, summed over the faulted runs."""
-        return sum(r.duplicates for r in self.runs)
+        """Duplicated effects, summed over the ``duplicated`` runs."""
+        return sum(r.duplicates for r in self._runs("duplicated"))
 
     @property
     def missing(self) -> int:
-        """Lost effects, summed over the faulted runs."""
-        return sum(r.missing for r in self.runs)
+        """Lost effects, summed over the ``lost`` runs."""
+        return sum(r.missing for r in self._runs("lost"))
 
     @property
     def broken(self) -> list[RunResult]:
         """The runs that could not be completed (see `RunResult.problem`)."""
-        return [r for r in self.runs if r.problem is not None]
+        return self._runs("broken")
 
     @property
     def ok(self) -> bool:
         """Every faulted run ended with exactly the control run's effects."""
-        return not self.duplicates and not self.missing and not self.broken
+        return all(r.outcome() == "exact" for r in self.runs)
 
     @property
     def exit_code(self) -> int:
-        """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be made."""
-        if self.duplicates or self.missing:
+        """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be
+        completed (and none duplicated or lost). From :meth:`RunResult.outcome`."""
+        if self._runs("duplicated") or self._runs("lost"):
             return 1
         return 5 if self.broken else 0
 
@@ -125,24 +138,26 @@ class CrashReport:
         return out
 
     def verdict(self) -> str:
-        """One line: does the graph keep exactly its effects through every fault?"""
+        """One line: does the graph keep exactly its effects through every fault?
+        Derived from each run's :meth:`RunResult.outcome`, as the exit code is."""
         n = len(self.runs)
         if not n:
             return "crashtest: no faulted run was made (the control run made no tool call?)"
-        dup = [r for r in self.runs if r.duplicates]
-        lost = [r for r in self.runs if r.missing]
+        dup, lost, broken = self._runs("duplicated"), self._runs("lost"), self.broken
+        unfinished = ""
+        if broken:
+            unfinished = f"{len(broken)} of {n} runs could not be completed ({broken[0].problem})"
         if dup or lost:
             parts = []
             if dup:
                 parts.append(f"{len(dup)} of {n} faulted runs duplicated effects ({self.duplicates} extra)")
             if lost:
                 parts.append(f"{len(lost)} of {n} lost effects ({self.missing} missing)")
+            if unfinished:
+                parts.append(unfinished)
             return f"crashtest: NOT crash-safe: {'; '.join(parts)}."
-        if self.broken:
-            return (
-                f"crashtest: {len(self.broken)} of {n} runs could not be completed "
-                f"({self.broken[0].problem}); the others kept exactly {self.expected} effect(s)."
-            )
+        if broken:
+            return f"crashtest: {unfinished}; the others kept exactly {self.expected} effect(s)."
         return (
             f"crashtest: crash-safe on every fault tried: all {n} faulted runs ended with exactly "
             f"the control run's {self.expected} effect(s)."
