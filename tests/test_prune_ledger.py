@@ -115,7 +115,7 @@ def test_an_unresolved_operation_of_a_pruned_thread_is_listed_and_recovered(tmp_
         saver.prune(["kept"], strategy="keep_latest")
     assert asyncio.run(checkpoints(dsn, "kept")) == 1
     [after] = listed(dsn, "kept")
-    assert (after["op_id"], after["state"]) == (before["op_id"], "dispatched")
+    assert (after["operation_id"], after["state"]) == (before["operation_id"], "dispatched")
 
     # The latest checkpoint (with its pending writes) is all a resume needs: settled by
     # the dedup key, the provider's one effect replayed, nothing sent twice.
@@ -144,7 +144,7 @@ def test_an_unresolved_operation_of_a_deleted_thread_is_listed_and_reported(tmp_
     asyncio.run(prune())
     assert asyncio.run(checkpoints(dsn, "gone")) == 0
     [after] = listed(dsn, "gone")
-    assert (after["op_id"], after["state"]) == (before["op_id"], "dispatched")
+    assert (after["operation_id"], after["state"]) == (before["operation_id"], "dispatched")
 
     # No checkpoint is left to resume: recovery names the operation for an operator's verdict.
     done = cli("--db", dsn, "recover", "--graph", FACTORY, "--json", s=s)
@@ -152,5 +152,5 @@ def test_an_unresolved_operation_of_a_deleted_thread_is_listed_and_reported(tmp_
     [thread] = report["threads"]
     assert (thread["thread_id"], thread["action"]) == ("gone", "not_resumable"), done.stdout
     assert "no checkpoint" in thread["reason"]
-    assert [op["op_id"] for op in thread["operations"]] == [before["op_id"]]
+    assert [op["operation_id"] for op in thread["operations"]] == [before["operation_id"]]
     assert effects(s) == {"gone:0": 1}  # nothing was sent again

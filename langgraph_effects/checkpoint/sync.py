@@ -266,7 +266,7 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune the threads' checkpoints as LangGraph's ``PostgresSaver.prune`` does
-        (the async saver's :meth:`~EffectPostgresSaver.aprune`): ``"keep_latest"`` keeps
+        (the async saver's `aprune`): ``"keep_latest"`` keeps
         each namespace's latest checkpoint with its pending writes, ``"delete"`` removes
         every checkpoint. The ledger is not touched: the threads' operations stay, an
         unresolved one is still listed and reported by recovery."""

@@ -4,7 +4,7 @@ Exit codes: 0 every faulted run ended with exactly the control run's effects;
 1 a run duplicated or lost effects; 2 usage (bad option, a target that cannot be
 imported, a factory that returns no graph); 5 a run could not be made or completed,
 and none duplicated or lost (the probe raised, the control run failed, a worker broke).
-All are read from each run's one outcome (:meth:`RunResult.outcome`).
+All are read from each run's one outcome (`RunResult.outcome`).
 """
 
 from __future__ import annotations

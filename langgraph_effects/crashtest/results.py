@@ -62,7 +62,7 @@ class RunResult:
         """The run's one classification, from which the table's cell, the verdict and
         the exit code are all derived: ``duplicated`` (the provider holds more effects
         than the control run made, whether or not the run finished), ``broken`` (it
-        could not be completed, see :attr:`problem`), ``lost`` (it finished with fewer
+        could not be completed, see `problem`), ``lost`` (it finished with fewer
         effects) or ``exact``."""
         if self.duplicates:
             return "duplicated"
@@ -124,7 +124,7 @@ class CrashReport:
     @property
     def exit_code(self) -> int:
         """0 every run exact; 1 a run duplicated or lost effects; 5 a run could not be
-        completed (and none duplicated or lost). From :meth:`RunResult.outcome`."""
+        completed (and none duplicated or lost). From `RunResult.outcome`."""
         if self._runs("duplicated") or self._runs("lost"):
             return 1
         return 5 if self.broken else 0
@@ -139,7 +139,7 @@ class CrashReport:
 
     def verdict(self) -> str:
         """One line: does the graph keep exactly its effects through every fault?
-        Derived from each run's :meth:`RunResult.outcome`, as the exit code is."""
+        Derived from each run's `RunResult.outcome`, as the exit code is."""
         n = len(self.runs)
         if not n:
             return "crashtest: no faulted run was made (the control run made no tool call?)"
