@@ -232,7 +232,7 @@ def test_console_stats_prints_the_health_and_exits_9_over_a_threshold(tmp_path: 
     assert healthy.returncode == 0, healthy.stderr
     out = healthy.stdout
     assert "Operations by state (5 unresolved)" in out
-    assert "Settled operations not counted: add --all" in out
+    assert "Settled operations are not counted: add --all" in out
     assert f"Oldest unresolved: {ids.lost} unknown, charge_card, thread thread-l, changed 3h ago" in out
     assert "Waiting for a human (3, the longest for 2h)" in out
     assert out.index(ids.old_review) < out.index(ids.approval) < out.index(ids.new_review)

@@ -266,7 +266,18 @@ def _alert(
         "age": age,
         "limit": limit,
         "message": (
-            f"{op.op_id} ({op.tool}, thread {op.thread_id}) {what} for {age:.0f}s, "
-            f"longer than {limit:g}s"
+            f"{op.op_id} ({op.tool}, thread {op.thread_id}) {what} for {_duration(age)}, "
+            f"longer than {_duration(limit)}"
         ),
     }
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``5m``, ``2h 5m``, ``3d 4h``."""
+    s = int(seconds)
+    for unit, size, smaller, small_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if s >= size:
+            whole, rest = divmod(s, size)
+            part = rest // small_size
+            return f"{whole}{unit} {part}{smaller}" if part else f"{whole}{unit}"
+    return f"{s // 60}m" if s >= 60 else f"{s}s"

@@ -85,6 +85,8 @@ def _render(found: LedgerStats, target: Target) -> None:
     scope = f" (tenant {found.tenant})" if found.tenant is not None else ""
     console.print(Text(f"Ledger {found.ledger}{scope}", style="bold"))
     console.print(_states_table(found, now))
+    if not found.settled:
+        console.print(Text("  Settled operations are not counted: add --all (reads the whole table).", "dim"))
     if found.counts:
         console.print(_tools_table(found, now))
     oldest = found.oldest_unresolved
@@ -115,8 +117,6 @@ def _states_table(found: LedgerStats, now: float) -> Table:
         least_recent[c.state] = c.least_recent_update if seen is None else min(seen, c.least_recent_update)
     title = f"Operations by state ({found.unresolved} unresolved)"
     table = Table(box=box.SIMPLE_HEAVY, show_edge=False, title=title, title_justify="left")
-    if not found.settled:
-        table.caption = "Settled operations not counted: add --all (reads the whole table)."
     table.add_column("state")
     table.add_column("count", justify="right")
     table.add_column("least recently changed")
