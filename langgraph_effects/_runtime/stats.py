@@ -3,14 +3,13 @@ changed one, who waits for a human and for how long, budgets and circuit breaker
 the thresholds crossed. What ``langgraph-effects stats`` prints; an app's health
 endpoint or a metrics exporter calls [`stats`][langgraph_effects.operator.stats] too.
 
-What it reads, and what that costs: one count of the unresolved operations by state
-and tool (the SQL backends answer it from their partial index on unresolved states,
-so its cost grows with the unresolved operations, not with the ledger's history), the
+What it reads: one count of the unresolved operations by state and tool (over every
+tenant, the SQL backends answer it from their partial index on unresolved states), the
 least recently changed unresolved operation, the operations in ``review`` (at most
 ``limit``), the ``PENDING_SCAN`` least recently changed ``pending`` ones (for the
-calls waiting for an approval), and the control rows. Settled operations
-(``confirmed``, ``failed``, ``abandoned``) are counted only with ``settled=True``: that
-count reads the whole operations table.
+calls waiting for an approval), and the control rows: every query asks only for
+unresolved states. Settled operations (``confirmed``, ``failed``, ``abandoned``) are
+counted only with ``settled=True``: that count reads the whole operations table.
 """
 
 from __future__ import annotations

@@ -510,8 +510,8 @@ class Ledger(abc.ABC):
         and tool, sorted by (state, tool), each with its least recent ``updated_at``.
 
         This default reads every matching row through `list_operations`; the SQL
-        backends count in the database. Over unresolved states the SQL backends read
-        their partial indexes; counting settled states reads the whole table.
+        backends count in the database (the unresolved states alone, from their partial
+        index on them; settled states, from the whole table).
         """
         groups: dict[tuple[State, str], list[float]] = {}
         for op in await self.list_operations(dataclasses.replace(query, limit=sys.maxsize)):
