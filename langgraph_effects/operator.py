@@ -1,6 +1,7 @@
-"""The operator API: list, show, resolve, compensate and recover operations from Python.
+"""The operator API: list, show, resolve, compensate and recover operations from Python,
+and read the ledger's health (``stats``).
 
-Everything the console (``langgraph-effects list/show/resolve/compensate/recover``) does,
+Everything the console (``langgraph-effects list/show/resolve/compensate/recover/stats``) does,
 it does through these functions, so a service, a notebook or a script gets the same
 behaviour and the same JSON:
 
@@ -67,9 +68,12 @@ if _typing.TYPE_CHECKING:
     from ._runtime.shapes import (
         SHAPES,
         ActionRequestJSON,
+        AlertJSON,
         ApprovalEntryJSON,
         ApprovalRequestJSON,
         AuditEntryJSON,
+        BudgetJSON,
+        CircuitJSON,
         CompensationEntryJSON,
         CompensationJSON,
         CompensationListJSON,
@@ -87,11 +91,17 @@ if _typing.TYPE_CHECKING:
         ReviewEntryJSON,
         ReviewRequestJSON,
         StateAtJSON,
+        StateCountJSON,
+        StatsJSON,
+        StatsOperationJSON,
         ThreadReportJSON,
         TransitionJSON,
+        WaitingJSON,
+        WaitingListJSON,
         json_schema,
         json_schemas,
     )
+    from ._runtime.stats import PENDING_SCAN, LedgerStats, stats
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
 
@@ -119,6 +129,10 @@ _EXPORTS: dict[str, str] = {
     "compensations": "_runtime.compensation",
     "finish_compensations": "_runtime.compensation",
     "CompensationReport": "_runtime.compensation",
+    # health
+    "stats": "_runtime.stats",
+    "LedgerStats": "_runtime.stats",
+    "PENDING_SCAN": "_runtime.stats",
     # recovering
     "recover": "recovery",
     "recover_sync": "recovery.sync",
@@ -137,9 +151,12 @@ _EXPORTS: dict[str, str] = {
         name: "_runtime.shapes"
         for name in (
             "ActionRequestJSON",
+            "AlertJSON",
             "ApprovalEntryJSON",
             "ApprovalRequestJSON",
             "AuditEntryJSON",
+            "BudgetJSON",
+            "CircuitJSON",
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
@@ -157,17 +174,25 @@ _EXPORTS: dict[str, str] = {
             "ReviewEntryJSON",
             "ReviewRequestJSON",
             "StateAtJSON",
+            "StateCountJSON",
+            "StatsJSON",
+            "StatsOperationJSON",
             "ThreadReportJSON",
             "TransitionJSON",
+            "WaitingJSON",
+            "WaitingListJSON",
         )
     },
 }
 
 __all__ = [
     "ActionRequestJSON",
+    "AlertJSON",
     "ApprovalEntryJSON",
     "ApprovalRequestJSON",
     "AuditEntryJSON",
+    "BudgetJSON",
+    "CircuitJSON",
     "CompensationEntryJSON",
     "CompensationJSON",
     "CompensationListJSON",
@@ -177,6 +202,7 @@ __all__ = [
     "ErrorDetailJSON",
     "ErrorJSON",
     "LeaseStatus",
+    "LedgerStats",
     "OperationJSON",
     "OperationListJSON",
     "OperationReport",
@@ -184,6 +210,7 @@ __all__ = [
     "OperationView",
     "OperationViewJSON",
     "OwnerJSON",
+    "PENDING_SCAN",
     "RecoveryReport",
     "RecoveryReportJSON",
     "Resolution",
@@ -194,9 +221,14 @@ __all__ = [
     "ReviewRequestJSON",
     "SHAPES",
     "StateAtJSON",
+    "StateCountJSON",
+    "StatsJSON",
+    "StatsOperationJSON",
     "ThreadReport",
     "ThreadReportJSON",
     "TransitionJSON",
+    "WaitingJSON",
+    "WaitingListJSON",
     "allowed_decisions",
     "audit_to_json",
     "compensate",
@@ -218,6 +250,7 @@ __all__ = [
     "resolve_report",
     "setup_database",
     "show",
+    "stats",
 ]
 
 

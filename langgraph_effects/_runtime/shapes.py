@@ -293,6 +293,105 @@ class ApprovalRequestJSON(TypedDict):
     refused_answer: NotRequired[str]
 
 
+class StateCountJSON(TypedDict):
+    """How many operations are in one state for one tool."""
+
+    state: StateName
+    tool: str
+    count: int
+    least_recent_update: float
+    """The ``updated_at`` of the least recently changed of them."""
+
+
+class StatsOperationJSON(TypedDict):
+    """An operation as ``stats`` names it: where it is and how long it has been there."""
+
+    operation_id: str
+    state: StateName
+    tool: str
+    thread_id: str
+    tenant: str
+    version: int
+    updated_at: float
+    age: float
+    """Seconds since it last changed."""
+
+
+class WaitingJSON(StatsOperationJSON):
+    """An operation waiting for a human: a verdict (``review``) or an approval."""
+
+    waits_for: Literal["review", "approval"]
+
+
+class WaitingListJSON(TypedDict):
+    """Operations waiting for a human, least recently changed first."""
+
+    count: int
+    """Every operation in ``review``, plus the approvals found (see ``complete``)."""
+    oldest_age: float | None
+    operations: list[WaitingJSON]
+    """At most ``limit`` of them."""
+    complete: bool
+    """``False``: more operations are pending than were looked at for approvals."""
+
+
+class BudgetJSON(TypedDict):
+    """One budget's use in one scope, and what is left of its limits."""
+
+    name: str
+    scope: list[Any] | str
+    """(tenant, thread or run, window start), as charged."""
+    sends: int
+    sends_left: int | None
+    total: float
+    total_left: float | None
+    updated_at: float
+
+
+class CircuitJSON(TypedDict):
+    """One circuit breaker."""
+
+    name: str
+    status: Literal["closed", "open", "half-open", "probing"]
+    failures: int
+    threshold: int | None
+    opened_at: float | None
+    updated_at: float
+
+
+class AlertJSON(TypedDict):
+    """A threshold ``stats`` was given that the ledger is over."""
+
+    kind: Literal["review_age", "unresolved_age"]
+    operation_id: str
+    age: float
+    limit: float
+    message: str
+
+
+class StatsJSON(TypedDict):
+    """``langgraph-effects stats --json`` and ``LedgerStats.to_json()``: unresolved
+    operations by state and tool, who waits for a human and for how long, budgets and
+    circuits, and the thresholds crossed."""
+
+    ledger: str
+    tenant: str | None
+    at: float
+    unresolved: int
+    by_state: dict[str, int]
+    """Every state counted: the unresolved ones, and the settled ones with ``settled``."""
+    counts: list[StateCountJSON]
+    settled: bool
+    """Whether settled states (``confirmed``, ``failed``, ``abandoned``) were counted."""
+    oldest_unresolved: StatsOperationJSON | None
+    waiting: WaitingListJSON
+    budgets: list[BudgetJSON]
+    circuits: list[CircuitJSON]
+    max_review_age: float | None
+    max_unresolved_age: float | None
+    alerts: list[AlertJSON]
+
+
 class ErrorDetailJSON(TypedDict):
     """What went wrong, for a program: ``kind`` is stable, ``message`` is for people."""
 
@@ -322,6 +421,7 @@ SHAPES: dict[str, type] = {
     "compensate": CompensationJSON,
     "compensations": CompensationListJSON,
     "recover": RecoveryReportJSON,
+    "stats": StatsJSON,
     "effect-review": ReviewRequestJSON,
     "effect-approval": ApprovalRequestJSON,
     "error": ErrorJSON,

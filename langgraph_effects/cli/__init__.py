@@ -8,6 +8,8 @@
         --expected-version 3                              # record a verdict
     langgraph-effects --db agent.db recover --graph myapp.agent:make_graph
                                                           # resume threads a crash left mid-effect
+    langgraph-effects --db agent.db stats --max-review-age 1h
+                                                          # health: exit 9 if a review waited > 1h
     langgraph-effects lab ...                             # the crash lab
 
 ``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``, or libpq's
@@ -48,6 +50,9 @@ Exit codes: one table for every subcommand (``lab`` and ``crashtest`` included),
 7     ``recover`` only: resuming at least one thread raised (see its ``error``);
       takes precedence over 6
 8     not found: no such operation in this ledger (or not in ``--tenant``)
+9     ``stats`` only: read, and over a threshold it was given (a review or approval
+      waiting longer than ``--max-review-age``, an unresolved operation unchanged
+      longer than ``--max-unresolved-age``)
 ====  ==========================================================================
 
 A missing SQLite file exits with 4, not 8, so that 8 always means "the ledger was
@@ -58,7 +63,8 @@ command shares), ``target`` (which ledger ``--db``/``--schema`` name, and openin
 or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
-``recover``; ``controls``: budgets and circuit breakers; ``passthrough``: lab and
+``recover``; ``controls``: budgets and circuit breakers; ``stats``: the ledger's
+health; ``passthrough``: lab and
 crashtest; ``mcptools``: mcp-tools), and ``main`` (the entry point).
 """
 
@@ -84,6 +90,9 @@ from . import recover
 from . import controls  # budgets and circuit breakers
 
 # isort: split
+from . import stats  # the ledger's health
+
+# isort: split
 from . import passthrough  # lab, crashtest
 
 # isort: split
@@ -106,4 +115,5 @@ __all__ = [
     "recover",
     "resolve",
     "setup",
+    "stats",
 ]

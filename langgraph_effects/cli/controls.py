@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -41,28 +42,38 @@ def controls_command(target: Target) -> None:
         console.print(Text("No budget or circuit breaker has been used in this ledger.", style="green"))
         return
     if circuits:
-        table = Table(box=box.SIMPLE_HEAVY, show_edge=False, title="Circuit breakers", title_justify="left")
-        for column in ("circuit", "status", "recent failures", "opened"):
-            table.add_column(column)
-        for d in circuits:
-            opened = relative(d["opened_at"], now) if d["opened_at"] is not None else "-"
-            failures = f"{d['failures']}/{d['threshold']}" if d["threshold"] else str(d["failures"])
-            table.add_row(d["name"], Text(d["status"], style=_STATUS_STYLES[d["status"]]), failures, opened)
-        console.print(table)
+        console.print(circuit_table(circuits, now))
     if budgets:
-        table = Table(box=box.SIMPLE_HEAVY, show_edge=False, title="Budgets", title_justify="left")
-        for column in ("budget", "scope (tenant, thread/run, window)", "sends", "left", "total", "left "):
-            table.add_column(column)
-        for d in budgets:
-            table.add_row(
-                d["name"],
-                ", ".join(str(part) for part in d["scope"]) if isinstance(d["scope"], list) else d["scope"],
-                str(d["sends"]),
-                _left(d["sends_left"]),
-                f"{d['total']:g}",
-                _left(d["total_left"]),
-            )
-        console.print(table)
+        console.print(budget_table(budgets))
+
+
+def circuit_table(circuits: Sequence[Mapping[str, Any]], now: float) -> Table:
+    """The circuit breakers, one line each (also shown by ``stats``)."""
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, title="Circuit breakers", title_justify="left")
+    for column in ("circuit", "status", "recent failures", "opened"):
+        table.add_column(column)
+    for d in circuits:
+        opened = relative(d["opened_at"], now) if d["opened_at"] is not None else "-"
+        failures = f"{d['failures']}/{d['threshold']}" if d["threshold"] else str(d["failures"])
+        table.add_row(d["name"], Text(d["status"], style=_STATUS_STYLES[d["status"]]), failures, opened)
+    return table
+
+
+def budget_table(budgets: Sequence[Mapping[str, Any]]) -> Table:
+    """The budgets, one line per scope (also shown by ``stats``)."""
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False, title="Budgets", title_justify="left")
+    for column in ("budget", "scope (tenant, thread/run, window)", "sends", "left", "total", "left "):
+        table.add_column(column)
+    for d in budgets:
+        table.add_row(
+            d["name"],
+            ", ".join(str(part) for part in d["scope"]) if isinstance(d["scope"], list) else d["scope"],
+            str(d["sends"]),
+            _left(d["sends_left"]),
+            f"{d['total']:g}",
+            _left(d["total_left"]),
+        )
+    return table
 
 
 def _left(value: float | None) -> Text:

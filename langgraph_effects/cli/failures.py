@@ -30,6 +30,7 @@ EXIT_LEDGER = int(ExitCode.LEDGER)
 EXIT_INTERNAL = int(ExitCode.INTERNAL)
 EXIT_NEEDS_OPERATOR = int(ExitCode.NEEDS_OPERATOR)
 EXIT_RESUME_FAILED = int(ExitCode.RESUME_FAILED)
+EXIT_ALERT = int(ExitCode.ALERT)
 
 
 class BadInput(ValueError):

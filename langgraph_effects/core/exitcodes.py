@@ -1,6 +1,6 @@
 """The exit codes of every ``langgraph-effects`` subcommand: one table, one meaning per code.
 
-``list``, ``show``, ``resolve``, ``recover``, ``setup``, ``lab`` and ``crashtest`` all
+``list``, ``show``, ``resolve``, ``recover``, ``stats``, ``setup``, ``lab`` and ``crashtest`` all
 use this table, so a script can branch on a code without knowing which command ran.
 Codes a command cannot produce are simply never returned by it (``list`` never
 finds a duplicated effect; ``lab`` never reads a ledger an operator named).
@@ -38,6 +38,10 @@ class ExitCode(IntEnum):
     """``recover``: resuming at least one thread raised (takes precedence over 6)."""
     NOT_FOUND = 8
     """No such operation in a ledger that could be read (or not in ``--tenant``)."""
+    ALERT = 9
+    """``stats``: read, and over a threshold it was given (a review waiting longer than
+    ``--max-review-age``, an unresolved operation unchanged longer than
+    ``--max-unresolved-age``)."""
 
 
 #: ``(code, one line)`` for help texts and the README, in order.
@@ -53,6 +57,7 @@ TABLE: tuple[tuple[int, str], ...] = (
     (ExitCode.NEEDS_OPERATOR, "recover: done, but something waits for a human"),
     (ExitCode.RESUME_FAILED, "recover: resuming a thread raised"),
     (ExitCode.NOT_FOUND, "operation not found"),
+    (ExitCode.ALERT, "stats: over a threshold (--max-review-age, --max-unresolved-age)"),
 )
 
 #: The table as one paragraph, for ``--help`` epilogs.

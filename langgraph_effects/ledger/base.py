@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
+import sys
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -38,6 +40,7 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
+from .query import OperationCount as OperationCount
 from .query import OperationQuery as OperationQuery
 from .steps import ALONE as ALONE
 from .steps import LEDGER_TABLES as LEDGER_TABLES
@@ -501,6 +504,20 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
         """Operations matching ``query``, in `listing_order`."""
+
+    async def count_operations(self, query: OperationQuery) -> list[OperationCount]:
+        """How many operations match ``query`` (its ``limit`` does not apply), by state
+        and tool, sorted by (state, tool), each with its least recent ``updated_at``.
+
+        This default reads every matching row through `list_operations`; the SQL
+        backends count in the database (the unresolved states alone, from their partial
+        index on them; settled states, from the whole table).
+        """
+        groups: dict[tuple[State, str], list[float]] = {}
+        for op in await self.list_operations(dataclasses.replace(query, limit=sys.maxsize)):
+            groups.setdefault((op.state, op.tool), []).append(op.updated_at)
+        ordered = sorted(groups.items(), key=lambda item: (item[0][0].value, item[0][1]))
+        return [OperationCount(state, tool, len(stamps), min(stamps)) for (state, tool), stamps in ordered]
 
     @abc.abstractmethod
     async def audit(self, op_id: str) -> list[AuditEntry]:

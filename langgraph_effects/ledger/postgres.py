@@ -74,7 +74,7 @@ from .pgsql import (
     find_params,
     insert_params,
 )
-from .query import where_clause
+from .query import OperationCount, count_sql, counts_from_rows, where_clause
 from .steps import AsyncStepDefaults, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
@@ -514,6 +514,10 @@ class PostgresLedger(Ledger):
             f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params
         )
         return [from_row(row) for row in rows]
+
+    async def count_operations(self, query: OperationQuery) -> list[OperationCount]:
+        sql, params = count_sql(query, self._ops, "%s")
+        return counts_from_rows(await self._fetch(sql, params))
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         rows = await self._fetch(

@@ -1,6 +1,6 @@
-"""What a caller may ask a ledger to list: `OperationQuery`, and the SQL
-``WHERE`` both SQL backends build from it (the unresolved states spelled as the
-literal their partial indexes are created on)."""
+"""What a caller may ask a ledger to list or count: `OperationQuery` (and
+`OperationCount`, a count's answer), and the SQL both SQL backends build from it
+(the unresolved states spelled as the literal their partial indexes are created on)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ class OperationQuery:
         cls, *, thread_id: str | None = None, tenant: str | None = None, limit: int = 1000
     ) -> OperationQuery:
         return cls(states=UNRESOLVED, thread_id=thread_id, tenant=tenant, limit=limit)
+
+
+@dataclass(frozen=True)
+class OperationCount:
+    """How many operations matching a query are in one state for one tool
+    (`Ledger.count_operations`)."""
+
+    state: State
+    tool: str
+    count: int
+    least_recent_update: float
+    """The ``updated_at`` of the least recently changed of them."""
 
 
 def unresolved_values() -> list[str]:
@@ -65,3 +77,22 @@ def where_clause(query: OperationQuery, mark: str) -> tuple[str, list[Any]]:
         clauses.append(f"updated_at > {mark}")
         params.append(query.updated_after)
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def count_sql(query: OperationQuery, table: str, mark: str) -> tuple[str, list[Any]]:
+    """The ``SELECT`` counting ``query``'s operations by (state, tool), with the least
+    recent ``updated_at`` of each (``limit`` does not apply), and its parameters."""
+    where, params = where_clause(query, mark)
+    return (
+        f"SELECT state, tool, COUNT(*) AS n, MIN(updated_at) AS least_recent FROM {table} {where} "
+        "GROUP BY state, tool ORDER BY state, tool",
+        params,
+    )
+
+
+def counts_from_rows(rows: Any) -> list[OperationCount]:
+    """`count_sql`'s rows (read by column name) as counts."""
+    return [
+        OperationCount(State(row["state"]), str(row["tool"]), int(row["n"]), float(row["least_recent"]))
+        for row in rows
+    ]

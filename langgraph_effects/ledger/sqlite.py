@@ -42,7 +42,7 @@ from .base import (
 from .codec import mutable_row, origin_text, stored_text
 from .controls import row_from, row_values
 from .grouped import group_plan
-from .query import UNRESOLVED_SQL, where_clause
+from .query import UNRESOLVED_SQL, OperationCount, count_sql, counts_from_rows, where_clause
 from .steps import StepDefaults, answerer
 
 T = TypeVar("T")
@@ -327,6 +327,10 @@ class SqliteLedger(Ledger):
         sql = f"SELECT * FROM effect_operations {where} ORDER BY updated_at, op_id LIMIT ?"
         params.append(query.limit)
         return await self._run(lambda db: [from_row(r) for r in db.execute(sql, params)])
+
+    async def count_operations(self, query: OperationQuery) -> list[OperationCount]:
+        sql, params = count_sql(query, "effect_operations", "?")
+        return await self._run(lambda db: counts_from_rows(db.execute(sql, params)))
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         return await self._run(

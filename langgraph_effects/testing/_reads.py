@@ -120,6 +120,36 @@ class ReadCases:
         assert await unresolved(tenant="globex") == "de"
         assert await unresolved(limit=2) == "ab"
 
+    async def test_count_operations(self, ledger: Ledger) -> None:
+        """Counts by (state, tool), each with its least recent update; filters apply,
+        the query's limit does not."""
+        ops, _ = await populate(ledger)
+        later = make_op(thread_id="t-4", tenant="acme", tool="send_email")
+        [stored] = await ledger.record_intents([later])
+
+        async def counted(**query: Any) -> list[tuple[str, str, int, float]]:
+            found = await ledger.count_operations(OperationQuery(**query))
+            return [(c.state.value, c.tool, c.count, c.least_recent_update) for c in found]
+
+        assert await counted(states=UNRESOLVED, limit=1) == [
+            ("dispatched", "open_ticket", 1, ops["b"].updated_at),
+            ("pending", "send_email", 2, ops["a"].updated_at),  # a, and the later one
+            ("review", "charge_card", 1, ops["e"].updated_at),
+            ("unknown", "send_email", 1, ops["d"].updated_at),
+        ]
+        assert stored.updated_at > ops["a"].updated_at
+        assert await counted(states=TERMINAL, tenant="acme") == [
+            ("abandoned", "send_email", 1, ops["g"].updated_at),
+            ("confirmed", "send_email", 1, ops["c"].updated_at),
+            ("failed", "charge_card", 1, ops["f"].updated_at),
+        ]
+        everything = await counted()
+        assert sum(n for _, _, n, _ in everything) == 8 and len(everything) == 7
+        assert await counted(tenant="globex", tool="send_email") == [
+            ("unknown", "send_email", 1, ops["d"].updated_at)
+        ]
+        assert await counted(thread_id="t-none") == []
+
     async def test_find_by_payload(self, ledger: Ledger) -> None:
         x = make_op(thread_id="t-1", tool="send_email", args_hash="h1")
         y = make_op(thread_id="t-1", tool="send_email", args_hash="h2")

@@ -26,10 +26,10 @@ with every field and their audit row; finds by id and by payload; transitions
 under a version check, refused ones writing nothing; verdicts idempotent by
 decision id; the audit trail in order; leases renewed only by their owner (also
 from another thread, when the ledger offers a renewer); every listing's filters
-and order; racing writers (exactly one wins); the schema version; and the steps
-plans ask directly (``FindOrInsert``, ``CasEach``, compare-and-sets writing only
-the mutable columns); a compensation request as one transaction (the effect's mark
-and its undo's intent, or neither); and the control rows of budgets and circuit
+and order, and counts by state and tool; racing writers (exactly one wins); the
+schema version; and the steps plans ask directly (``FindOrInsert``, ``CasEach``,
+compare-and-sets writing only the mutable columns); a compensation request as one
+transaction (the effect's mark and its undo's intent, or neither); and the control rows of budgets and circuit
 breakers (``LockControls``, ``WriteControls``, ``ListControls``): a send over budget
 refused writing nothing, a definite failure giving its share back, racing sends never
 taking more than the budget, a circuit refusing while open.
