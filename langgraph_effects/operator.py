@@ -1,4 +1,5 @@
-"""The operator API: list, show, resolve, compensate and recover operations from Python.
+"""The operator API: list, show, resolve, compensate and recover operations from Python;
+purge, erase and delete them when their time is over (docs/lifecycle.md).
 
 Everything the console (``langgraph-effects list/show/resolve/compensate/recover``) does,
 it does through these functions, so a service, a notebook or a script gets the same
@@ -92,6 +93,13 @@ if _typing.TYPE_CHECKING:
         json_schema,
         json_schemas,
     )
+    from ._runtime.lifecycle import (
+        ErasureReport,
+        PurgeReport,
+        delete_thread_operations,
+        erase,
+        purge,
+    )
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
 
@@ -119,6 +127,12 @@ _EXPORTS: dict[str, str] = {
     "compensations": "_runtime.compensation",
     "finish_compensations": "_runtime.compensation",
     "CompensationReport": "_runtime.compensation",
+    # keeping the ledger for years
+    "purge": "_runtime.lifecycle",
+    "PurgeReport": "_runtime.lifecycle",
+    "erase": "_runtime.lifecycle",
+    "ErasureReport": "_runtime.lifecycle",
+    "delete_thread_operations": "_runtime.lifecycle",
     # recovering
     "recover": "recovery",
     "recover_sync": "recovery.sync",
@@ -143,7 +157,8 @@ _EXPORTS: dict[str, str] = {
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
-            "ErrorDetailJSON",
+            "ErasureReport",
+    "ErrorDetailJSON",
             "ErrorJSON",
             "OperationJSON",
             "OperationListJSON",
@@ -184,6 +199,7 @@ __all__ = [
     "OperationView",
     "OperationViewJSON",
     "OwnerJSON",
+    "PurgeReport",
     "RecoveryReport",
     "RecoveryReportJSON",
     "Resolution",
@@ -202,6 +218,8 @@ __all__ = [
     "compensate",
     "compensations",
     "compensations_to_json",
+    "delete_thread_operations",
+    "erase",
     "finish_compensations",
     "has_password",
     "json_schema",
@@ -212,6 +230,7 @@ __all__ = [
     "open_ledger",
     "operation_to_json",
     "operations_to_json",
+    "purge",
     "recover",
     "recover_sync",
     "resolve",

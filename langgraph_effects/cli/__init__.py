@@ -8,6 +8,10 @@
         --expected-version 3                              # record a verdict
     langgraph-effects --db agent.db recover --graph myapp.agent:make_graph
                                                           # resume threads a crash left mid-effect
+    langgraph-effects --db agent.db purge --older-than 90d --yes
+                                                          # remove settled operations past retention
+    langgraph-effects --db agent.db erase --tenant acme --yes
+                                                          # erase a tenant's arguments and results
     langgraph-effects lab ...                             # the crash lab
 
 ``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``, or libpq's
@@ -58,7 +62,8 @@ command shares), ``target`` (which ledger ``--db``/``--schema`` name, and openin
 or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
-``recover``; ``controls``: budgets and circuit breakers; ``passthrough``: lab and
+``recover``; ``controls``: budgets and circuit breakers; ``lifecycle``: purge and
+erase; ``passthrough``: lab and
 crashtest; ``mcptools``: mcp-tools), and ``main`` (the entry point).
 """
 
@@ -84,6 +89,9 @@ from . import recover
 from . import controls  # budgets and circuit breakers
 
 # isort: split
+from . import lifecycle  # purge, erase
+
+# isort: split
 from . import passthrough  # lab, crashtest
 
 # isort: split
@@ -99,6 +107,7 @@ __all__ = [
     "compensate",
     "controls",
     "exit_code_for",
+    "lifecycle",
     "listing",
     "main",
     "mcptools",
