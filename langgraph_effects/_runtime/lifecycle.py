@@ -198,7 +198,7 @@ async def check_thread_deletable(
 ) -> None:
     """Refuse the deletion of ``thread_id`` while it has unresolved operations
     (`UnresolvedOperationsError`), or, with ``force``, log the decision."""
-    require_text(thread_id, "thread_id")
+    require_text(thread_id, "thread_id", "Pass the thread id as it was given to the graph; nothing was deleted.")
     ops = await all_operations(ledger, thread_id=thread_id, batch_size=batch_size)
     unresolved = [op for op in ops if op.state in UNRESOLVED]
     if unresolved and not force:
@@ -273,7 +273,9 @@ async def erase(
     """
     if (tenant is None) == (thread_id is None):
         raise ValueError("give exactly one of tenant= and thread_id= (what to erase). Nothing was erased.")
-    require_text(actor, "actor")
+    require_text(actor, "actor", "Name who erases in valid text; nothing was erased.")
+    for name, value in (("tenant", tenant), ("thread_id", thread_id)):
+        require_text(value, name, "Pass it as the graph recorded it; nothing was erased.")
     if not actor.strip():
         raise ValueError("actor must name who erases (it goes in the audit trail). Nothing was erased.")
     ops = await all_operations(ledger, thread_id=thread_id, tenant=tenant, batch_size=batch_size)
