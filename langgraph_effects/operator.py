@@ -45,6 +45,12 @@ if _typing.TYPE_CHECKING:
         compensations_to_json,
         finish_compensations,
     )
+    from ._runtime.lifecycle import (
+        PurgeReport,
+        delete_thread_operations,
+        erase,
+        purge,
+    )
     from ._runtime.operator import (
         DECISION_TYPES,
         DEFAULT_CONNECT_TIMEOUT,
@@ -92,13 +98,6 @@ if _typing.TYPE_CHECKING:
         TransitionJSON,
         json_schema,
         json_schemas,
-    )
-    from ._runtime.lifecycle import (
-        ErasureReport,
-        PurgeReport,
-        delete_thread_operations,
-        erase,
-        purge,
     )
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync

@@ -51,7 +51,8 @@ async def stuck_in(ledger: Ledger, thread: str) -> str:
 
 
 async def settle(ledger: Ledger, op_id: str) -> None:
-    verdict = Change(Event.ABANDON, evidence={"kind": "verdict"}, decision_id="d1", decision={"type": "abandon"})
+    decision = {"type": "abandon"}
+    verdict = Change(Event.ABANDON, evidence={"kind": "verdict"}, decision_id="d1", decision=decision)
     await ledger.transition(op_id, verdict, expected_version=2)
 
 

@@ -155,7 +155,11 @@ async def _removable(
 
 
 async def all_operations(
-    ledger: Ledger, *, thread_id: str | None = None, tenant: str | None = None, batch_size: int = DEFAULT_BATCH
+    ledger: Ledger,
+    *,
+    thread_id: str | None = None,
+    tenant: str | None = None,
+    batch_size: int = DEFAULT_BATCH,
 ) -> list[Operation]:
     """Every operation of ``thread_id`` or ``tenant`` (all states), read a page at a time."""
     found: dict[str, Operation] = {}
@@ -198,7 +202,7 @@ async def check_thread_deletable(
 ) -> None:
     """Refuse the deletion of ``thread_id`` while it has unresolved operations
     (`UnresolvedOperationsError`), or, with ``force``, log the decision."""
-    require_text(thread_id, "thread_id", "Pass the thread id as it was given to the graph; nothing was deleted.")
+    require_text(thread_id, "thread_id", "Pass the thread id the graph ran with; nothing was deleted.")
     ops = await all_operations(ledger, thread_id=thread_id, batch_size=batch_size)
     unresolved = [op for op in ops if op.state in UNRESOLVED]
     if unresolved and not force:
@@ -207,7 +211,7 @@ async def check_thread_deletable(
         log.warning(
             "%s deleted thread %r with %d unresolved operation(s), forced: %s",
             actor, thread_id, len(unresolved),
-            ", ".join(f"{op.op_id} ({op.state.value}, {op.tool}, key {op.provider_key})" for op in unresolved),
+            ", ".join(f"{o.op_id} ({o.state.value}, {o.tool}, key {o.provider_key})" for o in unresolved),
         )
 
 

@@ -47,9 +47,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .. import _private
+from .._runtime.lifecycle import check_thread_deletable, forget_thread
 from ..core.text import require_config_text, require_metadata_text
 from ..errors import NotSetUpError, SchemaBehindError, SchemaTooNewError, ThreadConflictError
-from .._runtime.lifecycle import check_thread_deletable, forget_thread
 from ..ledger.base import DEFAULT_ACTOR, Ledger
 
 #: The index that makes "does this checkpoint have a child?" one probe.
@@ -349,7 +349,9 @@ class FencedSaver:
         """Whether LangGraph's checkpoint tables exist (read only)."""
         raise NotImplementedError
 
-    async def adelete_thread(self, thread_id: str, *, force: bool = False, actor: str = DEFAULT_ACTOR) -> None:
+    async def adelete_thread(
+        self, thread_id: str, *, force: bool = False, actor: str = DEFAULT_ACTOR
+    ) -> None:
         """Delete a thread: its checkpoints and writes (LangGraph's ``adelete_thread``,
         which LangGraph's server calls when a thread is deleted), then its operations
         with their audit rows and budget holds.

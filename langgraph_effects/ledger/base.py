@@ -50,8 +50,8 @@ from .steps import CountMigrations as CountMigrations
 from .steps import CreateLedger as CreateLedger
 from .steps import Erase as Erase
 from .steps import Find as Find
-from .steps import Forget as Forget
 from .steps import FindOrInsert as FindOrInsert
+from .steps import Forget as Forget
 from .steps import InsertWithAudit as InsertWithAudit
 from .steps import LedgerStep as LedgerStep
 from .steps import ListControls as ListControls

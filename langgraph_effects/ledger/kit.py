@@ -35,7 +35,15 @@ from .base import (
     may_renew,
     migrate_plan,
 )
-from .codec import COLUMNS, ERASE_COLUMNS, MUTABLE_COLUMNS, audit_from_row, erased_audit_text, from_row, to_row
+from .codec import (
+    COLUMNS,
+    ERASE_COLUMNS,
+    MUTABLE_COLUMNS,
+    audit_from_row,
+    erased_audit_text,
+    from_row,
+    to_row,
+)
 from .registry import (
     ENTRY_POINT_GROUP,
     Backend,

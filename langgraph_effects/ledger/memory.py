@@ -8,7 +8,6 @@ from typing import Any
 
 from ..core.controls import ControlRow
 from ..core.operation import Operation
-from .codec import erased_evidence
 from .base import (
     MUTABLE_COLUMNS,
     AuditEntry,
@@ -24,6 +23,7 @@ from .base import (
     migrate_plan,
     to_row,
 )
+from .codec import erased_evidence
 from .steps import (
     LEDGER_TABLES,
     ApplyMigration,

@@ -632,7 +632,8 @@ class _Steps(AsyncStepDefaults):
             )
         audit = step.audit
         await self.plain.execute(
-            f"INSERT INTO {names.audit} ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(AUDIT_COLUMNS))})",
+            f"INSERT INTO {names.audit} ({', '.join(AUDIT_COLUMNS)}) "
+            f"VALUES ({', '.join(['%s'] * len(AUDIT_COLUMNS))})",
             [audit[c] for c in AUDIT_COLUMNS],
         )
         return True

@@ -462,7 +462,10 @@ def _forget(db: sqlite3.Connection, step: base.Forget) -> list[str]:
     marks, states = ", ".join("?" * len(ids)), ", ".join("?" * len(step.states))
     before = "" if step.updated_before is None else " AND updated_at < ?"
     params: list[Any] = [*ids, *step.states, *([] if step.updated_before is None else [step.updated_before])]
-    sql = f"DELETE FROM effect_operations WHERE op_id IN ({marks}) AND state IN ({states}){before} RETURNING op_id"
+    sql = (
+        f"DELETE FROM effect_operations WHERE op_id IN ({marks}) AND state IN ({states}){before} "
+        "RETURNING op_id"
+    )
     deleted = [str(r[0]) for r in db.execute(sql, params).fetchall()]
     if deleted:
         gone = ", ".join("?" * len(deleted))

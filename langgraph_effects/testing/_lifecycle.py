@@ -19,7 +19,8 @@ class LifecycleCases:
     async def test_forget_removes_only_settled_rows_changed_before_the_cut(self, ledger: Ledger) -> None:
         ops, cut = await populate(ledger)
         everyone = [op.op_id for op in ops.values()]
-        assert await ledger.forget_operations(everyone, states=TERMINAL, updated_before=cut) == [ops["c"].op_id]
+        gone = await ledger.forget_operations(everyone, states=TERMINAL, updated_before=cut)
+        assert gone == [ops["c"].op_id]
         left = await ledger.get_many(everyone)
         assert set(left) == set(everyone) - {ops["c"].op_id}
         assert await ledger.audit(ops["c"].op_id) == []
@@ -28,7 +29,8 @@ class LifecycleCases:
         gone = await ledger.forget_operations(everyone)
         assert sorted(gone) == sorted([ops["f"].op_id, ops["g"].op_id])
         left = await ledger.get_many(everyone)
-        assert {op.state for op in left.values()} == {State.PENDING, State.DISPATCHED, State.UNKNOWN, State.REVIEW}
+        unresolved = {State.PENDING, State.DISPATCHED, State.UNKNOWN, State.REVIEW}
+        assert {op.state for op in left.values()} == unresolved
 
     async def test_forget_by_every_state_frees_the_identity(self, ledger: Ledger) -> None:
         ops, _ = await populate(ledger)
@@ -62,12 +64,17 @@ class LifecycleCases:
     async def test_erase_keeps_ids_states_and_times_and_records_who(self, ledger: Ledger) -> None:
         ops, _ = await populate(ledger)
         confirmed, pending = ops["c"], ops["a"]
-        assert await ledger.erase_operations([confirmed.op_id, pending.op_id], actor="dpo@example") == [confirmed.op_id]
+        erased = await ledger.erase_operations([confirmed.op_id, pending.op_id], actor="dpo@example")
+        assert erased == [confirmed.op_id]
         after = await ledger.get(confirmed.op_id)
         assert after is not None and is_erased(after)
         assert after.args == {} and after.result is None and after.result_type is None
         assert (after.state, after.op_id, after.provider_key, after.args_hash, after.created_at) == (
-            confirmed.state, confirmed.op_id, confirmed.provider_key, confirmed.args_hash, confirmed.created_at
+            confirmed.state,
+            confirmed.op_id,
+            confirmed.provider_key,
+            confirmed.args_hash,
+            confirmed.created_at,
         )
         assert after.version == confirmed.version + 1
         assert after.evidence == {"kind": "result", "erased": after.extra["erased"]}

@@ -17,9 +17,6 @@ from typing import Any
 
 from langgraph_effects.ledger.kit import (
     ERASE_COLUMNS,
-    Erase,
-    Forget,
-    erased_audit_text,
     LEDGER_TABLES,
     MUTABLE_COLUMNS,
     ApplyMigration,
@@ -28,7 +25,9 @@ from langgraph_effects.ledger.kit import (
     ControlRow,
     CountMigrations,
     CreateLedger,
+    Erase,
     Find,
+    Forget,
     InsertWithAudit,
     LedgerBackend,
     LedgerOptions,
@@ -41,6 +40,7 @@ from langgraph_effects.ledger.kit import (
     OurTables,
     WriteControls,
     audit_from_row,
+    erased_audit_text,
     from_row,
     listing_order,
     may_renew,
