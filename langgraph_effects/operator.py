@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:
         finish_compensations,
     )
     from ._runtime.lifecycle import (
+        ErasureReport,
         PurgeReport,
         delete_thread_operations,
         erase,
@@ -156,7 +157,6 @@ _EXPORTS: dict[str, str] = {
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
-            "ErasureReport",
     "ErrorDetailJSON",
             "ErrorJSON",
             "OperationJSON",
@@ -188,6 +188,7 @@ __all__ = [
     "CompensationReport",
     "DECISION_TYPES",
     "DEFAULT_CONNECT_TIMEOUT",
+    "ErasureReport",
     "ErrorDetailJSON",
     "ErrorJSON",
     "LeaseStatus",
