@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
@@ -19,7 +20,7 @@ from langgraph_effects.core.operation import Change, Event, State
 from langgraph_effects.errors import UnresolvedOperationsError
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operator import purge
+from langgraph_effects.operator import json_schema, purge
 from langgraph_effects.testing.conformance import LOSE, dispatch, make_op, succeed
 from tests.helpers import run_console
 from tests.helpers.agent import Spec, build
@@ -138,6 +139,7 @@ async def seed_old(db: str, *, settled: int, stuck: int) -> tuple[list[str], lis
     return [op.op_id for op in done], stuck_ids
 
 
+@pytest.mark.slow  # a graph doing turns in a thread while the purge runs
 def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
     spec = spec_for(tmp_path, contract="blind", provider_mode="blind")
     provider = provider_of(spec)
@@ -190,6 +192,29 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
     assert provider.count_requests("apply") == turns  # each turn's call sent once
 
 
+@pytest.mark.slow  # the console as a subprocess
+def test_the_purge_command_is_a_dry_run_unless_told(tmp_path: Path) -> None:
+    db = str(tmp_path / "ledger.sqlite")
+    old, stuck = asyncio.run(seed_old(db, settled=5, stuck=1))
+
+    async def left() -> set[str]:
+        async with SqliteLedger.from_conn_string(db) as ledger:
+            return set(await ledger.get_many([*old, *stuck]))
+
+    dry = run_console("--db", db, "--json", "purge", "--older-than", "90d")
+    assert dry.returncode == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    jsonschema.validate(report, json_schema("purge"))
+    assert report["removed"] == 5 and report["dry_run"] is True
+    assert asyncio.run(left()) == {*old, *stuck}
+    human = run_console("--db", db, "purge", "--older-than", "90d", "--yes", "--batch-size", "2")
+    assert human.returncode == 0, human.stderr
+    assert "Removed 5 settled operation(s)" in human.stdout
+    assert asyncio.run(left()) == set(stuck)
+    refused = run_console("--db", db, "purge", "--older-than", "0", "--yes")
+    assert refused.returncode == 2 and "longer than zero" in refused.stderr
+
+
 # -- erasure ---------------------------------------------------------------------------
 
 
@@ -214,6 +239,7 @@ def test_erase_a_tenant_then_show_and_replay(tmp_path: Path) -> None:
 
     done = run_console("--db", spec.db, "--json", "erase", "--tenant", "acme", "--yes", "--actor", "dpo@acme")
     assert done.returncode == 0, done.stderr
+    jsonschema.validate(json.loads(done.stdout), json_schema("erase"))
     assert json.loads(done.stdout)["erased"] == [op_id]
 
     shown = json.loads(run_console("--db", spec.db, "--json", "show", op_id).stdout)

@@ -15,7 +15,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from ..core._fields import seconds
 from ..core.operation import TERMINAL, UNRESOLVED, Operation, State
@@ -23,6 +22,7 @@ from ..core.text import require_text
 from ..errors import UnresolvedOperationsError
 from ..ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
 from ..ledger.lifecycle import is_erased
+from .shapes import ErasureReportJSON, PurgeReportJSON
 
 log = logging.getLogger("langgraph_effects.lifecycle")
 
@@ -63,7 +63,7 @@ class PurgeReport:
     """Confirmed effects marked for compensation whose undo is not settled yet."""
     batches: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PurgeReportJSON:
         """What ``langgraph-effects purge --json`` prints."""
         return {
             "older_than_seconds": self.older_than,
@@ -244,7 +244,7 @@ class ErasureReport:
     """Not settled yet: left as they are (their arguments settle them). Settle them,
     then erase again."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ErasureReportJSON:
         """What ``langgraph-effects erase --json`` prints."""
         return {
             "tenant": self.tenant,

@@ -12,7 +12,7 @@ import typer
 from rich.text import Text
 
 from ..operator import erase, purge
-from .failures import BadInput, run
+from .failures import BadInput, fail, run
 from .render import print_json, stdout
 from .resolve import ActorOption, _default_actor
 from .target import Target, ledger_command, open_target, parse_duration
@@ -49,9 +49,12 @@ def purge_command(
     never removed, nor settled ones whose provider may still honour their key (their
     dedup window). Not LangGraph's checkpoint ``prune``: checkpoints are left alone.
     """
-    window = parse_duration(older_than)
-    if not window > 0:
-        raise BadInput(f"--older-than {older_than!r} must be longer than zero (e.g. 90d).")
+    try:
+        window = parse_duration(older_than)
+        if not window > 0:
+            raise BadInput(f"--older-than {older_than!r} must be longer than zero (e.g. 90d).")
+    except BadInput as error:
+        fail(error, target.json, target)
 
     async def work() -> Any:
         async with open_target(target, read_only=not yes) as ledger:
@@ -89,7 +92,8 @@ def erase_command(
     are (settle them, then erase again).
     """
     if (tenant is None) == (thread is None):
-        raise BadInput("give exactly one of --tenant T and --thread ID (whose data to erase).")
+        usage = BadInput("give exactly one of --tenant T and --thread ID (whose data to erase).")
+        fail(usage, target.json, target)
     who = actor or _default_actor()
 
     async def work() -> Any:
