@@ -243,6 +243,7 @@ def test_erase_a_tenant_then_show_and_replay(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["erased"] == [op_id]
 
     shown = json.loads(run_console("--db", spec.db, "--json", "show", op_id).stdout)
+    jsonschema.validate(shown, json_schema("show"))
     operation = shown["operation"]
     assert operation["operation_id"] == op_id and operation["state"] == "confirmed"
     assert operation["args"] == {} and operation["result"] is None
