@@ -73,14 +73,15 @@ receives their answers."""
 
 def step_wrote(step: LedgerStep, answer: Any) -> bool:
     """Whether ``step``, answered with ``answer``, changed a row: an insert that found
-    every row taken, or a compare-and-set that missed, did not."""
+    every row taken, a compare-and-set (or an erasure) that missed, or a removal that
+    found nothing to remove, did not."""
     if not step.writes:
         return False
     if isinstance(step, FindOrInsert):
         return bool(answer[1])
     if isinstance(step, CasEach):
         return any(answer)
-    return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
+    return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit, Forget, Erase))
 
 
 class _Run:

@@ -458,20 +458,19 @@ def _lock_controls(db: sqlite3.Connection, step: base.LockControls) -> dict[tupl
 
 
 def _forget(db: sqlite3.Connection, step: base.Forget) -> list[str]:
+    # BEGIN IMMEDIATE holds the write lock: the rows chosen are the rows deleted.
     ids = [stored_text(i) for i in step.op_ids]
     marks, states = ", ".join("?" * len(ids)), ", ".join("?" * len(step.states))
     before = "" if step.updated_before is None else " AND updated_at < ?"
     params: list[Any] = [*ids, *step.states, *([] if step.updated_before is None else [step.updated_before])]
-    sql = (
-        f"DELETE FROM effect_operations WHERE op_id IN ({marks}) AND state IN ({states}){before} "
-        "RETURNING op_id"
-    )
-    deleted = [str(r[0]) for r in db.execute(sql, params).fetchall()]
-    if deleted:
-        gone = ", ".join("?" * len(deleted))
-        db.execute(f"DELETE FROM effect_audit WHERE op_id IN ({gone})", deleted)
-        db.execute(f"DELETE FROM effect_controls WHERE control = 'hold' AND scope IN ({gone})", deleted)
-    return [read_text(i) for i in deleted]
+    sql = f"SELECT op_id FROM effect_operations WHERE op_id IN ({marks}) AND state IN ({states}){before}"
+    chosen = [str(r[0]) for r in db.execute(sql, params).fetchall()]
+    if chosen:
+        gone = ", ".join("?" * len(chosen))
+        db.execute(f"DELETE FROM effect_operations WHERE op_id IN ({gone})", chosen)
+        db.execute(f"DELETE FROM effect_audit WHERE op_id IN ({gone})", chosen)
+        db.execute(f"DELETE FROM effect_controls WHERE control = 'hold' AND scope IN ({gone})", chosen)
+    return [read_text(i) for i in chosen]
 
 
 _ERASE = (
