@@ -8,6 +8,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
 
     asyncio.run(setup())
     old, stuck = asyncio.run(seed_old(spec.db, settled=300, stuck=3))
-    turns, errors, started = 12, [], threading.Event()
+    turns, errors, started, finished = 12, [], threading.Event(), []
 
     def worker() -> None:
         async def run() -> None:
@@ -159,6 +160,7 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
                 for i in range(turns):
                     started.set()
                     await graph.ainvoke({"messages": [HumanMessage("go")]}, config(f"live-{i}"))
+                    finished.append(time.monotonic())
 
         try:
             asyncio.run(run())
@@ -175,10 +177,13 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
         async with SqliteLedger.from_conn_string(spec.db) as ledger:
             return await purge(ledger, 90 * DAY, dry_run=False, batch_size=7)
 
+    began = time.monotonic()
     report = asyncio.run(purge_now())
+    ended = time.monotonic()
     thread.join(120)
     assert errors == [] and not thread.is_alive()
     assert sorted(report.removed) == sorted(old) and report.batches >= 300 // 7
+    assert any(began < t < ended for t in finished), "no turn finished while the purge ran"
 
     async def read() -> tuple[dict[str, Any], list[Any]]:
         async with SqliteLedger.from_conn_string(spec.db) as ledger:
