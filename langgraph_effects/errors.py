@@ -28,6 +28,7 @@ so a caller can catch the package as a whole or one precise failure:
     │   ├── LeaseLiveError          a verdict while a worker is sending it right now
     │   ├── VerdictNotRecordedError an expired lease was recorded, the verdict was not
     │   ├── DecisionConflictError   a decision id reused with different content
+    │   ├── UnresolvedOperationsError  a thread deleted while operations of it are unresolved
     │   └── OperationNotFoundError
     ├── ThreadConflictError         another runner moved the thread on: this run was stopped
     ├── NondeterminismError         a Functional API entrypoint changed its call order: stopped
@@ -52,6 +53,7 @@ own advice, naming its commands and flags, from the same attributes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -704,6 +706,31 @@ class LedgerNotFoundError(LedgerError):
             f"{what}{advice} {check} Nothing was created or changed.",
             path=path, empty=empty or postgres, postgres=postgres, schema=schema, what=what,
             backend="postgresql" if postgres else backend,
+        )
+
+
+class UnresolvedOperationsError(TransitionError):
+    """A thread's deletion was refused: some of its operations are not settled yet.
+
+    Deleting them would lose the only record that a call may have reached the
+    provider. Nothing was deleted.
+    """
+
+    kind = "unresolved_operations"
+
+    thread_id: str
+    op_ids: list[str]
+    """The unresolved operations' ids (at most the first 20)."""
+
+    def __init__(self, thread_id: str, ops: Sequence[Operation]) -> None:
+        shown = [f"{op.op_id} ({op.state.value})" for op in ops[:20]]
+        more = f" and {len(ops) - 20} more" if len(ops) > 20 else ""
+        self._record(
+            f"thread {thread_id!r} has {len(ops)} unresolved operation(s): {', '.join(shown)}{more}. "
+            "Nothing was deleted. Settle them first (`langgraph-effects recover`, or a verdict with "
+            "`langgraph-effects resolve`), or delete anyway with force=True (an operator's "
+            "decision: the record that these calls may have reached the provider is lost).",
+            thread_id=thread_id, op_ids=[op.op_id for op in ops[:20]],
         )
 
 

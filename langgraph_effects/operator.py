@@ -1,5 +1,6 @@
 """The operator API: list, show, resolve, compensate and recover operations from Python,
-and read the ledger's health (``stats``).
+read the ledger's health (``stats``), and purge, erase and delete operations when
+their time is over (docs/lifecycle.md).
 
 Everything the console (``langgraph-effects list/show/resolve/compensate/recover/stats``) does,
 it does through these functions, so a service, a notebook or a script gets the same
@@ -45,6 +46,13 @@ if _typing.TYPE_CHECKING:
         compensations_to_json,
         finish_compensations,
     )
+    from ._runtime.lifecycle import (
+        ErasureReport,
+        PurgeReport,
+        delete_thread_operations,
+        erase,
+        purge,
+    )
     from ._runtime.operator import (
         DECISION_TYPES,
         DEFAULT_CONNECT_TIMEOUT,
@@ -77,6 +85,7 @@ if _typing.TYPE_CHECKING:
         CompensationEntryJSON,
         CompensationJSON,
         CompensationListJSON,
+        ErasureReportJSON,
         ErrorDetailJSON,
         ErrorJSON,
         OperationJSON,
@@ -84,6 +93,7 @@ if _typing.TYPE_CHECKING:
         OperationReportJSON,
         OperationViewJSON,
         OwnerJSON,
+        PurgeReportJSON,
         RecoveryReportJSON,
         ResolutionJSON,
         ResultSummaryJSON,
@@ -133,6 +143,12 @@ _EXPORTS: dict[str, str] = {
     "stats": "_runtime.stats",
     "LedgerStats": "_runtime.stats",
     "PENDING_SCAN": "_runtime.stats",
+    # keeping the ledger for years
+    "purge": "_runtime.lifecycle",
+    "PurgeReport": "_runtime.lifecycle",
+    "erase": "_runtime.lifecycle",
+    "ErasureReport": "_runtime.lifecycle",
+    "delete_thread_operations": "_runtime.lifecycle",
     # recovering
     "recover": "recovery",
     "recover_sync": "recovery.sync",
@@ -160,6 +176,7 @@ _EXPORTS: dict[str, str] = {
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
+            "ErasureReportJSON",
             "ErrorDetailJSON",
             "ErrorJSON",
             "OperationJSON",
@@ -167,6 +184,7 @@ _EXPORTS: dict[str, str] = {
             "OperationReportJSON",
             "OperationViewJSON",
             "OwnerJSON",
+            "PurgeReportJSON",
             "RecoveryReportJSON",
             "ResolutionJSON",
             "ResultSummaryJSON",
@@ -199,6 +217,8 @@ __all__ = [
     "CompensationReport",
     "DECISION_TYPES",
     "DEFAULT_CONNECT_TIMEOUT",
+    "ErasureReport",
+    "ErasureReportJSON",
     "ErrorDetailJSON",
     "ErrorJSON",
     "LeaseStatus",
@@ -211,6 +231,8 @@ __all__ = [
     "OperationViewJSON",
     "OwnerJSON",
     "PENDING_SCAN",
+    "PurgeReport",
+    "PurgeReportJSON",
     "RecoveryReport",
     "RecoveryReportJSON",
     "Resolution",
@@ -234,6 +256,8 @@ __all__ = [
     "compensate",
     "compensations",
     "compensations_to_json",
+    "delete_thread_operations",
+    "erase",
     "finish_compensations",
     "has_password",
     "json_schema",
@@ -244,6 +268,7 @@ __all__ = [
     "open_ledger",
     "operation_to_json",
     "operations_to_json",
+    "purge",
     "recover",
     "recover_sync",
     "resolve",

@@ -473,6 +473,9 @@ def new_call(
         extra["approval"] = "required"
     if effect.saga is not None:
         extra["saga"] = effect.saga_of(args, at.config)
+    if effect.dedup_seconds is not None:
+        # What a purge must wait for: the provider honours the key that long (lifecycle).
+        extra["dedup_window"] = effect.dedup_seconds
     op = Operation(
         op_id=op_id,
         thread_id=at.thread_id,

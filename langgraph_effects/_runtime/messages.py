@@ -170,6 +170,21 @@ def _undo_text(tool: str, undo: Operation | None, receipt: str) -> str:
     )
 
 
+def _erased_text(tool: str, state: State) -> str:
+    """What the model is told of a settled call whose data was erased: what happened,
+    never what it carried."""
+    how = {
+        State.CONFIRMED: "landed",
+        State.FAILED: "failed",
+        State.ABANDONED: "was NOT confirmed (an operator closed it)",
+    }.get(state, str(state))
+    return (
+        f"The {tool} call {how}. Its arguments and result were erased from the record "
+        "(data erasure), so they cannot be shown. Do not repeat the call; if the user "
+        "needs its details, tell them they were erased."
+    )
+
+
 def settled_message(
     op: Operation, *, tool_call_id: str, tool: str, undo: Operation | None = None
 ) -> ToolMessage:
@@ -179,7 +194,10 @@ def settled_message(
     kind = evidence.get("kind")
     receipt = _receipt_text(evidence.get("receipt"))
     status: str = "success"
-    if op.state is State.CONFIRMED and kind == EvidenceKind.COMPENSATION:
+    if evidence.get("erased"):
+        status = "success" if op.state is State.CONFIRMED else "error"
+        content = _erased_text(tool, op.state)
+    elif op.state is State.CONFIRMED and kind == EvidenceKind.COMPENSATION:
         receipt = _receipt_text((evidence.get("cause") or {}).get("receipt"))
         content = _undo_text(tool, undo, receipt)
     elif op.state is State.CONFIRMED and kind == EvidenceKind.VERDICT:

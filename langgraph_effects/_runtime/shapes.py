@@ -127,6 +127,32 @@ class ResolutionJSON(TypedDict):
     lease_lost: bool
 
 
+class PurgeReportJSON(TypedDict):
+    """``langgraph-effects purge --json``: what a purge removed (or, in a dry run, would
+    remove), and what it kept past the window and why (counts)."""
+
+    older_than_seconds: float
+    cutoff: float
+    dry_run: bool
+    removed: int
+    kept_in_dedup_window: int
+    kept_undo_pending: int
+    batches: int
+
+
+class ErasureReportJSON(TypedDict):
+    """``langgraph-effects erase --json``: the operations whose data was erased (or, in
+    a dry run, would be), those erased before, and the unresolved ones left as they are."""
+
+    tenant: str | None
+    thread_id: str | None
+    actor: str
+    dry_run: bool
+    erased: list[str]
+    already_erased: list[str]
+    unresolved: list[str]
+
+
 class CompensationJSON(TypedDict):
     """How one compensation stands: the effect, its undo, and why
     (``langgraph-effects compensate --json``, and each of a recovery's compensations)."""
@@ -422,6 +448,8 @@ SHAPES: dict[str, type] = {
     "compensations": CompensationListJSON,
     "recover": RecoveryReportJSON,
     "stats": StatsJSON,
+    "purge": PurgeReportJSON,
+    "erase": ErasureReportJSON,
     "effect-review": ReviewRequestJSON,
     "effect-approval": ApprovalRequestJSON,
     "error": ErrorJSON,

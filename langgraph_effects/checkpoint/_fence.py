@@ -47,9 +47,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from .. import _private
+from .._runtime.lifecycle import check_thread_deletable, forget_thread
 from ..core.text import require_config_text, require_metadata_text
 from ..errors import NotSetUpError, SchemaBehindError, SchemaTooNewError, ThreadConflictError
-from ..ledger.base import Ledger
+from ..ledger.base import DEFAULT_ACTOR, Ledger
 
 #: The index that makes "does this checkpoint have a child?" one probe.
 INDEX_NAME = "effect_checkpoints_by_parent"
@@ -134,6 +135,11 @@ class Written:
 
     def __contains__(self, checkpoint_id: object) -> bool:
         return checkpoint_id in self._ids
+
+    def forget_thread(self, thread_id: str) -> None:
+        """Forget every save of ``thread_id`` (the thread was deleted)."""
+        for key in [key for key, entry in self._ids.items() if entry[0] == thread_id]:
+            self._forget(key)
 
     def has_child(self, parent: str) -> bool:
         """Whether this saver saved a child of ``parent`` (its own run moved past it)."""
@@ -342,6 +348,24 @@ class FencedSaver:
     async def _has_checkpoint_tables(self) -> bool:
         """Whether LangGraph's checkpoint tables exist (read only)."""
         raise NotImplementedError
+
+    async def adelete_thread(
+        self, thread_id: str, *, force: bool = False, actor: str = DEFAULT_ACTOR
+    ) -> None:
+        """Delete a thread: its checkpoints and writes (LangGraph's ``adelete_thread``,
+        which LangGraph's server calls when a thread is deleted), then its operations
+        with their audit rows and budget holds.
+
+        While the thread has unresolved operations, nothing is deleted and
+        [`UnresolvedOperationsError`][langgraph_effects.errors.UnresolvedOperationsError]
+        names them: settle them first, or pass ``force=True`` (an operator's decision,
+        logged with ``actor``; see docs/lifecycle.md).
+        """
+        await self._ready_for_use()
+        await check_thread_deletable(self.ledger, str(thread_id), force=force, actor=actor)
+        await super().adelete_thread(thread_id)  # type: ignore[misc]
+        self._written.forget_thread(str(thread_id))
+        await forget_thread(self.ledger, str(thread_id), force=force)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's ``aget_tuple``; a run's first load starts its mark, a checkpoint

@@ -33,6 +33,7 @@ from langgraph.checkpoint.base import (
 )
 
 from .._runtime import portal as _portal
+from ..ledger.base import DEFAULT_ACTOR
 from . import _fence
 from ._sides import saver_mismatch
 from .sqlite import EffectSqliteSaver
@@ -120,9 +121,11 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
         """Store a task's writes, unless another runner already moved past their checkpoint."""
         self._run(self.saver.aput_writes(config, writes, task_id, task_path))
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints and writes (LangGraph's ``delete_thread``)."""
-        self._run(self.saver.adelete_thread(thread_id))
+    def delete_thread(self, thread_id: str, *, force: bool = False, actor: str = DEFAULT_ACTOR) -> None:
+        """Delete a thread: its checkpoints and writes (LangGraph's ``delete_thread``),
+        then its operations (the async saver's ``adelete_thread``: refused while some
+        are unresolved, unless ``force``)."""
+        self._run(self.saver.adelete_thread(thread_id, force=force, actor=actor))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints the given runs saved (the async saver's ``adelete_for_runs``)."""

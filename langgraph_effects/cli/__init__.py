@@ -10,6 +10,10 @@
                                                           # resume threads a crash left mid-effect
     langgraph-effects --db agent.db stats --max-review-age 1h
                                                           # health: exit 9 if a review waited > 1h
+    langgraph-effects --db agent.db purge --older-than 90d --yes
+                                                          # remove settled operations past retention
+    langgraph-effects --db agent.db erase --tenant acme --yes
+                                                          # erase a tenant's arguments and results
     langgraph-effects lab ...                             # the crash lab
 
 ``--db`` takes a SQLite file path or a Postgres DSN (``postgresql://...``, or libpq's
@@ -64,7 +68,7 @@ or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
 ``recover``; ``controls``: budgets and circuit breakers; ``stats``: the ledger's
-health; ``passthrough``: lab and
+health; ``lifecycle``: purge and erase; ``passthrough``: lab and
 crashtest; ``mcptools``: mcp-tools), and ``main`` (the entry point).
 """
 
@@ -90,7 +94,10 @@ from . import recover
 from . import controls  # budgets and circuit breakers
 
 # isort: split
-from . import stats  # the ledger's health
+from . import (
+    lifecycle,  # purge, erase
+    stats,  # the ledger's health
+)
 
 # isort: split
 from . import passthrough  # lab, crashtest
@@ -108,6 +115,7 @@ __all__ = [
     "compensate",
     "controls",
     "exit_code_for",
+    "lifecycle",
     "listing",
     "main",
     "mcptools",

@@ -235,8 +235,18 @@ def _render_view(view: OperationView, *, now: float, target: Target, tenant: str
     if op.extra:
         facts.add_row("extra", Text(compact(dict(op.extra), 200)))
 
-    parts: list[RenderableType] = [facts, Text("\narguments (as stored, secrets redacted)", "bold")]
-    parts.append(JSON.from_data(dict(op.args), default=str))
+    parts: list[RenderableType] = [facts]
+    erased = op.extra.get("erased")
+    if isinstance(erased, dict):
+        at = when(float(erased.get("at") or 0), now).plain
+        parts.append(Text(
+            f"\nData erased by {erased.get('by')} at {at}: its arguments, result and notes are "
+            "gone; ids, states and times are kept.",
+            "bold yellow",
+        ))
+    else:
+        parts += [Text("\narguments (as stored, secrets redacted)", "bold")]
+        parts.append(JSON.from_data(dict(op.args), default=str))
     if op.evidence is not None:
         parts += [Text("\nevidence", "bold"), JSON.from_data(dict(op.evidence), default=str)]
     console.print(Panel(Group(*parts), title=Text(op.op_id, style="bold"), title_align="left", expand=False))

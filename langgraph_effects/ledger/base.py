@@ -8,7 +8,8 @@ step with its method of the same name (one table dispatches, `steps.answer`;
 the public kit for new backends is `kit`); the rules (the pure
 `advance`, who may renew a lease, how migrations
 are ordered) live here, once. Unresolved operations
-are never expired or deleted by time: no step deletes. Writes that arrive while
+are never expired or deleted by time: only `Forget` deletes, and only the
+states its caller names (see `lifecycle`). Writes that arrive while
 another is in flight share the next transaction (group commit, `GroupCommit`, at the end).
 """
 
@@ -20,12 +21,12 @@ import dataclasses
 import sys
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..core.controls import ControlRow
-from ..core.operation import Change, Operation, State, advance, create
+from ..core.operation import TERMINAL, Change, Operation, State, advance, create
 from ..errors import (
     LedgerCorruptError,
     LedgerError,
@@ -40,6 +41,7 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
+from .lifecycle import erase_plan, forget_plan
 from .query import OperationCount as OperationCount
 from .query import OperationQuery as OperationQuery
 from .steps import ALONE as ALONE
@@ -49,8 +51,10 @@ from .steps import CasEach as CasEach
 from .steps import CasWithAudit as CasWithAudit
 from .steps import CountMigrations as CountMigrations
 from .steps import CreateLedger as CreateLedger
+from .steps import Erase as Erase
 from .steps import Find as Find
 from .steps import FindOrInsert as FindOrInsert
+from .steps import Forget as Forget
 from .steps import InsertWithAudit as InsertWithAudit
 from .steps import LedgerStep as LedgerStep
 from .steps import ListControls as ListControls
@@ -72,14 +76,15 @@ receives their answers."""
 
 def step_wrote(step: LedgerStep, answer: Any) -> bool:
     """Whether ``step``, answered with ``answer``, changed a row: an insert that found
-    every row taken, or a compare-and-set that missed, did not."""
+    every row taken, a compare-and-set (or an erasure) that missed, or a removal that
+    found nothing to remove, did not."""
     if not step.writes:
         return False
     if isinstance(step, FindOrInsert):
         return bool(answer[1])
     if isinstance(step, CasEach):
         return any(answer)
-    return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit))
+    return bool(answer) or not isinstance(step, (InsertWithAudit, CasWithAudit, Forget, Erase))
 
 
 class _Run:
@@ -536,6 +541,34 @@ class Ledger(abc.ABC):
             return []
         _, found = await self._read(lookup_plan((), thread_id, payloads))
         return found
+
+    async def forget_operations(
+        self,
+        op_ids: Sequence[str],
+        *,
+        states: Collection[State] = TERMINAL,
+        updated_before: float | None = None,
+    ) -> list[str]:
+        """Delete the operations among ``op_ids`` that are in ``states`` (settled ones by
+        default) and, with ``updated_before``, last changed before it, with their audit
+        rows and budget holds, in **one** short transaction; the ids deleted.
+
+        A row that moved since the caller chose it is kept. Callers pass bounded
+        batches (the operator's ``purge`` and a thread's deletion do). A backend of
+        the kit answers the `Forget` step for it.
+        """
+        if not op_ids:
+            return []
+        return await self._write(lambda: forget_plan(op_ids, states, updated_before))
+
+    async def erase_operations(self, op_ids: Sequence[str], *, actor: str = DEFAULT_ACTOR) -> list[str]:
+        """Erase the arguments, result and notes of the settled operations among
+        ``op_ids`` (ids, states and times stay), one audit row each (event ``erase``,
+        ``actor``), in **one** transaction; the ids erased (unresolved or already
+        erased ones are left as they are). A backend answers the `Erase` step."""
+        if not op_ids:
+            return []
+        return await self._write(lambda: erase_plan(op_ids, actor))
 
     async def control_rows(self) -> list[ControlRow]:
         """Every budget and circuit-breaker row (not the operations' holds), sorted by

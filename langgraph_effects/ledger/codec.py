@@ -385,3 +385,24 @@ def audit_from_row(row: Mapping[str, Any]) -> AuditEntry:
         version=int(row["version"]),
         evidence=_loads(row["evidence"]),
     )
+
+
+#: The columns an erasure writes (`Erase`): a transition's, and the payload it replaces.
+ERASE_COLUMNS: tuple[str, ...] = (*MUTABLE_COLUMNS, "args", "extra")
+
+#: Evidence keys an erasure keeps: what the evidence was (its kind) and the ids that
+#: link an operation to another (an undo it was marked for), never a person's data.
+ERASURE_KEEPS: tuple[str, ...] = ("kind", "compensated_by")
+
+
+def erased_evidence(evidence: Any, erased: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``evidence`` (a mapping, or ``None``) with everything but `ERASURE_KEEPS`
+    removed and ``erased`` (who erased it, when) put in its place."""
+    if evidence is None:
+        return None
+    return {**{k: evidence[k] for k in ERASURE_KEEPS if k in evidence}, "erased": dict(erased)}
+
+
+def erased_audit_text(stored: Any, erased: Mapping[str, Any]) -> str | None:
+    """One stored audit row's evidence column after an erasure (`erased_evidence`)."""
+    return _dumps(erased_evidence(_loads(stored), erased))

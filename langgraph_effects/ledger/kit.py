@@ -35,7 +35,15 @@ from .base import (
     may_renew,
     migrate_plan,
 )
-from .codec import COLUMNS, MUTABLE_COLUMNS, audit_from_row, from_row, to_row
+from .codec import (
+    COLUMNS,
+    ERASE_COLUMNS,
+    MUTABLE_COLUMNS,
+    audit_from_row,
+    erased_audit_text,
+    from_row,
+    to_row,
+)
 from .registry import (
     ENTRY_POINT_GROUP,
     Backend,
@@ -58,8 +66,10 @@ from .steps import (
     CasWithAudit,
     CountMigrations,
     CreateLedger,
+    Erase,
     Find,
     FindOrInsert,
+    Forget,
     InsertWithAudit,
     LedgerStep,
     ListControls,
@@ -90,6 +100,10 @@ __all__ = [
     "ControlRow",
     "CountMigrations",
     "CreateLedger",
+    "ERASE_COLUMNS",
+    "Erase",
+    "Forget",
+    "erased_audit_text",
     "Find",
     "FindOrInsert",
     "InsertWithAudit",
@@ -209,6 +223,23 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
     async def cas_with_audit(self, step: CasWithAudit) -> bool:
         """Whether the row was at ``expected_version`` (then its mutable columns and the
         audit row are written)."""
+
+    async def forget(self, step: Forget) -> list[str]:
+        """Delete the rows `Forget` names (with their audit rows and holds); the ids
+        deleted. Optional: without it the ledger cannot purge, delete a thread's
+        operations or erase (see docs/lifecycle.md)."""
+        raise self._no_lifecycle("forget")
+
+    async def erase(self, step: Erase) -> bool:
+        """Erase one row's payload and its audit evidence (see `Erase`). Optional."""
+        raise self._no_lifecycle("erase")
+
+    def _no_lifecycle(self, step: str) -> LedgerError:
+        return LedgerError(
+            f"the ledger backend at {self.where} has no {step} step: it cannot remove or erase "
+            "operations (purge, a thread's deletion, erase). Add the forget and erase steps to "
+            "the backend (see docs/backends.md); nothing was written."
+        )
 
     async def lock_controls(self, step: LockControls) -> dict[tuple[str, str], ControlRow]:
         """The control rows stored under ``step.keys``, held until the transaction ends

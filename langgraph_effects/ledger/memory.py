@@ -23,13 +23,16 @@ from .base import (
     migrate_plan,
     to_row,
 )
+from .codec import erased_evidence
 from .steps import (
     LEDGER_TABLES,
     ApplyMigration,
     CasWithAudit,
     CountMigrations,
     CreateLedger,
+    Erase,
     Find,
+    Forget,
     InsertWithAudit,
     ListControls,
     Load,
@@ -129,6 +132,36 @@ class InMemoryLedger(StepDefaults, Ledger):
         # identity and payload stored at intent stay as they were.
         fresh = {c: getattr(step.after, c) for c in MUTABLE_FIELDS}
         self._ops[step.after.op_id] = dataclasses.replace(stored, **fresh)
+        self._append_audit(step.audit)
+        return True
+
+    def forget(self, step: Forget) -> list[str]:
+        deleted = []
+        for op_id in step.op_ids:
+            op = self._ops.get(op_id)
+            if op is None or op.state.value not in step.states:
+                continue
+            if step.updated_before is not None and not op.updated_at < step.updated_before:
+                continue
+            del self._ops[op_id]
+            self._keys.discard((op.tenant, op.provider_key))
+            self._by_thread.get(op.thread_id, {}).pop(op_id, None)
+            self._audit.pop(op_id, None)
+            self._controls.pop(("hold", op_id), None)
+            deleted.append(op_id)
+        return deleted
+
+    def erase(self, step: Erase) -> bool:
+        stored = self._ops.get(step.after.op_id)
+        if stored is None or stored.version != step.expected_version:
+            return False
+        fresh = {c: getattr(step.after, c) for c in (*MUTABLE_FIELDS, "args", "extra")}
+        self._ops[step.after.op_id] = from_row(to_row(dataclasses.replace(stored, **fresh)))
+        mark = step.after.extra["erased"]
+        self._audit[stored.op_id] = [
+            dataclasses.replace(entry, evidence=erased_evidence(entry.evidence, mark))
+            for entry in self._audit.get(stored.op_id, [])
+        ]
         self._append_audit(step.audit)
         return True
 

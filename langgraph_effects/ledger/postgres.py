@@ -63,10 +63,11 @@ from .base import (
     audit_from_row,
     from_row,
 )
-from .codec import read_text, stored_text
+from .codec import ERASE_COLUMNS, erased_audit_text, read_text, stored_text, to_row
 from .grouped import group_plan
 from .pgsession import CommitLost, LedgerPool, Transaction, describe, ledger_error
 from .pgsql import (
+    AUDIT_COLUMNS,
     MIGRATIONS,
     LedgerStatements,
     cas_each_params,
@@ -596,6 +597,50 @@ class _Steps(AsyncStepDefaults):
     async def cas_with_audit(self, step: base.CasWithAudit) -> bool:
         await self.plain.execute(self.sql.cas, cas_params(step))
         return await self.plain.fetchone() is not None
+
+    async def forget(self, step: base.Forget) -> list[str]:
+        names = self.ledger._sql
+        before = "" if step.updated_before is None else " AND updated_at < %s"
+        params: list[Any] = [[stored_text(i) for i in step.op_ids], list(step.states)]
+        if step.updated_before is not None:
+            params.append(step.updated_before)
+        await self.plain.execute(
+            f"DELETE FROM {names.ops} WHERE op_id = ANY(%s) AND state = ANY(%s){before} RETURNING op_id",
+            params,
+        )
+        deleted = [row[0] for row in await self.plain.fetchall()]
+        if deleted:
+            await self.plain.execute(f"DELETE FROM {names.audit} WHERE op_id = ANY(%s)", [deleted])
+            await self.plain.execute(
+                f"DELETE FROM {names.prefix}effect_controls WHERE control = 'hold' AND scope = ANY(%s)",
+                [deleted],
+            )
+        return [read_text(i) for i in deleted]
+
+    async def erase(self, step: base.Erase) -> bool:
+        names = self.ledger._sql
+        row = to_row(step.after)
+        await self.plain.execute(
+            f"UPDATE {names.ops} SET {', '.join(f'{c} = %s' for c in ERASE_COLUMNS)} "
+            "WHERE op_id = %s AND version = %s RETURNING op_id",
+            [*(row[c] for c in ERASE_COLUMNS), row["op_id"], step.expected_version],
+        )
+        if await self.plain.fetchone() is None:
+            return False
+        mark = step.after.extra["erased"]
+        await self.plain.execute(f"SELECT seq, evidence FROM {names.audit} WHERE op_id = %s", [row["op_id"]])
+        rewritten = [(erased_audit_text(r[1], mark), row["op_id"], r[0]) for r in await self.plain.fetchall()]
+        if rewritten:
+            await self.plain.executemany(
+                f"UPDATE {names.audit} SET evidence = %s WHERE op_id = %s AND seq = %s", rewritten
+            )
+        audit = step.audit
+        await self.plain.execute(
+            f"INSERT INTO {names.audit} ({', '.join(AUDIT_COLUMNS)}) "
+            f"VALUES ({', '.join(['%s'] * len(AUDIT_COLUMNS))})",
+            [audit[c] for c in AUDIT_COLUMNS],
+        )
+        return True
 
     async def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
         return await pgcontrols.lock_controls(self.cur, self.ledger._controls_sql, step)

@@ -39,7 +39,7 @@ from .base import (
     renewal_sql,
     to_row,
 )
-from .codec import mutable_row, origin_text, stored_text
+from .codec import ERASE_COLUMNS, erased_audit_text, mutable_row, origin_text, read_text, stored_text
 from .controls import row_from, row_values
 from .grouped import group_plan
 from .query import UNRESOLVED_SQL, OperationCount, count_sql, counts_from_rows, where_clause
@@ -407,6 +407,12 @@ class _Steps(StepDefaults):
             self.db.execute(_INSERT_AUDIT, step.audit)
         return matched
 
+    def forget(self, step: base.Forget) -> list[str]:
+        return _forget(self.db, step)
+
+    def erase(self, step: base.Erase) -> bool:
+        return _erase(self.db, step)
+
     def lock_controls(self, step: base.LockControls) -> dict[tuple[str, str], ControlRow]:
         return _lock_controls(self.db, step)
 
@@ -453,6 +459,43 @@ def _lock_controls(db: sqlite3.Connection, step: base.LockControls) -> dict[tupl
     )
     params = [stored_text(v) for key in step.keys for v in key]
     return {(row := row_from(r)).key: row for r in db.execute(sql, params)}
+
+
+def _forget(db: sqlite3.Connection, step: base.Forget) -> list[str]:
+    # BEGIN IMMEDIATE holds the write lock: the rows chosen are the rows deleted.
+    ids = [stored_text(i) for i in step.op_ids]
+    marks, states = ", ".join("?" * len(ids)), ", ".join("?" * len(step.states))
+    before = "" if step.updated_before is None else " AND updated_at < ?"
+    params: list[Any] = [*ids, *step.states, *([] if step.updated_before is None else [step.updated_before])]
+    sql = f"SELECT op_id FROM effect_operations WHERE op_id IN ({marks}) AND state IN ({states}){before}"
+    chosen = [str(r[0]) for r in db.execute(sql, params).fetchall()]
+    if chosen:
+        gone = ", ".join("?" * len(chosen))
+        db.execute(f"DELETE FROM effect_operations WHERE op_id IN ({gone})", chosen)
+        db.execute(f"DELETE FROM effect_audit WHERE op_id IN ({gone})", chosen)
+        db.execute(f"DELETE FROM effect_controls WHERE control = 'hold' AND scope IN ({gone})", chosen)
+    return [read_text(i) for i in chosen]
+
+
+_ERASE = (
+    f"UPDATE effect_operations SET {', '.join(f'{c} = :{c}' for c in ERASE_COLUMNS)} "
+    "WHERE op_id = :op_id AND version = :expected_version"
+)
+
+
+def _erase(db: sqlite3.Connection, step: base.Erase) -> bool:
+    params = {c: v for c, v in to_row(step.after).items() if c in ERASE_COLUMNS or c == "op_id"}
+    params["expected_version"] = step.expected_version
+    if db.execute(_ERASE, params).rowcount != 1:
+        return False
+    mark, op_id = step.after.extra["erased"], stored_text(step.after.op_id)
+    rows = db.execute("SELECT seq, evidence FROM effect_audit WHERE op_id = ?", (op_id,)).fetchall()
+    db.executemany(
+        "UPDATE effect_audit SET evidence = ? WHERE op_id = ? AND seq = ?",
+        [(erased_audit_text(r[1], mark), op_id, r[0]) for r in rows],
+    )
+    db.execute(_INSERT_AUDIT, step.audit)
+    return True
 
 
 def _select(db: sqlite3.Connection, op_ids: list[str]) -> dict[str, Operation]:

@@ -99,6 +99,33 @@ class CasEach:
 
 
 @dataclass(frozen=True)
+class Forget:
+    """Delete the rows among ``op_ids`` whose state is one of ``states`` (and, with
+    ``updated_before``, last changed before it), with their audit rows and their budget
+    holds (control ``"hold"``, scope the op id); answered with the ids deleted. A row
+    that moved since the caller chose it (another state, a later change) is kept.
+    Atomic on its own."""
+
+    op_ids: tuple[str, ...]
+    states: tuple[str, ...]
+    updated_before: float | None = None
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Erase:
+    """Write ``after``'s mutable columns and its ``args`` and ``extra`` (what an erasure
+    replaces) if the row is still at ``expected_version``; if it was, replace the
+    evidence of each of its earlier audit rows by `erased_evidence` of it, then append
+    ``audit``. Answered with whether it was written. Atomic on its own."""
+
+    after: Operation
+    expected_version: int
+    audit: dict[str, Any]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class LockControls:
     """Load the control rows (`ControlRow`) with
     these (control, scope) ``keys``, given in sorted order, and hold them until the
@@ -168,6 +195,8 @@ LedgerStep = (
     | FindOrInsert
     | CasWithAudit
     | CasEach
+    | Forget
+    | Erase
     | LockControls
     | WriteControls
     | ListControls
@@ -190,6 +219,8 @@ STEP_METHODS: dict[type, str] = {
     FindOrInsert: "find_or_insert",
     CasWithAudit: "cas_with_audit",
     CasEach: "cas_each",
+    Forget: "forget",
+    Erase: "erase",
     LockControls: "lock_controls",
     WriteControls: "write_controls",
     ListControls: "list_controls",
@@ -216,6 +247,8 @@ class StepRunner(Protocol):
     def find_or_insert(self, step: FindOrInsert) -> Any: ...
     def cas_with_audit(self, step: CasWithAudit) -> Any: ...
     def cas_each(self, step: CasEach) -> Any: ...
+    def forget(self, step: Forget) -> Any: ...
+    def erase(self, step: Erase) -> Any: ...
     def lock_controls(self, step: LockControls) -> Any: ...
     def write_controls(self, step: WriteControls) -> Any: ...
     def list_controls(self, step: ListControls) -> Any: ...

@@ -32,7 +32,9 @@ compare-and-sets writing only the mutable columns); a compensation request as on
 transaction (the effect's mark and its undo's intent, or neither); and the control rows of budgets and circuit
 breakers (``LockControls``, ``WriteControls``, ``ListControls``): a send over budget
 refused writing nothing, a definite failure giving its share back, racing sends never
-taking more than the budget, a circuit refusing while open.
+taking more than the budget, a circuit refusing while open; and removal and erasure
+(``Forget``, ``Erase``): only the states and cut asked for, with audit rows and
+holds, and an erasure that keeps ids, states and times and audits who erased.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 from ._cases import ESCALATE, LOSE, dispatch, ids, make_op, owner, populate, succeed, trail_len
 from ._compensation import CompensationCases
 from ._controls import ControlCases
+from ._lifecycle import LifecycleCases
 from ._reads import ReadCases
 from ._writes import WriteCases
 
@@ -57,7 +60,7 @@ __all__ = [
 ]
 
 
-class LedgerConformance(WriteCases, ReadCases, CompensationCases, ControlCases):
+class LedgerConformance(WriteCases, ReadCases, CompensationCases, ControlCases, LifecycleCases):
     """Every case of the ledger contract, as test methods.
 
     Subclass it (the class name must start with ``Test`` for pytest to collect it)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_effects.ledger.kit import (
+    ERASE_COLUMNS,
     LEDGER_TABLES,
     MUTABLE_COLUMNS,
     ApplyMigration,
@@ -24,7 +25,9 @@ from langgraph_effects.ledger.kit import (
     ControlRow,
     CountMigrations,
     CreateLedger,
+    Erase,
     Find,
+    Forget,
     InsertWithAudit,
     LedgerBackend,
     LedgerOptions,
@@ -37,6 +40,7 @@ from langgraph_effects.ledger.kit import (
     OurTables,
     WriteControls,
     audit_from_row,
+    erased_audit_text,
     from_row,
     listing_order,
     may_renew,
@@ -157,6 +161,33 @@ class JsonFileLedger(LedgerBackend):
         stored = self._state.setdefault("controls", {})  # the whole file is this transaction's
         found = (stored.get(json.dumps(list(key))) for key in step.keys)
         return {(c.control, c.scope): c for c in (_control(row) for row in found if row is not None)}
+
+    async def forget(self, step: Forget) -> list[str]:
+        ops, deleted = self._state["ops"], []
+        for op_id in step.op_ids:
+            op = self._op(op_id)
+            if op is None or op.state.value not in step.states:
+                continue
+            if step.updated_before is not None and not op.updated_at < step.updated_before:
+                continue
+            del ops[op_id]
+            self._state["audit"].pop(op_id, None)
+            self._state.setdefault("controls", {}).pop(json.dumps(["hold", op_id]), None)
+            deleted.append(op_id)
+        return deleted
+
+    async def erase(self, step: Erase) -> bool:
+        row = self._state["ops"].get(step.after.op_id)
+        if row is None or row["version"] != step.expected_version:
+            return False
+        fresh = to_row(step.after)
+        row.update({c: _encode(fresh[c]) for c in ERASE_COLUMNS})
+        mark = step.after.extra["erased"]
+        trail = self._state["audit"].setdefault(step.after.op_id, [])
+        for entry in trail:
+            entry["evidence"] = erased_audit_text(entry["evidence"], mark)
+        trail.append(step.audit)
+        return True
 
     async def write_controls(self, step: WriteControls) -> None:
         stored = self._state.setdefault("controls", {})
