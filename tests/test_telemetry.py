@@ -28,6 +28,7 @@ from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.lab.providers import Provider
 from tests.helpers import agent, run_python
 from tests.helpers.agent import Spec, spec_json
+from tests.ledger import conftest as ledger_fixtures
 
 P = "langgraph_effects."
 
@@ -227,7 +228,10 @@ async def test_the_tools_own_spans_nest_under_dispatch(tmp_path: Path, spans: In
     assert http.parent is not None and http.parent.span_id == dispatch.context.span_id
     assert dispatch.parent is not None and dispatch.parent.span_id == call.context.span_id
     assert dict(call.attributes or {})[P + "what"] == "sent"
+    assert dict(call.attributes or {})[P + "state_before"] == "pending"
     assert dict(call.attributes or {})[P + "state_after"] == "confirmed"
+    events = [dict(e.attributes or {})[P + "event"] for e in call.events if e.name == "transition"]
+    assert events == ["dispatch", "succeed"]
 
 
 def _model(name: str, args: dict[str, Any]) -> Any:
@@ -270,3 +274,72 @@ async def test_langchain_runs_say_landed_by_lookup_and_replayed(tmp_path: Path, 
     assert effect.metadata[P + "state_after"] == "confirmed"
     assert "langgraph_effects:replayed" in (effect.tags or [])
     assert effects(b) == 1
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """The checkpoint database: a SQLite file, or a Postgres DSN on a schema of its own."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "agent.sqlite")
+        return
+    with ledger_fixtures.created_schema("lge_otel") as (_, dsn):
+        yield dsn
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize(("contract", "what"), [("dedup", "resent_under_key"), ("lookup", "landed_by_lookup")])
+def test_sync_crash_and_recovery_told_by_spans(
+    db: str, tmp_path: Path, spans: InMemorySpanExporter, contract: str, what: str
+) -> None:
+    """``graph.invoke`` on a sync saver: the calling thread runs the tool, the portal the ledger."""
+    s = Spec(db=db, provider=str(tmp_path / "provider.sqlite"), contract=contract, provider_mode=contract,
+             sync=True)
+    run_python("-m", "tests.helpers.agent", spec_json(replace(s, crash="before_outcome")), expect_kill=True)
+
+    out = agent.run_sync(replace(s, resume=True))
+
+    [message] = [m for m in out["messages"] if m["type"] == "tool"]
+    assert effects(s) == 1
+    [call] = named(spans, "execute_tool send")
+    attributes = dict(call.attributes or {})
+    assert attributes[P + "operation_id"] == message["artifact"]["operation_id"]
+    assert attributes[P + "what"] == what
+    assert attributes[P + "state_after"] == "confirmed"
+    [reconciled] = named(spans, "reconcile send")
+    assert reconciled.parent is not None and reconciled.parent.span_id == call.context.span_id
+    for dispatch in named(spans, "dispatch send"):  # the dedup re-send ran in the calling thread
+        assert dispatch.parent is not None and dispatch.parent.span_id == call.context.span_id
+    assert len(named(spans, "dispatch send")) == (1 if contract == "dedup" else 0)
+
+
+async def test_effectful_task_run_tells_the_operation(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    """``@effectful``: the task's run has an ``effect`` child saying what the call did."""
+    from langgraph.func import entrypoint, task
+
+    from langgraph_effects._integrations.functional import effectful
+
+    sent: list[str] = []
+
+    @task
+    @effectful(Effect(dedup_window=60))
+    async def notify(to: str) -> str:
+        sent.append(to)
+        return f"notified {current_operation().provider_key}"
+
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "wf.sqlite")) as saver:
+        await saver.setup()
+
+        @entrypoint(checkpointer=saver)
+        async def workflow(to: str) -> str:
+            return await notify(to)
+
+        runs = Runs()
+        await workflow.ainvoke("ada", {"configurable": {"thread_id": "wf"}, "callbacks": [runs]})
+    [effect] = runs.named("effect notify")
+    assert effect.metadata[P + "what"] == "sent"
+    assert effect.metadata[P + "state_before"] == "pending"
+    assert effect.metadata[P + "state_after"] == "confirmed"
+    assert sent == ["ada"]
+    [call] = named(spans, "execute_tool notify")
+    assert dict(call.attributes or {})[P + "operation_id"] == effect.metadata[P + "operation_id"]

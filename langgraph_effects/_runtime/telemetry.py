@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
+from ..core import protocol
 from ..core.operation import Change, Event, Operation, State
 
 if TYPE_CHECKING:
@@ -145,6 +146,9 @@ def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
     run = _run_started(c, config)
     if not ENABLED and run is None:
         return
+    # A call the session's open recorded and dispatched at once was an intent a moment ago.
+    opened = c.owner is not None and protocol.ours(c.op, c.owner.token)
+    before = State.PENDING.value if opened else _state(c.op)
     span = None
     if ENABLED:
         span = _instruments().tracer.start_span(
@@ -156,10 +160,12 @@ def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
                 "gen_ai.tool.call.id": c.call_id,
                 **_ids(c.op),
                 PREFIX + "contract": c.op.contract,
-                PREFIX + "state_before": _state(c.op),
+                PREFIX + "state_before": before,
             },
         )
-    c.trace = CallTrace(span=span, state_before=_state(c.op), run=run, labels=_labels(c))
+    c.trace = CallTrace(span=span, state_before=before, run=run, labels=_labels(c))
+    if opened:
+        _transition(c, c.trace, Event.DISPATCH, before)
 
 
 def call_ended(c: CallRecord, *, waits_for: str | None, error: BaseException | None = None) -> None:
@@ -204,10 +210,14 @@ def moved(c: CallRecord, before: str, change: Change) -> None:
             trace.what = RESENT_UNDER_KEY
         elif change.event is Event.CONFIRM:
             trace.what = LANDED_BY_LOOKUP
+    _transition(c, trace, change.event, before)
+
+
+def _transition(c: CallRecord, trace: CallTrace | None, event: Event, before: str) -> None:
     if not ENABLED:
         return
     told = {
-        PREFIX + "event": change.event.value,
+        PREFIX + "event": event.value,
         PREFIX + "state_before": before,
         PREFIX + "state_after": _state(c.op),
         PREFIX + "attempt": c.op.attempts,
@@ -215,7 +225,7 @@ def moved(c: CallRecord, before: str, change: Change) -> None:
     if trace is not None and trace.span is not None:
         trace.span.add_event("transition", told)
     _instruments().transitions.add(
-        1, {**_labels(c), PREFIX + "event": change.event.value, PREFIX + "state_after": _state(c.op)}
+        1, {**_labels(c), PREFIX + "event": event.value, PREFIX + "state_after": _state(c.op)}
     )
 
 
