@@ -131,7 +131,8 @@ def main() -> None:
             )
             samples[mode].extend(json.loads(out.stdout.strip().splitlines()[-1]))
     base = samples["off"]
-    print(f"{'mode':<5} {'turns':>5} {'median ms':>10} {'95% interval':>18} {'vs off':>7} {'95% interval':>16}")
+    interval = "95% interval"
+    print(f"{'mode':<5} {'turns':>5} {'median ms':>10} {interval:>18} {'vs off':>7} {interval:>16}")
     for mode in MODES:
         values = samples[mode]
         low, high = _interval(values)

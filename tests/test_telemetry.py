@@ -288,7 +288,9 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize(("contract", "what"), [("dedup", "resent_under_key"), ("lookup", "landed_by_lookup")])
+@pytest.mark.parametrize(
+    ("contract", "what"), [("dedup", "resent_under_key"), ("lookup", "landed_by_lookup")]
+)
 def test_sync_crash_and_recovery_told_by_spans(
     db: str, tmp_path: Path, spans: InMemorySpanExporter, contract: str, what: str
 ) -> None:
