@@ -134,6 +134,12 @@ def _child(c: CallRecord, name: str) -> Any:
     )
 
 
+def _failed(span: Any, error: BaseException) -> None:
+    """Mark ``span`` failed with the error's type (``error.type``), never its message."""
+    span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR))
+    span.set_attribute("error.type", type(error).__qualname__)
+
+
 def _state(op: Operation) -> str:
     return op.state.value if isinstance(op.state, State) else str(op.state)
 
@@ -190,10 +196,8 @@ def call_ended(c: CallRecord, *, waits_for: str | None, error: BaseException | N
     }
     if trace.span is not None:
         trace.span.set_attributes(told)
-        if error is not None:
-            trace.span.record_exception(error)
-            trace.span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, type(error).__name__))
-            trace.span.set_attribute("error.type", type(error).__qualname__)
+        if error is not None:  # its type only: a message may echo an argument
+            _failed(trace.span, error)
         trace.span.end()
         _instruments().calls.add(
             1, {**trace.labels, PREFIX + "what": trace.what or "error", PREFIX + "state_after": _state(c.op)}
@@ -251,8 +255,7 @@ def reconciling(c: CallRecord) -> Iterator[dict[str, str]]:
     try:
         yield result
     except BaseException as error:
-        span.record_exception(error)
-        span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, type(error).__name__))
+        _failed(span, error)
         result.setdefault("action", "error")
         raise
     finally:
