@@ -14,7 +14,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.langchain import LangChainTracer, _patch_missing_metadata
 from langchain_core.tracers.schemas import Run
+from langsmith import Client
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -345,3 +347,44 @@ async def test_effectful_task_run_tells_the_operation(tmp_path: Path, spans: InM
     assert sent == ["ada"]
     [call] = named(spans, "execute_tool notify")
     assert dict(call.attributes or {})[P + "operation_id"] == effect.metadata[P + "operation_id"]
+
+
+_POSTED: list[Run] = []
+
+
+class LangSmithRuns(LangChainTracer):
+    """LangSmith's own tracer, posting to a list instead of the LangSmith API (its copies,
+    made for each nested tracing context, post to the same list)."""
+
+    def _persist_run_single(self, run: Run) -> None:
+        run.tags = self._get_tags(run)
+        _patch_missing_metadata(self, run)
+        _POSTED.append(run)
+
+    @staticmethod
+    def _update_run_single(run: Run) -> None:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("kind", ["graph", "create_agent"])
+async def test_the_tools_own_run_carries_the_operation(tmp_path: Path, kind: str) -> None:
+    """A dedup call re-sent after the crash: the tool's own run says so (tags for any
+    tracer, metadata in LangSmith's)."""
+    s = crashed(tmp_path, contract="dedup", provider_mode="dedup", kind=kind)
+    [op_id] = ledger_op_ids(s.db)
+    runs = Runs()
+    _POSTED.clear()
+    client = Client(api_url="http://127.0.0.1:9", api_key="unused", info={})  # no /info request
+    await resume(s, callbacks=[runs, LangSmithRuns(client=client, project_name="effects")])
+
+    [tool_run] = runs.named("send")
+    assert "langgraph_effects:resent_under_key" in (tool_run.tags or [])
+    [posted] = [r for r in _POSTED if r.name == "send" and r.run_type == "tool"]
+    assert posted.metadata[P + "operation_id"] == op_id
+    assert posted.metadata[P + "what"] == "resent_under_key"
+    assert posted.metadata[P + "state_before"] == "dispatched"
+    [effect] = runs.named("effect send")
+    assert effect.metadata[P + "state_after"] == "confirmed"
+    assert effects(s) == 1

@@ -270,10 +270,19 @@ def reconciling(c: CallRecord) -> Iterator[dict[str, str]]:
 @contextmanager
 def dispatching(c: CallRecord) -> Iterator[None]:
     """Around the tool's own run: a span that is current while it runs, so the spans the
-    tool makes (a provider's HTTP call) are its children."""
+    tool makes (a provider's HTTP call) are its children; and, when a LangChain tracer
+    listens, the operation in the tool run's own metadata and tags."""
     trace: CallTrace | None = c.trace
-    if trace is not None:
-        trace.ran = True
+    if trace is None:
+        yield
+        return
+    trace.ran = True
+    with _tool_run_told(c, trace), _dispatch_span(c):
+        yield
+
+
+@contextmanager
+def _dispatch_span(c: CallRecord) -> Iterator[None]:
     if not ENABLED:
         yield
         return
@@ -331,6 +340,28 @@ def _run_started(c: CallRecord, config: Mapping[str, Any]) -> Any:
     if callbacks is None or not (callbacks if isinstance(callbacks, list) else callbacks.handlers):
         return None
     return callbacks
+
+
+@contextmanager
+def _tool_run_told(c: CallRecord, trace: CallTrace) -> Iterator[None]:
+    """The runs started while the tool runs (its own, under the node's) carry the
+    operation: tags for every tracer, metadata for LangSmith's (LangChain hands the
+    tracing context's metadata to ``LangChainTracer`` alone)."""
+    if trace.run is None:
+        yield
+        return
+    from langsmith.run_helpers import tracing_context  # only traced runs pay for it
+
+    what = trace.what or SENT
+    metadata = {
+        **_ids(c.op),
+        PREFIX + "contract": c.op.contract,
+        PREFIX + "state_before": trace.state_before,
+        PREFIX + "attempt": c.op.attempts,
+        PREFIX + "what": what,
+    }
+    with tracing_context(metadata=metadata, tags=["langgraph_effects", f"langgraph_effects:{what}"]):
+        yield
 
 
 def _run_ended(c: CallRecord, trace: CallTrace, error: BaseException | None) -> None:
