@@ -388,3 +388,26 @@ async def test_the_tools_own_run_carries_the_operation(tmp_path: Path, kind: str
     [effect] = runs.named("effect send")
     assert effect.metadata[P + "state_after"] == "confirmed"
     assert effects(s) == 1
+
+
+async def test_a_tool_that_pauses_itself_is_paused_not_failed(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    from langgraph.types import interrupt
+    from opentelemetry.trace import StatusCode
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay ``amount`` once a human agrees."""
+        interrupt("ok to pay?")
+        return "paid"
+
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60)})
+        graph = agent.tool_loop(_model("pay", {"amount": 5}), node, saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "p"}})
+    [call] = named(spans, "execute_tool pay")
+    assert dict(call.attributes or {})[P + "what"] == "paused"
+    assert dict(call.attributes or {})[P + "state_after"] == "pending"  # withdrawn: nothing sent
+    assert call.status.status_code is not StatusCode.ERROR

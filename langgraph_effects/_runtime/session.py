@@ -301,6 +301,9 @@ class Session:
                     raise
                 directive = self._filed(call_id, (yield self._dispatcher.finish(c, output, error)))
             assert isinstance(directive, Reply)
+        except GraphBubbleUp:  # the tool paused itself with interrupt(): not a failure
+            telemetry.call_ended(c, waits_for="interrupt")
+            raise
         except BaseException as error:
             telemetry.call_ended(c, waits_for=None, error=error)
             raise

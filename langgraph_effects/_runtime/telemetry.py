@@ -60,6 +60,8 @@ RESENT_UNDER_KEY = "resent_under_key"
 REFUSED = "refused"
 WAITING_FOR_REVIEW = "waiting_for_review"
 WAITING_FOR_APPROVAL = "waiting_for_approval"
+PAUSED = "paused"
+_WAITING = {"approval": WAITING_FOR_APPROVAL, "review": WAITING_FOR_REVIEW, "interrupt": PAUSED}
 
 METRICS = {
     "transitions": "langgraph_effects.transitions",
@@ -175,7 +177,9 @@ def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
 
 
 def call_ended(c: CallRecord, *, waits_for: str | None, error: BaseException | None = None) -> None:
-    """The call's round is over: say what it did and close its span and run."""
+    """The call's round is over: say what it did and close its span and run.
+    ``waits_for``: ``approval`` or ``review`` (a human is asked), ``interrupt`` (the tool
+    paused itself), ``None``; ``error``: what the call raised."""
     trace: CallTrace | None = c.trace
     if trace is None:
         return
@@ -186,7 +190,7 @@ def call_ended(c: CallRecord, *, waits_for: str | None, error: BaseException | N
         elif c.conflict is not None:
             trace.what = REFUSED
         elif waits_for is not None:
-            trace.what = WAITING_FOR_APPROVAL if waits_for == "approval" else WAITING_FOR_REVIEW
+            trace.what = _WAITING[waits_for]
         else:
             trace.what = SENT if trace.ran else REPLAYED
     told = {
