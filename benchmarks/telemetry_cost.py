@@ -12,10 +12,12 @@ alternated so drift hits all three alike:
 
 Usage::
 
-    python benchmarks/telemetry_cost.py [--rounds 6] [--turns 40]
+    python benchmarks/telemetry_cost.py [--rounds 6] [--turns 40] [--hooks]
 
 Prints each configuration's median turn and its 95% bootstrap interval, and the ratio
-of each median to ``off`` with its interval.
+of each median to ``off`` with its interval. ``--hooks`` times the telemetry hooks one
+sent call goes through, alone (no graph, no ledger), in microseconds per call
+(``--turns`` then counts batches of 1,000 calls).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +38,8 @@ MODES = ("off", "api", "sdk")
 RESAMPLES = 2000
 
 
-async def _turns(mode: str, turns: int) -> list[float]:
-    from langchain_core.messages import HumanMessage
-    from langchain_core.tools import tool
-
-    from langgraph_effects import Effect, EffectSqliteSaver, EffectToolNode
+def _configure(mode: str) -> None:
     from langgraph_effects._runtime import telemetry
-    from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
     if mode == "off":
         telemetry.ENABLED = False
@@ -59,6 +57,45 @@ async def _turns(mode: str, turns: int) -> list[float]:
         trace.set_tracer_provider(provider)
         metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
+
+def _hooks(mode: str, batches: int) -> list[float]:
+    """The hooks one sent call goes through (its round, two transitions, the tool's run),
+    alone: microseconds per call, one value per batch of 1,000 calls."""
+    from bench_common import make_op
+
+    from langgraph_effects import Effect
+    from langgraph_effects._runtime import telemetry
+    from langgraph_effects._runtime.binding import CallRecord
+    from langgraph_effects.core.operation import Change, Event, State
+
+    _configure(mode)
+    op = make_op("op-bench")
+    done = replace(op, state=State.CONFIRMED, attempts=1)
+    effect = Effect(dedup_window=60)
+    times: list[float] = []
+    for _ in range(batches + 2):  # the first two warm up
+        started = time.perf_counter()
+        for _ in range(1000):
+            c = CallRecord("call-1", "send_email", {}, effect, op)
+            telemetry.call_started(c, {})
+            with telemetry.dispatching(c):
+                pass
+            c.op = done
+            telemetry.moved(c, "dispatched", Change(Event.SUCCEED))
+            telemetry.call_ended(c, waits_for=None)
+        times.append((time.perf_counter() - started) * 1000)  # ms per 1,000 = µs per call
+    return times[2:]
+
+
+async def _turns(mode: str, turns: int) -> list[float]:
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    from langgraph_effects import Effect, EffectSqliteSaver, EffectToolNode
+    from langgraph_effects._runtime import telemetry
+    from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
+
+    _configure(mode)
     from langgraph.graph import END, START, MessagesState, StateGraph
 
     @tool
@@ -117,22 +154,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--hooks", action="store_true", help="time the hooks alone (µs per call)")
     parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(asyncio.run(_turns(args.one, args.turns))))
+        found = _hooks(args.one, args.turns) if args.hooks else asyncio.run(_turns(args.one, args.turns))
+        print(json.dumps(found))
         return
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(args.rounds):
         for mode in MODES:
             out = subprocess.run(
-                [sys.executable, __file__, "--one", mode, "--turns", str(args.turns)],
+                [sys.executable, __file__, "--one", mode, "--turns", str(args.turns),
+                 *(["--hooks"] if args.hooks else [])],
                 check=True, capture_output=True, text=True,
             )
             samples[mode].extend(json.loads(out.stdout.strip().splitlines()[-1]))
     base = samples["off"]
     interval = "95% interval"
-    print(f"{'mode':<5} {'turns':>5} {'median ms':>10} {interval:>18} {'vs off':>7} {interval:>16}")
+    unit = "median µs" if args.hooks else "median ms"
+    print(f"{'mode':<5} {'n':>5} {unit:>10} {interval:>18} {'vs off':>7} {interval:>16}")
     for mode in MODES:
         values = samples[mode]
         low, high = _interval(values)
