@@ -92,7 +92,6 @@ async def _turns(mode: str, turns: int) -> list[float]:
     from langchain_core.tools import tool
 
     from langgraph_effects import Effect, EffectSqliteSaver, EffectToolNode
-    from langgraph_effects._runtime import telemetry
     from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
     _configure(mode)
