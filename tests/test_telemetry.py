@@ -411,3 +411,27 @@ async def test_a_tool_that_pauses_itself_is_paused_not_failed(
     assert dict(call.attributes or {})[P + "what"] == "paused"
     assert dict(call.attributes or {})[P + "state_after"] == "pending"  # withdrawn: nothing sent
     assert call.status.status_code is not StatusCode.ERROR
+
+
+async def test_a_send_over_budget_is_told_refused(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    from langgraph_effects import Budget
+
+    sent: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay ``amount``."""
+        sent.append(amount)
+        return "paid"
+
+    budget = Budget("payments", max_total=10, total_of="amount")
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60, budgets=[budget])})
+        graph = agent.tool_loop(_model("pay", {"amount": 50}), node, saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "b"}})
+    assert sent == []
+    [call] = named(spans, "execute_tool pay")
+    assert dict(call.attributes or {})[P + "what"] == "refused"
+    [refusal] = [dict(e.attributes or {}) for e in call.events if e.name == "refused"]
+    assert refusal[P + "control"] == "budget:payments" and refusal[P + "asks"] is False

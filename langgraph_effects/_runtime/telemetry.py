@@ -143,7 +143,7 @@ def _failed(span: Any, error: BaseException) -> None:
 
 
 def _state(op: Operation) -> str:
-    return op.state.value if isinstance(op.state, State) else str(op.state)
+    return op.state.value
 
 
 # -- a call's round ----------------------------------------------------------------------
@@ -184,15 +184,14 @@ def call_ended(c: CallRecord, *, waits_for: str | None, error: BaseException | N
     if trace is None:
         return
     c.trace = None
-    if trace.what is None:
-        if error is not None:
-            trace.what = None
-        elif c.conflict is not None:
-            trace.what = REFUSED
-        elif waits_for is not None:
-            trace.what = _WAITING[waits_for]
-        else:
-            trace.what = SENT if trace.ran else REPLAYED
+    if error is not None:
+        trace.what = None  # told by the error's type
+    elif c.conflict is not None:
+        trace.what = REFUSED
+    elif waits_for is not None:  # a human is asked, whatever happened before in the round
+        trace.what = _WAITING[waits_for]
+    elif trace.what is None:  # not a re-send, a lookup's confirmation or a refusal
+        trace.what = SENT if trace.ran else REPLAYED
     told = {
         PREFIX + "state_after": _state(c.op),
         PREFIX + "attempt": c.op.attempts,
