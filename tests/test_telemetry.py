@@ -435,3 +435,52 @@ async def test_a_send_over_budget_is_told_refused(tmp_path: Path, spans: InMemor
     assert dict(call.attributes or {})[P + "what"] == "refused"
     [refusal] = [dict(e.attributes or {}) for e in call.events if e.name == "refused"]
     assert refusal[P + "control"] == "budget:payments" and refusal[P + "asks"] is False
+
+
+async def test_a_saga_undo_is_told_as_compensate(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from langgraph_effects import Undo
+
+    cancelled: list[str] = []
+
+    class CardDeclinedError(Exception):
+        pass
+
+    @tool
+    def book(trip: str) -> str:
+        """Book ``trip``."""
+        return "booked"
+
+    @tool
+    def charge(trip: str) -> str:
+        """Charge for ``trip``."""
+        raise CardDeclinedError("declined")
+
+    def cancel(provider_key: str) -> str:
+        cancelled.append(provider_key)
+        return "cancelled"
+
+    def model(state: Any) -> dict[str, Any]:
+        done = [m.name for m in state["messages"] if isinstance(m, ToolMessage)]
+        name = {0: "book", 1: "charge"}.get(len(done))
+        if name is None:
+            return {"messages": [AIMessage("done")]}
+        call = {"name": name, "args": {"trip": "t-1"}, "id": f"c-{name}"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    effects = {
+        "book": Effect(dedup_window=60, saga="trip", compensate=Undo(cancel)),
+        "charge": Effect(dedup_window=60, saga="trip", definite_errors=[CardDeclinedError]),
+    }
+    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        node = EffectToolNode([book, charge], effects=effects, handle_tool_errors=True)
+        graph = agent.tool_loop(model, node, saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "s"}})
+    assert len(cancelled) == 1
+    [call] = named(spans, "execute_tool charge")
+    assert dict(call.attributes or {})[P + "state_after"] == "failed"
+    [undo] = named(spans, "compensate charge")
+    assert undo.parent is not None and undo.parent.span_id == call.context.span_id
+    assert dict(undo.attributes or {})[P + "compensation"] == "saga"
