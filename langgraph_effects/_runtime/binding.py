@@ -144,6 +144,8 @@ class CallRecord:
     edited: bool = False
     refusal: Refusal | None = None
     """Why a budget or circuit breaker refused its last send (``None``: it did not)."""
+    trace: Any = None
+    """What `telemetry` tells of the call's current round (a ``CallTrace``), if anything."""
 
 
 def by_id(ops: Iterable[Operation]) -> dict[str, Operation]:

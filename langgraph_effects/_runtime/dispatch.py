@@ -40,7 +40,7 @@ from ..errors import (
 )
 from ..ledger.base import Ledger
 from ..ledger.controls import HEARD
-from . import admission, lease, messages
+from . import admission, lease, messages, telemetry
 from . import faults as _faults
 from .binding import CallRecord, Settings
 from .reconcile import reconcile, scope_changes
@@ -236,9 +236,11 @@ class Dispatcher:
                 await self.move(c, step.change)
                 continue
             if isinstance(step, protocol.Reconcile):
-                outcome = await reconcile(
-                    op, c.effect, args=c.args, scope=self.scope, lost_sends=await self._lost_sends(c)
-                )
+                with telemetry.reconciling(c) as told:
+                    outcome = await reconcile(
+                        op, c.effect, args=c.args, scope=self.scope, lost_sends=await self._lost_sends(c)
+                    )
+                    told.update(action=outcome.action, event=outcome.event.value)
                 # Keep what made it unknown (a crash, a timeout) beside what settled it.
                 evidence = self._scrub_evidence(c, {**outcome.evidence, "cause": dict(op.evidence or {})})
                 if outcome.action == "resend":
@@ -304,6 +306,7 @@ class Dispatcher:
     async def _refused(self, c: CallRecord, refusal: Refusal) -> Reply:
         """A budget or circuit breaker refused the send: held for an approver, or
         answered (and recorded) with the refusal (`admission.record_refusal`)."""
+        telemetry.refused(c, refusal.kind, refusal.name, ask=refusal.ask)
         if refusal.ask:
             return Reply(
                 messages.review_placeholder(c.op, tool_call_id=c.call_id, tool=c.tool), waits_for="approval"
@@ -388,10 +391,11 @@ class Dispatcher:
         from .compensation import finish_ordered  # only undos pay for the import
 
         try:
-            report = await finish_ordered(
-                self.ledger, c.op, self.settings.effects,
-                hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
-            )
+            with telemetry.compensating(c, "undo"):
+                report = await finish_ordered(
+                    self.ledger, c.op, self.settings.effects,
+                    hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
+                )
         except CompensationError as error:  # nothing was written: the effect stands
             log.warning("compensation of %s not run: %s", c.op.op_id, error)
             return None
@@ -410,10 +414,11 @@ class Dispatcher:
         from .compensation import run_saga  # only sagas pay for the import
 
         try:
-            await run_saga(
-                self.ledger, c.op, self.settings.effects,
-                hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
-            )
+            with telemetry.compensating(c, "saga"):
+                await run_saga(
+                    self.ledger, c.op, self.settings.effects,
+                    hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
+                )
         except Exception as error:  # the failure is recorded; recover finishes the undos
             log.warning("saga compensation after %s did not finish: %s", c.op.op_id, error)
 
@@ -473,15 +478,20 @@ class Dispatcher:
             version = c.op.version if expected is None else expected
             # The row as we last saw it saves the ledger a locking read when it is current.
             before = c.op if version == c.op.version else None
+            state_before = c.op.state.value
             if c.effect.controls is not None and change.event in HEARD:
-                return await admission.controlled_move(self.ledger, c, change, version, before, self.run_id)
-            c.op = await self.ledger.transition(
-                c.op.op_id, change, expected_version=version, before=before
-            )
-            return True
+                moved = await admission.controlled_move(self.ledger, c, change, version, before, self.run_id)
+            else:
+                c.op = await self.ledger.transition(
+                    c.op.op_id, change, expected_version=version, before=before
+                )
+                moved = True
         except (StaleVersionError, IllegalTransitionError):
             c.op = await self.reload(c)
             return False
+        if moved:
+            telemetry.moved(c, state_before, change)
+        return moved
 
     async def reload(self, c: CallRecord) -> Operation:
         found = await self.ledger.get(c.op.op_id)

@@ -51,7 +51,7 @@ from ..core.keys import with_key
 from ..core.operation import Operation, Owner, Scope
 from ..errors import DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
-from . import lease
+from . import lease, telemetry
 from .asking import Applied, ArgsCheck, Asker, Waiting
 from .binding import (
     CallRecord,
@@ -280,24 +280,34 @@ class Session:
         ``(output, exception)``; returns what the call returns. Driven by
         `run_call` / `run_call_sync`."""
         c = self._calls[call_id]
-        directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
-        while isinstance(directive, RunTool):
-            try:
-                yield _OnLoop(lambda: self._leases.start_heartbeat(c))
-                # The ContextVar itself, not a context manager: one module fewer on the path.
-                current = CURRENT_OPERATION.set(directive.op)
+        telemetry.call_started(c, self.config)
+        try:
+            directive = self._filed(call_id, (yield self._dispatcher.begin(c)))
+            while isinstance(directive, RunTool):
                 try:
-                    output, error = yield _CALLER
-                finally:
-                    CURRENT_OPERATION.reset(current)
-            except GraphBubbleUp:
-                yield self._dispatcher.withdraw(c)
-                raise
-            except BaseException:
-                self._dispatcher.abort(c)
-                raise
-            directive = self._filed(call_id, (yield self._dispatcher.finish(c, output, error)))
-        assert isinstance(directive, Reply)
+                    yield _OnLoop(lambda: self._leases.start_heartbeat(c))
+                    # The ContextVar itself, not a context manager: one module fewer on the path.
+                    current = CURRENT_OPERATION.set(directive.op)
+                    try:
+                        with telemetry.dispatching(c):
+                            output, error = yield _CALLER
+                    finally:
+                        CURRENT_OPERATION.reset(current)
+                except GraphBubbleUp:
+                    yield self._dispatcher.withdraw(c)
+                    raise
+                except BaseException:
+                    self._dispatcher.abort(c)
+                    raise
+                directive = self._filed(call_id, (yield self._dispatcher.finish(c, output, error)))
+            assert isinstance(directive, Reply)
+        except GraphBubbleUp:  # the tool paused itself with interrupt(): not a failure
+            telemetry.call_ended(c, waits_for="interrupt")
+            raise
+        except BaseException as error:
+            telemetry.call_ended(c, waits_for=None, error=error)
+            raise
+        telemetry.call_ended(c, waits_for=directive.waits_for, error=directive.error)
         return directive.value()
 
     # -- asking a human ------------------------------------------------------------------
@@ -341,6 +351,8 @@ class Session:
         )
         for call_id in applied.settled:
             self._waits_for.pop(call_id, None)
+        if applied.settled:
+            telemetry.answered([self._calls[i].op for i in applied.settled], count=applied.count)
         self._notice = applied.notice
         return applied.count
 
