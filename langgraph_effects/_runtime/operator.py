@@ -50,6 +50,7 @@ from ..ledger.opener import (  # opening a ledger lives there; importable from h
     redact_dsn,
     setup_database,
 )
+from ..ledger.query import Cursor
 from .lease import lease_expired, owner_alive
 from .review import (
     AbandonDecision,
@@ -157,6 +158,7 @@ async def list_operations(
     older_than: float | None = None,
     limit: int = 100,
     now: float | None = None,
+    after: Cursor | None = None,
 ) -> list[Operation]:
     """Operations matching the filters, least recently changed first.
 
@@ -175,7 +177,7 @@ async def list_operations(
         if older_than < 0:
             raise ValueError(f"older_than must be a number of seconds >= 0, not {older_than}")
         updated_before = (time.time() if now is None else now) - older_than
-    query = OperationQuery(wanted, thread_id, tenant, tool, updated_before, limit=limit)
+    query = OperationQuery(wanted, thread_id, tenant, tool, updated_before, limit=limit, after=after)
     return await ledger.list_operations(query)
 
 

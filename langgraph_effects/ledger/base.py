@@ -38,7 +38,9 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
+from .query import Cursor as Cursor
 from .query import OperationQuery as OperationQuery
+from .query import cursor as cursor
 from .steps import ALONE as ALONE
 from .steps import LEDGER_TABLES as LEDGER_TABLES
 from .steps import ApplyMigration as ApplyMigration

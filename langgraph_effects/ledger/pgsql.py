@@ -18,7 +18,7 @@ from typing import Any
 from . import base, pgcontrols
 from .base import COLUMNS, MUTABLE_COLUMNS
 from .codec import mutable_row, origin_text, stored_text, to_row
-from .query import UNRESOLVED_SQL
+from .query import UNRESOLVED_SQL, VERDICTS_SQL
 
 #: Ordered schema migrations. Append only: never edit a released entry.
 #: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
@@ -85,6 +85,12 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at double precision NOT NULL,
         PRIMARY KEY (control, scope)
     );
+    """,
+    # The rows that carry a verdict, in listing order: recovery's lookup of verdicts
+    # not yet answered costs what the verdicts are, not what the ledger holds.
+    f"""
+    CREATE INDEX effect_operations_verdicts
+        ON {{s}}effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,
 )
 

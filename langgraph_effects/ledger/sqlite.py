@@ -42,7 +42,7 @@ from .base import (
 from .codec import mutable_row, origin_text, stored_text
 from .controls import row_from, row_values
 from .grouped import group_plan
-from .query import UNRESOLVED_SQL, where_clause
+from .query import UNRESOLVED_SQL, VERDICTS_SQL, listing_sql
 from .steps import StepDefaults, answerer
 
 T = TypeVar("T")
@@ -112,6 +112,12 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL,
         PRIMARY KEY (control, scope)
     ) WITHOUT ROWID;
+    """,
+    # The rows that carry a verdict, in listing order: recovery's lookup of verdicts
+    # not yet answered costs what the verdicts are, not what the ledger holds.
+    f"""
+    CREATE INDEX effect_operations_verdicts
+        ON effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -323,9 +329,7 @@ class SqliteLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        where, params = where_clause(query, "?")
-        sql = f"SELECT * FROM effect_operations {where} ORDER BY updated_at, op_id LIMIT ?"
-        params.append(query.limit)
+        sql, params = listing_sql("effect_operations", query, "?")
         return await self._run(lambda db: [from_row(r) for r in db.execute(sql, params)])
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
