@@ -153,6 +153,11 @@ KEY_QUERIES: dict[str, tuple[OperationQuery, str]] = {
         "effect_operations_unresolved",
     ),
     "a thread's operations": (OperationQuery(thread_id="t-1"), "effect_operations_payload"),
+    "list --all": (OperationQuery(states=frozenset(State)), "effect_operations_changed"),
+    "list --all, next page": (
+        OperationQuery(states=frozenset(State), after=(1.0, "op")),
+        "effect_operations_changed",
+    ),
 }
 
 
@@ -227,4 +232,4 @@ async def test_migration_from_the_previous_schema_keeps_rows_and_adds_the_indexe
     with sqlite3.connect(path) as db:
         names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     db.close()
-    assert "effect_operations_verdicts" in names
+    assert {"effect_operations_changed", "effect_operations_verdicts"} <= names

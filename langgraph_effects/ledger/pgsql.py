@@ -86,9 +86,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (control, scope)
     );
     """,
-    # The rows that carry a verdict, in listing order: recovery's lookup of verdicts
-    # not yet answered costs what the verdicts are, not what the ledger holds.
+    # Listing order from an index: every row (keyset pages of ``list --all``), the
+    # unresolved rows (now with the id, so the unresolved index alone gives the order,
+    # and a planner without statistics prefers it to the index of every row), and the
+    # rows that carry a verdict (recovery's lookup costs what the verdicts are).
     f"""
+    DROP INDEX {{s}}effect_operations_unresolved;
+    CREATE INDEX effect_operations_unresolved
+        ON {{s}}effect_operations (updated_at, op_id) WHERE state IN ({UNRESOLVED_SQL});
+    CREATE INDEX effect_operations_changed ON {{s}}effect_operations (updated_at, op_id);
     CREATE INDEX effect_operations_verdicts
         ON {{s}}effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,

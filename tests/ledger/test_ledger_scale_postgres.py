@@ -39,6 +39,10 @@ KEY_QUERIES: dict[str, tuple[OperationQuery, str]] = {
         "effect_operations_verdicts",
     ),
     "a thread's operations": (OperationQuery(thread_id="t-1"), "effect_operations_payload"),
+    "list --all, next page": (
+        OperationQuery(states=frozenset(State), after=(1.0, "op")),
+        "effect_operations_changed",
+    ),
 }
 
 
@@ -79,4 +83,9 @@ async def test_migration_from_the_previous_schema(pg_schema: str, monkeypatch: p
         assert await ledger.list_operations(OperationQuery(verdicts=True)) == [decided]
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", [pg_schema])
-        assert "effect_operations_verdicts" in {row[0] for row in await cur.fetchall()}
+        names = {row[0] for row in await cur.fetchall()}
+    assert {
+        "effect_operations_changed",
+        "effect_operations_verdicts",
+        "effect_operations_unresolved",
+    } <= names
