@@ -203,6 +203,7 @@ def test_list_names_every_scenario_and_what_it_compares() -> None:
 OTHERS = [
     "sync", "turn_split", "floor_split", "gc_churn", "fencing", "fencing_race", "ledger_pairs",
     "ledger_throughput", "lease_files", "lease_children", "lease_window", "turn_read", "unfinished_scan",
+    "ledger_scale",
 ]
 
 
@@ -238,12 +239,16 @@ def test_scenario_runs_with_tiny_counts(tmp_path: Path, name: str) -> None:
     assert expected in text, text
 
 
-@pytest.mark.parametrize("name", ["unfinished_scan", "ledger_throughput", "fencing"])
+@pytest.mark.parametrize("name", ["unfinished_scan", "ledger_throughput", "fencing", "ledger_scale"])
 def test_scenario_with_postgres_runs_with_tiny_counts(tmp_path: Path, name: str) -> None:
     lines = run_scenario(tmp_path, name, "--postgres-dsn", require_postgres())
     text = "\n".join(lines)
     if name == "unfinished_scan":
         assert text.startswith("sqlite: 200 threads") and "\npostgres: 200 threads" in text
+    elif name == "ledger_scale":  # the same unfinished work in both; older verdicts found in the grown one
+        assert text.startswith("sqlite: 2000 settled") and "\npostgres: 2000 settled" in text
+        assert re.search(r"candidates \(7 days\) .* found 100/100", text)
+        assert re.search(r"verdict lookup \(all time\) .* found 100/101", text)
     elif name == "ledger_throughput":
         assert re.search(r"1 workers: [0-9.]+x \[[0-9.]+, [0-9.]+\] of \d+ pairs/s; worker CPU per", text)
         assert "target <= 2x" in text

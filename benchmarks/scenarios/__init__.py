@@ -41,6 +41,7 @@ NAMES = (
     "lease_window",
     "turn_read",
     "unfinished_scan",
+    "ledger_scale",
 )
 #: What ``python benchmarks/run.py`` runs when no scenario is named: the table that
 #: docs/performance.md shows.

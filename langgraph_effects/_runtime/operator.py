@@ -42,6 +42,7 @@ from ..ledger.opener import (  # opening a ledger lives there; importable from h
     redact_dsn,
     setup_database,
 )
+from ..ledger.query import Cursor
 from .lease import lease_expired, owner_alive
 from .review import (
     AbandonDecision,
@@ -172,6 +173,7 @@ async def list_operations(
     older_than: float | None = None,
     limit: int = 100,
     now: float | None = None,
+    after: Cursor | None = None,
 ) -> list[Operation]:
     """Operations matching the filters, least recently changed first.
 
@@ -190,7 +192,7 @@ async def list_operations(
         if older_than < 0:
             raise ValueError(f"older_than must be a number of seconds >= 0, not {older_than}")
         updated_before = (time.time() if now is None else now) - older_than
-    query = OperationQuery(wanted, thread_id, tenant, tool, updated_before, limit=limit)
+    query = OperationQuery(wanted, thread_id, tenant, tool, updated_before, limit=limit, after=after)
     return await ledger.list_operations(query)
 
 
@@ -499,13 +501,15 @@ def audit_to_json(entry: AuditEntry) -> AuditEntryJSON:
 
 
 def operations_to_json(
-    ops: Sequence[Operation], *, limit: int, now: float | None = None
+    ops: Sequence[Operation], *, limit: int, now: float | None = None, following: str | None = None
 ) -> OperationListJSON:
-    """What ``langgraph-effects list --json`` prints for ``ops``, found with ``limit``."""
+    """What ``langgraph-effects list --json`` prints for ``ops``, found with ``limit``;
+    ``following`` is the cursor of the next page (``list --after``), if there is one."""
     stamp = time.time() if now is None else now
     return {
         "count": len(ops),
         "limit": limit,
         "truncated": len(ops) >= limit,
+        "next": following,
         "operations": [operation_to_json(op, now=stamp) for op in ops],
     }

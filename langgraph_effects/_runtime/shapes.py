@@ -101,6 +101,8 @@ class OperationListJSON(TypedDict):
     count: int
     limit: int
     truncated: bool
+    next: str | None
+    """The cursor of the next page (``list --after NEXT``), or ``None`` on the last."""
     operations: list[OperationJSON]
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..core.operation import Operation, State, provider_check
 from ..ledger.base import AuditEntry
+from ..ledger.query import Cursor, cursor
 from ..operator import (
     OperationView,
     has_password,
@@ -61,6 +62,14 @@ def list_command(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after",
+            metavar="CURSOR",
+            help="Start after this point: the cursor a full page prints (its `next`), to read the next page.",
+        ),
+    ] = None,
 ) -> None:
     """List operations, unresolved ones by default, least recently changed first.
 
@@ -71,6 +80,7 @@ def list_command(
         if all_states and state:
             raise BadInput("give --state or --all, not both.")
         seconds = parse_duration(older_than) if older_than is not None else None
+        start = parse_cursor(after) if after is not None else None
     except BadInput as error:
         fail(error, use_json)
     states: list[State] | None = list(State) if all_states else (state or None)
@@ -79,19 +89,46 @@ def list_command(
         async with open_target(target, read_only=True) as ledger:
             return await list_operations(
                 ledger, states=states, thread_id=thread, tenant=tenant, tool=tool, older_than=seconds,
-                limit=limit,
+                limit=limit, after=start,
             )
 
     ops = run(target, work)
     now = time.time()
+    following = format_cursor(cursor(ops[-1])) if len(ops) >= limit else None
     if use_json:
-        print_json(operations_to_json(ops, limit=limit, now=now))
+        print_json(operations_to_json(ops, limit=limit, now=now, following=following))
         return
-    _render_list(ops, now=now, limit=limit, states=states, target=target)
+    _render_list(ops, now=now, limit=limit, states=states, target=target, following=following)
+
+
+def format_cursor(position: Cursor) -> str:
+    """A cursor as ``list --after`` takes it: the time exactly, a colon, the operation id."""
+    return f"{position[0]!r}:{position[1]}"
+
+
+def parse_cursor(text: str) -> Cursor:
+    """``list --after``'s cursor (see `format_cursor`)."""
+    stamp, colon, op_id = text.partition(":")
+    try:
+        position = (float(stamp), op_id)
+    except ValueError:
+        position = None
+    if not colon or not op_id or position is None:
+        raise BadInput(
+            f"--after {text!r} is not a cursor: pass the `next` value a full page printed "
+            "(a time, a colon, an operation id)."
+        )
+    return position
 
 
 def _render_list(
-    ops: list[Operation], *, now: float, limit: int, states: list[State] | None, target: Target
+    ops: list[Operation],
+    *,
+    now: float,
+    limit: int,
+    states: list[State] | None,
+    target: Target,
+    following: str | None = None,
 ) -> None:
     console = stdout()
     what = "Unresolved operations" if states is None else "Operations"
@@ -102,8 +139,11 @@ def _render_list(
     wide = console.width >= 170
     table = _wide_table(ops, now) if wide else _narrow_table(ops, now, console.width)
     console.print(table)
-    if len(ops) >= limit:
-        console.print(Text(f"Showing the first {limit}; raise --limit to see more.", style="dim"))
+    if following is not None:
+        console.print(
+            Text(f"Showing {limit}; the next page: add --after {shlex.quote(following)}.", style="dim"),
+            soft_wrap=True,
+        )
     inspect = target.command("show", shlex.quote(ops[0].op_id))
     console.print(Text(f"\nInspect one: {inspect}", style="dim"), soft_wrap=True)
 

@@ -42,8 +42,10 @@ from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
 from .lifecycle import erase_plan, forget_plan
+from .query import Cursor as Cursor
 from .query import OperationCount as OperationCount
 from .query import OperationQuery as OperationQuery
+from .query import cursor as cursor
 from .steps import ALONE as ALONE
 from .steps import LEDGER_TABLES as LEDGER_TABLES
 from .steps import ApplyMigration as ApplyMigration

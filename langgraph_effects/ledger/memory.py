@@ -18,7 +18,6 @@ from .base import (
     audit_from_row,
     drive_plan,
     from_row,
-    listing_order,
     may_renew,
     migrate_plan,
     to_row,
@@ -201,17 +200,7 @@ class InMemoryLedger(StepDefaults, Ledger):
             return True
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        ops = [
-            op
-            for op in self._ops.values()
-            if (query.states is None or op.state in query.states)
-            and (query.thread_id is None or op.thread_id == query.thread_id)
-            and (query.tenant is None or op.tenant == query.tenant)
-            and (query.tool is None or op.tool == query.tool)
-            and (query.updated_before is None or op.updated_at < query.updated_before)
-            and (query.updated_after is None or op.updated_at > query.updated_after)
-        ]
-        return listing_order(ops)[: query.limit]
+        return query.select(self._ops.values())
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         return list(self._audit.get(op_id, []))

@@ -18,7 +18,7 @@ from typing import Any
 from . import base, pgcontrols
 from .base import COLUMNS, MUTABLE_COLUMNS
 from .codec import mutable_row, origin_text, stored_text, to_row
-from .query import UNRESOLVED_SQL
+from .query import UNRESOLVED_SQL, VERDICTS_SQL
 
 #: Ordered schema migrations. Append only: never edit a released entry.
 #: ``{s}`` is the quoted schema plus a dot, or empty (then ``search_path`` decides).
@@ -85,6 +85,18 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at double precision NOT NULL,
         PRIMARY KEY (control, scope)
     );
+    """,
+    # Listing order from an index: every row (keyset pages of ``list --all``), the
+    # unresolved rows (now with the id, so the unresolved index alone gives the order,
+    # and a planner without statistics prefers it to the index of every row), and the
+    # rows that carry a verdict (recovery's lookup costs what the verdicts are).
+    f"""
+    DROP INDEX {{s}}effect_operations_unresolved;
+    CREATE INDEX effect_operations_unresolved
+        ON {{s}}effect_operations (updated_at, op_id) WHERE state IN ({UNRESOLVED_SQL});
+    CREATE INDEX effect_operations_changed ON {{s}}effect_operations (updated_at, op_id);
+    CREATE INDEX effect_operations_verdicts
+        ON {{s}}effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,
 )
 

@@ -75,7 +75,7 @@ from .pgsql import (
     find_params,
     insert_params,
 )
-from .query import OperationCount, count_sql, counts_from_rows, where_clause
+from .query import OperationCount, count_sql, counts_from_rows, listing_sql
 from .steps import AsyncStepDefaults, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
@@ -509,11 +509,7 @@ class PostgresLedger(Ledger):
         return renew
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        where, params = where_clause(query, "%s")
-        params.append(query.limit)
-        rows = await self._fetch(
-            f"SELECT * FROM {self._ops} {where} ORDER BY updated_at, op_id LIMIT %s", params
-        )
+        rows = await self._fetch(*listing_sql(self._ops, query, "%s"))
         return [from_row(row) for row in rows]
 
     async def count_operations(self, query: OperationQuery) -> list[OperationCount]:

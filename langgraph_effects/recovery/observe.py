@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -13,19 +14,35 @@ from .._runtime.lease import lease_expired, owner_alive
 from .._runtime.review import APPROVAL_TYPE, REVIEW_TYPE
 from ..core.operation import UNRESOLVED, Operation, State
 from ..ledger.base import Ledger, OperationQuery
+from ..ledger.query import cursor
 from .classify import Observation, decided_out_of_band
 
 #: The ``type`` of our interrupts (see `langgraph_effects._runtime.review`).
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
-_SCAN_LIMIT = 1_000_000
+
+#: How many rows one read of :func:`every_operation` asks for.
+PAGE = 10_000
+
+
+async def every_operation(ledger: Ledger, query: OperationQuery, *, page: int = 0) -> list[Operation]:
+    """Every operation matching ``query`` (its limit ignored), in listing order: read a
+    page at a time, each starting after the last row of the one before (keyset), so
+    no cap leaves rows unread and no page costs more than what it holds."""
+    size = page or PAGE
+    found: list[Operation] = []
+    after = None
+    while True:
+        rows = await ledger.list_operations(dataclasses.replace(query, limit=size, after=after))
+        found += rows
+        if len(rows) < size:
+            return found
+        after = cursor(rows[-1])
 
 
 async def operations_of(ledger: Ledger, thread_id: str, tenant: str | None) -> list[Operation]:
     """Every operation of the thread (of ``tenant``, if given), undos left out: no call
     of the graph answers for them (recovery finishes them on their own)."""
-    found = await ledger.list_operations(
-        OperationQuery(thread_id=thread_id, tenant=tenant, limit=_SCAN_LIMIT)
-    )
+    found = await every_operation(ledger, OperationQuery(thread_id=thread_id, tenant=tenant))
     return [op for op in found if op.compensates is None]
 
 
@@ -34,24 +51,25 @@ async def _candidate_threads(
 ) -> list[str]:
     """Threads with an unresolved operation or a recent out-of-band verdict, oldest first.
 
-    Decided operations are read only if they changed within ``verdicts_within`` seconds
-    (a filter in the ledger's query): a thread whose graph answered the verdict since
-    is then skipped by `classify` (nothing left to answer)."""
+    Both reads follow indexes on what they ask for (unresolved rows; rows carrying a
+    verdict), so their cost is the unresolved work and the verdicts, whatever the size
+    of the ledger. Decided operations are read only if they changed within
+    ``verdicts_within`` seconds (``None``: whenever): a thread whose graph answered the
+    verdict since is then skipped by `classify` (nothing left to answer)."""
     since = time.time() - verdicts_within if verdicts_within is not None else None
     first_seen: dict[str, float] = {}
-    unresolved = await ledger.list_operations(
-        OperationQuery(states=UNRESOLVED, tenant=tenant, limit=_SCAN_LIMIT)
-    )
+    unresolved = await every_operation(ledger, OperationQuery(states=UNRESOLVED, tenant=tenant))
     for op in unresolved:
         if op.compensates is None:  # an undo is finished on its own, not by a resume
             first_seen.setdefault(op.thread_id, op.updated_at)
-    decided = await ledger.list_operations(
+    decided = await every_operation(
+        ledger,
         OperationQuery(
             states=frozenset({State.CONFIRMED, State.ABANDONED}),
             tenant=tenant,
             updated_after=since,
-            limit=_SCAN_LIMIT,
-        )
+            verdicts=True,
+        ),
     )
     for op in decided:
         if decided_out_of_band(op):

@@ -79,9 +79,11 @@ async def recover(
         durability: ``"sync"`` (default) or ``"async"``.
         verdicts_within: look for out-of-band verdicts (not yet answered by the
             graph) among operations changed in the last this many seconds only
-            (default a week), so the scan costs what changed, not the whole
-            history. ``None``: every decided operation. An older verdict is still
-            answered by the next run of its thread, or by naming it in ``thread_ids``.
+            (default a week). ``None``: every verdict ever recorded. Either way the
+            ledger reads them from an index of the operations that carry a verdict,
+            so the lookup costs what the verdicts are, not the whole history. An
+            older verdict is still answered by the next run of its thread, or by
+            naming it in ``thread_ids``.
         effects: the tool contracts to finish interrupted compensations with, each once
             (default: those of the graph's ``EffectToolNode``/``EffectMiddleware``).
 

@@ -19,6 +19,7 @@ from ..ledger.base import (
     Ledger,
     OperationQuery,
     audit_row,
+    cursor,
     find_step,
     insert_step,
 )
@@ -106,6 +107,44 @@ class ReadCases:
         assert await listed(thread_id="t-none") == ""
         # The rows come back whole.
         assert await ledger.list_operations(OperationQuery(thread_id="t-2")) == [ops["c"], ops["d"]]
+
+    async def test_list_operations_pages_with_a_cursor(self, ledger: Ledger) -> None:
+        ops, _ = await populate(ledger)
+        by_id = {op.op_id: k for k, op in ops.items()}
+        stored = {by_id[op.op_id]: op for op in await ledger.list_operations(OperationQuery())}
+
+        async def listed(**query: Any) -> str:
+            found = await ledger.list_operations(OperationQuery(**query))
+            return "".join(by_id.get(op.op_id, "+") for op in found)
+
+        assert await listed(after=cursor(stored["c"])) == "defg"  # strictly after
+        assert await listed(after=cursor(stored["g"])) == ""
+        assert await listed(after=(stored["c"].updated_at, "")) == "cdefg"  # the id breaks ties
+        assert await listed(states=UNRESOLVED, after=cursor(stored["b"])) == "de"
+        assert await listed(states=frozenset({State.DISPATCHED}), after=(0.0, "")) == "b"
+        assert await listed(tenant="acme", after=cursor(stored["a"]), limit=2) == "bc"
+        # Pages read one after the other see every row once, a row added meanwhile too.
+        pages: list[str] = []
+        after = None
+        while not pages or len(pages[-1]) == 3:
+            page = await ledger.list_operations(OperationQuery(limit=3, after=after))
+            pages.append("".join(by_id.get(op.op_id, "+") for op in page))
+            if len(pages) == 1:
+                await ledger.record_intents([make_op(thread_id="t-late")])
+            after = cursor(page[-1]) if page else after
+        assert pages == ["abc", "def", "g+"]
+
+    async def test_list_operations_with_a_verdict(self, ledger: Ledger) -> None:
+        ops, _ = await populate(ledger)  # only g was decided by a verdict (a decision id)
+        by_id = {op.op_id: k for k, op in ops.items()}
+
+        async def listed(**query: Any) -> str:
+            return "".join(by_id[op.op_id] for op in await ledger.list_operations(OperationQuery(**query)))
+
+        assert await listed(verdicts=True) == "g"
+        assert await listed(verdicts=True, states=TERMINAL, tenant="acme") == "g"
+        assert await listed(verdicts=True, states=UNRESOLVED) == ""
+        assert await listed(verdicts=True, updated_after=ops["g"].updated_at) == ""
 
     async def test_unresolved(self, ledger: Ledger) -> None:
         ops, _ = await populate(ledger)

@@ -42,7 +42,6 @@ from langgraph_effects.ledger.kit import (
     audit_from_row,
     erased_audit_text,
     from_row,
-    listing_order,
     may_renew,
     register_backend,
     to_row,
@@ -218,18 +217,7 @@ class JsonFileLedger(LedgerBackend):
     # -- the queries ------------------------------------------------------------------
 
     async def list_operations(self, query: OperationQuery) -> list[Operation]:
-        ops = [_operation(row) for row in self._read_file()["ops"].values()]
-        chosen = [
-            op
-            for op in ops
-            if (query.states is None or op.state in query.states)
-            and (query.thread_id is None or op.thread_id == query.thread_id)
-            and (query.tenant is None or op.tenant == query.tenant)
-            and (query.tool is None or op.tool == query.tool)
-            and (query.updated_before is None or op.updated_at < query.updated_before)
-            and (query.updated_after is None or op.updated_at > query.updated_after)
-        ]
-        return listing_order(chosen)[: query.limit]
+        return query.select(_operation(row) for row in self._read_file()["ops"].values())
 
     async def audit(self, op_id: str) -> list[AuditEntry]:
         return [audit_from_row(row) for row in self._read_file()["audit"].get(op_id, [])]
