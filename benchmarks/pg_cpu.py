@@ -4,7 +4,7 @@
 
 Rows, interleaved in shuffled batches (0 ms tool): ``plain`` (the baseline agent on
 LangGraph's ``AsyncPostgresSaver``, a database of its own), ``saver`` (the baseline
-agent on ``EffectPostgresSaver``: the fence), ``ours`` (our agent on ours), and ``bare``
+agent on ``AsyncEffectPostgresSaver``: the fence), ``ours`` (our agent on ours), and ``bare``
 (the bare two-commit pair, per pair, on its own connection). For each row: this
 process's CPU (``time.process_time``), and the CPU of the Postgres backends serving
 the row's database, read from ``/proc/<pid>/stat`` (pids from ``pg_stat_activity``;

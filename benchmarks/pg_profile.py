@@ -13,7 +13,7 @@ libpq's protocol trace, statements, round trips (``Sync``/``Query`` sent) and du
 commits. ``--profile``: cProfile of the ledger's pairs, top functions.
 
 ``turns``: turns of the benchmark agent (0 ms tool, ``fanout`` calls) on
-``EffectPostgresSaver``, ours against the same agent without us on the same saver,
+``AsyncEffectPostgresSaver``, ours against the same agent without us on the same saver,
 interleaved; per call: wall and CPU added, the ledger's and the checkpoint
 connection's statements and round trips. ``--profile``: cProfile of our turns.
 

@@ -1,7 +1,7 @@
 """What telling OpenTelemetry costs an agent turn (issue 43, item 6).
 
 One turn: a model asks for one effectful call, ``EffectToolNode`` sends it on
-``EffectSqliteSaver``, the model answers. Three configurations, each timed in its own
+``AsyncEffectSqliteSaver``, the model answers. Three configurations, each timed in its own
 process (OpenTelemetry's global providers are set once per process), the processes
 alternated so drift hits all three alike:
 
@@ -91,7 +91,7 @@ async def _turns(mode: str, turns: int) -> list[float]:
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
 
-    from langgraph_effects import Effect, EffectSqliteSaver, EffectToolNode
+    from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
     from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
     _configure(mode)
@@ -104,7 +104,7 @@ async def _turns(mode: str, turns: int) -> list[float]:
 
     times: list[float] = []
     with tempfile.TemporaryDirectory() as folder:
-        async with EffectSqliteSaver.from_conn_string(str(Path(folder) / "bench.sqlite")) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(str(Path(folder) / "bench.sqlite")) as saver:
             await saver.setup()
             for i in range(turns + 5):  # the first five warm up
                 model = ScriptedChatModel(script=call_each_then_finish([("send", {"n": i})]))

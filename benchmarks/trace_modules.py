@@ -3,7 +3,7 @@
 Standalone (``python benchmarks/trace_modules.py``): no timing, so the figures do not
 depend on the machine's load. It builds a one-tool turn (the scripted model of
 :mod:`langgraph_effects.testing` asks for one ``send`` call, then answers) on
-``EffectSqliteSaver`` (the checkpointer plus its SQLite ledger, on a temporary file),
+``AsyncEffectSqliteSaver`` (the checkpointer plus its SQLite ledger, on a temporary file),
 runs one warm-up turn on another thread id, then traces one ``ainvoke`` with
 ``sys.setprofile`` / ``threading.setprofile``:
 
@@ -177,13 +177,13 @@ async def _node_turn(saver: Any) -> Callable[[str], Any]:
 
 
 async def _trace(path: str, directory: Path) -> dict[str, ThreadTrace]:
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
 
     build = _middleware_turn if path == "middleware" else _node_turn
     tracer = Tracer()
     tracer.install()
     try:
-        async with EffectSqliteSaver.from_conn_string(directory / "trace.db") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(directory / "trace.db") as saver:
             await saver.setup()
             turn = await build(saver)
             await turn("warm-up")  # imports, caches, the ledger's schema check
@@ -228,7 +228,7 @@ def main() -> None:
     for path in paths:
         threads = trace(path)
         every = {m for t in threads.values() for m in t.modules}
-        print(f"== {path} (EffectSqliteSaver, one tool call, async): {len(every)} modules in all")
+        print(f"== {path} (AsyncEffectSqliteSaver, one tool call, async): {len(every)} modules in all")
         for label, t in sorted(threads.items(), key=lambda kv: kv[0] != "event loop"):
             print(
                 f"  [{label}] {len(t.modules)} modules, {t.switches} switches "

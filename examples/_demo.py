@@ -33,7 +33,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import tools_condition
 
-from langgraph_effects import EffectSqliteSaver, resume_command
+from langgraph_effects import AsyncEffectSqliteSaver, resume_command
 from langgraph_effects.operator import open_ledger, show
 from langgraph_effects.testing import ScriptedChatModel
 
@@ -99,7 +99,7 @@ async def run_worker(
     make_graph: Callable[[Any], Any], *, db: str, thread: str, mode: str, prompt: str, answer: str | None
 ) -> dict[str, Any]:
     config: Any = {"configurable": {"thread_id": thread}}
-    async with EffectSqliteSaver.from_conn_string(db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
         await saver.setup()  # checkpoints and the effect ledger, in the same file
         graph = make_graph(saver)
         if mode == "start":

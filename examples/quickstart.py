@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 # langgraph_effects first: without langchain installed, it names the extra that brings it.
-from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, current_operation
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
 
 from langchain.agents import create_agent
@@ -50,7 +50,7 @@ model = ScriptedChatModel(
 
 
 async def run(inputs: object) -> dict:
-    async with EffectSqliteSaver.from_conn_string(str(DATA / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(DATA / "agent.sqlite")) as saver:
         await saver.setup()  # checkpoints and the effect ledger, in one file
         agent = create_agent(
             model,

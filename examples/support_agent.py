@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 # langgraph_effects first: without langchain installed, it names the extra that brings it.
-from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, maybe_current_operation
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, maybe_current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel
 
 from langchain.agents import create_agent
@@ -133,7 +133,7 @@ def probe(thread_id: str) -> int:
 
 async def start(thread: str) -> None:
     """Start ``thread`` (a worker's job)."""
-    async with EffectSqliteSaver.from_conn_string(DB) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(DB) as saver:
         await saver.setup()
         graph = make_graph(saver)
         request = HumanMessage(THREADS[thread][0], id=thread)

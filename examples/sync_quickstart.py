@@ -1,8 +1,8 @@
 """Sync quickstart: a synchronous app (``agent.invoke``, no asyncio) whose worker is
 killed in the middle of a tool call, then resumed.
 
-The same agent as ``quickstart.py`` on ``SyncEffectSqliteSaver``, the sync twin of
-``EffectSqliteSaver`` (as LangGraph's ``SqliteSaver`` is of ``AsyncSqliteSaver``): a
+The same agent as ``quickstart.py`` on ``EffectSqliteSaver``, the sync twin of
+``AsyncEffectSqliteSaver`` (as LangGraph's ``SqliteSaver`` is of ``AsyncSqliteSaver``): a
 Flask view, a Celery task or a script calls ``invoke``/``stream`` as it always has.
 Runs as is on a fresh install, no API key: a scripted model plays the LLM and a
 Stripe-like billing provider keeps its own records in a SQLite file. The worker
@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 # langgraph_effects first: without langchain installed, it names the extra that brings it.
-from langgraph_effects import Effect, EffectMiddleware, SyncEffectSqliteSaver, current_operation
+from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
 
 from langchain.agents import create_agent
@@ -53,7 +53,7 @@ model = ScriptedChatModel(
 
 
 def run(inputs: object) -> dict:
-    with SyncEffectSqliteSaver.from_conn_string(DATA / "agent.sqlite") as saver:
+    with EffectSqliteSaver.from_conn_string(DATA / "agent.sqlite") as saver:
         saver.setup()  # checkpoints and the effect ledger, in one file
         agent = create_agent(
             model,

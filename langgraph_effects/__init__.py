@@ -11,7 +11,7 @@ Every name imports on first use (PEP 562), so ``import langgraph_effects`` loads
 no LangGraph, LangChain, pydantic or database driver; ``from langgraph_effects
 import EffectToolNode`` loads what that name needs and nothing else. The pure
 core (`langgraph_effects.core`) imports without any of them. Optional extras
-import when their names are first used: ``PostgresLedger`` / ``EffectPostgresSaver``
+import when their names are first used: ``PostgresLedger`` / ``AsyncEffectPostgresSaver``
 need psycopg (the ``postgres`` extra), ``EffectMiddleware`` needs langchain,
 the MCP names (``EffectKeyInterceptor``, ``mcp_lookup``, ``hide_key_arguments``,
 ``require_contracts``) need
@@ -36,9 +36,9 @@ if _typing.TYPE_CHECKING:
         NotLandedDecision,
         resume_command,
     )
-    from .checkpoint.postgres import EffectPostgresSaver
-    from .checkpoint.sqlite import EffectSqliteSaver
-    from .checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+    from .checkpoint.postgres import AsyncEffectPostgresSaver
+    from .checkpoint.sqlite import AsyncEffectSqliteSaver
+    from .checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
     from .core.contract import (
         BLIND,
         Effect,
@@ -103,6 +103,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AbandonDecision",
     "ApprovalError",
+    "AsyncEffectPostgresSaver",
+    "AsyncEffectSqliteSaver",
     "AuditEntry",
     "BLIND",
     "Budget",
@@ -153,8 +155,6 @@ __all__ = [
     "SqliteLedger",
     "StaleVersionError",
     "State",
-    "SyncEffectPostgresSaver",
-    "SyncEffectSqliteSaver",
     "SyncMismatchError",
     "ThreadConflictError",
     "ThreadReport",
@@ -197,8 +197,8 @@ _EXPORTS: dict[str, str] = {
     "Effect": "core.contract",
     "EffectKeyInterceptor": "_integrations.mcp",
     "EffectMiddleware": "_integrations.middleware",
-    "EffectPostgresSaver": "checkpoint.postgres",
-    "EffectSqliteSaver": "checkpoint.sqlite",
+    "AsyncEffectPostgresSaver": "checkpoint.postgres",
+    "AsyncEffectSqliteSaver": "checkpoint.sqlite",
     "EffectToolNode": "_integrations.node",
     "EffectsError": "errors",
     "IllegalTransitionError": "errors",
@@ -231,8 +231,8 @@ _EXPORTS: dict[str, str] = {
     "SqliteLedger": "ledger",
     "StaleVersionError": "errors",
     "State": "core.operation",
-    "SyncEffectPostgresSaver": "checkpoint.sync",
-    "SyncEffectSqliteSaver": "checkpoint.sync",
+    "EffectPostgresSaver": "checkpoint.sync",
+    "EffectSqliteSaver": "checkpoint.sync",
     "SyncMismatchError": "errors",
     "ThreadConflictError": "errors",
     "ThreadReport": "recovery",

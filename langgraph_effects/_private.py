@@ -339,13 +339,13 @@ def postgres_connection(conn: Any) -> AbstractAsyncContextManager[Any]:
 
 def postgres_saver_cursor(parent: Any, *, pipeline: bool) -> AbstractAsyncContextManager[Any]:
     """``AsyncPostgresSaver._cursor``: where its ``aput``/``aput_writes`` get the cursor
-    their statements run on. ``EffectPostgresSaver`` overrides that method to run one
+    their statements run on. ``AsyncEffectPostgresSaver`` overrides that method to run one
     statement of its own first, in their transaction; ``parent`` is its ``super()``."""
     return parent._cursor(pipeline=pipeline)  # type: ignore[no-any-return]
 
 
 # The statements AsyncSqliteSaver.aput / aput_writes run (langgraph-checkpoint-sqlite
-# 3.x); EffectSqliteSaver runs them again inside its own fenced transaction.
+# 3.x); AsyncEffectSqliteSaver runs them again inside its own fenced transaction.
 INSERT_CHECKPOINT_SQL = (
     "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
     "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -373,7 +373,7 @@ class OperationNotFoundError(TransitionError):
 class ThreadConflictError(EffectsError):
     """Another runner already moved this thread on from the checkpoint this run started at.
 
-    Raised by ``EffectSqliteSaver`` / ``EffectPostgresSaver`` when a run tries to save
+    Raised by ``AsyncEffectSqliteSaver`` / ``AsyncEffectPostgresSaver`` when a run tries to save
     a second child of a checkpoint (two runners resumed one thread at once: a worker
     and ``recover()``, a run delivered twice, a restarted worker). The run stops there;
     the checkpoint it tried to save, and the pending writes it tried to store on a

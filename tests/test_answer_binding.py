@@ -29,10 +29,10 @@ from langchain_core.tools import tool
 from langgraph.types import Command
 
 from langgraph_effects import (
+    AsyncEffectPostgresSaver,
+    AsyncEffectSqliteSaver,
     Budget,
     Effect,
-    EffectPostgresSaver,
-    EffectSqliteSaver,
     Inconclusive,
     Landed,
     LookupRequest,
@@ -131,7 +131,7 @@ def sqlite_at(tmp_path: Path) -> tuple[str, str]:
 @asynccontextmanager
 async def opened(database: tuple[str, str]) -> AsyncIterator[Any]:
     backend, target = database
-    maker = EffectPostgresSaver if backend == "postgres" else EffectSqliteSaver
+    maker = AsyncEffectPostgresSaver if backend == "postgres" else AsyncEffectSqliteSaver
     async with maker.from_conn_string(target) as saver:
         await saver.setup()
         yield saver

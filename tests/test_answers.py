@@ -26,7 +26,7 @@ from langgraph.graph.message import MessagesState
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from langgraph_effects import Effect, EffectSqliteSaver, State
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, State
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime.context import current_operation
@@ -220,7 +220,7 @@ def edit(args: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", KINDS)
 async def test_an_approval_note_over_the_cap_is_refused(tmp_path: Path, kind: str) -> None:
     provider = Provider(tmp_path / "p.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = approval_agent(provider, saver, kind=kind, contract="blind")
         await agent.ainvoke({"messages": [HumanMessage("pay it")]}, CONFIG)
@@ -244,7 +244,7 @@ async def test_an_edit_the_tool_schema_refuses_is_asked_again(
     tmp_path: Path, kind: str, contract: str
 ) -> None:
     provider = Provider(tmp_path / "p.sqlite", contract)  # type: ignore[arg-type]
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = approval_agent(provider, saver, kind=kind, contract=contract)
         await agent.ainvoke({"messages": [HumanMessage("pay it")]}, CONFIG)

@@ -17,8 +17,8 @@ from langgraph.types import Command
 
 from langgraph_effects import (
     ApprovalError,
+    AsyncEffectSqliteSaver,
     Effect,
-    EffectSqliteSaver,
     InMemoryLedger,
     Operation,
     State,
@@ -61,7 +61,7 @@ async def ask(agent: Any) -> Any:
 @pytest.mark.parametrize("middleware", [False, True])
 async def test_approve_dispatches_once(tmp_path: Path, middleware: bool) -> None:
     provider = Provider(tmp_path / "p.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = agent_with(provider, saver, middleware=middleware)
         pending = await ask(agent)
@@ -89,7 +89,7 @@ async def test_approve_dispatches_once(tmp_path: Path, middleware: bool) -> None
 
 async def test_reject_tells_the_model_and_sends_nothing(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "p.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = agent_with(provider, saver)
         pending = await ask(agent)
@@ -104,7 +104,7 @@ async def test_reject_tells_the_model_and_sends_nothing(tmp_path: Path) -> None:
 
 async def test_edit_is_a_new_operation_with_the_edited_payload(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "p.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = agent_with(provider, saver)
         pending = await ask(agent)
@@ -182,7 +182,7 @@ async def test_interoperates_with_human_in_the_loop_middleware_before_ours(tmp_p
         """Pay an invoice."""
         return provider.apply({"operation": invoice, "amount": amount}).effect_id
 
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
         await saver.setup()
         agent = create_agent(
             ScriptedChatModel(script=call_each_then_finish([("pay", {"invoice": "inv-1", "amount": 100})])),

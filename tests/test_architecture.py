@@ -1,7 +1,7 @@
 """docs/architecture.md's path block lists exactly the modules one tool call through
 ``EffectMiddleware`` enters on the event-loop thread, as traced by
 ``benchmarks/trace_modules.py`` (a real turn: scripted model, ``create_agent``,
-``EffectSqliteSaver``), so the page stays true when the code moves."""
+``AsyncEffectSqliteSaver``), so the page stays true when the code moves."""
 
 from __future__ import annotations
 

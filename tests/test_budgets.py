@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from langgraph_effects import Budget, CircuitBreaker, EffectSqliteSaver, OperationQuery, SqliteLedger
+from langgraph_effects import AsyncEffectSqliteSaver, Budget, CircuitBreaker, OperationQuery, SqliteLedger
 from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.core.controls import Call, Controls, hold_key
 from langgraph_effects.core.operation import Change, Event, State
@@ -37,7 +37,7 @@ def _answer(state: Any) -> ToolMessage:
 async def test_a_send_over_budget_is_refused_with_a_message_and_never_sent(tmp_path: Path) -> None:
     spec = Spec(db=str(tmp_path / "g.sqlite"), provider=str(tmp_path / "p.sqlite"), name="w", budget=1)
     provider = Provider(spec.provider, "dedup")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         _, first = await _pay(build(spec, saver, "a", provider), "a")
         assert _answer(first).status == "success"
@@ -60,7 +60,7 @@ async def test_an_approver_may_send_over_budget_once_and_it_is_counted(tmp_path:
         on_exceed="approve",
     )
     provider = Provider(spec.provider, "dedup")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         await _pay(build(spec, saver, "a", provider), "a")
         graph = build(spec, saver, "b", provider)

@@ -34,8 +34,8 @@ from langgraph.checkpoint.conformance.report import CapabilityReport
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_effects import EffectSqliteSaver
-from langgraph_effects.checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
+from langgraph_effects.checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
 from tests.ledger.conftest import created_schema
 
 
@@ -189,13 +189,14 @@ async def test_sqlite_savers_pass_what_langgraphs_pass(tmp_path: Path) -> None:
         return lambda n: str(tmp_path / f"{kind}-{n}.sqlite")
 
     ours_async = await run_suite(
-        "EffectSqliteSaver", async_saver(lambda n: EffectSqliteSaver.from_conn_string(file("ea")(n)))
+        "AsyncEffectSqliteSaver",
+        async_saver(lambda n: AsyncEffectSqliteSaver.from_conn_string(file("ea")(n))),
     )
     theirs_async = await run_suite(
         "AsyncSqliteSaver", async_saver(lambda n: AsyncSqliteSaver.from_conn_string(file("la")(n)))
     )
     ours_sync = await run_suite(
-        "SyncEffectSqliteSaver", sync_saver(lambda n: SyncEffectSqliteSaver.from_conn_string(file("es")(n)))
+        "EffectSqliteSaver", sync_saver(lambda n: EffectSqliteSaver.from_conn_string(file("es")(n)))
     )
     theirs_sync = await run_suite(
         "SqliteSaver",
@@ -223,19 +224,19 @@ async def test_postgres_savers_pass_what_langgraphs_pass(schemas: dict[str, str]
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    from langgraph_effects import EffectPostgresSaver
+    from langgraph_effects import AsyncEffectPostgresSaver
 
     ours_async = await run_suite(
-        "EffectPostgresSaver",
-        async_saver(lambda n: EffectPostgresSaver.from_conn_string(schemas["ours_async"])),
+        "AsyncEffectPostgresSaver",
+        async_saver(lambda n: AsyncEffectPostgresSaver.from_conn_string(schemas["ours_async"])),
     )
     theirs_async = await run_suite(
         "AsyncPostgresSaver",
         async_saver(lambda n: AsyncPostgresSaver.from_conn_string(schemas["theirs_async"])),
     )
     ours_sync = await run_suite(
-        "SyncEffectPostgresSaver",
-        sync_saver(lambda n: SyncEffectPostgresSaver.from_conn_string(schemas["ours_sync"])),
+        "EffectPostgresSaver",
+        sync_saver(lambda n: EffectPostgresSaver.from_conn_string(schemas["ours_sync"])),
     )
     theirs_sync = await run_suite(
         "PostgresSaver", sync_saver(lambda n: PostgresSaver.from_conn_string(schemas["theirs_sync"]))

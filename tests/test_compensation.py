@@ -208,11 +208,11 @@ async def _crash_and_resume(ledger: Ledger, db: str, schema: str, tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", ["after_intent", "before_outcome"])
 async def test_sigkill_mid_undo_then_console_recover_undoes_once(tmp_path: Path, kill_at: str) -> None:
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
 
     db = tmp_path / "agent.sqlite"
     path = tmp_path / "provider.sqlite"
-    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(db)) as saver:
         await saver.setup()
         with Provider(path, mode="dedup") as provider:
             op = await booked(saver.ledger, provider)
@@ -299,10 +299,10 @@ async def test_a_review_answer_landed_with_undo_compensates_once(tmp_path: Path)
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.types import Command
 
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
 
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph, hotel, cancel_provider = _review_graph(tmp_path, saver)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
@@ -334,7 +334,7 @@ async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(
     from langchain_core.tools import tool
     from langgraph.types import Command
 
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
     from tests.helpers.one_call import call, one_call_graph
 
     hotel = Provider(tmp_path / "hotel.sqlite", mode="blind")
@@ -346,7 +346,7 @@ async def test_a_review_answer_asking_to_undo_an_irreversible_effect_is_refused(
         raise TimeoutError("gateway timeout")
 
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = one_call_graph([book], {"book": Effect()}, saver, [call("book", room="12")])
         await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
@@ -364,10 +364,10 @@ def test_a_review_answer_with_undo_in_a_synchronous_graph(tmp_path: Path) -> Non
     from langchain_core.messages import HumanMessage
     from langgraph.types import Command
 
-    from langgraph_effects import SyncEffectSqliteSaver
+    from langgraph_effects import EffectSqliteSaver
 
     config: Any = {"configurable": {"thread_id": "t1"}}
-    with SyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         saver.setup()
         graph, hotel, cancel_provider = _review_graph(tmp_path, saver)
         graph.invoke({"messages": [HumanMessage("go")]}, config)
@@ -386,7 +386,7 @@ async def test_a_review_answer_with_undo_through_create_agent(
     from langchain_core.messages import HumanMessage
     from langgraph.types import Command
 
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
     from tests.helpers import agent as helper
 
     cancels_at = tmp_path / "cancels.sqlite"
@@ -402,7 +402,7 @@ async def test_a_review_answer_with_undo_through_create_agent(
     )
     provider = helper.provider_for(spec)
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         agent = helper.build(spec, saver, provider)
         await agent.ainvoke({"messages": [HumanMessage("go")]}, config)

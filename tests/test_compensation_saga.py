@@ -14,9 +14,9 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     DefiniteFailure,
     Effect,
-    EffectSqliteSaver,
     EffectToolNode,
     OperationQuery,
     State,
@@ -105,7 +105,7 @@ async def test_a_declined_payment_cancels_the_earlier_bookings_once(tmp_path: Pa
         ("mail", {"trip": "rome"}),
         ("pay", {"trip": "rome"}),
     ]
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = trip_graph(saver, provider, plan)
         await graph.ainvoke({"messages": [HumanMessage("book rome")]}, CONFIG)
@@ -134,7 +134,7 @@ async def test_a_failure_raised_to_the_caller_undoes_nothing(tmp_path: Path) -> 
     """Raised, a definite failure is not final (a RetryPolicy may retry it and succeed)."""
     provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
     plan = [("hotel", {"trip": "rome"}), ("pay", {"trip": "rome"})]
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = trip_graph(saver, provider, plan, handle_tool_errors=False)
         with pytest.raises(DefiniteFailure):  # raised: the caller may retry it

@@ -266,7 +266,7 @@ def test_schema_with_a_sqlite_path_is_a_usage_error(ledgerfile: Ledgerfile) -> N
 
 @pytest.mark.postgres
 def test_four_concurrent_setups_on_a_fresh_database_all_succeed(fresh_pg: str, tmp_path: Path) -> None:
-    """Four workers connect, wait at a barrier, then call EffectPostgresSaver.setup() at once."""
+    """Four workers connect, wait at a barrier, then call AsyncEffectPostgresSaver.setup() at once."""
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.pg_setup_worker", fresh_pg, str(tmp_path), f"w{i}"],

@@ -20,11 +20,11 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Budget,
     CircuitBreaker,
     Effect,
     EffectMiddleware,
-    EffectSqliteSaver,
     EffectToolNode,
     Undo,
     effectful,
@@ -145,7 +145,7 @@ def _agent(provider: Provider, effects: dict[str, Effect], **kwargs: Any) -> Any
     return create_agent(model, tools=[email_receipt, refund], middleware=middleware, **kwargs)
 
 
-async def _operations(saver: EffectSqliteSaver) -> list[Any]:
+async def _operations(saver: AsyncEffectSqliteSaver) -> list[Any]:
     return await saver.ledger.list_operations(OperationQuery())
 
 
@@ -156,7 +156,7 @@ def test_middleware_refuses_a_misspelled_tool_before_anything_is_sent(
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> tuple[InvalidOptionError, list[Any]]:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             agent = _agent(provider, {"email_reciept": declared}, checkpointer=saver)
             with pytest.raises(InvalidOptionError) as caught:
@@ -189,7 +189,7 @@ def test_middleware_refuses_a_misspelled_tool_when_a_resume_starts_at_the_tools(
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> tuple[InvalidOptionError, list[Any]]:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             first = _agent(provider, {"email_receipt": Effect(dedup_window=3600)}, checkpointer=saver,
                            interrupt_before=["tools"])
@@ -209,7 +209,7 @@ def test_middleware_accepts_every_real_tool_name(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> None:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             agent = _agent(provider, {"email_receipt": Effect(dedup_window=3600), "refund": Effect()},
                            checkpointer=saver)

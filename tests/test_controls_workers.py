@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver
+from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver
 from langgraph_effects.core.operation import State
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import OperationQuery
@@ -41,7 +41,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A set-up, empty ledger and checkpoint store shared by the workers."""
     if request.param == "sqlite":
         path = str(tmp_path / "graph.sqlite")
-        asyncio.run(_setup(EffectSqliteSaver.from_conn_string(path)))
+        asyncio.run(_setup(AsyncEffectSqliteSaver.from_conn_string(path)))
         yield path
         return
     schema = request.getfixturevalue("pg_schema")
@@ -49,7 +49,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     scoped = make_conninfo(dsn, options=f"-c search_path={schema}")
-    asyncio.run(_setup(EffectPostgresSaver.from_conn_string(scoped, ledger_max_size=2)))
+    asyncio.run(_setup(AsyncEffectPostgresSaver.from_conn_string(scoped, ledger_max_size=2)))
     yield scoped
 
 

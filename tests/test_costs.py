@@ -27,7 +27,13 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import tools_condition
 
-from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, EffectToolNode, current_operation
+from langgraph_effects import (
+    AsyncEffectSqliteSaver,
+    Effect,
+    EffectMiddleware,
+    EffectToolNode,
+    current_operation,
+)
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger import sqlite as sqlite_ledger
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
@@ -85,7 +91,7 @@ def _agent_graph(send: BaseTool, effect: Effect, fanout: int, saver: Any) -> Any
 
 
 @asynccontextmanager
-async def _counted(monkeypatch: pytest.MonkeyPatch, saver: EffectSqliteSaver) -> AsyncIterator[Counts]:
+async def _counted(monkeypatch: pytest.MonkeyPatch, saver: AsyncEffectSqliteSaver) -> AsyncIterator[Counts]:
     counts = Counts()
     ledger = saver.ledger
     real = sqlite_ledger.run_in_connection_thread
@@ -118,7 +124,7 @@ async def _one_turn(
     blind = effect.kind == "blind"
     provider = Provider(tmp_path / "provider.sqlite", "blind" if blind else "dedup")
     send = _send_tool(provider, keyed=not blind, together=fanout)
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = BUILDERS[path](send, effect, fanout, saver)
         # A warm-up turn on another thread: setup and first-use work is not counted.
@@ -176,7 +182,7 @@ async def test_a_tool_task_does_not_read_back_a_checkpoint_this_process_saved(
         return provider.apply({"operation": f"plain:send:{n}"}, key=f"plain-{n}").effect_id
 
     plain_send.name = "send"
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         reads: list[Any] = []
         real = saver.aget_tuple

@@ -18,7 +18,13 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import tools_condition
 
-from langgraph_effects import Effect, EffectMiddleware, EffectPostgresSaver, EffectToolNode, current_operation
+from langgraph_effects import (
+    AsyncEffectPostgresSaver,
+    Effect,
+    EffectMiddleware,
+    EffectToolNode,
+    current_operation,
+)
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger import postgres
 from langgraph_effects.ledger.base import OperationQuery
@@ -75,7 +81,7 @@ async def test_a_keyed_and_a_blind_call_open_together(tmp_path: Path, dsn: str, 
         """Send notification ``n`` through a provider that keeps no keys."""
         return blind.apply({"operation": f"blind:{n}"}).effect_id
 
-    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
         graph = _graph(path, [send_keyed, send_blind], saver)
         result = await graph.ainvoke(
@@ -130,7 +136,7 @@ async def test_the_same_call_in_a_later_turn_opens_in_one_statement(
 ) -> None:
     keyed, send_keyed = _keyed_sender(tmp_path)
     steps = _spy_ledger_steps(monkeypatch)
-    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
         graph = _graph(path, [send_keyed], saver, _same_call_each_turn)
         turns: list[list[str]] = []
@@ -158,7 +164,7 @@ async def test_eight_parallel_calls_open_and_settle_in_a_few_statements(
     keyed, send_keyed = _keyed_sender(tmp_path)
     steps = _spy_ledger_steps(monkeypatch)
     script = call_each_then_finish([("send_keyed", {"n": n}) for n in range(8)])
-    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
         graph = _graph(path, [send_keyed], saver, script)
         steps.clear()  # setup's own

@@ -107,13 +107,13 @@ def test_random_kills_before_the_first_checkpoint_start_the_run_again(tmp_path: 
     )
     shown = proc.stdout + proc.stderr
     assert proc.returncode == 0, shown
-    assert "crash-safe on every fault tried: all 12 faulted runs" in proc.stdout, shown
+    assert "crash-safe on every fault tried: all 12 faulted runs" in " ".join(proc.stdout.split()), shown
     data = json.loads(out.read_text())
     restarted = [r for r in data["runs"] if r["restarts"]]
     assert restarted, "seed 3 draws kills before the first checkpoint; none was seen"
     for r in restarted:
         assert r["outcome"] == "exact" and r["finished"] and not r["errors"], r
-    assert "before the first checkpoint: started again" in proc.stdout
+    assert "before the first checkpoint: started again" in " ".join(proc.stdout.split())  # rich wraps lines
     # The providers' own records: two effects per thread, the control's and every run's.
     held = [*Provider(tmp_path / "helpdesk.sqlite", "blind").effects(),
             *Provider(tmp_path / "billing.sqlite", "dedup").effects()]

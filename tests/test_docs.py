@@ -219,11 +219,11 @@ def test_the_errors_page_and_the_module_docstring_follow_the_classes() -> None:
 def test_the_faq_tells_a_sync_app_which_saver_to_use() -> None:
     """What the FAQ says about ``graph.invoke`` and durable savers is what the savers do:
     each async saver refuses a sync run naming its sync twin (``sync_name``)."""
-    from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver
+    from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver
 
     text = (DOCS / "faq.md").read_text()
     entry = text[text.index("**Can I use `graph.invoke` (sync)") :].split("\n\n", 1)[0]
-    for saver in (EffectSqliteSaver, EffectPostgresSaver):
+    for saver in (AsyncEffectSqliteSaver, AsyncEffectPostgresSaver):
         assert f"`{saver.sync_name}`" in entry and f"`{saver.__name__}`" in entry
     assert "`SyncMismatchError`" in entry and "sync.md" in entry
     assert "not yet" not in entry.lower() and "planned" not in entry.lower()

@@ -9,7 +9,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects.checkpoint._fence import _REMEMBERED, Written
 
 
@@ -78,7 +78,7 @@ async def test_a_saver_remembers_what_reading_back_finds(tmp_path: Path) -> None
     builder.add_node("answer", answer)
     builder.add_edge(START, "answer")
     builder.add_edge("answer", END)
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "w.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "w.sqlite") as saver:
         await saver.setup()
         graph = builder.compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": "remember"}}

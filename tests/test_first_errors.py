@@ -17,11 +17,11 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
 from langgraph_effects import (
+    AsyncEffectPostgresSaver,
+    AsyncEffectSqliteSaver,
     Effect,
     EffectMiddleware,
-    EffectPostgresSaver,
     EffectSqliteSaver,
-    SyncEffectSqliteSaver,
     recover,
     resume_command,
 )
@@ -64,13 +64,13 @@ def test_a_forgotten_setup_on_sqlite_is_refused_and_creates_nothing(tmp_path: Pa
     path = tmp_path / "agent.sqlite"
 
     async def go() -> NotSetUpError:
-        async with EffectSqliteSaver.from_conn_string(path) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
             with pytest.raises(NotSetUpError) as caught:
                 await agent(provider, saver).ainvoke(INPUTS, CONFIG)
             return caught.value
 
     error = asyncio.run(go())
-    assert str(error).startswith(f"EffectSqliteSaver: sqlite:{path} has no checkpoint tables")
+    assert str(error).startswith(f"AsyncEffectSqliteSaver: sqlite:{path} has no checkpoint tables")
     assert all(phrase in str(error) for phrase in SETUP_PHRASES), str(error)
     assert provider.count_requests() == 0
     assert tables(path) == []  # nothing half-created: no checkpoint table, no ledger table
@@ -79,7 +79,7 @@ def test_a_forgotten_setup_on_sqlite_is_refused_and_creates_nothing(tmp_path: Pa
 def test_a_forgotten_setup_on_the_sync_sqlite_saver_is_refused_alike(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "blind")
     path = tmp_path / "agent.sqlite"
-    with SyncEffectSqliteSaver.from_conn_string(path) as saver, pytest.raises(NotSetUpError) as caught:
+    with EffectSqliteSaver.from_conn_string(path) as saver, pytest.raises(NotSetUpError) as caught:
         agent(provider, saver).invoke(INPUTS, CONFIG)
     assert all(phrase in str(caught.value) for phrase in SETUP_PHRASES)
     assert provider.count_requests() == 0 and tables(path) == []
@@ -89,10 +89,10 @@ def test_after_setup_the_same_run_works(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> None:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             await agent(provider, saver).ainvoke(INPUTS, CONFIG)
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await agent(provider, saver).ainvoke(INPUTS, {"configurable": {"thread_id": "t2"}})
 
     asyncio.run(go())  # a second worker on a set-up database needs no setup() of its own
@@ -114,13 +114,13 @@ def test_a_forgotten_setup_on_postgres_is_refused_with_the_same_words(pg_dsn: tu
     provider = Provider(provider_dir / "provider.sqlite", "blind")
 
     async def go() -> NotSetUpError:
-        async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=1) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=1) as saver:
             with pytest.raises(NotSetUpError) as caught:
                 await agent(provider, saver).ainvoke(INPUTS, CONFIG)
             return caught.value
 
     error = asyncio.run(go())
-    assert str(error).startswith("EffectPostgresSaver: postgres:")
+    assert str(error).startswith("AsyncEffectPostgresSaver: postgres:")
     assert all(phrase in str(error) for phrase in SETUP_PHRASES), str(error)
     assert provider.count_requests() == 0
     with psycopg.connect(dsn) as conn:
@@ -132,19 +132,19 @@ def test_a_forgotten_setup_on_postgres_is_refused_with_the_same_words(pg_dsn: tu
 
 def test_the_async_saver_in_a_sync_with_names_the_sync_saver(tmp_path: Path) -> None:
     path = tmp_path / "agent.sqlite"
-    with pytest.raises(SyncMismatchError) as caught, EffectSqliteSaver.from_conn_string(path):
+    with pytest.raises(SyncMismatchError) as caught, AsyncEffectSqliteSaver.from_conn_string(path):
         pass  # pragma: no cover - never entered
     error = caught.value
-    assert (error.used, error.use) == ("EffectSqliteSaver", SyncEffectSqliteSaver.__name__)
+    assert (error.used, error.use) == ("AsyncEffectSqliteSaver", EffectSqliteSaver.__name__)
     assert str(error) == (
-        "EffectSqliteSaver.from_conn_string(...) opens an async saver: use it with `async with` in "
+        "AsyncEffectSqliteSaver.from_conn_string(...) opens an async saver: use it with `async with` in "
         "async code (ainvoke/astream). For sync code (a plain `with`, invoke/stream), open "
-        "SyncEffectSqliteSaver.from_conn_string(...) instead: the same database, ledger and setup(). "
+        "EffectSqliteSaver.from_conn_string(...) instead: the same database, ledger and setup(). "
         "Nothing was opened."
     )
     assert not path.exists()
-    with pytest.raises(SyncMismatchError, match=r"SyncEffectPostgresSaver\.from_conn_string"), (
-        EffectPostgresSaver.from_conn_string("postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(SyncMismatchError, match=r"EffectPostgresSaver\.from_conn_string"), (
+        AsyncEffectPostgresSaver.from_conn_string("postgresql://nobody@127.0.0.1:1/none")
     ):
         pass  # pragma: no cover - never entered
 
@@ -154,7 +154,7 @@ def test_a_resume_of_a_thread_with_no_checkpoint_says_there_is_nothing_to_resume
     typo: Any = {"configurable": {"thread_id": "t-typo"}}
 
     async def go() -> tuple[NothingToResumeError, ReviewError, Any]:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             graph = agent(provider, saver)
             state = await graph.aget_state(typo)
@@ -183,7 +183,7 @@ def test_a_resume_of_a_thread_that_is_not_paused_says_so(tmp_path: Path) -> None
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> NothingToResumeError:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             graph = agent(provider, saver)
             await graph.ainvoke(INPUTS, CONFIG)

@@ -145,11 +145,11 @@ async def _node_graph(spec: TurnSpec, saver: Any) -> tuple[Any, Provider]:
 async def test_time_travel_to_the_call_replays_and_to_the_model_rebinds(tmp_path: Path, kind: str) -> None:
     from langchain_core.messages import HumanMessage
 
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
 
     spec = base(tmp_path, kind=kind, ids="unique", contract="blind")
     config: Any = {"configurable": {"thread_id": spec.thread}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph, provider = await _node_graph(spec, saver)
         await graph.ainvoke({"messages": [HumanMessage("remind me")]}, config, durability="sync")
@@ -184,7 +184,7 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
     """Plain-list state (no message ids), the model repeating ``msg-1``/``call_0``: turn 1
     completes, turn 2 is killed after its intent. The dangling call of turn 2 is
     answered from turn 2's operation, not from turn 1's."""
-    from langgraph_effects import EffectSqliteSaver
+    from langgraph_effects import AsyncEffectSqliteSaver
     from langgraph_effects._runtime.binding import Settings
     from langgraph_effects._runtime.dangling import find_answers, insert_answers
     from langgraph_effects.ledger.base import ledger_of
@@ -197,7 +197,7 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
     [second] = [op_id for op_id, state in ops.items() if state == "pending"]
     [first] = [op_id for op_id, state in ops.items() if state == "confirmed"]
 
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         config: Any = {"configurable": {"thread_id": spec.thread}}
         history = (await saver.aget_tuple(config)).checkpoint["channel_values"]["messages"]
         assert all(m.id is None for m in history if m.type != "ai")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from langgraph_effects import EffectSqliteSaver, State, cli
+from langgraph_effects import AsyncEffectSqliteSaver, State, cli
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.operator import (
@@ -65,7 +65,7 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     provider = Provider(spec.provider, "blind")
 
     async def pause() -> Any:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             await saver.setup()
             _, pending = await paused_at_review(spec, saver, provider)
             return pending.value
@@ -91,7 +91,7 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     assert resolved["decision"] == {"type": "not_landed"} and resolved["from_state"] == "review"
 
     async def recovered() -> Any:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             agent = build(spec, saver, provider)
             report = await recover(agent, ledger=saver.ledger, min_idle=0)
             return report.to_json()
@@ -111,7 +111,7 @@ def test_an_approval_interrupt_matches_its_schema(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "p.sqlite", "blind")
 
     async def go() -> Any:
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite") as saver:
             await saver.setup()
             agent = agent_with(provider, saver, middleware=True)
             pending = await ask(agent)

@@ -14,11 +14,11 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     ConfigurationError,
     Effect,
     EffectSqliteSaver,
     OperationQuery,
-    SyncEffectSqliteSaver,
 )
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
@@ -80,7 +80,7 @@ async def provider_keys(saver: Any) -> list[str]:
 
 async def test_node_sends_one_key_on_every_send_and_the_provider_dedups(tmp_path: Path) -> None:
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         # The model's own value for the argument is never what is sent.
         graph = one_call_graph(
@@ -107,7 +107,7 @@ async def test_node_sends_one_key_on_every_send_and_the_provider_dedups(tmp_path
 
 async def test_middleware_sends_the_key_and_the_provider_dedups(tmp_path: Path) -> None:
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         agent = ticket_agent(provider, seen, saver)
         lose_first_outcome()
@@ -122,7 +122,7 @@ async def test_middleware_sends_the_key_and_the_provider_dedups(tmp_path: Path) 
 
 def test_sync_middleware_sends_the_key(tmp_path: Path) -> None:
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
-    with SyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         saver.setup()
         agent = ticket_agent(provider, seen, saver)
         agent.invoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -139,7 +139,7 @@ def test_node_refuses_a_key_argument_the_tool_lacks(tmp_path: Path) -> None:
 
 async def test_middleware_refuses_a_key_argument_the_tool_lacks_before_sending(tmp_path: Path) -> None:
     provider, seen = Provider(tmp_path / "provider.sqlite", "dedup"), []
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         agent = ticket_agent(provider, seen, saver, Effect(key_argument="request_id"))
         with pytest.raises(ConfigurationError, match="no argument 'request_id'"):

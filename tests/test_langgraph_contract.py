@@ -349,7 +349,7 @@ def test_sqlite_saver_statements_are_the_ones_we_run_in_our_transaction() -> Non
 
 
 def test_postgres_saver_writes_through_its_cursor_method() -> None:
-    # EffectPostgresSaver's fence is a trigger inside LangGraph's statements; for its own
+    # AsyncEffectPostgresSaver's fence is a trigger inside LangGraph's statements; for its own
     # late task results it sets a transaction-local flag first, on the cursor LangGraph's
     # aput_writes gets from ``_cursor`` (our override).
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -513,10 +513,10 @@ async def test_a_run_config_callback_sees_every_toolnode_call_and_can_fail_it(ki
 _ADAPTER_PROBE = """
 import asyncio, sys
 from langgraph_api._checkpointer._adapter import CheckpointerCapabilities, _CustomCheckpointerAdapter
-from langgraph_effects import EffectSqliteSaver, ledger_of
+from langgraph_effects import AsyncEffectSqliteSaver, ledger_of
 
 async def main():
-    async with EffectSqliteSaver.from_conn_string(sys.argv[1]) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(sys.argv[1]) as saver:
         await saver.setup()
         caps = CheckpointerCapabilities.from_type(type(saver))
         adapter = _CustomCheckpointerAdapter(inner=saver, capabilities=caps)
@@ -530,7 +530,7 @@ asyncio.run(main())
 def test_server_custom_checkpointer_adapter_shows_our_ledger(tmp_path: Any) -> None:
     """LangGraph's server wraps a custom checkpointer from langgraph.json in a private
     adapter that forwards unknown attributes to it, so ``ledger_of`` finds the ledger of
-    an ``EffectSqliteSaver`` through it (README "On LangGraph's server"). langgraph-api
+    an ``AsyncEffectSqliteSaver`` through it (README "On LangGraph's server"). langgraph-api
     reads its configuration at import, so the probe runs in a process with the settings
     ``langgraph dev`` gives its in-memory runtime."""
     import importlib.util
@@ -607,9 +607,9 @@ def test_private_postgres_pieces_keep_their_names() -> None:
     assert "_cursor" in vars(aio.AsyncPostgresSaver)
     assert "pipeline" in inspect.signature(aio.AsyncPostgresSaver._cursor).parameters
     # Our override reaches LangGraph's statements through the same name.
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 
-    assert "_cursor" in vars(EffectPostgresSaver)
+    assert "_cursor" in vars(AsyncEffectPostgresSaver)
     assert _private.postgres_connection.__module__ == "langgraph_effects._private"
 
 

@@ -6,7 +6,7 @@ at a review. The test sees it through the API (the run's result, the thread's st
 and status), answers it in LangChain's HITL shape with ``Command(resume=...)`` through
 the SDK, and finds the "effect landed" message and exactly one ticket in the helpdesk's
 own records. Two deployments: the server's own checkpointer with the ledger from
-``LANGGRAPH_EFFECTS_DB`` (``langgraph.json``), and ``EffectSqliteSaver`` as the server's
+``LANGGRAPH_EFFECTS_DB`` (``langgraph.json``), and ``AsyncEffectSqliteSaver`` as the server's
 custom checkpointer (``langgraph.checkpointer.json``).
 
 Needs the ``server`` extra; skipped without it, except under ``CI=true``.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_effects import EffectSqliteSaver, State
+from langgraph_effects import AsyncEffectSqliteSaver, State
 from langgraph_effects.testing import Provider
 
 pytestmark = pytest.mark.slow  # `langgraph dev` servers
@@ -149,7 +149,9 @@ async def test_review_through_the_server_and_the_sdk(server: Server) -> None:
     [action] = value["action_requests"]
     assert action["name"] == "open_ticket"
     assert action["args"] == {"customer": "acme", "subject": "Refund order 1042"}
-    assert entry["provider_key"] in action["description"] and "timeout" in action["description"]
+    # A blind provider never received our key: the review names what an operator can check instead.
+    assert "timeout" in action["description"] and entry["provider_key"] not in action["description"]
+    assert "open_ticket's own records" in action["description"]
     assert value["review_configs"] == [
         {"action_name": "open_ticket", "allowed_decisions": ["respond", "approve", "reject"]}
     ]
@@ -171,7 +173,7 @@ async def test_review_through_the_server_and_the_sdk(server: Server) -> None:
     assert len(helpdesk.effects()) == 1 and helpdesk.count_requests("apply") == 1
 
     # The verdict is in the ledger the configuration named, beside or inside the checkpoints.
-    async with EffectSqliteSaver.from_conn_string(server.workdir / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(server.workdir / "agent.sqlite") as saver:
         await saver.setup()
         op = await saver.ledger.get(entry["operation_id"])
     assert op is not None and op.state is State.CONFIRMED
@@ -182,7 +184,7 @@ async def test_review_through_the_server_and_the_sdk(server: Server) -> None:
             db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] if "checkpoints" in tables else 0
         )
     if server.config == "langgraph.checkpointer.json":
-        assert "Using custom checkpointer: EffectSqliteSaver" in server.log.read_text(errors="replace")
+        assert "Using custom checkpointer: AsyncEffectSqliteSaver" in server.log.read_text(errors="replace")
         assert checkpoints > 0  # the server kept the thread's checkpoints in our file
     else:
         assert checkpoints == 0  # the server's own checkpointer; only the ledger is ours

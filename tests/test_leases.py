@@ -29,8 +29,8 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
-    EffectSqliteSaver,
     LedgerUnavailableError,
     OperationQuery,
 )
@@ -278,7 +278,7 @@ async def test_failed_intent_commit_releases_its_lease(tmp_path: Path) -> None:
     builder.add_edge("tools", END)
     config: Any = {"configurable": {"thread_id": "t1"}}
 
-    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(db)) as saver:
         await saver.setup()
         graph = builder.compile(checkpointer=saver)
         with sqlite3.connect(db) as conn:  # the ledger refuses the second commit

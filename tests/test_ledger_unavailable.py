@@ -26,8 +26,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
-    EffectSqliteSaver,
     Landed,
     LedgerCorruptError,
     LedgerUnavailableError,
@@ -88,7 +88,7 @@ async def test_outcome_commit_fails_then_reconciles(
     effect = Effect(dedup_window=3600) if contract == "dedup" else Effect(lookup=lookup_of(provider))
     db = tmp_path / "agent.sqlite"
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
         await saver.setup()
         graph = one_call_graph(
             [make_sender(provider, big=True)], {"send": effect}, saver, [call("send", label="L")]

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver, SyncEffectSqliteSaver
+from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver, EffectSqliteSaver
 from langgraph_effects.core.operation import Change, Event, State
 from langgraph_effects.errors import UnresolvedOperationsError
 from langgraph_effects.ledger.base import Ledger, OperationQuery
@@ -93,7 +93,7 @@ async def delete_thread_scenario(saver: Any, spec: Spec) -> None:
 
 async def test_delete_thread_on_sqlite(tmp_path: Path) -> None:
     spec = spec_for(tmp_path, contract="blind", provider_mode="blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         await delete_thread_scenario(saver, spec)
 
@@ -102,14 +102,14 @@ async def test_delete_thread_on_sqlite(tmp_path: Path) -> None:
 async def test_delete_thread_on_postgres(tmp_path: Path) -> None:
     spec = spec_for(tmp_path, contract="blind", provider_mode="blind")
     with created_schema("lge_lifecycle") as (_, dsn):
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
             await delete_thread_scenario(saver, spec)
 
 
 def test_sync_delete_thread_refuses_then_deletes(tmp_path: Path) -> None:
     spec = spec_for(tmp_path, contract="blind", provider_mode="blind", sync=True)
-    with SyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
+    with EffectSqliteSaver.from_conn_string(spec.db) as saver:
         saver.setup()
         graph = build(spec, saver, provider_of(spec))
         graph.invoke({"messages": [HumanMessage("go")]}, config("t-del"))
@@ -146,7 +146,7 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
     provider = provider_of(spec)
     # The graph's tables first, then 300 settled operations and 3 in doubt, 100 days old.
     async def setup() -> None:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             await saver.setup()
 
     asyncio.run(setup())
@@ -157,7 +157,7 @@ def test_purge_in_batches_while_a_worker_runs_turns(tmp_path: Path) -> None:
 
     def worker() -> None:
         async def run() -> None:
-            async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+            async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
                 graph = build(spec, saver, provider)
                 while not stop.is_set():  # turns until the purge is over
                     began = time.monotonic()
@@ -233,7 +233,7 @@ def test_erase_a_tenant_then_show_and_replay(tmp_path: Path) -> None:
     provider = provider_of(spec)
 
     async def first_run() -> None:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             await saver.setup()
             graph = build(spec, saver, provider)
             await graph.ainvoke({"messages": [HumanMessage("go")]}, config("t-acme", "acme"))
@@ -269,7 +269,7 @@ def test_erase_a_tenant_then_show_and_replay(tmp_path: Path) -> None:
     assert other and other[0]["args"] == {"operation": "t1:0"}
 
     async def replay() -> ToolMessage:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             graph = build(spec, saver, provider)
             history = [s async for s in graph.aget_state_history(config("t-acme", "acme"))]
             before_tools = next(s for s in history if s.next == ("tools",))

@@ -163,7 +163,7 @@ async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_pa
     from langchain_core.messages import HumanMessage
     from langchain_mcp_adapters.client import MultiServerMCPClient
 
-    from langgraph_effects import Effect, EffectKeyInterceptor, EffectSqliteSaver, hide_key_arguments
+    from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectKeyInterceptor, hide_key_arguments
     from tests.helpers.one_call import call, one_call_graph
     from tests.test_key_argument import LostOutcome, lose_first_outcome
 
@@ -177,7 +177,7 @@ async def test_effect_tool_node_with_mcp_tools_rerun_after_a_lost_outcome(tmp_pa
     assert "idempotency_key" not in shown.tool_call_schema["properties"]  # type: ignore[index]
     assert "idempotency_key" not in shown.tool_call_schema["required"]  # type: ignore[index]
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = one_call_graph(tools, effects, saver, [call("create_ticket", title="T")])
         lose_first_outcome()

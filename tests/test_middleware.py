@@ -13,7 +13,7 @@ from langchain.agents.middleware import ToolRetryMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from langgraph_effects import Effect, EffectSqliteSaver, current_operation, resume_command
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, current_operation, resume_command
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
@@ -86,7 +86,7 @@ async def test_tool_retry_middleware_does_not_multiply_a_timeout(tmp_path: Path)
             EffectMiddleware({"send": Effect(dedup_window=3600)}),
         ],
     )
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         agent.checkpointer = saver
         out = await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -110,7 +110,7 @@ async def test_tool_retry_middleware_with_a_blind_tool_asks_instead(tmp_path: Pa
         tools=[send],
         middleware=[ToolRetryMiddleware(max_retries=2, initial_delay=0.0), EffectMiddleware()],
     )
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         agent.checkpointer = saver
         await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -131,7 +131,7 @@ async def test_several_review_interrupts_resume_together(tmp_path: Path) -> None
         kind="create_agent",
     )
     provider = Provider(s.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
         await saver.setup()
         agent = build(s, saver, provider)
         await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -170,7 +170,7 @@ async def test_dangling_calls_are_answered_from_the_ledger(tmp_path: Path) -> No
 
         return AIMessage("ok")
 
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         agent = create_agent(
             ScriptedChatModel(script=script),

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_effects import Effect, EffectSqliteSaver, attach_ledger, current_operation
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, attach_ledger, current_operation
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._runtime.dangling import unanswered
 from langgraph_effects.lab.providers import Provider
@@ -132,7 +132,7 @@ async def test_a_tool_turn_on_sqlite_saves_as_many_checkpoints_as_plain_create_a
 
     saved: dict[str, int] = {}
     for label, middleware in _variants():
-        async with EffectSqliteSaver.from_conn_string(tmp_path / f"{label}.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / f"{label}.sqlite") as saver:
             await saver.setup()
             agent = create_agent(
                 ScriptedChatModel(script=call_each_then_finish([("send", {"operation": label})])),

@@ -20,9 +20,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
     EffectMiddleware,
-    EffectSqliteSaver,
     OperationQuery,
     current_operation,
     resume_command,
@@ -63,7 +63,7 @@ async def test_surrogate_args_through_effect_tool_node_and_a_resume(tmp_path: Pa
     from the checkpoint: both bind the same operation, and nothing is sent twice."""
     provider = Provider(tmp_path / "provider.sqlite", "blind")
     texts: list[str] = []
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         graph = one_call_graph(
             [blind_sender(provider, texts)], {}, saver, [call("send", label="L", text=RAW)]
@@ -91,7 +91,7 @@ async def test_surrogate_args_through_effect_tool_node_and_a_resume(tmp_path: Pa
 async def test_surrogate_in_a_call_id_is_refused_through_effect_tool_node(tmp_path: Path) -> None:
     provider = Provider(tmp_path / "provider.sqlite", "blind")
     texts: list[str] = []
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         graph = one_call_graph(
             [blind_sender(provider, texts)],
@@ -139,7 +139,7 @@ async def test_surrogates_through_create_agent_and_middleware(tmp_path: Path, ba
         tools=[send],
         middleware=[EffectMiddleware({"send": Effect(dedup_window=3600)})],
     )
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         agent.checkpointer = saver
         out = await agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")

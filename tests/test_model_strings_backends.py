@@ -23,10 +23,10 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import (
+    AsyncEffectPostgresSaver,
+    AsyncEffectSqliteSaver,
     Effect,
     EffectMiddleware,
-    EffectPostgresSaver,
-    EffectSqliteSaver,
     OperationQuery,
     current_operation,
     resume_command,
@@ -51,12 +51,12 @@ async def backend(name: str, tmp_path: Path) -> AsyncIterator[tuple[Any, Ledger]
     if name == "memory":
         yield InMemorySaver(), InMemoryLedger()
     elif name == "sqlite":
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             yield saver, saver.ledger
     else:
         with created_schema("lge_nul") as (_, dsn):
-            async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+            async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
                 await saver.setup()
                 yield saver, saver.ledger
 

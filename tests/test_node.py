@@ -19,9 +19,9 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 from langgraph.types import Command, RetryPolicy
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     DurabilityError,
     Effect,
-    EffectSqliteSaver,
     InMemoryLedger,
     NoLedgerError,
     State,
@@ -55,7 +55,7 @@ async def after_go(spec: Spec) -> AsyncIterator[tuple[Any, Any, Any, Provider]]:
     """``spec``'s graph run once from "go", the saver open: the graph, its state, the
     saver and the provider."""
     provider = provider_of(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -142,7 +142,7 @@ async def test_retry_policy_rerun_replays(tmp_path: Path) -> None:
     builder.add_edge(START, "model")
     builder.add_edge("model", "tools")
     builder.add_edge("tools", END)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = builder.compile(checkpointer=saver)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -154,7 +154,7 @@ async def test_retry_policy_rerun_replays(tmp_path: Path) -> None:
 async def test_durability_exit_is_refused_before_dispatch(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, contract="dedup", provider_mode="dedup", durability="exit")
     provider = provider_of(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         with pytest.raises(DurabilityError, match="durability='exit'"):
@@ -163,7 +163,7 @@ async def test_durability_exit_is_refused_before_dispatch(tmp_path: Path) -> Non
         assert await saver.ledger.list_operations(__import__("langgraph_effects").OperationQuery()) == []
 
 
-class SlowSaver(EffectSqliteSaver):
+class SlowSaver(AsyncEffectSqliteSaver):
     """Checkpoint writes that take a while, as on a loaded disk."""
 
     saved: set[str]
@@ -204,7 +204,7 @@ async def test_durability_async_waits_for_the_checkpoint(tmp_path: Path) -> None
 async def test_time_travel_replays_and_an_edit_is_a_new_operation(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, contract="dedup", provider_mode="blind")
     provider = provider_of(spec)
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
@@ -351,7 +351,7 @@ def test_ledger_file_holds_both_checkpoints_and_operations(tmp_path: Path) -> No
     spec = make_spec(tmp_path, contract="dedup", provider_mode="dedup")
 
     async def go() -> None:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             await saver.setup()
             await build(spec, saver, provider_of(spec)).ainvoke({"messages": [HumanMessage("go")]}, CONFIG)
 

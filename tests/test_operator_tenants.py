@@ -14,7 +14,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
-from langgraph_effects import EffectSqliteSaver, OperationNotFoundError, SqliteLedger, State
+from langgraph_effects import AsyncEffectSqliteSaver, OperationNotFoundError, SqliteLedger, State
 from langgraph_effects._runtime.operator import list_operations, resolve, show
 from langgraph_effects.lab.providers import Provider
 from tests.helpers import run_console
@@ -41,7 +41,7 @@ def tenant_review(tmp_path: Path) -> TenantReview:
         raise TimeoutError("the provider did not answer in time")
 
     async def go() -> TenantReview:
-        async with EffectSqliteSaver.from_conn_string(db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
             await saver.setup()
             graph = one_call_graph([notify], {}, saver, [call("notify", label="acme:1")])
             config: Any = {"configurable": {"thread_id": "t-acme", "tenant_id": "acme"}}

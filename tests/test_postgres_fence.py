@@ -1,4 +1,4 @@
-"""``EffectPostgresSaver``'s fence on the wire: what a fenced save costs in round trips,
+"""``AsyncEffectPostgresSaver``'s fence on the wire: what a fenced save costs in round trips,
 and that one round trip keeps the rule (the cross-process races are in test_fencing.py).
 
 Round trips are counted in libpq's own protocol trace: every ``Sync`` the client sends
@@ -20,7 +20,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import pq
 
 from langgraph_effects import _private
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.errors import ConfigurationError, ThreadConflictError
 
 from .ledger.conftest import created_schema
@@ -46,8 +46,8 @@ def dsn(schema_and_dsn: tuple[str, str]) -> str:
 
 
 @asynccontextmanager
-async def effect_saver(dsn: str, *, pipeline: bool = False) -> AsyncIterator[EffectPostgresSaver]:
-    async with EffectPostgresSaver.from_conn_string(dsn, pipeline=pipeline, ledger_max_size=1) as saver:
+async def effect_saver(dsn: str, *, pipeline: bool = False) -> AsyncIterator[AsyncEffectPostgresSaver]:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn, pipeline=pipeline, ledger_max_size=1) as saver:
         await saver.setup()
         yield saver
 
@@ -96,7 +96,7 @@ def root(thread: str) -> Any:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
 
 
-async def count_rows(saver: EffectPostgresSaver, sql: str, *params: Any) -> int:
+async def count_rows(saver: AsyncEffectPostgresSaver, sql: str, *params: Any) -> int:
     async with saver.ledger.pool.connection() as conn:
         cur = await conn.execute(sql, params)
         row = await cur.fetchone()
@@ -156,7 +156,7 @@ async def test_the_trigger_takes_as_its_own_only_what_the_saver_does(dsn: str) -
         thread = uuid.uuid4().hex
         start = await put(saver, root(thread), "start", 1)
         await put(saver, start, "child", 2)
-        other = EffectPostgresSaver(saver.conn, saver.ledger)
+        other = AsyncEffectPostgresSaver(saver.conn, saver.ledger)
         with pytest.raises(ThreadConflictError):
             await other.aput_writes(start, [("messages", [AIMessage("late")])], "task-other")
         await saver.aput_writes(start, [("messages", [AIMessage("late")])], "task-own")
@@ -235,7 +235,7 @@ async def test_a_saver_on_a_pool_is_fenced_in_each_save(dsn: str) -> None:
         AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs=kwargs, open=False) as pool,
         PostgresLedger.from_conn_string(dsn, max_size=1) as ledger,
     ):
-        pooled = EffectPostgresSaver(pool, ledger)
+        pooled = AsyncEffectPostgresSaver(pool, ledger)
         start = await put(winner, root(thread), "start", 1)
         await put(winner, start, "winner", 2)
         with pytest.raises(ThreadConflictError, match="checkpoint"):
@@ -301,7 +301,7 @@ async def test_a_saver_will_not_save_unfenced(dsn: str) -> None:
     # fence: the saver says so at its first save instead of saving without it.
     async with effect_saver(dsn) as saver, saver.ledger.pool.connection() as conn:
         await conn.execute("DROP TRIGGER effect_one_runner_per_thread ON checkpoint_writes")
-    async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=1) as fresh:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=1) as fresh:
         with pytest.raises(ConfigurationError, match=r"no one-runner-per-thread triggers.*setup\(\)"):
             await put(fresh, root(uuid.uuid4().hex), "a", 1)
         await fresh.setup()

@@ -1,7 +1,7 @@
-"""Many worker processes against one Postgres: EffectPostgresSaver + EffectToolNode.
+"""Many worker processes against one Postgres: AsyncEffectPostgresSaver + EffectToolNode.
 
 Every worker is a real process (``tests/helpers/pg_agent.py``) running the agent
-graph of ``tests/helpers/agent.py`` on ``EffectPostgresSaver``. Effects are counted
+graph of ``tests/helpers/agent.py`` on ``AsyncEffectPostgresSaver``. Effects are counted
 at a provider that keeps its own records in its own SQLite file, never from the
 workers' logs. Each test gets a fresh schema (``tests/ledger/conftest.py``'s
 ``pg_schema``) and puts both the checkpoint tables and the ledger there through
@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import AuditEntry, OperationQuery
@@ -62,7 +62,7 @@ def schema_dsn(schema: str) -> str:
 
 async def _setup(dsn: str) -> None:
     # Once, here: LangGraph's own setup() is not safe to run from 8 processes at once.
-    async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as saver:
         await saver.setup()
 
 
@@ -137,7 +137,7 @@ def events(trail: list[AuditEntry]) -> list[tuple[str | None, str, str]]:
 async def _final_states(dsn: str, spec: PgSpec, threads: list[str]) -> dict[str, Any]:
     provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
     out: dict[str, Any] = {}
-    async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as saver:
         for thread in threads:
             graph = pg_agent.build(spec, saver, thread, provider)
             out[thread] = await graph.aget_state(pg_agent.config_for(thread))

@@ -3,7 +3,7 @@ pruned thread is still listed by the console and found by recovery.
 
 A real worker (``python -m tests.helpers.recovery_agent``) is SIGKILLed after its
 effect landed and before the outcome was recorded; its thread is then pruned with
-``SyncEffectPostgresSaver.prune`` (``keep_latest``) or ``EffectPostgresSaver.aprune``
+``EffectPostgresSaver.prune`` (``keep_latest``) or ``AsyncEffectPostgresSaver.aprune``
 (``delete``); the console and recovery run as an operator runs them, in fresh
 interpreters. The provider keeps its own records.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
-from langgraph_effects.checkpoint.sync import SyncEffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
+from langgraph_effects.checkpoint.sync import EffectPostgresSaver
 from langgraph_effects.lab.providers import Provider
 from tests.helpers.recovery_agent import SPEC_ENV, RecoverySpec, spec_json
 from tests.ledger.conftest import require_postgres
@@ -91,7 +91,7 @@ def listed(dsn: str, thread: str) -> list[dict[str, Any]]:
 
 
 async def checkpoints(dsn: str, thread: str) -> int:
-    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
         return len([c async for c in saver.alist({"configurable": {"thread_id": thread}})])
 
 
@@ -101,7 +101,7 @@ def effects(s: RecoverySpec) -> dict[str, int]:
 
 def test_an_unresolved_operation_of_a_pruned_thread_is_listed_and_recovered(tmp_path: Path, dsn: str) -> None:
     async def setup() -> None:
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
 
     asyncio.run(setup())
@@ -111,7 +111,7 @@ def test_an_unresolved_operation_of_a_pruned_thread_is_listed_and_recovered(tmp_
     assert asyncio.run(checkpoints(dsn, "kept")) > 1
     assert effects(s) == {"kept:0": 1}
 
-    with SyncEffectPostgresSaver.from_conn_string(dsn) as saver:
+    with EffectPostgresSaver.from_conn_string(dsn) as saver:
         saver.prune(["kept"], strategy="keep_latest")
     assert asyncio.run(checkpoints(dsn, "kept")) == 1
     [after] = listed(dsn, "kept")
@@ -130,7 +130,7 @@ def test_an_unresolved_operation_of_a_pruned_thread_is_listed_and_recovered(tmp_
 
 def test_an_unresolved_operation_of_a_deleted_thread_is_listed_and_reported(tmp_path: Path, dsn: str) -> None:
     async def setup_and_crash() -> None:
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
 
     asyncio.run(setup_and_crash())
@@ -138,7 +138,7 @@ def test_an_unresolved_operation_of_a_deleted_thread_is_listed_and_reported(tmp_
     [before] = listed(dsn, "gone")
 
     async def prune() -> None:
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.aprune(["gone"], strategy="delete")
 
     asyncio.run(prune())

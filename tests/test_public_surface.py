@@ -21,6 +21,8 @@ PACKAGE = ROOT / "langgraph_effects"
 PUBLIC = [
     "AbandonDecision",
     "ApprovalError",
+    "AsyncEffectPostgresSaver",
+    "AsyncEffectSqliteSaver",
     "AuditEntry",
     "BLIND",
     "Budget",
@@ -71,8 +73,6 @@ PUBLIC = [
     "SqliteLedger",
     "StaleVersionError",
     "State",
-    "SyncEffectPostgresSaver",
-    "SyncEffectSqliteSaver",
     "SyncMismatchError",
     "ThreadConflictError",
     "ThreadReport",

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.lab.providers import Provider
@@ -112,7 +112,7 @@ def operations(s: RecoverySpec) -> dict[str, tuple[Operation, int]]:
 
 
 async def recover_in_process(s: RecoverySpec, **kw: Any) -> RecoveryReport:
-    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
         await saver.setup()
         return await recover(build(s, saver), **kw)
 
@@ -121,7 +121,7 @@ def thread_view(s: RecoverySpec, thread: str | None = None) -> dict[str, Any]:
     """The thread's messages and pending interrupts, as the model and the app see them."""
 
     async def go() -> dict[str, Any]:
-        async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
             await saver.setup()
             graph = build(s, saver)
             state = await graph.aget_state(config_for(replace(s, thread=thread or s.thread)))
@@ -523,7 +523,7 @@ def test_cli_recover_refuses_bad_input(tmp_path: Path) -> None:
 def test_cli_recover_on_postgres(tmp_path: Path) -> None:
     import psycopg
 
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
     from tests.ledger.conftest import require_postgres
 
     base = require_postgres()
@@ -537,7 +537,7 @@ def test_cli_recover_on_postgres(tmp_path: Path) -> None:
     try:
 
         async def setup() -> None:
-            async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+            async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
                 await saver.setup()
 
         asyncio.run(setup())
@@ -585,7 +585,7 @@ def test_a_failing_resume_is_reported_and_the_next_run_settles_it(tmp_path: Path
             raise RuntimeError("the model's API is down")
 
     async def failing() -> RecoveryReport:
-        async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
             await saver.setup()
             return await recover(Unavailable(build(s, saver)))
 

@@ -23,7 +23,7 @@ from tests.helpers.one_call import ledger_rows
 WORKER = r"""
 import asyncio, json, os, signal, sys
 from langchain_core.messages import HumanMessage
-from langgraph_effects import EffectSqliteSaver, resume_command
+from langgraph_effects import AsyncEffectSqliteSaver, resume_command
 from langgraph_effects._runtime import faults as _faults
 from tests.helpers.agent import Spec, build, describe, provider_for
 
@@ -36,7 +36,7 @@ async def run():
     if spec.crash:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config = {"configurable": {"thread_id": spec.thread, **configurable}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         if spec.answer is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from tests.helpers.recovery_agent import BEFORE_FIRST_CHECKPOINT, RecoverySpec, build, config_for
@@ -37,7 +37,7 @@ def first_step_never_ran(s: RecoverySpec) -> None:
 
 async def _langgraph_view(s: RecoverySpec) -> tuple[tuple[str, ...], list[str], int]:
     """(``next``, the names of the pending tasks, the ledger's operations) of the thread."""
-    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
         await saver.setup()
         state = await build(s, saver).aget_state(config_for(s))
         async with SqliteLedger.from_conn_string(s.db) as ledger:
@@ -86,7 +86,7 @@ def test_threads_that_ended_are_not_listed(tmp_path: Path) -> None:
     first_step_never_ran(replace(s, thread="crashed"))
 
     async def listed() -> list[str]:
-        async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
             await saver.setup()
             return await saver.unfinished_threads()
 
@@ -104,7 +104,7 @@ def pg_url() -> Iterator[str]:
     """A Postgres URL whose ``search_path`` is a fresh schema (checkpoints and ledger)."""
     import psycopg
 
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
     from tests.ledger.conftest import require_postgres
 
     base = require_postgres()
@@ -116,7 +116,7 @@ def pg_url() -> Iterator[str]:
     dsn = base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}"
 
     async def setup() -> None:
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
 
     try:

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from langgraph_effects import EffectSqliteSaver, State
+from langgraph_effects import AsyncEffectSqliteSaver, State
 from langgraph_effects._runtime.review import HITL_REVIEW_DECISIONS, EffectAnswer
 from langgraph_effects.lab.providers import Provider
 from tests.helpers.agent import Spec, build
@@ -54,7 +54,7 @@ async def at_review(
     pending review interrupt, the saver and the provider."""
     spec = blind_spec(tmp_path, kind, calls)
     provider = Provider(spec.provider, "blind")
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         agent, pending = await paused_at_review(spec, saver, provider)
         yield agent, pending, saver, provider
@@ -207,7 +207,7 @@ async def test_a_replayed_approval_answer_is_not_read_as_a_review_verdict(tmp_pa
     builder.add_node("tools", EffectToolNode([send], effects={"send": Effect(approval="always")}))
     builder.add_edge(START, "model")
     builder.add_edge("model", "tools")
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = builder.compile(checkpointer=saver)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG)

@@ -33,9 +33,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     DefiniteFailure,
     Effect,
-    EffectSqliteSaver,
     Inconclusive,
     LookupRequest,
     SqliteLedger,
@@ -233,13 +233,13 @@ def test_console_while_under_review_shows_no_secret(tmp_path: Path, hash_key: st
 
 
 def test_ledger_tables_in_a_shared_file_hold_no_secret(tmp_path: Path, hash_key: str) -> None:
-    """With EffectSqliteSaver the ledger shares the file with LangGraph's checkpoints
+    """With AsyncEffectSqliteSaver the ledger shares the file with LangGraph's checkpoints
     (which hold the conversation); the ledger's own tables must still be clean."""
     db = tmp_path / "agent.sqlite"
     provider = Provider(tmp_path / "provider.sqlite", "blind")
 
     async def go() -> None:
-        async with EffectSqliteSaver.from_conn_string(db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
             await saver.setup()
             graph = graph_over([charge_tool(provider, "timeout")], {"charge": CHARGE}, saver)
             config: Any = {"configurable": {"thread_id": "t1"}}

@@ -1,4 +1,4 @@
-"""Double texting on LangGraph's server with ``EffectSqliteSaver`` as its checkpointer.
+"""Double texting on LangGraph's server with ``AsyncEffectSqliteSaver`` as its checkpointer.
 
 ``langgraph dev`` serves ``tests/helpers/texting_graph.py`` (its tool's effect lands at
 a provider that keeps its own records, then the tool answers slowly). A first message

@@ -25,8 +25,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
-    EffectSqliteSaver,
     InMemoryLedger,
     OperationQuery,
     attach_ledger,
@@ -140,7 +140,7 @@ def in_flight_at_interrupt(ops: list[Operation]) -> None:
 async def test_siblings_of_an_interrupting_call_under_create_agent(tmp_path: Path) -> None:
     """The same AIMessage through ``create_agent`` + ``EffectMiddleware``."""
     provider = Provider(tmp_path / "provider.sqlite", "dedup", processing_time=0.3)
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         graph = build(saver, provider, sync=False, middleware=True)
         first = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
@@ -152,7 +152,7 @@ async def test_siblings_of_an_interrupting_call_under_create_agent(tmp_path: Pat
 async def test_siblings_in_flight_keep_their_lease_async(tmp_path: Path) -> None:
     db = tmp_path / "agent.sqlite"
     provider = Provider(tmp_path / "provider.sqlite", "dedup", processing_time=0.3)
-    async with EffectSqliteSaver.from_conn_string(str(db)) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(db)) as saver:
         await saver.setup()
         graph = build(saver, provider, sync=False)
         first = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")

@@ -18,8 +18,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
-    EffectSqliteSaver,
     Landed,
     LookupRequest,
     OperationQuery,
@@ -53,7 +53,7 @@ def timing_out_sender(provider: Provider, *, keyed: bool) -> Any:
     return send
 
 
-async def paused_at_review(tmp_path: Path, saver: EffectSqliteSaver, provider: Provider) -> Any:
+async def paused_at_review(tmp_path: Path, saver: AsyncEffectSqliteSaver, provider: Provider) -> Any:
     graph = one_call_graph([timing_out_sender(provider, keyed=False)], {}, saver, [call("send", label="L")])
     await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, durability="sync")
     state = await graph.aget_state(CONFIG)
@@ -65,7 +65,7 @@ async def paused_at_review(tmp_path: Path, saver: EffectSqliteSaver, provider: P
 async def test_model_sees_a_preview_the_artifact_and_ledger_keep_the_whole(tmp_path: Path) -> None:
     receipt = {"id": "r1", "body": "b" * 50_000}  # within the limit, far over the preview
     provider = Provider(tmp_path / "provider.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         graph, state, op = await paused_at_review(tmp_path, saver, provider)
         await graph.ainvoke(
@@ -88,7 +88,7 @@ async def test_model_sees_a_preview_the_artifact_and_ledger_keep_the_whole(tmp_p
 async def test_an_oversized_verdict_receipt_is_refused_through_the_interrupt(tmp_path: Path) -> None:
     huge = "r" * 20_000_000  # the 20 MB receipt of the issue
     provider = Provider(tmp_path / "provider.sqlite", "blind")
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         graph, state, op = await paused_at_review(tmp_path, saver, provider)
         try:
@@ -122,7 +122,7 @@ async def test_an_oversized_lookup_receipt_goes_to_review_not_to_the_model(tmp_p
     async def lookup(request: LookupRequest) -> Any:
         return Landed(receipt={"id": "r1", "raw": "x" * 20_000_000})
 
-    async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
         await saver.setup()
         graph = one_call_graph(
             [timing_out_sender(provider, keyed=True)],

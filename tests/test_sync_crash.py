@@ -1,5 +1,5 @@
-"""Sync apps under real crashes: ``graph.invoke`` on ``SyncEffectSqliteSaver`` and
-``SyncEffectPostgresSaver``. A worker process is SIGKILLed at a fault point, then the
+"""Sync apps under real crashes: ``graph.invoke`` on ``EffectSqliteSaver`` and
+``EffectPostgresSaver``. A worker process is SIGKILLed at a fault point, then the
 thread is resumed by a fresh process; effects are counted at a provider that keeps
 its own records in its own SQLite file. Two sync runners on one thread: the fence
 lets one proceed and refuses the other."""
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver, recover_sync
+from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver, recover_sync
 from langgraph_effects.lab.providers import Provider
 from tests import test_fencing as fencing
 from tests.helpers import run_python
@@ -161,7 +161,7 @@ def test_recover_sync_resumes_a_crashed_sync_thread(db: str, tmp_path: Path) -> 
     landed, sent = effects(s), requests(s)
     assert landed in (1, 2) and sent == landed
 
-    kind = SyncEffectPostgresSaver if is_postgres(db) else SyncEffectSqliteSaver
+    kind = EffectPostgresSaver if is_postgres(db) else EffectSqliteSaver
     with kind.from_conn_string(db) as saver:
         saver.setup()
         graph = build(s, saver, provider_for(s))

@@ -1,5 +1,5 @@
 """``crashtest`` on a sync graph (``sync=True``): every attempt is ``graph.invoke`` on
-``SyncEffectSqliteSaver``, as a sync app runs it; workers are really SIGKILLed and
+``EffectSqliteSaver``, as a sync app runs it; workers are really SIGKILLed and
 every count is checked against the notification service's own records."""
 
 from __future__ import annotations

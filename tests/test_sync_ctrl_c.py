@@ -27,7 +27,7 @@ _WORKER = r"""
 import json, signal, sys, threading, time
 from langchain_core.messages import HumanMessage
 from langgraph.func import entrypoint, task
-from langgraph_effects import Effect, OperationQuery, SyncEffectSqliteSaver, current_operation, effectful
+from langgraph_effects import Effect, OperationQuery, EffectSqliteSaver, current_operation, effectful
 from langgraph_effects._runtime import faults, portal
 from tests.helpers.agent import Spec, build, provider_for
 
@@ -45,7 +45,7 @@ faults.install("after_intent", ctrl_c)
 provider = provider_for(spec)
 config = {"configurable": {"thread_id": spec.thread}}
 out = {}
-with SyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
+with EffectSqliteSaver.from_conn_string(spec.db) as saver:
     saver.setup()
     if kind == "node":
         graph = build(spec, saver, provider)

@@ -1,5 +1,5 @@
 """Every integration on the sync path with the durable sync savers: ``graph.invoke`` and
-``graph.stream`` on ``SyncEffectSqliteSaver`` (and ``SyncEffectPostgresSaver``), in
+``graph.stream`` on ``EffectSqliteSaver`` (and ``EffectPostgresSaver``), in
 this process. Effects are counted at a provider that keeps its own records; the
 ledger's states are read from the database the app wrote. A sync saver in an async
 run, or an async saver in a sync run, is refused before anything is sent."""
@@ -22,11 +22,11 @@ from langgraph.func import entrypoint, task
 from langgraph.types import Command
 
 from langgraph_effects import (
+    AsyncEffectSqliteSaver,
     Effect,
+    EffectPostgresSaver,
     EffectsError,
     EffectSqliteSaver,
-    SyncEffectPostgresSaver,
-    SyncEffectSqliteSaver,
     SyncMismatchError,
     current_operation,
     effectful,
@@ -46,13 +46,13 @@ CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A set-up sync saver of each backend (Postgres: a schema of its own)."""
     if request.param == "sqlite":
-        with SyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as opened:
+        with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as opened:
             opened.setup()
             yield opened
         return
     with (
         ledger_fixtures.created_schema("lge_syncpath") as (_, dsn),
-        SyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as pg,
+        EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as pg,
     ):
         pg.setup()
         yield pg
@@ -219,7 +219,7 @@ def test_an_async_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Path) -> No
     provider = Provider(s.provider, "dedup")
 
     async def main() -> None:
-        async with EffectSqliteSaver.from_conn_string(s.db) as async_saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(s.db) as async_saver:
             await async_saver.setup()
             graph = build(s, async_saver, provider)
             for call in (  # in the saver's own thread, and from another one
@@ -230,8 +230,8 @@ def test_an_async_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Path) -> No
                     call()
                 error = raised.value
                 assert isinstance(error, EffectsError)
-                assert error.used == "EffectSqliteSaver" and error.use == "SyncEffectSqliteSaver"
-                assert "Open SyncEffectSqliteSaver instead" in str(error)
+                assert error.used == "AsyncEffectSqliteSaver" and error.use == "EffectSqliteSaver"
+                assert "Open EffectSqliteSaver instead" in str(error)
                 assert "nothing was read, saved or sent" in str(error)
 
     asyncio.run(main())
@@ -246,7 +246,8 @@ def test_a_sync_saver_in_an_async_run_names_the_async_saver(saver: Any, tmp_path
     graph = build(spec(tmp_path), saver, provider)
     with pytest.raises(SyncMismatchError) as raised:
         asyncio.run(graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG))
-    expected = "EffectPostgresSaver" if isinstance(saver, SyncEffectPostgresSaver) else "EffectSqliteSaver"
+    is_postgres = isinstance(saver, EffectPostgresSaver)
+    expected = "AsyncEffectPostgresSaver" if is_postgres else "AsyncEffectSqliteSaver"
     assert raised.value.use == expected and f"Open {expected} instead" in str(raised.value)
     assert provider.count_requests("apply") == 0
     assert list(saver.list(CONFIG)) == [] and ledger_states(saver) == []
@@ -388,17 +389,17 @@ def _run_on_portal() -> str:
 
 @pytest.mark.postgres
 def test_an_async_postgres_saver_in_a_sync_run_names_the_sync_saver(tmp_path: Path) -> None:
-    from langgraph_effects import EffectPostgresSaver
+    from langgraph_effects import AsyncEffectPostgresSaver
 
     provider = Provider(tmp_path / "provider.sqlite", "dedup")
 
     async def main(dsn: str) -> list[Any]:
-        async with EffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as async_saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn, ledger_max_size=2) as async_saver:
             await async_saver.setup()
             graph = build(spec(tmp_path), async_saver, provider)
             with pytest.raises(SyncMismatchError) as raised:
                 await asyncio.to_thread(graph.invoke, {"messages": [HumanMessage("go")]}, CONFIG)
-            assert raised.value.use == "SyncEffectPostgresSaver"
+            assert raised.value.use == "EffectPostgresSaver"
             return [t async for t in async_saver.alist(CONFIG)]
 
     with ledger_fixtures.created_schema("lge_syncside") as (_, dsn):
@@ -410,9 +411,9 @@ def test_the_msgpack_allowlist_reaches_the_async_saver_that_serializes(tmp_path:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     strict = JsonPlusSerializer(allowed_msgpack_modules=[("tests.helpers.agent", "Spec")])
-    with SyncEffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite", serde=strict) as saver:
+    with EffectSqliteSaver.from_conn_string(tmp_path / "a.sqlite", serde=strict) as saver:
         clone = saver.with_allowlist({("tests.helpers.agent", "State")})  # what compile() asks
-        assert type(clone) is SyncEffectSqliteSaver and clone.saver is not saver.saver
+        assert type(clone) is EffectSqliteSaver and clone.saver is not saver.saver
         assert clone.serde is clone.saver.serde is not strict  # what serializes has the merged list
         assert clone.ledger is saver.ledger
         assert saver.with_allowlist({("tests.helpers.agent", "Spec")}) is saver  # nothing new

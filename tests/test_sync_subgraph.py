@@ -20,7 +20,12 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver, OperationQuery, SyncMismatchError
+from langgraph_effects import (
+    AsyncEffectPostgresSaver,
+    AsyncEffectSqliteSaver,
+    OperationQuery,
+    SyncMismatchError,
+)
 from langgraph_effects.testing import Provider
 from tests.helpers.agent import Spec, State, build
 from tests.ledger import conftest as ledger_fixtures
@@ -32,12 +37,12 @@ CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 async def opened(backend: str, tmp_path: Path) -> AsyncIterator[Any]:
     """A set-up async saver of ``backend`` (Postgres: a schema of its own)."""
     if backend == "sqlite":
-        async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
             await saver.setup()
             yield saver
         return
     with ledger_fixtures.created_schema("lge_syncsub") as (_, dsn):
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
             yield saver
 

@@ -22,7 +22,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_effects import DurabilityError, SyncEffectPostgresSaver, SyncEffectSqliteSaver
+from langgraph_effects import DurabilityError, EffectPostgresSaver, EffectSqliteSaver
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.testing import Provider
 from tests.helpers.agent import Spec, effect_for, send_tool, tool_loop
@@ -38,13 +38,13 @@ DEADLINE = 120.0  # seconds for all the runs together; a wedged process never fi
 def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A set-up sync saver of each backend (Postgres: a schema of its own)."""
     if request.param == "sqlite":
-        with SyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as opened:
+        with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as opened:
             opened.setup()
             yield opened
         return
     with (
         ledger_fixtures.created_schema("lge_syncthreads") as (_, dsn),
-        SyncEffectPostgresSaver.from_conn_string(dsn) as pg,
+        EffectPostgresSaver.from_conn_string(dsn) as pg,
     ):
         pg.setup()
         yield pg

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from langgraph_effects import Effect, EffectSqliteSaver, EffectToolNode
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.lab.providers import Provider
@@ -124,7 +124,7 @@ async def resume(s: Spec, *, callbacks: list[Any] | None = None, answer: Any = N
     """``agent.run`` in this process, with LangChain callbacks when given."""
     provider = agent.provider_for(s)
     config: Any = {"configurable": {"thread_id": s.thread}, "callbacks": callbacks or []}
-    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
         await saver.setup()
         graph = agent.build(s, saver, provider)
         payload: Any = None
@@ -219,7 +219,7 @@ async def test_the_tools_own_spans_nest_under_dispatch(tmp_path: Path, spans: In
             return f"paid {current_operation().provider_key}"
 
     s = Spec(db=str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"))
-    async with EffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
         await saver.setup()
         graph = agent.tool_loop(_model("pay", {"amount": 5}), EffectToolNode([pay], effects={"pay": Effect(
             dedup_window=60)}), saver)
@@ -331,7 +331,7 @@ async def test_effectful_task_run_tells_the_operation(tmp_path: Path, spans: InM
         sent.append(to)
         return f"notified {current_operation().provider_key}"
 
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "wf.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "wf.sqlite")) as saver:
         await saver.setup()
 
         @entrypoint(checkpointer=saver)
@@ -402,7 +402,7 @@ async def test_a_tool_that_pauses_itself_is_paused_not_failed(
         interrupt("ok to pay?")
         return "paid"
 
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60)})
         graph = agent.tool_loop(_model("pay", {"amount": 5}), node, saver)
@@ -425,7 +425,7 @@ async def test_a_send_over_budget_is_told_refused(tmp_path: Path, spans: InMemor
         return "paid"
 
     budget = Budget("payments", max_total=10, total_of="amount")
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60, budgets=[budget])})
         graph = agent.tool_loop(_model("pay", {"amount": 50}), node, saver)
@@ -473,7 +473,7 @@ async def test_a_saga_undo_is_told_as_compensate(tmp_path: Path, spans: InMemory
         "book": Effect(dedup_window=60, saga="trip", compensate=Undo(cancel)),
         "charge": Effect(dedup_window=60, saga="trip", definite_errors=[CardDeclinedError]),
     }
-    async with EffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
         await saver.setup()
         node = EffectToolNode([book, charge], effects=effects, handle_tool_errors=True)
         graph = agent.tool_loop(model, node, saver)

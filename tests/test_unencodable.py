@@ -24,7 +24,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_effects import Effect, EffectPostgresSaver, EffectSqliteSaver, OperationQuery
+from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver, Effect, OperationQuery
 from langgraph_effects._runtime.compensation import request_compensation
 from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.core.text import require_config_text, require_metadata_text
@@ -49,12 +49,12 @@ async def saver_and_ledger(name: str, tmp_path: Path) -> AsyncIterator[tuple[Any
     if name == "memory":
         yield InMemorySaver(), InMemoryLedger()
     elif name == "sqlite":
-        async with EffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
             await saver.setup()
             yield saver, saver.ledger
     else:
         with created_schema("lge_unenc") as (_, dsn):
-            async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+            async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
                 await saver.setup()
                 yield saver, saver.ledger
 

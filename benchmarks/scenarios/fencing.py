@@ -1,6 +1,6 @@
 """What one runner per thread costs per checkpoint write (scenario ``fencing``).
 
-``EffectSqliteSaver`` / ``EffectPostgresSaver`` check, in the same transaction as the
+``AsyncEffectSqliteSaver`` / ``AsyncEffectPostgresSaver`` check, in the same transaction as the
 insert, that the parent checkpoint has no other child (and that a task's writes do
 not land on a checkpoint another runner moved past). This script times LangGraph's
 plain saver against ours, interleaved in the same run (round by round, alternating
@@ -118,7 +118,7 @@ async def _compare(
 def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
+    from langgraph_effects.checkpoint.sqlite import AsyncEffectSqliteSaver
 
     @asynccontextmanager
     async def plain() -> AsyncIterator[Any]:
@@ -128,7 +128,7 @@ def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
 
     @asynccontextmanager
     async def fenced() -> AsyncIterator[Any]:
-        async with EffectSqliteSaver.from_conn_string(folder / "fenced.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(folder / "fenced.sqlite") as saver:
             await saver.setup()
             yield saver
 
@@ -138,7 +138,7 @@ def _sqlite_openers(folder: Path) -> tuple[Opener, Opener]:
 def _pg_openers(plain_dsn: str, fenced_dsn: str) -> tuple[Opener, Opener]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 
     @asynccontextmanager
     async def plain() -> AsyncIterator[Any]:
@@ -148,7 +148,7 @@ def _pg_openers(plain_dsn: str, fenced_dsn: str) -> tuple[Opener, Opener]:
 
     @asynccontextmanager
     async def fenced() -> AsyncIterator[Any]:
-        async with EffectPostgresSaver.from_conn_string(fenced_dsn, ledger_max_size=2) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(fenced_dsn, ledger_max_size=2) as saver:
             await saver.setup()
             yield saver
 

@@ -5,7 +5,7 @@ Each thread is started in its own process and SIGKILLed right after its first
 effect landed (outcome not recorded). Then a worker resuming every thread and a
 ``recover()`` of them are released at the same instant, once on LangGraph's plain
 saver with the ledger attached (``attach_ledger``: no fencing) and once on
-``EffectSqliteSaver`` / ``EffectPostgresSaver``. The scripted model words its
+``AsyncEffectSqliteSaver`` / ``AsyncEffectPostgresSaver``. The scripted model words its
 follow-up differently on every call, as an LLM does. Counted at the provider's own
 records and with ``alist`` (a checkpoint with two children is a fork)::
 

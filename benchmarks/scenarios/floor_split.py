@@ -3,7 +3,7 @@
 
     python benchmarks/run.py floor_split [--fanout 1] [--batches 40]
 
-Five agents on one ``EffectSqliteSaver`` file, a 0 ms tool, run in shuffled batches of
+Five agents on one ``AsyncEffectSqliteSaver`` file, a 0 ms tool, run in shuffled batches of
 4 turns (each turn on a fresh thread, a full garbage collection before each batch, as
 in ``scenarios.turn.run_batch``):
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import stats
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from scenarios import batched_options, check_batched, opt, section
 from scenarios import turn as bench_e2e
@@ -75,7 +75,7 @@ def options(group: Any) -> None:
 async def run(args: Any, ctx: Any) -> dict[str, Any]:
     fanout, batches = opt(args, "fanout", 1), opt(args, "batches", 40)
     with tempfile.TemporaryDirectory(prefix="floor-split-", dir=ctx.workdir) as tmp:
-        async with EffectSqliteSaver.from_conn_string(Path(tmp) / "agents.db") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(Path(tmp) / "agents.db") as saver:
             await saver.setup()
             graphs = agents(fanout, saver)
             for _ in range(10):  # warm: the saver's statements, spare lease owners

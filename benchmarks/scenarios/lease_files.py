@@ -7,7 +7,7 @@ Every dispatch owner holds a ``flock`` on a file its resumers probe
 (``langgraph_effects._runtime.lease``). A process now keeps the file of a finished dispatch,
 stamped idle, and stamps it again for the next one; before, each dispatch created,
 locked and renamed a file of its own, and unlinked it when it ended. This measures
-both in one process, on one agent (ours as shipped, on ``EffectSqliteSaver``, 0 ms
+both in one process, on one agent (ours as shipped, on ``AsyncEffectSqliteSaver``, 0 ms
 tool), alternating in shuffled batches of 4 turns (``scenarios.turn.run_batch``: a full
 garbage collection, not timed, before each):
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import stats
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._runtime import lease
 from scenarios import batched_options, check_batched, opt, section
 from scenarios import turn as bench_e2e
@@ -131,7 +131,7 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
             ctx.log(f"  {done}/{batches} batches")
 
     with tempfile.TemporaryDirectory(prefix="lease-files-", dir=ctx.workdir) as tmp:
-        async with EffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as saver:
             await saver.setup()
             agent = bench_e2e.build_graph(path=path, effect=True, fanout=fanout, latency_ms=0, saver=saver)
             times = await measure(agent, batches, progress)

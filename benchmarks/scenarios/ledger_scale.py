@@ -41,10 +41,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import MessagesState, StateGraph
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._runtime import messages
 from langgraph_effects._runtime.operator import list_operations, resolve
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.core.operation import Change, Event, Operation, State
 from langgraph_effects.ledger.base import COLUMNS, Ledger, to_row
 from langgraph_effects.ledger.memory import InMemoryLedger
@@ -287,10 +287,10 @@ MEASURES: dict[str, Measure] = {
 @asynccontextmanager
 async def _sqlite(settled: int, threads: int, templates: dict[str, dict[str, Any]]) -> AsyncIterator[Any]:
     path = os.path.join(tempfile.mkdtemp(), "agent.sqlite")
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
     _fill_sqlite(path, templates, settled, threads)
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         yield saver
 
@@ -300,10 +300,10 @@ async def _postgres(
     dsn: str, settled: int, threads: int, templates: dict[str, dict[str, Any]]
 ) -> AsyncIterator[Any]:
     async with fresh_pg_database(dsn) as target:
-        async with EffectPostgresSaver.from_conn_string(target) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(target) as saver:
             await saver.setup()
         _fill_postgres(target, templates, settled, threads)
-        async with EffectPostgresSaver.from_conn_string(target) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(target) as saver:
             await saver.setup()
             yield saver
 

@@ -1,7 +1,7 @@
 """One agent turn through synchronous code (``graph.invoke``): ``EffectToolNode`` on a
 synchronous saver against ``ToolNode`` on LangGraph's ``SqliteSaver`` (scenario ``sync``).
 
-Ours runs on ``SyncEffectSqliteSaver`` (the synchronous twin of ``EffectSqliteSaver``),
+Ours runs on ``EffectSqliteSaver`` (the synchronous twin of ``AsyncEffectSqliteSaver``),
 the baseline on LangGraph's ``SqliteSaver``; both sides are timed interleaved like
 ``turn`` and reported in the same columns.
 """
@@ -31,10 +31,10 @@ CONFIGURATIONS = ("node/sqlite/sync/fanout=1", "node/sqlite/sync/fanout=8")
 
 @contextlib.contextmanager
 def effect_saver(path: Path) -> Iterator[Any]:
-    """``SyncEffectSqliteSaver`` on ``path``, set up."""
-    from langgraph_effects import SyncEffectSqliteSaver
+    """``EffectSqliteSaver`` on ``path``, set up."""
+    from langgraph_effects import EffectSqliteSaver
 
-    with SyncEffectSqliteSaver.from_conn_string(str(path)) as saver:
+    with EffectSqliteSaver.from_conn_string(str(path)) as saver:
         saver.setup()
         yield saver
 

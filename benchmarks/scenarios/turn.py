@@ -54,7 +54,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from langgraph_effects import Effect, EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver, Effect
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 
@@ -266,10 +266,10 @@ async def compare(
 
 @asynccontextmanager
 async def sqlite_savers(path: Path) -> AsyncIterator[tuple[Any, Any]]:
-    """``AsyncSqliteSaver`` and ``EffectSqliteSaver`` on the same file."""
+    """``AsyncSqliteSaver`` and ``AsyncEffectSqliteSaver`` on the same file."""
     async with (
         AsyncSqliteSaver.from_conn_string(str(path)) as plain,
-        EffectSqliteSaver.from_conn_string(path) as effect,
+        AsyncEffectSqliteSaver.from_conn_string(path) as effect,
     ):
         await effect.setup()
         await plain.setup()
@@ -278,17 +278,17 @@ async def sqlite_savers(path: Path) -> AsyncIterator[tuple[Any, Any]]:
 
 @asynccontextmanager
 async def postgres_savers(dsn: str, ours_dsn: str | None = None) -> AsyncIterator[tuple[Any, Any]]:
-    """``AsyncPostgresSaver`` on ``dsn`` and ``EffectPostgresSaver`` on ``ours_dsn`` (the
+    """``AsyncPostgresSaver`` on ``dsn`` and ``AsyncEffectPostgresSaver`` on ``ours_dsn`` (the
     same server; by default the same database). Give them a database each when timing:
     our fence's triggers act on every insert into the tables they guard, the plain
     saver's too."""
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 
     async with (
         AsyncPostgresSaver.from_conn_string(dsn) as plain,
-        EffectPostgresSaver.from_conn_string(ours_dsn or dsn) as effect,
+        AsyncEffectPostgresSaver.from_conn_string(ours_dsn or dsn) as effect,
     ):
         await effect.setup()
         await plain.setup()

@@ -5,7 +5,7 @@
 
 Every tool task reads the checkpoint it was prepared from once (the durability
 barrier and the turn of its operation ids, README "Operation identity"). This
-times that read on a real ``EffectSqliteSaver`` file for histories of 10, 100 and
+times that read on a real ``AsyncEffectSqliteSaver`` file for histories of 10, 100 and
 500 messages of ~200 characters each.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from scenarios import opt, section
 
 CONFIGURATIONS = ("10 messages", "100 messages", "500 messages")
@@ -34,7 +34,7 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
     reads = opt(args, "reads", 50)
     lines, rows = [], {}
     with tempfile.TemporaryDirectory(dir=ctx.workdir) as tmp:
-        async with EffectSqliteSaver.from_conn_string(os.path.join(tmp, "turn.sqlite")) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(os.path.join(tmp, "turn.sqlite")) as saver:
             await saver.setup()
             builder = StateGraph(MessagesState)
             builder.add_node("model", lambda s: {"messages": [AIMessage("x" * 200)]})

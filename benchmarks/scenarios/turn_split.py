@@ -11,11 +11,11 @@ fresh thread; a full garbage collection, not timed, before each batch, as in
 * ``baseline``: ``ToolNode`` or plain ``create_agent`` on LangGraph's own saver
   (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``, on a file or database of its own);
 * ``our saver, triggers off`` (Postgres only): the same agent on
-  ``EffectPostgresSaver`` with the fence's triggers disabled around its batches, a
+  ``AsyncEffectPostgresSaver`` with the fence's triggers disabled around its batches, a
   what-if that splits the saver's cost into the triggers' work in the server (the
   next row against this one) and the rest (this row against the baseline);
-* ``baseline, our saver``: the same agent on ``EffectSqliteSaver`` /
-  ``EffectPostgresSaver``: what the one-runner fence costs (or saves);
+* ``baseline, our saver``: the same agent on ``AsyncEffectSqliteSaver`` /
+  ``AsyncEffectPostgresSaver``: what the one-runner fence costs (or saves);
 * ``ours, ledger in memory``: ``EffectToolNode`` / ``EffectMiddleware`` on our saver,
   recording in an ``InMemoryLedger``: the protocol's Python without a database (no
   round trip, no commit; the memory ledger's own bookkeeping, which stores each row
@@ -46,7 +46,7 @@ import stats
 from bench_common import fence_triggers_off, fresh_pg_database
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects.ledger.memory import InMemoryLedger
 from scenarios import batched_options, check_batched, opt, section
 from scenarios import turn as bench_e2e
@@ -65,7 +65,7 @@ async def savers(backend: str, dsn: str) -> AsyncIterator[tuple[Any, Any, str | 
         with tempfile.TemporaryDirectory(prefix="turn-split-") as tmp:
             async with (
                 AsyncSqliteSaver.from_conn_string(str(Path(tmp) / "plain.db")) as plain,
-                EffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as ours,
+                AsyncEffectSqliteSaver.from_conn_string(Path(tmp) / "ours.db") as ours,
             ):
                 await plain.setup()
                 await ours.setup()

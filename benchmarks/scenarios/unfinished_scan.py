@@ -3,7 +3,7 @@
 
     python benchmarks/run.py unfinished_scan [--threads 20000] [--checkpoints 5] [--repeat 3]
 
-Fills LangGraph's ``checkpoints`` table of a fresh ``EffectSqliteSaver`` file and of
+Fills LangGraph's ``checkpoints`` table of a fresh ``AsyncEffectSqliteSaver`` file and of
 a fresh Postgres schema (the runner's ``--postgres-dsn``; skipped without a server)
 with ``threads`` x ``checkpoints`` rows (1 % of the threads end on an
 ``input`` checkpoint, as a worker that died before its first step leaves them), then
@@ -24,8 +24,8 @@ from typing import Any
 
 import psycopg
 
-from langgraph_effects import EffectSqliteSaver
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects import AsyncEffectSqliteSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from scenarios import opt, section
 
 CONFIGURATIONS = ("sqlite", "postgres")
@@ -39,7 +39,7 @@ def rows(threads: int, checkpoints: int) -> Iterator[tuple[str, str, str]]:
             yield f"thread-{t}", f"{k:08d}-{uuid.uuid4()}", json.dumps({"source": source, "step": k})
 
 
-async def timed(saver: EffectSqliteSaver | EffectPostgresSaver, repeat: int) -> tuple[int, float]:
+async def timed(saver: AsyncEffectSqliteSaver | AsyncEffectPostgresSaver, repeat: int) -> tuple[int, float]:
     times, found = [], []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -50,7 +50,7 @@ async def timed(saver: EffectSqliteSaver | EffectPostgresSaver, repeat: int) -> 
 
 async def sqlite_case(threads: int, checkpoints: int, repeat: int) -> tuple[int, float]:
     path = os.path.join(tempfile.mkdtemp(), "agent.sqlite")
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
     with sqlite3.connect(path) as db:
         db.executemany(
@@ -58,7 +58,7 @@ async def sqlite_case(threads: int, checkpoints: int, repeat: int) -> tuple[int,
             "VALUES (?, '', ?, 'msgpack', x'00', CAST(? AS BLOB))",
             rows(threads, checkpoints),
         )
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         return await timed(saver, repeat)
 
@@ -69,7 +69,7 @@ async def postgres_case(threads: int, checkpoints: int, repeat: int, pg_dsn: str
         conn.execute(f'CREATE SCHEMA "{schema}"')
     dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + f"options=-csearch_path%3D{schema}"
     try:
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
         with psycopg.connect(dsn, autocommit=True) as conn:
             copy = "COPY checkpoints (thread_id, checkpoint_id, checkpoint, metadata) FROM STDIN"
@@ -77,7 +77,7 @@ async def postgres_case(threads: int, checkpoints: int, repeat: int, pg_dsn: str
                 for thread, checkpoint, meta in rows(threads, checkpoints):
                     pipe.write_row((thread, checkpoint, "{}", meta))
             conn.execute("ANALYZE checkpoints")
-        async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
             return await timed(saver, repeat)
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -1,4 +1,4 @@
-"""The server's checkpointer for ``langgraph.checkpointer.json``: ``EffectSqliteSaver``,
+"""The server's checkpointer for ``langgraph.checkpointer.json``: ``AsyncEffectSqliteSaver``,
 checkpoints and the effect ledger in one SQLite file (``LANGGRAPH_EFFECTS_DB``,
 default ``agent.sqlite``). LangGraph's server enters this at start-up."""
 
@@ -8,13 +8,13 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 
 
 @asynccontextmanager
-async def make_saver() -> AsyncIterator[EffectSqliteSaver]:
+async def make_saver() -> AsyncIterator[AsyncEffectSqliteSaver]:
     """Open and set up the saver; closed when the server stops."""
     path = os.environ.get("LANGGRAPH_EFFECTS_DB", "agent.sqlite")
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         yield saver

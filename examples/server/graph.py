@@ -7,7 +7,7 @@ a graph factory the server enters for every run, opening the ledger beside the
 server's own checkpointer and passing it as ``EffectMiddleware(ledger=...)``.
 
 ``graph`` is the same agent for ``langgraph.checkpointer.json``, where the server
-uses ``EffectSqliteSaver`` (``checkpointer.py``) as its checkpointer: the ledger
+uses ``AsyncEffectSqliteSaver`` (``checkpointer.py``) as its checkpointer: the ledger
 then comes with the checkpointer, in the same file, and nothing else is needed.
 
 ``open_ticket`` is an undeclared tool, so it is blind: after an ambiguous failure
@@ -62,5 +62,5 @@ async def make_graph(config: Any) -> AsyncIterator[Any]:
         yield create_agent(model, tools=[open_ticket], middleware=[EffectMiddleware(ledger=ledger)])
 
 
-# For langgraph.checkpointer.json: the ledger comes with the server's EffectSqliteSaver.
+# For langgraph.checkpointer.json: the ledger comes with the server's AsyncEffectSqliteSaver.
 graph = create_agent(model, tools=[open_ticket], middleware=[EffectMiddleware()])

@@ -149,7 +149,7 @@ def _task_call(calls: _Calls, ledger: Ledger | None, args: Any, kwargs: Any) -> 
     if found is None:
         raise NoLedgerError(
             f"@effectful {tool} has no ledger: give the entrypoint a checkpointer that "
-            "carries one (EffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
+            "carries one (AsyncEffectSqliteSaver, attach_ledger) or pass ledger=. Nothing was sent."
         )
     named, digest = calls.bind(args, kwargs)
     call = {"id": task_id, "name": tool, "args": named}

@@ -294,8 +294,8 @@ class EffectMiddleware(AgentMiddleware):
         ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
             raise NoLedgerError(
-                "EffectMiddleware has no ledger: pass create_agent(checkpointer=EffectSqliteSaver(...)) "
-                "(or EffectPostgresSaver, or attach_ledger(...)), or EffectMiddleware(ledger=...). "
+                "EffectMiddleware has no ledger: pass create_agent(checkpointer=AsyncEffectSqliteSaver(...)) "
+                "(or AsyncEffectPostgresSaver, or attach_ledger(...)), or EffectMiddleware(ledger=...). "
                 "Nothing was sent."
             )
         return Session.open(

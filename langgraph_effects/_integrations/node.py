@@ -109,7 +109,7 @@ class EffectToolNode(ToolNode):
             provider can prove after a crash. A tool not listed is a *blind* effect
             (ambiguity goes to an operator); ``Effect.read_only()`` opts a tool out.
         ledger: where operations are recorded. Default: the ledger of the graph's
-            checkpointer (``EffectSqliteSaver``, ``EffectPostgresSaver``, or one
+            checkpointer (``AsyncEffectSqliteSaver``, ``AsyncEffectPostgresSaver``, or one
             attached with [`attach_ledger`][langgraph_effects.attach_ledger]).
         lease_seconds: how long a dispatch lease lasts without a heartbeat; a live
             lease makes a second worker wait instead of sending.
@@ -154,7 +154,7 @@ class EffectToolNode(ToolNode):
         if found is None:
             raise NoLedgerError(
                 "EffectToolNode has no ledger to record effectful calls in: compile the graph "
-                "with EffectSqliteSaver (or EffectPostgresSaver), attach one with "
+                "with AsyncEffectSqliteSaver (or AsyncEffectPostgresSaver), attach one with "
                 "attach_ledger(checkpointer, ledger), or pass EffectToolNode(..., ledger=...). "
                 "Nothing was sent."
             )

@@ -141,7 +141,7 @@ class Session:
         if thread_id is None:
             raise DurabilityError(
                 "effectful tool calls need a checkpointer and a thread_id: compile the graph "
-                "with a checkpointer (e.g. EffectSqliteSaver) and pass "
+                "with a checkpointer (e.g. AsyncEffectSqliteSaver) and pass "
                 "config={'configurable': {'thread_id': ...}}"
             )
         # Before anything waits, reads or writes: ids that cannot be stored are refused.

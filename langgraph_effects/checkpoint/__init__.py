@@ -1,8 +1,8 @@
 """Checkpointer extensions: the operation ledger lives beside LangGraph's checkpoints.
 
-``EffectSqliteSaver`` (and ``EffectPostgresSaver`` with the ``postgres`` extra) is
+``AsyncEffectSqliteSaver`` (and ``AsyncEffectPostgresSaver`` with the ``postgres`` extra) is
 LangGraph's saver plus a ``.ledger`` in the same database on its own connection;
-``SyncEffectSqliteSaver`` / ``SyncEffectPostgresSaver`` (`.sync`) are their sync
+``EffectSqliteSaver`` / ``EffectPostgresSaver`` (`.sync`) are their sync
 twins for ``invoke``/``stream``.
 Any other checkpointer can carry a ledger with `attach_ledger`.
 """

@@ -73,7 +73,7 @@ class AsyncOpener(Generic[T]):
 class AsyncOnly:
     """Listed first among an async Effect saver's bases (see the module)."""
 
-    sync_name: ClassVar[str] = "SyncEffectSqliteSaver"
+    sync_name: ClassVar[str] = "EffectSqliteSaver"
     """The sync twin's class name: what ``invoke``/``stream`` should use instead."""
 
     loop: asyncio.AbstractEventLoop

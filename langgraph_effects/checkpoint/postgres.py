@@ -1,4 +1,4 @@
-"""``EffectPostgresSaver``: LangGraph's ``AsyncPostgresSaver`` plus a ledger in the same
+"""``AsyncEffectPostgresSaver``: LangGraph's ``AsyncPostgresSaver`` plus a ledger in the same
 database, and one runner per thread (see `langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
@@ -23,22 +23,22 @@ from . import _fence, _sides, _unfinished
 from ._fence import Coordinates, Put
 
 
-class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSaver):
+class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSaver):
     """An ``AsyncPostgresSaver`` whose database also holds the operation ledger.
 
     The ledger runs on its own connection pool to the same database: sharing the
     saver's connection is unsafe (a ledger transaction would capture the saver's
     writes, and the saver's autocommit would split ours). Open it with
-    [`from_conn_string`][langgraph_effects.EffectPostgresSaver.from_conn_string] and call
-    [`setup`][langgraph_effects.EffectPostgresSaver.setup] once:
+    [`from_conn_string`][langgraph_effects.AsyncEffectPostgresSaver.from_conn_string] and call
+    [`setup`][langgraph_effects.AsyncEffectPostgresSaver.setup] once:
 
-        async with EffectPostgresSaver.from_conn_string("postgresql://...") as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             await saver.setup()
             graph = builder.compile(checkpointer=saver)
     """
 
     ledger: PostgresLedger
-    sync_name = "SyncEffectPostgresSaver"
+    sync_name = "EffectPostgresSaver"
 
     def __init__(
         self,
@@ -66,9 +66,9 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         ledger_schema: str | None = None,
         ledger_max_size: int = 10,
         connect_timeout: float | None = None,
-    ) -> _sides.AsyncOpener[EffectPostgresSaver]:
+    ) -> _sides.AsyncOpener[AsyncEffectPostgresSaver]:
         """Open the checkpoints and the ledger in the Postgres database ``conn_string``
-        (``async with``; sync code opens ``SyncEffectPostgresSaver`` instead).
+        (``async with``; sync code opens ``EffectPostgresSaver`` instead).
 
         The checkpoints use one connection (as ``AsyncPostgresSaver`` does), the
         ledger its own pool of up to ``ledger_max_size`` connections, in
@@ -92,7 +92,7 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
         ledger_schema: str | None,
         ledger_max_size: int,
         connect_timeout: float | None,
-    ) -> AsyncIterator[EffectPostgresSaver]:
+    ) -> AsyncIterator[AsyncEffectPostgresSaver]:
         extra: dict[str, Any] = {}
         ledger_timeout: dict[str, Any] = {}
         if connect_timeout is not None:
@@ -335,13 +335,13 @@ class EffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgresSav
 
 
 class _FencedCursor:
-    """``EffectPostgresSaver._cursor``'s context: LangGraph's cursor, and inside a save
+    """``AsyncEffectPostgresSaver._cursor``'s context: LangGraph's cursor, and inside a save
     the statement that tells the trigger how to fence it, before LangGraph's own."""
 
     __slots__ = ("_inner", "_saver")
 
     def __init__(
-        self, saver: EffectPostgresSaver, inner: AbstractAsyncContextManager[AsyncCursor[DictRow]]
+        self, saver: AsyncEffectPostgresSaver, inner: AbstractAsyncContextManager[AsyncCursor[DictRow]]
     ) -> None:
         self._saver, self._inner = saver, inner
 
@@ -536,4 +536,4 @@ def _trigger_sql(schema: str, table: str) -> sql.Composed:
     )
 
 
-__all__ = ["EffectPostgresSaver"]
+__all__ = ["AsyncEffectPostgresSaver"]

@@ -1,4 +1,4 @@
-"""``EffectSqliteSaver``: LangGraph's ``AsyncSqliteSaver`` plus a ledger in the same file,
+"""``AsyncEffectSqliteSaver``: LangGraph's ``AsyncSqliteSaver`` plus a ledger in the same file,
 and one runner per thread (see `langgraph_effects.checkpoint._fence`)."""
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ from . import _fence, _sides, _unfinished
 from ._fence import Put
 
 
-class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
+class AsyncEffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     """An ``AsyncSqliteSaver`` whose database also holds the operation ledger.
 
     The ledger uses its own connection to the same file: sharing the saver's
     connection is unsafe (the saver's commits would swallow the ledger's
-    transactions). Open it with [`from_conn_string`][langgraph_effects.EffectSqliteSaver.from_conn_string] and
-    call [`setup`][langgraph_effects.EffectSqliteSaver.setup] once:
+    transactions). Open it with
+    [`from_conn_string`][langgraph_effects.AsyncEffectSqliteSaver.from_conn_string] and
+    call [`setup`][langgraph_effects.AsyncEffectSqliteSaver.setup] once:
 
-        async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             await saver.setup()
             graph = builder.compile(checkpointer=saver)
 
@@ -51,7 +52,7 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     """
 
     ledger: SqliteLedger
-    sync_name = "SyncEffectSqliteSaver"
+    sync_name = "EffectSqliteSaver"
 
     def __init__(self, conn: aiosqlite.Connection, ledger: SqliteLedger, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
@@ -61,14 +62,14 @@ class EffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSaver):
     @classmethod
     def from_conn_string(  # type: ignore[override]  # async with as before; a sync with is refused
         cls, conn_string: str | Path, **kwargs: Any
-    ) -> _sides.AsyncOpener[EffectSqliteSaver]:
+    ) -> _sides.AsyncOpener[AsyncEffectSqliteSaver]:
         """Open the checkpoints and the ledger in the SQLite file ``conn_string``
-        (``async with``; sync code opens ``SyncEffectSqliteSaver`` instead)."""
+        (``async with``; sync code opens ``EffectSqliteSaver`` instead)."""
         return _sides.AsyncOpener(cls._open(conn_string, **kwargs), cls.__name__, cls.sync_name)
 
     @classmethod
     @asynccontextmanager
-    async def _open(cls, conn_string: str | Path, **kwargs: Any) -> AsyncIterator[EffectSqliteSaver]:
+    async def _open(cls, conn_string: str | Path, **kwargs: Any) -> AsyncIterator[AsyncEffectSqliteSaver]:
         path = str(conn_string)
         ledger_conn = await connect(path)
         try:

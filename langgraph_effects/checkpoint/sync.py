@@ -1,8 +1,8 @@
 """Durable savers for synchronous graphs (``graph.invoke`` / ``graph.stream``).
 
-``SyncEffectSqliteSaver`` and ``SyncEffectPostgresSaver`` are LangGraph's sync
-checkpointer interface over the async savers (`EffectSqliteSaver`,
-`EffectPostgresSaver`), not a second copy of them: every sync call runs the
+``EffectSqliteSaver`` and ``EffectPostgresSaver`` are LangGraph's sync
+checkpointer interface over the async savers (`AsyncEffectSqliteSaver`,
+`AsyncEffectPostgresSaver`), not a second copy of them: every sync call runs the
 async saver's method on the package's one background event loop (the portal,
 `langgraph_effects._runtime.portal`), where the sync integrations already run their
 ledger work. So the checkpoints, the one-runner fence, the ledger beside them and
@@ -36,13 +36,13 @@ from .._runtime import portal as _portal
 from ..ledger.base import DEFAULT_ACTOR
 from . import _fence
 from ._sides import saver_mismatch
-from .sqlite import EffectSqliteSaver
+from .sqlite import AsyncEffectSqliteSaver
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
     from ..ledger.base import Ledger
-    from .postgres import EffectPostgresSaver
+    from .postgres import AsyncEffectPostgresSaver
 
 T = TypeVar("T")
 S = TypeVar("S", bound="SyncEffectSaver")
@@ -57,7 +57,7 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
     find the async saver's.
     """
 
-    async_name: ClassVar[str] = "EffectSqliteSaver"
+    async_name: ClassVar[str] = "AsyncEffectSqliteSaver"
     """The async saver's class name: what ``ainvoke``/``astream`` should use instead."""
 
     def __init__(self, saver: Any) -> None:
@@ -203,42 +203,43 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
             _portal.run(manager.__aexit__(None, None, None))
 
 
-class SyncEffectSqliteSaver(SyncEffectSaver):
-    """The sync twin of [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (as LangGraph's
-    ``SqliteSaver`` is of its ``AsyncSqliteSaver``): the checkpoints and the ledger in
-    one SQLite file, one runner per thread, for ``graph.invoke`` and ``graph.stream``:
+class EffectSqliteSaver(SyncEffectSaver):
+    """The sync SQLite saver, a drop-in for LangGraph's ``SqliteSaver``: the checkpoints
+    and the ledger in one SQLite file, one runner per thread, for ``graph.invoke`` and
+    ``graph.stream``; its async twin is
+    [`AsyncEffectSqliteSaver`][langgraph_effects.AsyncEffectSqliteSaver]:
 
-        with SyncEffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
+        with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
             saver.setup()
             graph = builder.compile(checkpointer=saver)
             graph.invoke(inputs, config)
     """
 
-    async_name = "EffectSqliteSaver"
-    saver: EffectSqliteSaver
+    async_name = "AsyncEffectSqliteSaver"
+    saver: AsyncEffectSqliteSaver
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[SyncEffectSqliteSaver]:
+    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[EffectSqliteSaver]:
         """Open the checkpoints and the ledger in the SQLite file ``conn_string``
         (``kwargs`` go to
-        [`EffectSqliteSaver.from_conn_string`][langgraph_effects.EffectSqliteSaver.from_conn_string])."""
-        with cls._opened(EffectSqliteSaver.from_conn_string(conn_string, **kwargs)) as saver:
+        [`AsyncEffectSqliteSaver.from_conn_string`][langgraph_effects.AsyncEffectSqliteSaver.from_conn_string])."""
+        with cls._opened(AsyncEffectSqliteSaver.from_conn_string(conn_string, **kwargs)) as saver:
             yield saver
 
 
-class SyncEffectPostgresSaver(SyncEffectSaver):
-    """The sync twin of [`EffectPostgresSaver`][langgraph_effects.EffectPostgresSaver] (as LangGraph's
-    ``PostgresSaver`` is of its ``AsyncPostgresSaver``), for ``graph.invoke`` and
-    ``graph.stream``:
+class EffectPostgresSaver(SyncEffectSaver):
+    """The sync Postgres saver, a drop-in for LangGraph's ``PostgresSaver``, for
+    ``graph.invoke`` and ``graph.stream``; its async twin is
+    [`AsyncEffectPostgresSaver`][langgraph_effects.AsyncEffectPostgresSaver]:
 
-        with SyncEffectPostgresSaver.from_conn_string("postgresql://...") as saver:
+        with EffectPostgresSaver.from_conn_string("postgresql://...") as saver:
             saver.setup()
             graph = builder.compile(checkpointer=saver)
     """
 
-    async_name = "EffectPostgresSaver"
-    saver: EffectPostgresSaver
+    async_name = "AsyncEffectPostgresSaver"
+    saver: AsyncEffectPostgresSaver
 
     @classmethod
     @contextmanager
@@ -251,12 +252,12 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
         ledger_schema: str | None = None,
         ledger_max_size: int = 10,
         connect_timeout: float | None = None,
-    ) -> Iterator[SyncEffectPostgresSaver]:
+    ) -> Iterator[EffectPostgresSaver]:
         """Open the checkpoints and the ledger in the Postgres database ``conn_string``
-        (the arguments of `EffectPostgresSaver.from_conn_string`)."""
-        from .postgres import EffectPostgresSaver
+        (the arguments of `AsyncEffectPostgresSaver.from_conn_string`)."""
+        from .postgres import AsyncEffectPostgresSaver
 
-        manager = EffectPostgresSaver.from_conn_string(
+        manager = AsyncEffectPostgresSaver.from_conn_string(
             conn_string, pipeline=pipeline, serde=serde, ledger_schema=ledger_schema,
             ledger_max_size=ledger_max_size, connect_timeout=connect_timeout,
         )
@@ -279,4 +280,4 @@ class SyncEffectPostgresSaver(SyncEffectSaver):
         self._refuse("aprune")
 
 
-__all__ = ["SyncEffectPostgresSaver", "SyncEffectSaver", "SyncEffectSqliteSaver"]
+__all__ = ["EffectPostgresSaver", "SyncEffectSaver", "EffectSqliteSaver"]

@@ -139,7 +139,7 @@ def recover_command(
     --graph names a factory in your code, `def make_graph(checkpointer)`, that builds the
     graph that ran the threads and compiles it with the checkpointer it is given
     (`builder.compile(checkpointer=checkpointer)`); it may be async. The console opens
-    that checkpointer for --db (EffectSqliteSaver for a SQLite path, EffectPostgresSaver
+    that checkpointer for --db (AsyncEffectSqliteSaver for a SQLite path, AsyncEffectPostgresSaver
     for a postgresql:// DSN) and resumes each thread once, with durability="sync", under
     the tenant its operations were recorded with. A thread with an operation under a live
     lease is left alone (someone is sending it right now).

@@ -164,7 +164,7 @@ async def open_target(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
 
 @asynccontextmanager
 async def open_checkpointer(target: Target) -> AsyncIterator[Any]:
-    """The checkpointer + ledger for ``--db``: ``EffectSqliteSaver`` or ``EffectPostgresSaver``
+    """The checkpointer + ledger for ``--db``: ``AsyncEffectSqliteSaver`` or ``AsyncEffectPostgresSaver``
     (the registry's `open_checkpointer`).
 
     The ledger must be there already (a database without one is refused, nothing

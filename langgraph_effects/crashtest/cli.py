@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for --random")
     parser.add_argument(
-        "--db", metavar="DSN", help="run on EffectPostgresSaver in this database (default: SQLite files)"
+        "--db", metavar="DSN", help="run on AsyncEffectPostgresSaver in this database (default: SQLite files)"
     )
     parser.add_argument("--workdir", type=Path, help="keep the runs' SQLite files here (default: a temp dir)")
     parser.add_argument(

@@ -287,8 +287,8 @@ async def crashtest(
             `POINTS`); each runs once per tool call of the control run.
         random: extra runs killed at a random moment of the run.
         seed: seeds the random kills.
-        db: a ``postgresql://`` DSN to run on ``EffectPostgresSaver`` (default: a
-            fresh ``EffectSqliteSaver`` file per run under ``workdir``).
+        db: a ``postgresql://`` DSN to run on ``AsyncEffectPostgresSaver`` (default: a
+            fresh ``AsyncEffectSqliteSaver`` file per run under ``workdir``).
         workdir: keep the runs' SQLite files here (default: a temporary directory).
         on_run: called as ``on_run(run, done, total)`` after every finished run.
         deadline_seconds: the longest one attempt may take.

@@ -342,15 +342,15 @@ def _call_probe(probe: Callable[[str], Any], thread_id: str) -> int:
 @contextlib.asynccontextmanager
 async def open_checkpointer(db: str, *, sync: bool = False) -> AsyncIterator[Any]:
     """A fresh checkpointer on ``db``: the one of the backend the registry names for it
-    (``EffectSqliteSaver`` for a path, ``EffectPostgresSaver`` for a DSN); with ``sync``,
+    (``AsyncEffectSqliteSaver`` for a path, ``AsyncEffectPostgresSaver`` for a DSN); with ``sync``,
     their sync twins (opened and closed on the package's portal loop)."""
     from ..ledger.registry import open_checkpointer as backend_checkpointer
 
     if sync:
-        from ..checkpoint.sync import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+        from ..checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
         from ..ledger.opener import is_postgres_dsn
 
-        kind = SyncEffectPostgresSaver if is_postgres_dsn(db) else SyncEffectSqliteSaver
+        kind = EffectPostgresSaver if is_postgres_dsn(db) else EffectSqliteSaver
         with kind.from_conn_string(db) as twin:
             yield twin
         return

@@ -28,7 +28,7 @@ Crash points map onto the product's own fault points: ``A`` is the dispatcher's
 ``before_outcome`` (the tool returned, the outcome is not committed yet); ``B``
 and the lost response (``timeout``) are inside the lab's client.
 
-The graph checkpoints through [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver], as
+The graph checkpoints through [`AsyncEffectSqliteSaver`][langgraph_effects.AsyncEffectSqliteSaver], as
 this package recommends: the ledger lives in the checkpoints' file on its own
 connection (a strategy run on a plain saver gets one attached with
 [`attach_ledger`][langgraph_effects.attach_ledger]). The audit counts operations left

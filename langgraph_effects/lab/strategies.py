@@ -101,7 +101,7 @@ class CellFiles:
     """A database the strategy may use for its own local records (markers)."""
     ledger: Path
     """Where an effect ledger lives, for strategies that keep one: the checkpoints'
-    own database (on its own connection), as ``EffectSqliteSaver`` keeps it."""
+    own database (on its own connection), as ``AsyncEffectSqliteSaver`` keeps it."""
 
     @classmethod
     def under(cls, workdir: Path) -> CellFiles:
@@ -253,11 +253,11 @@ class Strategy:
         check: the strategy's own invariants beyond 0 duplicates / 0 missing /
             0 non-terminal (e.g. "a blind provider is never re-sent to").
         summary: one line for ``--list``.
-        effect_saver: the graph checkpoints through ``EffectSqliteSaver`` (the
+        effect_saver: the graph checkpoints through ``AsyncEffectSqliteSaver`` (the
             ledger in the same file), as this package recommends, instead of
             LangGraph's plain ``AsyncSqliteSaver``.
         sync: the worker runs the graph synchronously (``graph.invoke``) on
-            ``SyncEffectSqliteSaver`` (`syncrow`); the builder is then a
+            ``EffectSqliteSaver`` (`syncrow`); the builder is then a
             plain function and its tools are sync.
     """
 

@@ -4,7 +4,7 @@ A large share of LangGraph applications are synchronous: ``graph.invoke`` with a
 saver, from a web view, a task queue or a script. This row runs the lab's graph as
 they do: a sync ``send_notification`` tool under [`EffectToolNode`][langgraph_effects.EffectToolNode]
 (the contract each provider offers, as the async row declares it), checkpoints and
-the ledger in one file through [`SyncEffectSqliteSaver`][langgraph_effects.SyncEffectSqliteSaver], and a
+the ledger in one file through [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver], and a
 worker process that drives it without an event loop of its own:
 
 * a run is ``graph.invoke(payload, config)``; a resume ``graph.invoke(None, config)``;
@@ -35,7 +35,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from .._integrations.node import EffectToolNode
 from .._runtime.context import current_operation
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
-from ..checkpoint.sync import SyncEffectSqliteSaver
+from ..checkpoint.sync import EffectSqliteSaver
 from ..core.contract import Effect
 from ..recovery.sync import recover_sync
 from .faults import CRASH_POINTS, Faults, process_cpu
@@ -135,7 +135,7 @@ def serve_sync(conn: Connection, spec: WorkerSpec) -> None:
     """The sync row's worker: no event loop of its own, the graph run with ``invoke``."""
     faults = Faults(conn)
     provider = spec.provider_settings.open(spec.files, spec.provider_mode)
-    with SyncEffectSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver:
+    with EffectSqliteSaver.from_conn_string(str(spec.files.checkpoints)) as saver:
         saver.setup()
         ctx = worker_context(spec, faults, provider, saver)
         try:
@@ -194,7 +194,7 @@ STRATEGY = register(
         audit=audit_ledger,
         check=check_cell,
         summary="EffectToolNode with a sync tool, the graph run by graph.invoke on "
-        "SyncEffectSqliteSaver (dedup, lookup, blind)",
+        "EffectSqliteSaver (dedup, lookup, blind)",
         effect_saver=True,
         sync=True,
     )

@@ -38,7 +38,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from ..checkpoint.sqlite import EffectSqliteSaver
+from ..checkpoint.sqlite import AsyncEffectSqliteSaver
 from ..errors import EffectsError
 from ..recovery import recover
 from .faults import CRASH_POINTS, AttemptFaults, Faults, LabClient, process_cpu
@@ -92,14 +92,14 @@ class WorkerSpec:
     crash_point: str
     files: CellFiles
     effect_saver: bool = False
-    """Checkpoints through [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (the ledger in
+    """Checkpoints through [`AsyncEffectSqliteSaver`][langgraph_effects.AsyncEffectSqliteSaver] (the ledger in
     the same file, and whatever the saver does to keep one runner per thread)
     instead of LangGraph's plain ``AsyncSqliteSaver``."""
     generation: int = 0
     """Workers of the cell replaced before this one (the builder sees it)."""
     sync: bool = False
     """The graph runs synchronously (``graph.invoke``) on
-    [`SyncEffectSqliteSaver`][langgraph_effects.SyncEffectSqliteSaver] (`syncrow`)."""
+    [`EffectSqliteSaver`][langgraph_effects.EffectSqliteSaver] (`syncrow`)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
 def _saver(spec: WorkerSpec) -> contextlib.AbstractAsyncContextManager[AsyncSqliteSaver]:
     path = str(spec.files.checkpoints)
     if spec.effect_saver:
-        return EffectSqliteSaver.from_conn_string(path)
+        return AsyncEffectSqliteSaver.from_conn_string(path)
     return AsyncSqliteSaver.from_conn_string(path)
 
 
@@ -250,7 +250,7 @@ async def _serve(conn: Connection, spec: WorkerSpec) -> None:
         _saver(spec) as saver,
         contextlib.AsyncExitStack() as exits,
     ):
-        await saver.setup()  # an EffectSqliteSaver sets up its ledger here, before recover() reads it
+        await saver.setup()  # an AsyncEffectSqliteSaver sets up its ledger here, before recover() reads it
         ctx = worker_context(spec, faults, provider, saver, exits)
         try:
             tools = spec.build(ctx)

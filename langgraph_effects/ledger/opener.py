@@ -159,22 +159,22 @@ async def _open_sqlite(db: str, options: LedgerOptions) -> AsyncIterator[Ledger]
 
 
 async def _setup_sqlite(db: str, options: LedgerOptions) -> str:
-    from ..checkpoint.sqlite import EffectSqliteSaver
+    from ..checkpoint.sqlite import AsyncEffectSqliteSaver
 
     path = _sqlite_path(db)
     if Path(path).is_dir():
         raise LedgerCorruptError(
             f"{path} is a directory. Give the path of the SQLite database file to create or migrate."
         )
-    async with EffectSqliteSaver.from_conn_string(path) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         return saver.ledger.where
 
 
 def _sqlite_checkpointer(db: str, options: LedgerOptions) -> AbstractAsyncContextManager[Any]:
-    from ..checkpoint.sqlite import EffectSqliteSaver
+    from ..checkpoint.sqlite import AsyncEffectSqliteSaver
 
-    return EffectSqliteSaver.from_conn_string(_sqlite_path(db))
+    return AsyncEffectSqliteSaver.from_conn_string(_sqlite_path(db))
 
 
 # -- Postgres -------------------------------------------------------------------------
@@ -246,11 +246,11 @@ async def _probe_postgres(db: str, timeout: float) -> None:
 
 async def _setup_postgres(db: str, options: LedgerOptions) -> str:
     try:
-        from ..checkpoint.postgres import EffectPostgresSaver
+        from ..checkpoint.postgres import AsyncEffectPostgresSaver
     except ImportError as error:
         raise _postgres_missing(db, error) from error
     await _probe_postgres(db, options.connect_timeout if options.connect_timeout is not None else 30.0)
-    async with EffectPostgresSaver.from_conn_string(
+    async with AsyncEffectPostgresSaver.from_conn_string(
         db, ledger_schema=options.schema, ledger_max_size=2, connect_timeout=options.connect_timeout
     ) as saver:
         await saver.setup()
@@ -259,10 +259,10 @@ async def _setup_postgres(db: str, options: LedgerOptions) -> str:
 
 def _postgres_checkpointer(db: str, options: LedgerOptions) -> AbstractAsyncContextManager[Any]:
     try:
-        from ..checkpoint.postgres import EffectPostgresSaver
+        from ..checkpoint.postgres import AsyncEffectPostgresSaver
     except ImportError as error:
         raise _postgres_missing(db, error) from error
-    return EffectPostgresSaver.from_conn_string(
+    return AsyncEffectPostgresSaver.from_conn_string(
         db, ledger_schema=options.schema, connect_timeout=options.connect_timeout
     )
 

@@ -41,7 +41,7 @@ _ADVICE: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] =
     (
         (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName),
         "the ledger tables do not exist at {where} ({error}). Call setup() once (or "
-        "EffectPostgresSaver.setup()) before use; if setup() itself says so, the "
+        "AsyncEffectPostgresSaver.setup()) before use; if setup() itself says so, the "
         "search_path names no existing schema: pass schema=. Nothing was written.",
     ),
     (

@@ -257,8 +257,8 @@ async def setup_database(db: str, *, schema: str | None = None, connect_timeout:
 async def open_checkpointer(
     db: str, *, schema: str | None = None, connect_timeout: float | None = None
 ) -> AsyncIterator[Any]:
-    """The effect-aware checkpointer of ``db``'s backend (``EffectSqliteSaver``,
-    ``EffectPostgresSaver``), not set up; its ``.ledger`` is the ledger."""
+    """The effect-aware checkpointer of ``db``'s backend (``AsyncEffectSqliteSaver``,
+    ``AsyncEffectPostgresSaver``), not set up; its ``.ledger`` is the ledger."""
     backend = backend_for(db)
     if backend.checkpointer is None:
         raise UnsupportedByBackendError(backend.scheme, "checkpointer")

@@ -2,7 +2,7 @@
 
 A service calls it on start-up (or an operator runs ``langgraph-effects recover``):
 
-    async with EffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string("agent.sqlite") as saver:
         await saver.setup()
         graph = builder.compile(checkpointer=saver)
         report = await recover(graph)
@@ -13,7 +13,7 @@ from "never started", the ledger does. Recovery looks at every thread with an
 unresolved operation (``pending``, ``dispatched``, ``unknown``, ``review``) and every
 thread with an operation an operator decided out of band (``langgraph-effects
 resolve``) that the graph has not answered yet. The checkpoints add the threads the
-ledger cannot know: with ``EffectSqliteSaver``/``EffectPostgresSaver`` (and no
+ledger cannot know: with ``AsyncEffectSqliteSaver``/``AsyncEffectPostgresSaver`` (and no
 ``tenant`` filter), every thread whose newest checkpoint is unprocessed input or holds
 a step's writes with no checkpoint after them (a worker died between saving the
 ``__start__`` writes and the first checkpoint: LangGraph then reports ``next == ()``).
@@ -49,8 +49,8 @@ sent to review rather than re-sent) with ``config=``.
 
 Every decision is re-read from the ledger right before the thread is resumed, and
 the dispatcher itself never sends under a live lease. What makes recovery safe to run
-while workers run (or twice at once) is the checkpointer: ``EffectSqliteSaver`` and
-``EffectPostgresSaver`` let one runner per thread move it on (a checkpoint gets at
+while workers run (or twice at once) is the checkpointer: ``AsyncEffectSqliteSaver`` and
+``AsyncEffectPostgresSaver`` let one runner per thread move it on (a checkpoint gets at
 most one child). If a worker resumed the thread too, whichever saves second is
 stopped before anything of its run lands; when that is recovery, the thread is
 reported *running elsewhere*, not as a failure. ``min_idle`` only spares a thread

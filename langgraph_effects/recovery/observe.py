@@ -79,7 +79,7 @@ async def _candidate_threads(
 
 async def unfinished_threads(checkpointer: Any) -> list[str]:
     """Threads whose last checkpoint has work no run finished, as the checkpointer
-    lists them (``EffectSqliteSaver``/``EffectPostgresSaver``: input never processed,
+    lists them (``AsyncEffectSqliteSaver``/``AsyncEffectPostgresSaver``: input never processed,
     or a step's writes saved with no checkpoint after them), oldest first; ``[]`` for
     a checkpointer that cannot list them. The ledger cannot know such a thread when
     none of its tool calls was recorded yet."""

@@ -54,13 +54,13 @@ async def recover(
 
     Args:
         graph: the compiled graph that ran the threads, with its checkpointer.
-        ledger: default: the ledger of ``graph.checkpointer`` (``EffectSqliteSaver``,
-            ``EffectPostgresSaver``, or one attached with ``attach_ledger``).
+        ledger: default: the ledger of ``graph.checkpointer`` (``AsyncEffectSqliteSaver``,
+            ``AsyncEffectPostgresSaver``, or one attached with ``attach_ledger``).
         tenant: only operations (and so threads) of this tenant.
         thread_ids: only these threads. Default: every thread with an unresolved
             operation, or with an operator's out-of-band verdict the graph has not
             answered yet, and (without ``tenant``, with a checkpointer that lists
-            them: ``EffectSqliteSaver``, ``EffectPostgresSaver``) every thread whose
+            them: ``AsyncEffectSqliteSaver``, ``AsyncEffectPostgresSaver``) every thread whose
             last checkpoint has input or a step no run finished. A thread named here
             is also resumed when every operation is settled but a call's answer was
             lost with the crash (it is then replayed), or when work is left.
@@ -157,13 +157,13 @@ def _check_arguments(
     if checkpointer is None or checkpointer is False or checkpointer is True:
         raise ConfigurationError(
             "recover() needs the compiled graph with its own checkpointer (the one the threads ran "
-            "with): compile it with checkpointer=EffectSqliteSaver(...) or EffectPostgresSaver(...)"
+            "with): compile it with checkpointer=AsyncEffectSqliteSaver(...) or AsyncEffectPostgresSaver(...)"
         )
     found = ledger or ledger_of(checkpointer)
     if found is None:
         raise NoLedgerError(
-            "recover() has no ledger: pass ledger=..., or compile the graph with EffectSqliteSaver / "
-            "EffectPostgresSaver (or attach_ledger(checkpointer, ledger))"
+            "recover() has no ledger: pass ledger=..., or compile the graph with AsyncEffectSqliteSaver / "
+            "AsyncEffectPostgresSaver (or attach_ledger(checkpointer, ledger))"
         )
     return found
 

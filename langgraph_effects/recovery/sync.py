@@ -1,7 +1,7 @@
 """``recover_sync``: [`recover`][langgraph_effects.recover] for graphs run with ``invoke``/``stream``.
 
-Recovery is written once, async. A sync graph (on ``SyncEffectSqliteSaver`` or
-``SyncEffectPostgresSaver``) is recovered by running that same coroutine on the
+Recovery is written once, async. A sync graph (on ``EffectSqliteSaver`` or
+``EffectPostgresSaver``) is recovered by running that same coroutine on the
 package's background event loop (the portal, where the sync savers keep their
 async savers), with the graph's own sync calls (``invoke``, ``get_state``) made from
 a thread of their own (never the loop's executor, which those calls would wait on):
@@ -38,7 +38,7 @@ def recover_sync(graph: Any, **options: Any) -> RecoveryReport:
     report what happened: [`recover`][langgraph_effects.recover] for a sync application.
 
     ``graph`` is the compiled graph the threads ran with (its checkpointer a
-    ``SyncEffectSqliteSaver``/``SyncEffectPostgresSaver``, or a sync saver with a
+    ``EffectSqliteSaver``/``EffectPostgresSaver``, or a sync saver with a
     ledger attached); ``options`` are [`recover`][langgraph_effects.recover]'s keyword
     arguments (``thread_ids``, ``min_idle``, ``dry_run``...). Call it from sync code,
     not from a running event loop's thread.

@@ -24,7 +24,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, RetryPolicy
 
-from langgraph_effects import Effect, EffectSqliteSaver, Inconclusive, Landed, NotLanded
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, Inconclusive, Landed, NotLanded
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
@@ -203,7 +203,7 @@ async def run(spec: Spec) -> dict[str, Any]:
     if spec.crash:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config: Any = {"configurable": {"thread_id": spec.thread}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         if spec.answer is not None:
@@ -231,14 +231,14 @@ def payload_for(spec: Spec, graph: Any, config: Any) -> Any:
 
 def run_sync(spec: Spec) -> dict[str, Any]:
     """:func:`run` through ``graph.invoke`` on the sync saver of ``spec.db``'s backend."""
-    from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+    from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver
 
     provider = provider_for(spec)
     if spec.crash:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config: Any = {"configurable": {"thread_id": spec.thread}}
     postgres = "://" in spec.db or "dbname=" in spec.db
-    opened = (SyncEffectPostgresSaver if postgres else SyncEffectSqliteSaver).from_conn_string(spec.db)
+    opened = (EffectPostgresSaver if postgres else EffectSqliteSaver).from_conn_string(spec.db)
     with opened as saver:
         saver.setup()
         graph = build(spec, saver, provider)

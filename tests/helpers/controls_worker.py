@@ -23,7 +23,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from langgraph_effects import Budget, CircuitBreaker, Effect, EffectSqliteSaver, EffectToolNode
+from langgraph_effects import AsyncEffectSqliteSaver, Budget, CircuitBreaker, Effect, EffectToolNode
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.lab.providers import Provider, ProviderRejected
 
@@ -83,10 +83,10 @@ def build(spec: Spec, saver: Any, thread: str, provider: Provider) -> Any:
 
 def _saver(db: str) -> Any:
     if "://" in db or "dbname=" in db:
-        from langgraph_effects import EffectPostgresSaver
+        from langgraph_effects import AsyncEffectPostgresSaver
 
-        return EffectPostgresSaver.from_conn_string(db, ledger_max_size=2)
-    return EffectSqliteSaver.from_conn_string(db)
+        return AsyncEffectPostgresSaver.from_conn_string(db, ledger_max_size=2)
+    return AsyncEffectSqliteSaver.from_conn_string(db)
 
 
 async def run(spec: Spec) -> dict[str, Any]:

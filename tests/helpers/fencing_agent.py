@@ -63,7 +63,7 @@ from langgraph_effects import Effect, recover
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects._runtime.context import current_operation
-from langgraph_effects.checkpoint.sqlite import EffectSqliteSaver
+from langgraph_effects.checkpoint.sqlite import AsyncEffectSqliteSaver
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.base import attach_ledger
@@ -204,7 +204,7 @@ def is_postgres(db: str) -> bool:
 
 @asynccontextmanager
 async def open_saver(db: str, *, plain: bool = False) -> AsyncIterator[Any]:
-    """``EffectPostgresSaver`` for a Postgres DSN (set up beforehand), else ``EffectSqliteSaver``.
+    """``AsyncEffectPostgresSaver`` for a Postgres DSN (set up beforehand), else ``AsyncEffectSqliteSaver``.
 
     ``plain``: LangGraph's own saver with the ledger attached (``attach_ledger``), which
     does not fence threads: what the race did before the one-runner rule.
@@ -212,7 +212,7 @@ async def open_saver(db: str, *, plain: bool = False) -> AsyncIterator[Any]:
     if is_postgres(db):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-        from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+        from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
         from langgraph_effects.ledger.postgres import PostgresLedger
 
         if plain:
@@ -222,7 +222,7 @@ async def open_saver(db: str, *, plain: bool = False) -> AsyncIterator[Any]:
             ):
                 yield attach_ledger(bare, ledger)
         else:
-            async with EffectPostgresSaver.from_conn_string(db, ledger_max_size=2) as saver:
+            async with AsyncEffectPostgresSaver.from_conn_string(db, ledger_max_size=2) as saver:
                 yield saver
     elif plain:
         async with AsyncSqliteSaver.from_conn_string(db) as bare:
@@ -234,7 +234,7 @@ async def open_saver(db: str, *, plain: bool = False) -> AsyncIterator[Any]:
             finally:
                 await ledger.aclose()
     else:
-        async with EffectSqliteSaver.from_conn_string(db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
             await saver.setup()
             yield saver
 
@@ -295,13 +295,13 @@ def _invoke_each(spec: FenceSpec, graph: Any, out: dict[str, Any]) -> None:
 
 def run_sync(spec: FenceSpec) -> dict[str, Any]:
     """:func:`run` for a sync app: ``SyncEffect*Saver`` and ``graph.invoke``."""
-    from langgraph_effects import SyncEffectPostgresSaver, SyncEffectSqliteSaver
+    from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver
 
     provider = Provider(spec.provider, "dedup")
     if spec.mode == "crash":
         _faults.install("before_outcome", lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     out: dict[str, Any] = {"pid": os.getpid(), "threads": {}}
-    kind = SyncEffectPostgresSaver if is_postgres(spec.db) else SyncEffectSqliteSaver
+    kind = EffectPostgresSaver if is_postgres(spec.db) else EffectSqliteSaver
     with kind.from_conn_string(spec.db) as saver:
         saver.setup()
         graph = build(spec, saver, provider)

@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph.func import entrypoint, task
 
-from langgraph_effects import Effect, EffectSqliteSaver, current_operation, resume_command
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, current_operation, resume_command
 from langgraph_effects._integrations.functional import effectful
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects.lab.providers import Provider
@@ -31,7 +31,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         keyed = spec["provider_mode"] != "blind"
         return provider.apply({"operation": operation}, key=op.provider_key if keyed else None).effect_id
 
-    async with EffectSqliteSaver.from_conn_string(spec["db"]) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec["db"]) as saver:
         await saver.setup()
 
         @entrypoint(checkpointer=saver)

@@ -41,7 +41,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.errors import ThreadConflictError
@@ -135,7 +135,7 @@ def build(spec: LeaseSpec, saver: Any, provider: Provider, sends: list[str]) -> 
 async def run(spec: LeaseSpec) -> dict[str, Any]:
     provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
     config: Any = {"configurable": {"thread_id": spec.thread}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         sends: list[str] = []
         graph = build(spec, saver, provider, sends)

@@ -28,7 +28,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
-from langgraph_effects import Effect, EffectSqliteSaver, resume_command
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, resume_command
 from langgraph_effects._integrations.mcp import EffectKeyInterceptor, mcp_lookup
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._runtime import faults as _faults
@@ -86,7 +86,7 @@ async def run(spec: McpSpec) -> dict[str, Any]:
     if spec.crash:
         _faults.install("before_outcome", lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config: Any = {"configurable": {"thread_id": "t1"}}
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         agent = create_agent(
             ScriptedChatModel(script=call_each_then_finish([CALLS[spec.route]])),

@@ -1,7 +1,7 @@
 """Worker processes over Postgres for ``tests/test_postgres_workers.py``.
 
 The graph is :mod:`tests.helpers.agent`'s (its ``build`` takes the saver), run
-against :class:`~langgraph_effects.EffectPostgresSaver` instead of SQLite; effects
+against :class:`~langgraph_effects.AsyncEffectPostgresSaver` instead of SQLite; effects
 are counted at that module's provider, which keeps its own records in its own
 SQLite file. Three commands, each one process::
 
@@ -46,7 +46,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_effects._runtime import dispatch
 from langgraph_effects._runtime import faults as _faults
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider, Receipt
 from tests.helpers import agent
@@ -155,7 +155,7 @@ def _count_waits() -> None:
 
 async def _seed_paused(spec: PgSpec) -> None:
     provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
-    async with EffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
         for thread in spec.paused:
             graph = build(spec, saver, thread, provider)
             await graph.ainvoke(
@@ -170,7 +170,7 @@ async def _seed_paused(spec: PgSpec) -> None:
 
 async def _seed_crash_one(spec: PgSpec, thread: str) -> None:
     provider = Provider(spec.provider, spec.provider_mode)  # type: ignore[arg-type]
-    async with EffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
         graph = build(spec, saver, thread, provider)
         await graph.ainvoke({"messages": [HumanMessage("go")]}, config_for(thread), durability="sync")
 
@@ -209,7 +209,7 @@ async def race(spec: PgSpec) -> dict[str, Any]:
     ran: list[str] = []
     already_done: list[str] = []
     refused: list[str] = []
-    async with EffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=4) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=4) as saver:
         graphs = {thread: build(spec, saver, thread, provider) for thread in order}
         await saver.ledger.get_many(["warm-up"])  # the pool is open and has a connection
         await asyncio.to_thread(_wait_for_go, f"race-{spec.order_seed}")
@@ -260,7 +260,7 @@ async def run(spec: PgSpec) -> dict[str, Any]:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     _count_waits()
     config = config_for(thread)
-    async with EffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(spec.dsn, ledger_max_size=2) as saver:
         graph = build(spec, saver, thread, provider)
         await saver.ledger.get_many(["warm-up"])
         if spec.wait_for_go:

@@ -3,7 +3,7 @@
 Usage: ``python -m tests.helpers.pg_setup_worker DSN BARRIER_DIR NAME [plain]``. Every
 worker connects first, then writes ``BARRIER_DIR/NAME.ready`` and waits for
 ``BARRIER_DIR/go``, so all of them call ``setup()`` at the same moment. ``plain`` uses
-LangGraph's own ``AsyncPostgresSaver`` (no lock) instead of ``EffectPostgresSaver``.
+LangGraph's own ``AsyncPostgresSaver`` (no lock) instead of ``AsyncEffectPostgresSaver``.
 Prints ``ok`` or the exception, and exits 0 or 1.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 async def main(dsn: str, barrier: Path, name: str, plain: bool) -> int:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 
-    opener: Any = AsyncPostgresSaver if plain else EffectPostgresSaver
+    opener: Any = AsyncPostgresSaver if plain else AsyncEffectPostgresSaver
     async with opener.from_conn_string(dsn) as saver:
         (barrier / f"{name}.ready").touch()
         deadline = time.monotonic() + 120

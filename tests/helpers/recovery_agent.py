@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
 
-from langgraph_effects import EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects._runtime.context import current_operation
@@ -93,12 +93,12 @@ def config_for(spec: RecoverySpec) -> dict[str, Any]:
 
 
 def open_saver(db: str) -> Any:
-    """``EffectPostgresSaver`` for a Postgres DSN (already set up), else ``EffectSqliteSaver``."""
+    """``AsyncEffectPostgresSaver`` for a Postgres DSN (already set up), else ``AsyncEffectSqliteSaver``."""
     if db.startswith(("postgres://", "postgresql://")):
-        from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+        from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 
-        return EffectPostgresSaver.from_conn_string(db, ledger_max_size=2)
-    return EffectSqliteSaver.from_conn_string(db)
+        return AsyncEffectPostgresSaver.from_conn_string(db, ledger_max_size=2)
+    return AsyncEffectSqliteSaver.from_conn_string(db)
 
 
 #: ``crash`` value: the worker dies once the ``__start__`` task's writes (the input)
@@ -133,7 +133,7 @@ async def run(spec: RecoverySpec) -> dict[str, Any]:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config = config_for(spec)
     async with open_saver(spec.db) as saver:
-        if isinstance(saver, EffectSqliteSaver):
+        if isinstance(saver, AsyncEffectSqliteSaver):
             await saver.setup()
         if spec.crash == BEFORE_FIRST_CHECKPOINT:
             die_before_first_checkpoint(saver)

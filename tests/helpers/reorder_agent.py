@@ -24,7 +24,7 @@ from typing import Any
 
 from langgraph.func import entrypoint, task
 
-from langgraph_effects import EffectsError, EffectSqliteSaver, current_operation
+from langgraph_effects import AsyncEffectSqliteSaver, EffectsError, current_operation
 from langgraph_effects._integrations.functional import effectful
 from langgraph_effects.core.contract import Effect
 from langgraph_effects.lab.providers import Provider
@@ -75,7 +75,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         await maybe_kill()
         return f"{recipient}:{receipt.effect_id}"
 
-    async with EffectSqliteSaver.from_conn_string(spec["db"]) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec["db"]) as saver:
         await saver.setup()
 
         @entrypoint(checkpointer=saver)

@@ -31,7 +31,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph.message import add_messages
 from langgraph.types import RetryPolicy
 
-from langgraph_effects import Effect, EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver, Effect
 from langgraph_effects._runtime.context import maybe_current_operation
 from langgraph_effects.lab.providers import Provider, RateLimited
 from tests.helpers.agent import tool_loop
@@ -171,7 +171,7 @@ async def _saver(spec: RetrySpec) -> AsyncIterator[Any]:
         async with AsyncSqliteSaver.from_conn_string(spec.db) as plain:
             yield plain
         return
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         yield saver
 

@@ -4,7 +4,7 @@ Every human message asks for one ``send`` labelled with its text; the tool's eff
 lands at a provider that keeps its own records (``TEXTING_PROVIDER``), then the
 tool takes ``TEXTING_SLOW`` seconds to answer, so a second message arrives while the
 first run is still in its tool. Then the model says ``done <text>``. The server's
-checkpointer (``EffectSqliteSaver``) carries the ledger.
+checkpointer (``AsyncEffectSqliteSaver``) carries the ledger.
 """
 
 from __future__ import annotations

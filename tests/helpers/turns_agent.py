@@ -30,7 +30,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from langgraph_effects import Effect, EffectSqliteSaver
+from langgraph_effects import AsyncEffectSqliteSaver, Effect
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
@@ -143,7 +143,7 @@ async def run(spec: TurnSpec) -> dict[str, Any]:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config: Any = {"configurable": {"thread_id": spec.thread}}
     key = "chat" if spec.schema == "custom_key" else "messages"
-    async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         payload = None if spec.resume else {key: [HumanMessage("remind me to water the plants")]}

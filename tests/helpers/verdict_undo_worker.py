@@ -30,7 +30,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
 
-from langgraph_effects import EffectPostgresSaver, EffectSqliteSaver
+from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver
 from langgraph_effects._runtime import faults
 from langgraph_effects.core.compensation import undo_operation_id
 from langgraph_effects.lab.providers import Provider
@@ -59,10 +59,10 @@ def spec_json(spec: VerdictSpec) -> str:
 @asynccontextmanager
 async def saver_for(spec: VerdictSpec) -> AsyncIterator[Any]:
     if spec.backend == "postgres":
-        async with EffectPostgresSaver.from_conn_string(spec.db, ledger_max_size=2) as saver:
+        async with AsyncEffectPostgresSaver.from_conn_string(spec.db, ledger_max_size=2) as saver:
             yield saver
     else:
-        async with EffectSqliteSaver.from_conn_string(spec.db) as saver:
+        async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
             yield saver
 
 

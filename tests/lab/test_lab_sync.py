@@ -1,7 +1,7 @@
 """The crash lab's sync row, small (10 operations per cell, every 5th faulted).
 
 ``EffectToolNode (sync invoke)``: a sync tool under ``EffectToolNode``, the graph run
-by ``graph.invoke`` on ``SyncEffectSqliteSaver`` in a worker with no event loop of
+by ``graph.invoke`` on ``EffectSqliteSaver`` in a worker with no event loop of
 its own, resumed with ``graph.invoke(None, config)``, reviews answered with
 ``Command(resume=...)`` through ``invoke``, the rival of ``two-runners`` through
 ``recover_sync``. Real SIGKILLs and SIGSTOPs; every count comes from the provider's

@@ -1,4 +1,4 @@
-"""Postgres-only behaviour: migrations, errors, pools, and ``EffectPostgresSaver``.
+"""Postgres-only behaviour: migrations, errors, pools, and ``AsyncEffectPostgresSaver``.
 
 The shared behaviour of every backend is in ``test_contract.py``.
 """
@@ -17,7 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_effects.checkpoint.postgres import EffectPostgresSaver
+from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.core.operation import Change, Event, Owner, State
 from langgraph_effects.errors import (
     LedgerCorruptError,
@@ -247,7 +247,7 @@ async def test_effect_postgres_saver_in_a_graph(pg_schema: str, make_op: OpFacto
     # Checkpoints and ledger in one database, both in the test's own schema.
     dsn = make_conninfo(require_postgres(), options=f"-c search_path={pg_schema}")
 
-    async with EffectPostgresSaver.from_conn_string(dsn) as saver:
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
         await saver.setup()
         await saver.setup()  # idempotent, both halves
         assert saver.ledger.pool is not saver.conn
