@@ -147,7 +147,7 @@ def test_a_top_level_sync_run_from_a_worker_thread_is_still_refused(backend: str
             graph = build(Spec(db="unused", provider=str(provider.path)), saver, provider)
             with pytest.raises(SyncMismatchError) as raised:
                 await asyncio.to_thread(graph.invoke, {"messages": [HumanMessage("go")]}, CONFIG)
-            assert raised.value.use == "Sync" + type(saver).__name__
+            assert raised.value.use == type(saver).__name__.removeprefix("Async")
             assert await states(saver) == []
 
     asyncio.run(main())
