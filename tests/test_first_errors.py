@@ -82,6 +82,7 @@ def test_a_forgotten_setup_on_the_sync_sqlite_saver_is_refused_alike(tmp_path: P
     with EffectSqliteSaver.from_conn_string(path) as saver, pytest.raises(NotSetUpError) as caught:
         agent(provider, saver).invoke(INPUTS, CONFIG)
     assert all(phrase in str(caught.value) for phrase in SETUP_PHRASES)
+    assert str(caught.value).startswith("EffectSqliteSaver: ")  # the class the user opened
     assert provider.count_requests() == 0 and tables(path) == []
 
 

@@ -322,6 +322,9 @@ class FencedSaver:
     ledger: Ledger
     _setup_seen: bool = False
     """Whether this saver has seen its database set up (its own setup(), or the check)."""
+    opened_as: str | None = None
+    """The class the user opened, where it is not this one (a sync saver wrapping this
+    async one): what the errors name."""
 
     async def _ready_for_use(self) -> None:
         """Refuse, once per saver and before anything is read or saved, a database whose
@@ -337,7 +340,7 @@ class FencedSaver:
         if found is None:
             missing.append("langgraph-effects ledger")
         if missing:
-            raise NotSetUpError(type(self).__name__, self.ledger.where, " and no ".join(missing), needed)
+            raise NotSetUpError(self.opened_as or type(self).__name__, self.ledger.where, " and no ".join(missing), needed)
         assert found is not None
         if found > needed:
             raise SchemaTooNewError(found, needed, self.ledger.where)

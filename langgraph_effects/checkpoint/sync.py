@@ -64,6 +64,7 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
         super().__init__(serde=saver.serde)
         self.saver = saver
         """The async saver, open on the portal's event loop."""
+        saver.opened_as = type(self).__name__
         self.ledger: Ledger = saver.ledger
 
     # -- the sync interface: the async saver's methods, run on the portal ---------------
