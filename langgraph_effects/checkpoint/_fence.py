@@ -340,7 +340,8 @@ class FencedSaver:
         if found is None:
             missing.append("langgraph-effects ledger")
         if missing:
-            raise NotSetUpError(self.opened_as or type(self).__name__, self.ledger.where, " and no ".join(missing), needed)
+            name = self.opened_as or type(self).__name__
+            raise NotSetUpError(name, self.ledger.where, " and no ".join(missing), needed)
         assert found is not None
         if found > needed:
             raise SchemaTooNewError(found, needed, self.ledger.where)
