@@ -1,6 +1,6 @@
 """The operator API: list, show, resolve, compensate and recover operations from Python,
-read the ledger's health (``stats``), and purge, erase and delete operations when
-their time is over (docs/lifecycle.md).
+read the ledger's health (``stats``; as OpenTelemetry gauges, ``observe_ledger``), and
+purge, erase and delete operations when their time is over (docs/lifecycle.md).
 
 Everything the console (``langgraph-effects list/show/resolve/compensate/recover/stats``) does,
 it does through these functions, so a service, a notebook or a script gets the same
@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:
         compensations_to_json,
         finish_compensations,
     )
+    from ._runtime.gauges import LedgerGauges, observe_ledger
     from ._runtime.lifecycle import (
         ErasureReport,
         PurgeReport,
@@ -143,6 +144,8 @@ _EXPORTS: dict[str, str] = {
     "stats": "_runtime.stats",
     "LedgerStats": "_runtime.stats",
     "PENDING_SCAN": "_runtime.stats",
+    "observe_ledger": "_runtime.gauges",
+    "LedgerGauges": "_runtime.gauges",
     # keeping the ledger for years
     "purge": "_runtime.lifecycle",
     "PurgeReport": "_runtime.lifecycle",
@@ -222,6 +225,7 @@ __all__ = [
     "ErrorDetailJSON",
     "ErrorJSON",
     "LeaseStatus",
+    "LedgerGauges",
     "LedgerStats",
     "OperationJSON",
     "OperationListJSON",
@@ -265,6 +269,7 @@ __all__ = [
     "lease_status",
     "list_operations",
     "new_decision_id",
+    "observe_ledger",
     "open_ledger",
     "operation_to_json",
     "operations_to_json",

@@ -41,13 +41,18 @@ def load_executor() -> Any:
     return module
 
 
-def test_there_are_five_notebooks() -> None:
+#: The notebooks that draw a chart (a PNG among their outputs).
+CHARTS = {"03_crash_lab.ipynb", "06_observing.ipynb"}
+
+
+def test_there_are_six_notebooks() -> None:
     assert NAMES == [
         "01_quickstart.ipynb",
         "02_operator_review.ipynb",
         "03_crash_lab.ipynb",
         "04_crashtest.ipynb",
         "05_mcp_agent.ipynb",
+        "06_observing.ipynb",
     ]
 
 
@@ -59,7 +64,7 @@ def test_the_committed_notebook_carries_its_outputs(name: str) -> None:
     assert code and all(cell.execution_count is not None for cell in code), "execute it: notebooks/execute.py"
     outputs = [output for cell in code for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    if name == "03_crash_lab.ipynb":
+    if name in CHARTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), "the chart is missing"
 
 
@@ -77,6 +82,8 @@ def test_notebook_executes(name: str, tmp_path: Path, monkeypatch: pytest.Monkey
     # every cell still faults twice (every 5th operation), and the notebook asserts what
     # it always does (seed rows duplicate or lose, ours exactly once in every cell).
     monkeypatch.setenv("CRASH_LAB_OPS", "10")
+    # The observing notebook saves its timeline here (by hand: docs/img/, shown on docs/observing.md).
+    monkeypatch.setenv("NOTEBOOK_FIGURES", str(tmp_path / "figures"))
     execute = load_executor().execute
     try:
         notebook = execute(NOTEBOOKS / name, write_to=tmp_path / name, cell_timeout=300)
@@ -84,8 +91,10 @@ def test_notebook_executes(name: str, tmp_path: Path, monkeypatch: pytest.Monkey
         pytest.fail(f"{name}: a cell failed:\n{str(error)[-4000:]}")
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    if name == "03_crash_lab.ipynb":
+    if name in CHARTS:
         assert any("image/png" in o.get("data", {}) for o in outputs), "the run produced no chart"
+    if name == "06_observing.ipynb":
+        assert (tmp_path / "figures" / "observing-timeline.png").stat().st_size > 0
 
 
 def test_the_executor_has_help_and_refuses_an_unknown_notebook() -> None:
