@@ -200,9 +200,12 @@ async def test_crash_and_recovery_told_by_spans_and_metrics(
 
     if contract == "blind":
         spans.clear()
+        asked = points(reader)
         await resume(s, answer={op_id: {"type": "landed"}})
         [answered] = named(spans, "review_answered send")
         assert dict(answered.attributes or {})[P + "state_after"] == "confirmed"
+        # One wait, from the question to the answer that settled it.
+        assert grew(asked, points(reader), "langgraph_effects.review.wait", state_after="confirmed") == 1
         # The node's first round still sees it waiting; the answer's round replays it.
         *_, call = named(spans, "execute_tool send")
         assert dict(call.attributes or {})[P + "what"] == "replayed"

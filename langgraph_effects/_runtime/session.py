@@ -346,13 +346,17 @@ class Session:
             # before the run stops.
             self._asked = await last_asked(self.config, sync=self._sync_checkpointer)
             self._asked_read = True
+        waiting = self._waiting()
+        asked_at = {c.call_id: c.op.updated_at for c in waiting.approval + waiting.review}
         applied: Applied = await self._asking().apply_answer(
-            answer, self._waiting(), round_no=round_no, question=question, asked=self._asked
+            answer, waiting, round_no=round_no, question=question, asked=self._asked
         )
         for call_id in applied.settled:
             self._waits_for.pop(call_id, None)
         if applied.settled:
-            telemetry.answered([self._calls[i].op for i in applied.settled], count=applied.count)
+            telemetry.answered(
+                [(self._calls[i].op, asked_at.get(i)) for i in applied.settled], count=applied.count
+            )
         self._notice = applied.notice
         return applied.count
 

@@ -68,6 +68,7 @@ METRICS = {
     "calls": "langgraph_effects.calls",
     "dispatch": "langgraph_effects.dispatch.duration",
     "reconcile": "langgraph_effects.reconcile.duration",
+    "review_wait": "langgraph_effects.review.wait",
 }
 """The instruments' names (see docs/observing.md)."""
 
@@ -90,6 +91,11 @@ class _Instruments:
         )
         self.reconcile = meter.create_histogram(
             METRICS["reconcile"], unit="s", description="Time reconciliation took (dedup re-send or lookup)"
+        )
+        self.review_wait = meter.create_histogram(
+            METRICS["review_wait"],
+            unit="s",
+            description="Time from a question (review or approval) to the answer that settled it",
         )
 
 
@@ -315,12 +321,17 @@ def compensating(c: CallRecord, what: str) -> Iterator[None]:
         span.end()
 
 
-def answered(ops: list[Operation], *, count: int) -> None:
-    """An operator's answer was recorded for ``ops`` (``count`` decisions)."""
+def answered(ops: list[tuple[Operation, float | None]], *, count: int) -> None:
+    """An operator's answer was recorded for ``ops`` (``count`` decisions), each with
+    the time it began to wait for the answer (its last change before it), if known."""
     if not ENABLED:
         return
-    tracer = _instruments().tracer
-    for op in ops:
+    made = _instruments()
+    tracer = made.tracer
+    for op, asked_at in ops:
+        if asked_at is not None:
+            labels = {"gen_ai.tool.name": op.tool, PREFIX + "state_after": _state(op)}
+            made.review_wait.record(max(0.0, op.updated_at - asked_at), labels)
         span = tracer.start_span(
             f"review_answered {op.tool}",
             attributes={
