@@ -57,6 +57,8 @@ async def test_the_gauges_report_the_ledgers_health_and_follow_it(tmp_path: Path
             assert 3 * HOUR <= single(found, "operations.oldest_unresolved_age") < 3 * HOUR + 60
             assert single(found, "reviews.waiting") == 3  # two verdicts, one approval
             assert single(found, "circuits.open") == 1
+            # The emails budget allows one send per tenant, and acme's was charged.
+            assert found[P + "budgets.sends_left"] == {frozenset({(P + "budget", "emails")}): 0}
 
             # A new review: the task on this loop reads it within an interval.
             await seed(ledger, make_op(tenant="acme", thread_id="thread-n"), "review")

@@ -36,6 +36,7 @@ GAUGES = {
     "oldest": "langgraph_effects.operations.oldest_unresolved_age",
     "waiting": "langgraph_effects.reviews.waiting",
     "circuits": "langgraph_effects.circuits.open",
+    "budget": "langgraph_effects.budgets.sends_left",
 }
 """The gauges' names (see docs/observing.md)."""
 
@@ -119,6 +120,10 @@ class LedgerGauges:
             GAUGES["circuits"], callbacks=[self._circuits], unit="{circuit}",
             description="Circuit breakers open",
         )
+        meter.create_observable_gauge(
+            GAUGES["budget"], callbacks=[self._budgets], unit="{send}",
+            description="Sends left in the scope of each budget that is closest to its limit",
+        )
         self._registered = True
 
     def _observations(self, values: Iterable[tuple[float, dict[str, str]]]) -> list[Any]:
@@ -152,6 +157,19 @@ class LedgerGauges:
             return []
         return self._observations([(sum(c["status"] == "open" for c in reading.circuits), {})])
 
+    def _budgets(self, options: Any) -> list[Any]:
+        reading = self.reading
+        if reading is None:
+            return []
+        least: dict[str, int] = {}
+        for budget in reading.budgets:
+            left = budget["sends_left"]
+            if left is not None:
+                least[budget["name"]] = min(left, least.get(budget["name"], left))
+        return self._observations(
+            (left, {"langgraph_effects.budget": name}) for name, left in sorted(least.items())
+        )
+
 
 def observe_ledger(
     ledger: Ledger, *, meter: Any = None, interval: float = 30.0, tenant: str | None = None
@@ -162,7 +180,9 @@ def observe_ledger(
     * ``langgraph_effects.operations.unresolved`` (by ``langgraph_effects.state``),
     * ``langgraph_effects.operations.oldest_unresolved_age`` (seconds; 0 when none),
     * ``langgraph_effects.reviews.waiting`` (a verdict or an approval),
-    * ``langgraph_effects.circuits.open``.
+    * ``langgraph_effects.circuits.open``,
+    * ``langgraph_effects.budgets.sends_left`` (by ``langgraph_effects.budget``: the
+      sends left in that budget's scope closest to its limit; budgets with a send limit).
 
     A task on the running loop reads [`stats`][langgraph_effects.operator.stats]
     every ``interval`` seconds (unresolved rows only); the gauges report the last
