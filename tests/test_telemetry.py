@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
@@ -86,6 +87,9 @@ def named(spans: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
 
 
 def ledger_op_ids(db: str) -> list[str]:
+    if "://" in db or "dbname=" in db:  # a Postgres DSN whose search_path names the test's own schema
+        with psycopg.connect(db) as pg:
+            return [row[0] for row in pg.execute("SELECT op_id FROM effect_operations")]
     with sqlite3.connect(db) as conn:
         return [row[0] for row in conn.execute("SELECT op_id FROM effect_operations")]
 
@@ -124,7 +128,7 @@ async def resume(s: Spec, *, callbacks: list[Any] | None = None, answer: Any = N
     """``agent.run`` in this process, with LangChain callbacks when given."""
     provider = agent.provider_for(s)
     config: Any = {"configurable": {"thread_id": s.thread}, "callbacks": callbacks or []}
-    async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
+    async with agent.open_async(s.db) as saver:
         await saver.setup()
         graph = agent.build(s, saver, provider)
         payload: Any = None
@@ -134,9 +138,9 @@ async def resume(s: Spec, *, callbacks: list[Any] | None = None, answer: Any = N
         return agent.describe(result, await graph.aget_state(config))
 
 
-def crashed(tmp_path: Path, **kw: Any) -> Spec:
+def crashed(tmp_path: Path, db: str | None = None, **kw: Any) -> Spec:
     """A worker SIGKILLed after the provider applied its call, before the outcome was recorded."""
-    s = Spec(db=str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"), **kw)
+    s = Spec(db=db or str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"), **kw)
     run_python("-m", "tests.helpers.agent", spec_json(replace(s, crash="before_outcome")), expect_kill=True)
     assert effects(s) == 1
     return s
@@ -154,11 +158,12 @@ def crashed(tmp_path: Path, **kw: Any) -> Spec:
     ],
 )
 async def test_crash_and_recovery_told_by_spans_and_metrics(
-    tmp_path: Path, otel: Any, spans: InMemorySpanExporter,
+    tmp_path: Path, db: str, otel: Any, spans: InMemorySpanExporter,
     kind: str, contract: str, mode: str, what: str, action: str | None,
 ) -> None:
+    """On SQLite and Postgres (the ``db`` fixture), ``EffectToolNode`` and ``create_agent``."""
     reader = otel[1]
-    s = crashed(tmp_path, contract=contract, provider_mode=mode, kind=kind)
+    s = crashed(tmp_path, db, contract=contract, provider_mode=mode, kind=kind)
     [op_id] = ledger_op_ids(s.db)
     before = points(reader)
 

@@ -203,7 +203,7 @@ async def run(spec: Spec) -> dict[str, Any]:
     if spec.crash:
         _faults.install(spec.crash, lambda point, op: os.kill(os.getpid(), signal.SIGKILL))
     config: Any = {"configurable": {"thread_id": spec.thread}}
-    async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
+    async with open_async(spec.db) as saver:
         await saver.setup()
         graph = build(spec, saver, provider)
         if spec.answer is not None:
@@ -227,6 +227,15 @@ def payload_for(spec: Spec, graph: Any, config: Any) -> Any:
     if spec.hitl is not None:
         return Command(resume={"decisions": spec.hitl})
     return None if spec.resume else {"messages": [HumanMessage("go")]}
+
+
+def open_async(db: str) -> Any:
+    """The async saver of ``db``'s backend (a path, or a postgresql:// DSN), to open."""
+    if "://" in db or "dbname=" in db:
+        from langgraph_effects import AsyncEffectPostgresSaver
+
+        return AsyncEffectPostgresSaver.from_conn_string(db)
+    return AsyncEffectSqliteSaver.from_conn_string(db)
 
 
 def run_sync(spec: Spec) -> dict[str, Any]:
