@@ -110,7 +110,7 @@ def test_the_console_lists_every_operation_page_by_page(tmp_path: Path) -> None:
         done = run_console("list", "--db", str(path), "--all", "--limit", "3", "--json", *after)
         assert done.returncode == 0, done.stderr
         page = json.loads(done.stdout)
-        seen += [op["op_id"] for op in page["operations"]]
+        seen += [op["operation_id"] for op in page["operations"]]
         if page["next"] is None:
             break
         after = ["--after", page["next"]]
