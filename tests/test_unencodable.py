@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_effects import AsyncEffectPostgresSaver, AsyncEffectSqliteSaver, Effect, OperationQuery
+from langgraph_effects import Effect, OperationQuery
 from langgraph_effects._runtime.compensation import request_compensation
 from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.core.text import require_config_text, require_metadata_text
@@ -37,26 +36,11 @@ from langgraph_effects.ledger.sqlite import SqliteLedger
 from tests.helpers.one_call import call, make_sender, one_call_graph
 
 from .ledger.conftest import created_schema
+from .test_model_strings_backends import backend as saver_and_ledger  # (checkpointer, ledger), set up
 from .test_operator import make_op, seed
 
 BAD = "x\ud800"
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@asynccontextmanager
-async def saver_and_ledger(name: str, tmp_path: Path) -> AsyncIterator[tuple[Any, Ledger]]:
-    """(checkpointer, ledger) of one backend, set up; ``memory`` is LangGraph's own saver."""
-    if name == "memory":
-        yield InMemorySaver(), InMemoryLedger()
-    elif name == "sqlite":
-        async with AsyncEffectSqliteSaver.from_conn_string(tmp_path / "agent.sqlite") as saver:
-            await saver.setup()
-            yield saver, saver.ledger
-    else:
-        with created_schema("lge_unenc") as (_, dsn):
-            async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
-                await saver.setup()
-                yield saver, saver.ledger
 
 
 @pytest.mark.parametrize("name", BACKENDS)
