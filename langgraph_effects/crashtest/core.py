@@ -1,7 +1,7 @@
 """Crash-test a user's own graph: a control run, then one faulted run per point and call.
 
 The parent process plans the runs, drives the worker processes with the crash
-lab's driver (`langgraph_effects.lab.worker.drive_workers`), answers effect reviews
+lab's driver (`langgraph_effects.lab.driver.drive_workers`), answers effect reviews
 as an operator who asked the provider would, and counts every thread's effects
 with the user's probe, the only ground truth. Workers are in `.worker`.
 """
@@ -26,8 +26,9 @@ from typing import Any, cast
 from .._runtime.review import REVIEW_TYPE, resume_command
 from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
-from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive_workers
-from ..lab.worker import context as lab_context
+from ..lab.driver import _PROCESS_LOCK, WorkerHandle, drive_workers
+from ..lab.driver import context as lab_context
+from ..lab.worker import Done, Killed, WorkerError
 from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (

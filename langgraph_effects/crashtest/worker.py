@@ -270,7 +270,6 @@ class FaultHandler(BaseCallbackHandler):
         if self._armed(point, index):
             self.killer.die(point)
 
-
     def mcp_answered(self, name: str) -> None:
         """An MCP ``tools/call`` of ``name`` was answered; the armed one loses its answer."""
         index = len(self.mcp_calls) + 1
@@ -348,7 +347,7 @@ async def open_checkpointer(db: str, *, sync: bool = False) -> AsyncIterator[Any
 
     if sync:
         from ..checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
-        from ..ledger.opener import is_postgres_dsn
+        from ..ledger.registry import is_postgres_dsn
 
         kind = EffectPostgresSaver if is_postgres_dsn(db) else EffectSqliteSaver
         with kind.from_conn_string(db) as twin:
