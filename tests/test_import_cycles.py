@@ -71,7 +71,8 @@ def import_graph() -> dict[str, dict[str, str]]:
                 while target not in modules and "." in target:
                     target = target.rsplit(".", 1)[0]
                 if target in modules and target != module:
-                    graph.setdefault(module, {})[target] = "in a function" if id(node) in local else "module level"
+                    where = "in a function" if id(node) in local else "module level"
+                    graph.setdefault(module, {})[target] = where
     return graph
 
 

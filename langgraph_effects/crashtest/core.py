@@ -33,7 +33,7 @@ from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (
     CALLBACK_POINTS,
-    ENGINE_POINTS,
+    DISPATCHER_POINTS,
     MCP_LOST,
     Fault,
     Job,
@@ -48,7 +48,7 @@ from .worker import (
 TWO_RUNNERS = "two-runners"
 RANDOM = "random"
 #: Every point ``points=`` / ``--points`` accepts, in matrix order.
-POINTS = (*CALLBACK_POINTS, *ENGINE_POINTS, MCP_LOST, TWO_RUNNERS)
+POINTS = (*CALLBACK_POINTS, *DISPATCHER_POINTS, MCP_LOST, TWO_RUNNERS)
 POINT_SUMMARIES = {
     "before-tool": "killed as the tool starts (on_tool_start)",
     "after-tool": "killed after the tool returned, before the graph recorded it (on_tool_end)",
@@ -382,14 +382,14 @@ async def _survey(
     """The control run (no fault): the effects every thread should hold, and the calls to aim at."""
     await session.count(control)  # a probe that cannot answer stops us here
     report = await _control(session, control)
-    engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
+    dispatcher_seen = sorted({e.point for e in report.dispatcher}, key=DISPATCHER_POINTS.index)
     result = CrashReport(
         factory=factory_name,
         probe=session.probe_name,
         control_thread=control,
         expected=await session.count(control),
         calls=report.calls,
-        engine_points=engine_seen,
+        dispatcher_points=dispatcher_seen,
         points=chosen,
         runs=[],
         control_seconds=report.seconds,
@@ -405,8 +405,8 @@ def _plan(
     for point in POINTS:
         if point not in chosen:
             continue
-        if point in ENGINE_POINTS:
-            events = [e for e in control.engine if e.point == point]
+        if point in DISPATCHER_POINTS:
+            events = [e for e in control.dispatcher if e.point == point]
             if not events:
                 result.not_applicable[point] = (
                     "the control run never reached it: the graph does not run its tools through "
