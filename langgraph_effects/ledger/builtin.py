@@ -28,12 +28,10 @@ from .base import Ledger
 from .memory import InMemoryLedger
 from .sqlite import SqliteLedger
 
-__all__ = ["BUILTIN_BACKENDS", "DEFAULT_CONNECT_TIMEOUT"]
+__all__ = ["BUILTIN_BACKENDS"]
 
 # -- opening a ledger ---------------------------------------------------------------
 
-#: Seconds the console waits for a connection (Postgres) or a write lock (SQLite).
-DEFAULT_CONNECT_TIMEOUT = 5.0
 
 # libpq's connection keywords: ``host=db port=5432 dbname=app`` is a Postgres DSN.
 _LIBPQ_KEYWORD = re.compile(

@@ -19,10 +19,13 @@ from typing import Any
 from ..errors import UnknownBackendError, UnsupportedByBackendError
 from .backend import Backend, LedgerOptions, OpenLedger, check_schema, redact_url
 from .base import Ledger
-from .builtin import BUILTIN_BACKENDS, DEFAULT_CONNECT_TIMEOUT
+from .builtin import BUILTIN_BACKENDS
 
 #: The entry-point group other packages register backends in (each names a `Backend`).
 ENTRY_POINT_GROUP = "langgraph_effects.backends"
+
+#: Seconds the console waits for a connection (Postgres) or a write lock (SQLite).
+DEFAULT_CONNECT_TIMEOUT = 5.0
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
