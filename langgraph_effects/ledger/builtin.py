@@ -30,8 +30,6 @@ from .sqlite import SqliteLedger
 
 __all__ = ["BUILTIN_BACKENDS"]
 
-# -- opening a ledger ---------------------------------------------------------------
-
 
 # libpq's connection keywords: ``host=db port=5432 dbname=app`` is a Postgres DSN.
 _LIBPQ_KEYWORD = re.compile(
