@@ -56,22 +56,18 @@ if _typing.TYPE_CHECKING:
     )
     from ._runtime.operator import (
         DECISION_TYPES,
-        DEFAULT_CONNECT_TIMEOUT,
         LeaseStatus,
         OperationView,
         Resolution,
         allowed_decisions,
         audit_to_json,
-        has_password,
         lease_status,
         list_operations,
         new_decision_id,
-        open_ledger,
         operation_to_json,
         operations_to_json,
         resolve,
         resolve_report,
-        setup_database,
         show,
     )
     from ._runtime.shapes import (
@@ -113,16 +109,17 @@ if _typing.TYPE_CHECKING:
         json_schemas,
     )
     from ._runtime.stats import PENDING_SCAN, LedgerStats, stats
+    from .ledger.registry import DEFAULT_CONNECT_TIMEOUT, has_password, open_ledger, setup_database
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
 
 #: Where each name lives (relative to the package); imported on first access.
 _EXPORTS: dict[str, str] = {
     # reading
-    "open_ledger": "_runtime.operator",
-    "setup_database": "_runtime.operator",
-    "DEFAULT_CONNECT_TIMEOUT": "_runtime.operator",
-    "has_password": "_runtime.operator",
+    "open_ledger": "ledger.registry",
+    "setup_database": "ledger.registry",
+    "DEFAULT_CONNECT_TIMEOUT": "ledger.registry",
+    "has_password": "ledger.registry",
     "list_operations": "_runtime.operator",
     "show": "_runtime.operator",
     "OperationView": "_runtime.operator",

@@ -149,7 +149,7 @@ def test_the_same_graph_with_effect_tool_node_passes(
     assert [run["kills"] for run in report["runs"][:4]] == [1, 0, 1, 1]
     assert 0 <= report["runs"][4]["kill_after"] <= report["control_seconds"]
     assert report["runs"][3]["processes"] >= 3  # the killed one, then two at once
-    assert report["engine_points"] == ["after-intent", "before-outcome"]
+    assert report["dispatcher_points"] == ["after-intent", "before-outcome"]
     assert "crash-safe on every fault tried" in proc.stdout
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_effects._runtime.operator import open_ledger, resolve
+from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.cli.failures import console_message
 from langgraph_effects.errors import (
     LeaseLiveError,
@@ -21,12 +21,17 @@ from langgraph_effects.errors import (
     SchemaBehindError,
     StaleVersionError,
 )
+from langgraph_effects.ledger.registry import open_ledger
 from langgraph_effects.ledger.sqlite import SqliteLedger
 
 from .test_operator import make_op, new_ledger_file, seed
 
 CONSOLE_SYNTAX = (
-    "--db", "--expected-version", "--schema", "langgraph-effects show", "langgraph-effects --db"
+    "--db",
+    "--expected-version",
+    "--schema",
+    "langgraph-effects show",
+    "langgraph-effects --db",
 )
 
 

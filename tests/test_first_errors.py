@@ -21,6 +21,7 @@ from langgraph_effects import (
     AsyncEffectSqliteSaver,
     Effect,
     EffectMiddleware,
+    EffectPostgresSaver,
     EffectSqliteSaver,
     recover,
     resume_command,
@@ -148,6 +149,31 @@ def test_the_async_saver_in_a_sync_with_names_the_sync_saver(tmp_path: Path) -> 
         AsyncEffectPostgresSaver.from_conn_string("postgresql://nobody@127.0.0.1:1/none")
     ):
         pass  # pragma: no cover - never entered
+
+
+def test_the_sync_saver_in_an_async_with_names_the_async_saver(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sqlite"
+
+    async def enter(opener: Any) -> None:
+        async with opener:
+            pass  # pragma: no cover - never entered
+
+    with pytest.raises(SyncMismatchError) as caught:
+        asyncio.run(enter(EffectSqliteSaver.from_conn_string(path)))
+    error = caught.value
+    assert (error.used, error.use) == ("EffectSqliteSaver", AsyncEffectSqliteSaver.__name__)
+    assert str(error) == (
+        "EffectSqliteSaver.from_conn_string(...) opens a sync saver: use it with a plain `with` in "
+        "sync code (invoke/stream). For async code (`async with`, ainvoke/astream), open "
+        "AsyncEffectSqliteSaver.from_conn_string(...) instead: the same database, ledger and setup(). "
+        "Nothing was opened."
+    )
+    assert not path.exists()
+    with pytest.raises(SyncMismatchError, match=r"AsyncEffectPostgresSaver\.from_conn_string"):
+        asyncio.run(enter(EffectPostgresSaver.from_conn_string("postgresql://nobody@127.0.0.1:1/none")))
+    with EffectSqliteSaver.from_conn_string(path) as saver:  # the plain `with` still opens it
+        saver.setup()
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
 
 
 def test_a_resume_of_a_thread_with_no_checkpoint_says_there_is_nothing_to_resume(tmp_path: Path) -> None:

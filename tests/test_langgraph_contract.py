@@ -623,7 +623,7 @@ def test_private_sqlite_saver_statements_match_langgraph() -> None:
     assert _squash(_private.INSERT_CHECKPOINT_SQL) in put
     assert _squash(_private.UPSERT_WRITES_SQL) in writes
     assert _squash(_private.INSERT_WRITES_SQL) in writes
-# -- the engine's adapter (langgraph_effects/_private.py) ------------------------------
+# -- LangGraph's private pieces, behind one adapter (langgraph_effects/_private.py) -------------
 
 
 def test_toolnode_overrides_named_in_the_adapter_keep_their_shape() -> None:

@@ -19,7 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, attach_ledger, current_operation
 from langgraph_effects._integrations.middleware import EffectMiddleware
-from langgraph_effects._runtime.dangling import unanswered
+from langgraph_effects._runtime.messages import unanswered
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish

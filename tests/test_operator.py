@@ -32,9 +32,7 @@ from langgraph_effects._runtime.operator import (
     allowed_decisions,
     lease_status,
     list_operations,
-    open_ledger,
     operation_to_json,
-    redact_dsn,
     resolve,
     resolve_report,
     show,
@@ -54,6 +52,7 @@ from langgraph_effects.errors import (
     TransitionError,
 )
 from langgraph_effects.ledger.base import Ledger
+from langgraph_effects.ledger.registry import open_ledger, redact
 from langgraph_effects.ledger.sqlite import SqliteLedger
 
 SECRET_RESULT = b"TOP-SECRET-TOOL-OUTPUT"
@@ -230,12 +229,12 @@ async def test_open_ledger_is_backend_agnostic_in_memory() -> None:
         assert after.state is State.PENDING
 
 
-def test_redact_dsn_hides_the_password() -> None:
-    assert redact_dsn("postgresql://alice:s3cret@db.example:5432/app") == (
+def test_redact_hides_the_password() -> None:
+    assert redact("postgresql://alice:s3cret@db.example:5432/app") == (
         "postgresql://alice:***@db.example:5432/app"
     )
-    assert redact_dsn("postgres://db.example/app") == "postgres://db.example/app"
-    assert redact_dsn("/var/lib/agent.db") == "/var/lib/agent.db"
+    assert redact("postgres://db.example/app") == "postgres://db.example/app"
+    assert redact("/var/lib/agent.db") == "/var/lib/agent.db"
 
 
 # -- list -----------------------------------------------------------------------------

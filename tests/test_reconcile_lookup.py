@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from langgraph_effects._runtime.messages import MAX_RECEIPT_BYTES
-from langgraph_effects._runtime.reconcile import Reconciliation, reconcile
+from langgraph_effects._runtime.reconcile import reconcile
 from langgraph_effects.core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from langgraph_effects.core.operation import Operation, Scope, State
+from langgraph_effects.core.reconcile import Reconciliation
 from tests.helpers.operations import build_op
 
 SENT = 1000.0

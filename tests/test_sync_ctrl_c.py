@@ -1,7 +1,7 @@
 """Ctrl-C in a sync run (``graph.invoke`` in a script, a notebook cell stopped) while a
 call is beginning.
 
-A real SIGINT is sent to the worker process's main thread from the hook the engine
+A real SIGINT is sent to the worker process's main thread from the dispatcher's fault hook that
 fires right before a dispatch is written (on the portal loop). LangGraph's sync runner
 waits for its tasks on the main thread and runs them on threads of its own, so the
 ``KeyboardInterrupt`` stops the wait and the call's thread goes on. Whichever way the

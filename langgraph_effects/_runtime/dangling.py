@@ -26,7 +26,7 @@ from . import messages
 from .binding import Coordinates, Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
 from .messages import unanswered
 
-__all__ = ["DanglingAnswer", "find_answers", "insert_answers", "unanswered"]
+__all__ = ["DanglingAnswer", "find_answers", "insert_answers"]
 
 
 def _unknown_message(op: Any, *, tool_call_id: str, tool: str) -> ToolMessage:

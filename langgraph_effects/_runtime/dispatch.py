@@ -31,7 +31,7 @@ from ..core import identity, protocol
 from ..core.compensation import undo_ordered
 from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
-from ..core.reconcile import lost_send
+from ..core.reconcile import lost_send, scope_changes
 from ..errors import (
     CompensationError,
     IllegalTransitionError,
@@ -43,7 +43,7 @@ from ..ledger.controls import HEARD
 from . import admission, lease, messages, telemetry
 from . import faults as _faults
 from .binding import CallRecord, Settings
-from .reconcile import reconcile, scope_changes
+from .reconcile import reconcile
 
 log = logging.getLogger("langgraph_effects")
 

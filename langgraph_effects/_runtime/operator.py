@@ -33,15 +33,6 @@ from ..errors import (
 )
 from ..ledger.base import AuditEntry, Ledger, OperationQuery, Transition
 from ..ledger.controls import verdict_plan
-from ..ledger.opener import (  # opening a ledger lives there; importable from here too
-    DEFAULT_CONNECT_TIMEOUT,
-    describe_target,
-    has_password,
-    is_postgres_dsn,
-    open_ledger,
-    redact_dsn,
-    setup_database,
-)
 from ..ledger.query import Cursor
 from .lease import lease_expired, owner_alive
 from .review import (
@@ -65,7 +56,6 @@ from .shapes import (
 
 __all__ = [
     "DECISION_TYPES",
-    "DEFAULT_CONNECT_TIMEOUT",
     "LeaseLiveError",
     "LeaseStatus",
     "LedgerNotFoundError",
@@ -75,19 +65,13 @@ __all__ = [
     "VerdictNotRecordedError",
     "allowed_decisions",
     "audit_to_json",
-    "describe_target",
-    "has_password",
-    "is_postgres_dsn",
     "lease_status",
     "list_operations",
     "new_decision_id",
-    "open_ledger",
     "operation_to_json",
     "operations_to_json",
-    "redact_dsn",
     "resolve",
     "resolve_report",
-    "setup_database",
     "show",
 ]
 
@@ -314,7 +298,11 @@ async def resolve_report(
     # (a replay, or a conflict), the version, then whether the state takes a verdict.
     result = await _verdict(ledger, op.op_id, change, expected_version, actor)
     return Resolution(
-        result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
+        result.op,
+        did,
+        replayed=not result.applied,
+        lease_lost=False,
+        from_state=op.state,
         decision=decision_content(parsed),
     )
 

@@ -21,13 +21,12 @@ from ..core.reconcile import (
     after_inconclusive,
     after_landed,
     after_not_landed,
-    scope_changes,
     without_lookup,
 )
 from ..errors import OversizedError
 from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
 
-__all__ = ["Reconciliation", "Scope", "Sleep", "reconcile", "scope_changes"]
+__all__ = ["Sleep", "reconcile"]
 
 Sleep = Callable[[float], Awaitable[None]]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
@@ -67,6 +67,37 @@ class AsyncOpener(Generic[T]):
         )
 
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+class SyncOpener(Generic[T]):
+    """What a sync saver's ``from_conn_string`` returns: a plain ``with`` opens the
+    saver; ``async with`` is refused at once, naming the async saver to use, before
+    anything is opened."""
+
+    def __init__(self, opening: AbstractContextManager[T], saver: str, use: str) -> None:
+        self._opening = opening
+        self._saver = saver
+        self._use = use
+
+    def __enter__(self) -> T:
+        return self._opening.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return self._opening.__exit__(kind, error, tb)
+
+    async def __aenter__(self) -> NoReturn:
+        raise SyncMismatchError(
+            f"{self._saver}.from_conn_string(...) opens a sync saver: use it with a plain `with` "
+            f"in sync code (invoke/stream). For async code (`async with`, ainvoke/astream), open "
+            f"{self._use}.from_conn_string(...) instead: the same database, ledger and setup(). "
+            "Nothing was opened.",
+            used=self._saver, use=self._use,
+        )
+
+    async def __aexit__(self, *exc: object) -> None:  # pragma: no cover - __aenter__ always raises
         return None
 
 

@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import (
 from .._runtime import portal as _portal
 from ..ledger.base import DEFAULT_ACTOR
 from . import _fence
-from ._sides import saver_mismatch
+from ._sides import SyncOpener, saver_mismatch
 from .sqlite import AsyncEffectSqliteSaver
 
 if TYPE_CHECKING:
@@ -220,13 +220,12 @@ class EffectSqliteSaver(SyncEffectSaver):
     saver: AsyncEffectSqliteSaver
 
     @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[EffectSqliteSaver]:
+    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> SyncOpener[EffectSqliteSaver]:
         """Open the checkpoints and the ledger in the SQLite file ``conn_string``
-        (``kwargs`` go to
+        (a plain ``with``; ``kwargs`` go to
         [`AsyncEffectSqliteSaver.from_conn_string`][langgraph_effects.AsyncEffectSqliteSaver.from_conn_string])."""
-        with cls._opened(AsyncEffectSqliteSaver.from_conn_string(conn_string, **kwargs)) as saver:
-            yield saver
+        opening = cls._opened(AsyncEffectSqliteSaver.from_conn_string(conn_string, **kwargs))
+        return SyncOpener(opening, cls.__name__, cls.async_name)
 
 
 class EffectPostgresSaver(SyncEffectSaver):
@@ -243,7 +242,6 @@ class EffectPostgresSaver(SyncEffectSaver):
     saver: AsyncEffectPostgresSaver
 
     @classmethod
-    @contextmanager
     def from_conn_string(
         cls,
         conn_string: str,
@@ -253,17 +251,16 @@ class EffectPostgresSaver(SyncEffectSaver):
         ledger_schema: str | None = None,
         ledger_max_size: int = 10,
         connect_timeout: float | None = None,
-    ) -> Iterator[EffectPostgresSaver]:
+    ) -> SyncOpener[EffectPostgresSaver]:
         """Open the checkpoints and the ledger in the Postgres database ``conn_string``
-        (the arguments of `AsyncEffectPostgresSaver.from_conn_string`)."""
+        (a plain ``with``; the arguments of `AsyncEffectPostgresSaver.from_conn_string`)."""
         from .postgres import AsyncEffectPostgresSaver
 
         manager = AsyncEffectPostgresSaver.from_conn_string(
             conn_string, pipeline=pipeline, serde=serde, ledger_schema=ledger_schema,
             ledger_max_size=ledger_max_size, connect_timeout=connect_timeout,
         )
-        with cls._opened(manager) as saver:
-            yield saver
+        return SyncOpener(cls._opened(manager), cls.__name__, cls.async_name)
 
     def setup_fencing(self) -> None:
         """The async saver's ``setup_fencing`` (run by `setup`)."""

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
-
 import typer
 from rich.text import Text
 
 from .app import app
-from .failures import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from .failures import EXIT_INTERNAL, EXIT_OK
 from .render import print_argparse_help, stderr
-
-# -- lab ----------------------------------------------------------------------------
 
 
 @app.command(
@@ -46,21 +40,3 @@ def crashtest_command(ctx: typer.Context) -> None:
     from ..crashtest import cli as crashtest_cli
 
     raise typer.Exit(crashtest_cli.main(list(ctx.args)))
-
-
-# -- shared by the argparse programs -----------------------------------------------------
-
-
-def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
-    """``argv`` parsed, or the exit code when argparse already answered (``--help``, usage)."""
-    try:
-        return parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed the help or its own usage error
-        return int(exit_.code or 0)
-
-
-def usage_error(parser: argparse.ArgumentParser, message: object) -> int:
-    """Print the usage line and ``PROG: error: MESSAGE`` on stderr; the usage exit code."""
-    parser.print_usage(sys.stderr)
-    stderr().print(Text(f"{parser.prog}: error: {message}"))
-    return EXIT_USAGE

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ..core.exitcodes import HELP as EXIT_CODES_HELP
 from ..errors import UnknownBackendError
-from ..ledger import opener, registry
+from ..ledger import registry
 from .app import ENV_DB, DbOption, JsonOption, SchemaOption, TimeoutOption, app
 from .failures import BadInput, fail
 from .render import stderr
@@ -40,7 +40,7 @@ class Target:
         A DSN holding a password is shown with the password starred out (it is never
         printed): give the password to libpq through ``PGPASSWORD`` or ``~/.pgpass``.
         """
-        db = opener.redact_dsn(self.db) if opener.has_password(self.db) else self.db
+        db = registry.redact(self.db) if registry.has_password(self.db) else self.db
         parts = ["langgraph-effects", "--db", shlex.quote(db)]
         if self.schema:
             parts += ["--schema", shlex.quote(self.schema)]
@@ -86,7 +86,7 @@ def settings(
     return Target(
         db=str(value),
         schema=chosen_schema,
-        timeout=float(chosen_timeout) if chosen_timeout is not None else opener.DEFAULT_CONNECT_TIMEOUT,
+        timeout=float(chosen_timeout) if chosen_timeout is not None else registry.DEFAULT_CONNECT_TIMEOUT,
         json=use_json,
         from_env=from_env,
     )
@@ -140,7 +140,7 @@ def ledger_command(
 
 def connecting(target: Target, *, read_only: bool) -> None:
     """One line on stderr: where the console connects, so a hang or a typo is visible."""
-    where = opener.describe_target(target.db, schema=target.schema)
+    where = registry.describe_target(target.db, schema=target.schema)
     if registry.backend_for(target.db).remote:
         wait = f"connect timeout {target.timeout:g}s"
     elif read_only:
@@ -155,11 +155,10 @@ def connecting(target: Target, *, read_only: bool) -> None:
 async def open_target(target: Target, *, read_only: bool) -> AsyncIterator[Any]:
     """The ledger for ``target`` (which must hold one): read-only for ``list``/``show``."""
     connecting(target, read_only=read_only)
-    async with opener.open_ledger(
+    async with registry.open_ledger(
         target.db, read_only=read_only, schema=target.schema, connect_timeout=target.timeout
     ) as ledger:
         yield ledger
-
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..cli.passthrough import parse_args, usage_error
+from ..cli.argparsing import parse_args, usage_error
 from ..cli.render import stderr, stdout
 from ..core.exitcodes import ExitCode
 from .core import (

@@ -1,7 +1,7 @@
 """Crash-test a user's own graph: a control run, then one faulted run per point and call.
 
 The parent process plans the runs, drives the worker processes with the crash
-lab's driver (`langgraph_effects.lab.worker.drive_workers`), answers effect reviews
+lab's driver (`langgraph_effects.lab.driver.drive_workers`), answers effect reviews
 as an operator who asked the provider would, and counts every thread's effects
 with the user's probe, the only ground truth. Workers are in `.worker`.
 """
@@ -26,13 +26,14 @@ from typing import Any, cast
 from .._runtime.review import REVIEW_TYPE, resume_command
 from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
-from ..lab.worker import _PROCESS_LOCK, Done, Killed, WorkerError, WorkerHandle, drive_workers
-from ..lab.worker import context as lab_context
+from ..lab.driver import _PROCESS_LOCK, WorkerHandle, drive_workers
+from ..lab.driver import context as lab_context
+from ..lab.worker import Done, Killed, WorkerError
 from .results import CrashReport as CrashReport
 from .results import RunResult as RunResult
 from .worker import (
     CALLBACK_POINTS,
-    ENGINE_POINTS,
+    DISPATCHER_POINTS,
     MCP_LOST,
     Fault,
     Job,
@@ -47,7 +48,7 @@ from .worker import (
 TWO_RUNNERS = "two-runners"
 RANDOM = "random"
 #: Every point ``points=`` / ``--points`` accepts, in matrix order.
-POINTS = (*CALLBACK_POINTS, *ENGINE_POINTS, MCP_LOST, TWO_RUNNERS)
+POINTS = (*CALLBACK_POINTS, *DISPATCHER_POINTS, MCP_LOST, TWO_RUNNERS)
 POINT_SUMMARIES = {
     "before-tool": "killed as the tool starts (on_tool_start)",
     "after-tool": "killed after the tool returned, before the graph recorded it (on_tool_end)",
@@ -381,14 +382,14 @@ async def _survey(
     """The control run (no fault): the effects every thread should hold, and the calls to aim at."""
     await session.count(control)  # a probe that cannot answer stops us here
     report = await _control(session, control)
-    engine_seen = sorted({e.point for e in report.engine}, key=ENGINE_POINTS.index)
+    dispatcher_seen = sorted({e.point for e in report.dispatcher}, key=DISPATCHER_POINTS.index)
     result = CrashReport(
         factory=factory_name,
         probe=session.probe_name,
         control_thread=control,
         expected=await session.count(control),
         calls=report.calls,
-        engine_points=engine_seen,
+        dispatcher_points=dispatcher_seen,
         points=chosen,
         runs=[],
         control_seconds=report.seconds,
@@ -404,8 +405,8 @@ def _plan(
     for point in POINTS:
         if point not in chosen:
             continue
-        if point in ENGINE_POINTS:
-            events = [e for e in control.engine if e.point == point]
+        if point in DISPATCHER_POINTS:
+            events = [e for e in control.dispatcher if e.point == point]
             if not events:
                 result.not_applicable[point] = (
                     "the control run never reached it: the graph does not run its tools through "

@@ -89,7 +89,7 @@ class CrashReport:
     expected: int
     """Effects the probe counted for the control run's thread (no fault)."""
     calls: list[ToolCall]
-    engine_points: list[str]
+    dispatcher_points: list[str]
     """Dispatcher fault points the control run passed (empty: the graph does not use the package)."""
     points: list[str]
     runs: list[RunResult]
@@ -168,7 +168,7 @@ class CrashReport:
         return {
             **pick(self, "factory", "probe", "control_thread", "expected"),
             "calls": [asdict(c) for c in self.calls],
-            **pick(self, "engine_points", "points", "not_applicable", "duplicates", "missing"),
+            **pick(self, "dispatcher_points", "points", "not_applicable", "duplicates", "missing"),
             "broken": len(self.broken),
             **pick(self, "ok", "exit_code"),
             "verdict": self.verdict(),

@@ -60,12 +60,12 @@ from ..lab.faults import AttemptFaults, Faults
 CALLBACK_POINTS = ("before-tool", "after-tool", "timeout")
 
 
-def engine_point(name: str) -> str:
+def dispatcher_point(name: str) -> str:
     """The crash test's name for a dispatcher fault point (``after_intent`` -> ``after-intent``)."""
     return name.replace("_", "-")
 
 
-ENGINE_POINTS = tuple(engine_point(p) for p in _faults.POINTS)
+DISPATCHER_POINTS = tuple(dispatcher_point(p) for p in _faults.POINTS)
 #: An MCP ``tools/call`` the server applied and answered; its caller never gets the answer.
 MCP_LOST = "mcp-lost"
 
@@ -135,7 +135,7 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
-class EngineEvent:
+class FaultEvent:
     """The dispatcher reached one of its fault points for an operation."""
 
     point: str
@@ -149,7 +149,7 @@ class RunReport:
     """What one attempt did, as the worker saw it."""
 
     calls: list[ToolCall]
-    engine: list[EngineEvent]
+    dispatcher: list[FaultEvent]
     interrupts: list[tuple[str, Any]]
     finished: bool
     """The thread has nothing left to run (and no interrupt pending)."""
@@ -159,7 +159,7 @@ class RunReport:
     fault_reached: bool
     probe_error: str | None = None
     """The probe raised when the control run asked it before a tool call."""
-    mcp_calls: list[EngineEvent] = field(default_factory=list)
+    mcp_calls: list[FaultEvent] = field(default_factory=list)
     """The MCP ``tools/call`` requests the attempt made (point ``mcp-lost``), in order."""
 
 
@@ -215,12 +215,12 @@ class FaultHandler(BaseCallbackHandler):
         self.killer = killer
         self.probe = probe
         self.calls: list[ToolCall] = []
-        self.engine: list[EngineEvent] = []
-        self.mcp_calls: list[EngineEvent] = []
+        self.dispatcher: list[FaultEvent] = []
+        self.mcp_calls: list[FaultEvent] = []
         self.fault_reached = False
         self.probe_error: str | None = None
         self._runs: dict[UUID, int] = {}
-        self._engine_counts: dict[str, int] = {}
+        self._dispatcher_counts: dict[str, int] = {}
 
     def _armed(self, point: str, index: int) -> bool:
         fault = self.job.fault
@@ -261,21 +261,20 @@ class FaultHandler(BaseCallbackHandler):
         if self._armed("timeout", index):
             raise TimeoutError("crashtest: the tool ran, but its caller saw a timeout")
 
-    def engine_hook(self, name: str, op: Operation) -> None:
+    def dispatcher_hook(self, name: str, op: Operation) -> None:
         """Installed at the dispatcher's fault points (`langgraph_effects._runtime.faults.install`)."""
-        point = engine_point(name)
-        index = self._engine_counts.get(point, 0) + 1
-        self._engine_counts[point] = index
-        self.engine.append(EngineEvent(point, index, op.tool, op.tool_call_id))
+        point = dispatcher_point(name)
+        index = self._dispatcher_counts.get(point, 0) + 1
+        self._dispatcher_counts[point] = index
+        self.dispatcher.append(FaultEvent(point, index, op.tool, op.tool_call_id))
         if self._armed(point, index):
             self.killer.die(point)
-
 
     def mcp_answered(self, name: str) -> None:
         """An MCP ``tools/call`` of ``name`` was answered; the armed one loses its answer."""
         index = len(self.mcp_calls) + 1
         running = self.calls[-1] if self.calls else None
-        self.mcp_calls.append(EngineEvent(MCP_LOST, index, name, running.tool_call_id if running else None))
+        self.mcp_calls.append(FaultEvent(MCP_LOST, index, name, running.tool_call_id if running else None))
         if self._armed(MCP_LOST, index):
             from mcp.shared.exceptions import McpError
             from mcp.types import CONNECTION_CLOSED, ErrorData
@@ -348,7 +347,7 @@ async def open_checkpointer(db: str, *, sync: bool = False) -> AsyncIterator[Any
 
     if sync:
         from ..checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
-        from ..ledger.opener import is_postgres_dsn
+        from ..ledger.registry import is_postgres_dsn
 
         kind = EffectPostgresSaver if is_postgres_dsn(db) else EffectSqliteSaver
         with kind.from_conn_string(db) as twin:
@@ -412,7 +411,7 @@ async def _attempt(
 ) -> RunReport:
     handler = FaultHandler(job, killer, probe)
     for name in _faults.POINTS:
-        _faults.install(name, handler.engine_hook)
+        _faults.install(name, handler.dispatcher_hook)
     with mcp_calls_seen(handler):
         return await _run_attempt(conn, job, factory, handler, killer, sync)
 
@@ -471,7 +470,7 @@ async def _run_attempt(
     interrupts = [(i.id, i.value) for i in snapshot.interrupts]
     return RunReport(
         calls=handler.calls,
-        engine=handler.engine,
+        dispatcher=handler.dispatcher,
         interrupts=interrupts,
         finished=error is None and not interrupts and not snapshot.next,
         error=error,

@@ -33,11 +33,9 @@ from .._runtime.context import current_operation
 from ..core.contract import Effect
 from .ours import answer_from_provider, audit_ledger, check_cell
 from .providers import KEYED_MODES
-from .strategies import BuildContext, Strategy, WholeGraph, register
+from .strategies import RECIPIENTS, BuildContext, Strategy, WholeGraph, register
 
 COLUMN = "reordered-entrypoint"
-#: Who each thread notifies (its operation label plus ``/<name>``).
-RECIPIENTS = ("ann", "bob", "cy")
 
 
 class Recipient(str):

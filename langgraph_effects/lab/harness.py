@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .child import await_stragglers, resume_returned
+from .driver import Driver, WorkerHandle, drive_workers
 from .faults import CIRCUIT_COOLDOWN, CRASH_POINTS, PAUSE_SECONDS, AttemptFaults, CrashPoint
 from .providers import Provider, ProviderMode
 from .strategies import (
@@ -46,13 +47,10 @@ from .worker import (
     Attempt,
     AttemptReport,
     Done,
-    Driver,
     Killed,
     ProviderSettings,
     WorkerError,
-    WorkerHandle,
     WorkerSpec,
-    drive_workers,
 )
 
 #: Review rounds per operation before the lab gives up and leaves it pending.

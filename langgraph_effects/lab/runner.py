@@ -45,13 +45,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .driver import context, forkserver_pid
 from .faults import CRASH_POINTS, CrashPoint
 from .harness import Cell, CellResult, SoakFault, crash_point, run_cell
 from .mcprow import add_opt_in_arguments, opt_in_points
 from .providers import MODES
 from .schedule import MAX_CELLS_PER_JOB, Admission, cpu_seconds, timings
 from .strategies import Strategy, registered
-from .worker import ProviderSettings, context, forkserver_pid
+from .worker import ProviderSettings
 
 #: The default run: 10 faulted operations per cell, as the seed experiment's 100 actions
 #: with 10 crashes had, and 4 unfaulted ones after each, run by the worker that replaced

@@ -61,6 +61,9 @@ BUILTIN_MODULES: list[str] = [
 ]
 
 TOOL_NAME = "send_notification"
+#: Who each thread of the ``entrypoint`` scenario notifies (its operation label plus
+#: ``/<name>``).
+RECIPIENTS = ("ann", "bob", "cy")
 #: The read-only sibling of the ``siblings`` scenario; it asks the user with ``interrupt()``.
 QUESTION_TOOL = "ask_human"
 #: The ``type`` of its interrupt: the lab answers it itself (it is not a review).
@@ -345,8 +348,6 @@ def intended_effects(scenario: Scenario, operation: str) -> dict[str, int]:
     if scenario == "saga":
         return {operation: 1, f"{operation}{UNDO}": 1}  # sent, then undone once
     if scenario == "entrypoint":
-        from .entrypoint import RECIPIENTS
-
         return {f"{operation}/{name}": 1 for name in RECIPIENTS}
     return {operation: 1}
 

@@ -24,7 +24,7 @@ import gc
 import os
 from multiprocessing import process, spawn
 
-from .worker import MAIN_ENV
+from .driver import MAIN_ENV
 
 
 def _prepare() -> None:

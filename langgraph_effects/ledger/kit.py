@@ -22,6 +22,7 @@ import asyncio
 from ..core.controls import ControlRow
 from ..core.operation import Operation
 from ..errors import LedgerError, LedgerNotFoundError, LedgerUnavailableError
+from .backend import Backend, LedgerOptions, OpenLedger
 from .base import (
     DEFAULT_ACTOR,
     AuditEntry,
@@ -46,9 +47,6 @@ from .codec import (
 )
 from .registry import (
     ENTRY_POINT_GROUP,
-    Backend,
-    LedgerOptions,
-    OpenLedger,
     backend_for,
     open_checkpointer,
     open_ledger,

@@ -1,7 +1,7 @@
 """Which backend a ledger URL names, and opening it: one registry of schemes.
 
 ``sqlite:///path`` (or a plain path), ``postgresql://...`` (or libpq's
-``host=... dbname=...``) and ``memory://`` are registered by `opener`; a new
+``host=... dbname=...``) and ``memory://`` are built in (`builtin`); a new
 backend registers its own scheme with `register_backend`, or from another
 package through the ``langgraph_effects.backends`` entry-point group (each entry
 point names a `Backend`, loaded the first time a URL is resolved).
@@ -11,72 +11,23 @@ point names a `Backend`, loaded the first time a URL is resolved).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import (
-    LedgerNotFoundError,
-    SchemaBehindError,
-    SchemaTooNewError,
-    UnknownBackendError,
-    UnsupportedByBackendError,
-)
+from ..errors import UnknownBackendError, UnsupportedByBackendError
+from .backend import Backend, LedgerOptions, OpenLedger, check_schema, redact_url
 from .base import Ledger
+from .builtin import BUILTIN_BACKENDS
 
 #: The entry-point group other packages register backends in (each names a `Backend`).
 ENTRY_POINT_GROUP = "langgraph_effects.backends"
 
+#: Seconds the console waits for a connection (Postgres) or a write lock (SQLite).
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
-
-
-@dataclass(frozen=True)
-class LedgerOptions:
-    """How to open a ledger, as a backend's factory receives it."""
-
-    read_only: bool = False
-    """Nothing may be written (what the console's ``list``/``show`` ask for)."""
-    schema: str | None = None
-    """Where the tables live, for a backend with `Backend.schemas`."""
-    connect_timeout: float | None = None
-    """Seconds to wait for a connection or a lock (``None``: the backend's default)."""
-    create: bool = False
-    """``True`` (what `setup_database` asks): create the store if it is missing.
-    ``False``: a store that does not exist is refused
-    ([`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError]), never created."""
-
-
-OpenLedger = Callable[[str, LedgerOptions], "AbstractAsyncContextManager[Ledger] | Ledger"]
-"""A backend's factory: the URL as given and the options -> the ledger, or an async
-context manager yielding it (closed on exit; a bare ledger is closed with ``aclose()``)."""
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A ledger backend as the registry knows it: its scheme, its factory, and optional hooks."""
-
-    scheme: str
-    open: OpenLedger
-    schemas: bool = False
-    """Whether `LedgerOptions.schema` applies (Postgres); else giving one is refused."""
-    remote: bool = False
-    """A server over the network (messages speak of connecting, not of a file)."""
-    describe: Callable[[str, str | None], str] | None = None
-    """Where a URL points, for a "connecting to ..." line (never a password)."""
-    redact: Callable[[str], str] | None = None
-    """The URL safe to print; by default a URL's password is starred out."""
-    matches: Callable[[str], bool] | None = None
-    """Also claim URLs without this scheme (libpq's ``host=... dbname=...`` for Postgres)."""
-    checkpointer: Callable[[str, LedgerOptions], AbstractAsyncContextManager[Any]] | None = None
-    """An effect-aware LangGraph checkpointer on the same store (not set up yet)."""
-    setup: Callable[[str, LedgerOptions], Awaitable[str]] | None = None
-    """Create or migrate everything the store needs; returns where the ledger is. By
-    default: open with ``create=True`` and run the ledger's ``setup()``."""
-    aliases: tuple[str, ...] = field(default=())
-    """Other schemes naming the same backend (``postgres`` for ``postgresql``)."""
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -130,7 +81,8 @@ def _load() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from . import opener  # noqa: F401  (registers sqlite, postgresql, memory)
+    for builtin in BUILTIN_BACKENDS:
+        register_backend(builtin.scheme, builtin)
 
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         loaded = entry.load()
@@ -156,22 +108,6 @@ def backend_for(url: str) -> Backend:
     return _BACKENDS["sqlite"]
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password (``scheme://user:password@host``) starred out."""
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-    except ValueError:
-        return url.split("://", 1)[0] + "://***"
-
-
 def _options(backend: Backend, options: LedgerOptions) -> LedgerOptions:
     if options.schema is not None and not backend.schemas:
         raise ValueError(
@@ -186,22 +122,6 @@ async def _enter(stack: AsyncExitStack, made: AbstractAsyncContextManager[Ledger
         stack.push_async_callback(made.aclose)
         return made
     return await stack.enter_async_context(made)
-
-
-async def check_schema(
-    ledger: Ledger, name: str, *, schema: str | None = None, backend: str = "sqlite"
-) -> None:
-    """Refuse a store without a ledger, or with one at another schema version than the
-    ledger's `SCHEMA_VERSION` (reads only)."""
-    found = await ledger.schema_version()
-    expected = ledger.SCHEMA_VERSION
-    if found is None:
-        postgres = backend == "postgresql"
-        raise LedgerNotFoundError(name, empty=True, postgres=postgres, schema=schema, backend=backend)
-    if found > expected:
-        raise SchemaTooNewError(found, expected, ledger.where)
-    if found < expected:
-        raise SchemaBehindError(found, expected, ledger.where)
 
 
 @asynccontextmanager
@@ -282,3 +202,37 @@ def redact(db: str) -> str:
     except UnknownBackendError:
         return redact_url(db)
     return (backend.redact or redact_url)(db)
+
+
+def is_postgres_dsn(db: str) -> bool:
+    """Whether ``db`` names a Postgres database.
+
+    A URL (``postgres://`` or ``postgresql://``) or a libpq key/value string
+    (``host=127.0.0.1 port=5432 dbname=app``).
+    """
+    try:
+        return backend_for(db).scheme == "postgresql"
+    except UnknownBackendError:
+        return False
+
+
+def has_password(db: str) -> bool:
+    """Whether ``db`` carries a password (so it must not be printed as is)."""
+    return redact(db) != db
+
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "ENTRY_POINT_GROUP",
+    "backend_for",
+    "describe_target",
+    "has_password",
+    "is_postgres_dsn",
+    "open_checkpointer",
+    "open_ledger",
+    "redact",
+    "register_backend",
+    "registered_schemes",
+    "setup_database",
+    "unregister_backend",
+]

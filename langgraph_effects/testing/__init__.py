@@ -12,7 +12,7 @@
   the contract you pick (``"dedup"`` Stripe-like idempotency keys, ``"lookup"``,
   ``"lagging"``, ``"withdrawn"``, ``"blind"``). Count effects from its records
   (``provider.effects()``, ``provider.count_requests("apply")``), never from the
-  worker's logs: they survive a SIGKILL of the worker a microsecond later.
+  worker's logs: they survive a SIGKILL of the worker the instant after.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from langgraph_effects._runtime import faults as engine_faults
+from langgraph_effects._runtime import faults as dispatcher_faults
 from langgraph_effects.lab.faults import CRASH_POINTS, Faults, LabClient
 from langgraph_effects.lab.harness import CellResult
 from langgraph_effects.lab.ours import NAME as ASYNC_NAME
@@ -167,7 +167,7 @@ def test_the_tool_is_sync(tmp_path: Path) -> None:
     try:
         node = build_sync_node(ctx)
     finally:
-        engine_faults.clear()  # the builder installs the lab's A and C in the engine
+        dispatcher_faults.clear()  # the builder installs the lab's A and C in the dispatcher
     [send] = node.tools_by_name.values()
     assert send.func is not None and send.coroutine is None  # type: ignore[attr-defined]
     provider.close()

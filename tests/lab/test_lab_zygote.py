@@ -34,7 +34,7 @@ def report(path):
 
 
 if __name__ == "__main__":
-    from langgraph_effects.lab.worker import context
+    from langgraph_effects.lab.driver import context
 
     ctx = context()
     for _ in range(3):

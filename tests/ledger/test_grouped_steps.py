@@ -51,7 +51,7 @@ def _op(
 
 
 def _open(ops: Sequence[Operation], *, replans: bool = True) -> Callable[[], Plan[Any]]:
-    """An open as the engine's: FindOrInsert; if anything is found, bind what is stored
+    """An open as the session makes it: FindOrInsert; if anything is found, bind what is stored
     and insert the rest (what it found and inserted is its result)."""
 
     def plan() -> Plan[Any]:
@@ -230,7 +230,7 @@ def test_outcomes_that_arrive_together_are_one_compare_and_set_step() -> None:
 async def test_each_backend_writes_eight_optimistic_outcomes_at_once(
     ledger: Ledger, make_op: OpFactory
 ) -> None:
-    """The outcomes the engine records (optimistic, from the row it holds) start with
+    """The outcomes the dispatcher records (optimistic, from the row it holds) start with
     their compare-and-set: on the SQL backends eight arriving together are one step.
     One of them is stale and fails alone; the others are written with their audit."""
     ops = await ledger.record_intents([make_op() for _ in range(8)], change=dispatch())

@@ -25,7 +25,7 @@ from langgraph_effects.ledger.kit import (
     unregister_backend,
 )
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.ledger.opener import describe_target, is_postgres_dsn, redact_dsn
+from langgraph_effects.ledger.registry import describe_target, is_postgres_dsn, redact
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.testing.conformance import make_op
 
@@ -86,7 +86,7 @@ async def test_an_unknown_scheme_says_what_is_known_and_how_to_register() -> Non
     assert error.scheme == "redis" and "s3cret" not in str(error) and "***" in error.url
     assert {"sqlite", "postgresql", "memory"} <= set(error.known)
     assert "register_backend('redis', factory)" in str(error)
-    assert redact_dsn("redis://user:s3cret@cache:6379/0") == "redis://user:***@cache:6379/0"
+    assert redact("redis://user:s3cret@cache:6379/0") == "redis://user:***@cache:6379/0"
 
 
 async def test_a_registered_scheme_is_opened_and_set_up_through_its_factory() -> None:
@@ -120,7 +120,10 @@ async def test_a_registered_scheme_is_opened_and_set_up_through_its_factory() ->
 def test_the_console_refuses_an_unknown_scheme_as_bad_input(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "langgraph_effects.cli", "--db", "redis://cache/0", "list"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 2, done.stderr
     assert "no ledger backend is registered for the scheme 'redis'" in done.stderr

@@ -1,10 +1,10 @@
-"""The built-in ledger backends of the registry (`registry`): SQLite, Postgres, memory.
+"""The built-in ledger backends: SQLite, Postgres and memory (`BUILTIN_BACKENDS`).
 
-What the console and `langgraph_effects._runtime.operator` open ledgers with:
-`open_ledger` never creates or migrates anything (a database without a ledger
-is refused with [`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError]), and
-`setup_database` is the one place that creates the tables. Both ask the
-registry which backend a URL names; this module registers the three built in.
+Each is a `Backend` (`backend`) the registry (`registry`) registers before any
+other: how a URL of its scheme is opened (never creating or migrating anything:
+a database without a ledger is refused with
+[`LedgerNotFoundError`][langgraph_effects.errors.LedgerNotFoundError]), set up,
+described and redacted.
 """
 
 from __future__ import annotations
@@ -22,39 +22,14 @@ from ..errors import (
     LedgerCorruptError,
     LedgerNotFoundError,
     LedgerUnavailableError,
-    UnknownBackendError,
 )
+from .backend import Backend, LedgerOptions, check_schema, redact_url
 from .base import Ledger
 from .memory import InMemoryLedger
-from .registry import (
-    LedgerOptions,
-    backend_for,
-    check_schema,
-    describe_target,
-    open_checkpointer,
-    open_ledger,
-    redact,
-    redact_url,
-    register_backend,
-    setup_database,
-)
 from .sqlite import SqliteLedger
 
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "describe_target",
-    "has_password",
-    "is_postgres_dsn",
-    "open_checkpointer",
-    "open_ledger",
-    "redact_dsn",
-    "setup_database",
-]
+__all__ = ["BUILTIN_BACKENDS"]
 
-# -- opening a ledger ---------------------------------------------------------------
-
-#: Seconds the console waits for a connection (Postgres) or a write lock (SQLite).
-DEFAULT_CONNECT_TIMEOUT = 5.0
 
 # libpq's connection keywords: ``host=db port=5432 dbname=app`` is a Postgres DSN.
 _LIBPQ_KEYWORD = re.compile(
@@ -66,32 +41,10 @@ _LIBPQ_KEYWORD = re.compile(
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
-def is_postgres_dsn(db: str) -> bool:
-    """Whether ``db`` names a Postgres database.
-
-    A URL (``postgres://`` or ``postgresql://``) or a libpq key/value string
-    (``host=127.0.0.1 port=5432 dbname=app``). Asks the registry (`registry.backend_for`).
-    """
-    try:
-        return backend_for(db).scheme == "postgresql"
-    except UnknownBackendError:
-        return False
-
-
-def redact_dsn(db: str) -> str:
-    """``db`` safe to print: a password (a URL's or a libpq ``password=``) is replaced by ``***``."""
-    return redact(db)
-
-
 def _redact_postgres(db: str) -> str:
     if _LIBPQ_KEYWORD.match(db) and "://" not in db:
         return _KV_PASSWORD.sub(lambda m: m.group(1) + "***", db)
     return redact_url(db)
-
-
-def has_password(db: str) -> bool:
-    """Whether ``db`` carries a password (so it must not be printed as is)."""
-    return redact_dsn(db) != db
 
 
 def _describe_sqlite(db: str, schema: str | None) -> str:
@@ -105,7 +58,7 @@ def _describe_postgres(db: str, schema: str | None) -> str:
 
         params = conninfo_to_dict(db)
     except Exception:  # no psycopg, or a DSN libpq cannot parse: it fails on connect
-        return f"Postgres {redact_dsn(db)}"
+        return f"Postgres {_redact_postgres(db)}"
     host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost")
     port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
     name = str(params.get("dbname") or os.environ.get("PGDATABASE") or params.get("user") or "")
@@ -182,7 +135,7 @@ def _sqlite_checkpointer(db: str, options: LedgerOptions) -> AbstractAsyncContex
 
 def _postgres_missing(db: str, error: ImportError) -> LedgerUnavailableError:
     return LedgerUnavailableError(
-        f"cannot open {redact_dsn(db)}: the Postgres backend is not available ({error}). "
+        f"cannot open {_redact_postgres(db)}: the Postgres backend is not available ({error}). "
         "Install it with `pip install 'langgraph-effects[postgres]'`."
     )
 
@@ -214,7 +167,7 @@ async def _open_postgres(db: str, options: LedgerOptions) -> AsyncIterator[Ledge
             if type(error).__module__.split(".", 1)[0] != "psycopg":
                 raise
             raise LedgerUnavailableError(
-                f"cannot use the ledger at {redact_dsn(db)}: {type(error).__name__}: {error}. Check "
+                f"cannot use the ledger at {_redact_postgres(db)}: {type(error).__name__}: {error}. Check "
                 "that the server is up and the DSN (host, port, database, user, password) is right; "
                 "nothing was written."
             ) from error
@@ -236,7 +189,7 @@ async def _probe_postgres(db: str, timeout: float) -> None:
         if isinstance(error, asyncio.TimeoutError):
             reason = f"no answer within {timeout:g}s"
         raise LedgerUnavailableError(
-            f"could not connect to the ledger at {describe_target(db)} ({reason}). Check that the "
+            f"could not connect to the ledger at {_describe_postgres(db, None)} ({reason}). Check that the "
             "server is running and reachable and that the DSN (host, port, database, user, "
             "password) is right, or raise --connect-timeout; nothing was written, retrying "
             "later is safe."
@@ -278,27 +231,31 @@ async def _open_memory(db: str, options: LedgerOptions) -> AsyncIterator[Ledger]
     yield ledger
 
 
-register_backend(
-    "sqlite",
-    _open_sqlite,
-    describe=_describe_sqlite,
-    setup=_setup_sqlite,
-    checkpointer=_sqlite_checkpointer,
-)
-register_backend(
-    "postgresql",
-    _open_postgres,
-    schemas=True,
-    remote=True,
-    describe=_describe_postgres,
-    redact=_redact_postgres,
-    matches=lambda db: bool(_LIBPQ_KEYWORD.match(db)),
-    setup=_setup_postgres,
-    checkpointer=_postgres_checkpointer,
-    aliases=("postgres",),
-)
-register_backend(
-    "memory",
-    asynccontextmanager(_open_memory),
-    describe=lambda db, schema: "a fresh in-memory ledger (it survives nothing)",
+#: SQLite (``sqlite:///path`` or a plain path), Postgres (``postgresql://``, ``postgres://``
+#: or libpq's ``host=... dbname=...``) and memory (``memory://``).
+BUILTIN_BACKENDS: tuple[Backend, ...] = (
+    Backend(
+        "sqlite",
+        _open_sqlite,
+        describe=_describe_sqlite,
+        setup=_setup_sqlite,
+        checkpointer=_sqlite_checkpointer,
+    ),
+    Backend(
+        "postgresql",
+        _open_postgres,
+        schemas=True,
+        remote=True,
+        describe=_describe_postgres,
+        redact=_redact_postgres,
+        matches=lambda db: bool(_LIBPQ_KEYWORD.match(db)),
+        setup=_setup_postgres,
+        checkpointer=_postgres_checkpointer,
+        aliases=("postgres",),
+    ),
+    Backend(
+        "memory",
+        asynccontextmanager(_open_memory),
+        describe=lambda db, schema: "a fresh in-memory ledger (it survives nothing)",
+    ),
 )
