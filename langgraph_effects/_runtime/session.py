@@ -66,7 +66,7 @@ from .binding import (
     scope_from,
     staged,
 )
-from .context import CURRENT_OPERATION
+from .context import CURRENT_OPERATION, running
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
 from .messages import encodable
 from .question import Asked, last_asked
@@ -257,22 +257,6 @@ class Session:
             if not c.running:
                 await self._dispatcher.stand_down(c)
 
-    def close_now(self) -> bool:
-        """Close the session here, without the event loop, if no call of it runs or
-        holds a lease or a heartbeat (`close` would then hand nothing back);
-        whether it did. If not, await `close`.
-
-        Safe from a sync run's own thread while the event loop works on one of the
-        session's calls: the flag is set first, and a call looks at it last thing
-        before its tool runs, after taking its lease. So either that call sees it and
-        stands itself down, or it held its lease before that look and this sees it
-        here (and `close` decides on the loop).
-        """
-        self._closed = True
-        return not any(
-            c.running or c.owner is not None or c.heartbeat is not None for c in self._calls.values()
-        )
-
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables,
@@ -286,13 +270,8 @@ class Session:
             while isinstance(directive, RunTool):
                 try:
                     yield _OnLoop(lambda: self._leases.start_heartbeat(c))
-                    # The ContextVar itself, not a context manager: one module fewer on the path.
-                    current = CURRENT_OPERATION.set(directive.op)
-                    try:
-                        with telemetry.dispatching(c):
-                            output, error = yield _CALLER
-                    finally:
-                        CURRENT_OPERATION.reset(current)
+                    with running(directive.op), telemetry.dispatching(c):
+                        output, error = yield _CALLER
                 except GraphBubbleUp:
                     yield self._dispatcher.withdraw(c)
                     raise
@@ -420,8 +399,7 @@ def _round_steps(session: Session) -> _Steps[Any]:
             yield session.apply_answer(answer, question=question, round_no=round_no)
             round_no += 1
     finally:
-        if not session.close_now():
-            yield session.close()
+        yield session.close()
 
 
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
