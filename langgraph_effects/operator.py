@@ -40,7 +40,6 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from ._runtime.compensation import (
-        CompensationReport,
         compensate,
         compensations,
         compensations_to_json,
@@ -113,6 +112,7 @@ if _typing.TYPE_CHECKING:
         json_schemas,
     )
     from ._runtime.stats import PENDING_SCAN, LedgerStats, stats
+    from ._runtime.undo import CompensationReport
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
 
@@ -139,7 +139,7 @@ _EXPORTS: dict[str, str] = {
     "compensate": "_runtime.compensation",
     "compensations": "_runtime.compensation",
     "finish_compensations": "_runtime.compensation",
-    "CompensationReport": "_runtime.compensation",
+    "CompensationReport": "_runtime.undo",
     # health
     "stats": "_runtime.stats",
     "LedgerStats": "_runtime.stats",
