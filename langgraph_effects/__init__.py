@@ -28,7 +28,7 @@ if _typing.TYPE_CHECKING:
     from ._integrations.mcp import EffectKeyInterceptor, hide_key_arguments, mcp_lookup, require_contracts
     from ._integrations.middleware import EffectMiddleware
     from ._integrations.node import EffectToolNode
-    from ._runtime.compensation import CompensationReport, compensate, finish_compensations
+    from ._runtime.compensation import compensate, finish_compensations
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
     from ._runtime.review import (
         AbandonDecision,
@@ -36,6 +36,7 @@ if _typing.TYPE_CHECKING:
         NotLandedDecision,
         resume_command,
     )
+    from ._runtime.undo import CompensationReport
     from .checkpoint.postgres import AsyncEffectPostgresSaver
     from .checkpoint.sqlite import AsyncEffectSqliteSaver
     from .checkpoint.sync import EffectPostgresSaver, EffectSqliteSaver
@@ -189,7 +190,7 @@ _EXPORTS: dict[str, str] = {
     "CircuitOpenError": "errors",
     "ControlRefusedError": "errors",
     "CompensationError": "errors",
-    "CompensationReport": "_runtime.compensation",
+    "CompensationReport": "_runtime.undo",
     "ConfigurationError": "errors",
     "DecisionConflictError": "errors",
     "DefiniteFailure": "errors",

@@ -40,7 +40,6 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from ._runtime.compensation import (
-        CompensationReport,
         compensate,
         compensations,
         compensations_to_json,
@@ -109,6 +108,7 @@ if _typing.TYPE_CHECKING:
         json_schemas,
     )
     from ._runtime.stats import PENDING_SCAN, LedgerStats, stats
+    from ._runtime.undo import CompensationReport
     from .ledger.registry import DEFAULT_CONNECT_TIMEOUT, has_password, open_ledger, setup_database
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
@@ -136,7 +136,7 @@ _EXPORTS: dict[str, str] = {
     "compensate": "_runtime.compensation",
     "compensations": "_runtime.compensation",
     "finish_compensations": "_runtime.compensation",
-    "CompensationReport": "_runtime.compensation",
+    "CompensationReport": "_runtime.undo",
     # health
     "stats": "_runtime.stats",
     "LedgerStats": "_runtime.stats",

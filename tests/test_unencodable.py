@@ -24,8 +24,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from langgraph_effects import Effect, OperationQuery
-from langgraph_effects._runtime.compensation import request_compensation
 from langgraph_effects._runtime.operator import resolve
+from langgraph_effects._runtime.undo import request_compensation
 from langgraph_effects.core.text import require_config_text, require_metadata_text
 from langgraph_effects.errors import UnencodableValueError
 from langgraph_effects.lab.providers import Provider

@@ -343,7 +343,8 @@ class Asker:
                 c.op = await self.dispatcher.reload(c)
                 continue
             # A verdict asking for the undo is its order: the call's replay in the next
-            # round runs it (Dispatcher.compensations), as a resume after a crash would.
+            # round names it due (dispatch.Due) and the session runs it, as it would on
+            # a resume after a crash.
             applied.settled.add(c.call_id)
             count += 1
         if problems:

@@ -1,290 +1,32 @@
-"""Compensation: record an undo bound to the effect it undoes, and run it exactly once.
+"""Compensation, for an operator: undo one effect (`compensate`), list the undos
+(`compensations`), and finish every undo a crash interrupted (`finish_compensations`),
+outside any graph.
 
-Two steps, each crash-safe on its own:
-
-1. **Request** (`request_compensation`): one ledger transaction locks the
-   effect's row, asks the pure rule (`may_compensate`)
-   and, for a confirmed effect with a declared undo, marks it (``compensate``: it stays
-   ``confirmed``, its evidence names the undo) and inserts the undo's operation
-   (``pending``, its ``extra`` names the effect) in the same commit. The undo's id is
-   derived from the effect's id, so asking twice finds the same undo. An ``unknown``
-   effect is sent to review instead: nothing is undone while its outcome is in doubt.
-2. **Run** (`run_undo`): the undo is driven through the same per-call protocol as
-   every tool call (a `Session` with one
-   call): dispatch marker and lease before it leaves, its outcome recorded after, and
-   after a crash its dead lease is taken over and the undo reconciled from its own
-   contract (dedup, lookup, or review), never blindly sent again.
+The undo is recorded bound to the effect it undoes (`request_compensation`,
+``_runtime/undo.py``) and run as the one call of a `Session` of its own
+(`run_undo`), the same per-call protocol every tool call goes through. A graph's own
+undos (an operator's verdict that asked for one, a saga's failed step) are run the same
+way by the session of the call that orders them, before that call answers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-
 from ..core import identity
-from ..core.compensation import (
-    Decision,
-    mark_change,
-    may_compensate,
-    receipt_of,
-    review_change,
-    saga_plan,
-    undo_call_id,
-    undo_operation_id,
-    undo_ordered,
-    undo_state,
-)
-from ..core.contract import Effect, Undo, UndoRequest
-from ..core.keys import with_key
-from ..core.operation import Operation, Scope, State, advance
-from ..core.text import require_text
-from ..errors import CompensationError, OperationNotFoundError
-from ..ledger.base import (
-    DEFAULT_ACTOR,
-    Ledger,
-    OperationQuery,
-    Plan,
-    insert_step,
-    now,
-)
-from ..ledger.codec import audit_row
-from ..ledger.steps import CasWithAudit, Load, Lock
-from . import lease
-from .binding import CallRecord, Settings
-from .context import CURRENT_OPERATION
-from .messages import load
+from ..core.compensation import undo_state
+from ..core.contract import Effect
+from ..core.operation import Operation, State
+from ..ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
+from .binding import Settings
+from .lease import DEFAULT_LEASE_SECONDS, owner_alive_async
 from .operator import operation_to_json
-from .shapes import CompensationJSON, CompensationListJSON
-
-log = logging.getLogger("langgraph_effects")
-
-#: Undo states [`finish_compensations`][langgraph_effects.finish_compensations] drives on (``review`` waits
-#: for an operator).
-_TO_FINISH = frozenset({State.PENDING, State.DISPATCHED, State.UNKNOWN})
-
-
-@dataclass(frozen=True)
-class CompensationReport:
-    """How one compensation stands: the effect, its undo (if recorded), and why."""
-
-    operation: Operation
-    """The effect, as stored afterwards."""
-    undo: Operation | None
-    """Its undo's operation as stored afterwards (``None``: none was recorded)."""
-    verdict: str
-    """What the rule said: ``compensate``, ``requested``, ``review_first``, ... (see
-    `may_compensate`)."""
-    reason: str
-    error: str | None = None
-    """What the undo raised, when it raised (its row says how that was recorded)."""
-
-    @property
-    def state(self) -> str:
-        """How the compensation stands in one phrase (``undone``, ``in review``...)."""
-        if self.undo is None and self.verdict == "review_first":
-            return "effect sent to review"
-        return undo_state(self.undo)
-
-    def to_json(self) -> CompensationJSON:
-        """What ``langgraph-effects compensate --json`` prints (and each of a recovery
-        report's ``compensations``)."""
-        return {
-            "operation": operation_to_json(self.operation),
-            "undo": operation_to_json(self.undo) if self.undo is not None else None,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "compensation": self.state,
-            "error": self.error,
-        }
-
-
-def undo_for(op: Operation, effects: Mapping[str, Effect]) -> Undo | None:
-    """The undo ``op``'s tool declares in ``effects``, if any."""
-    effect = effects.get(op.tool)
-    return effect.undo if effect is not None else None
-
-
-def _decoded(op: Operation) -> Any:
-    """The recorded output of ``op`` (a ToolMessage's content), or ``None``."""
-    if op.result is None or op.result_type is None:
-        return None
-    try:
-        value = load(op.result_type, op.result)
-    except Exception:  # an output we cannot read is no receipt
-        return None
-    return value.content if isinstance(value, ToolMessage) else value
-
-
-def undo_arguments(op: Operation, undo: Undo) -> dict[str, Any]:
-    """The undo's full arguments, derived from the effect as stored (the same every time)."""
-    request = UndoRequest(
-        operation_id=op.op_id,
-        provider_key=op.provider_key,
-        tool=op.tool,
-        args=dict(op.args),
-        receipt=receipt_of(op, _decoded(op)),
-    )
-    return undo.arguments(request)
-
-
-def undo_operation(op: Operation, undo: Undo, *, hash_key: bytes | None) -> Operation:
-    """The undo's operation for effect ``op`` (not yet stored)."""
-    effect = undo.contract
-    args = undo_arguments(op, undo)
-    op_id = undo_operation_id(op.op_id)
-    key = effect.key(args, {}) if effect.key is not None else identity.default_provider_key(op_id)
-    return Operation(
-        op_id=op_id,
-        thread_id=op.thread_id,
-        tool=undo.tool_name,
-        tool_call_id=undo_call_id(op),
-        args=identity.redact(args, effect.secret_fields),
-        args_hash=identity.args_hash(identity.identifying_args(args, effect.key_argument), key=hash_key),
-        provider_key=key,
-        contract=effect.kind,
-        checkpoint_ns=op.checkpoint_ns,
-        tenant=op.tenant,
-        policy_version=op.policy_version,
-        checkpoint_id=op.checkpoint_id,
-        extra={"compensates": op.op_id},
-    )
-
-
-def request_plan(
-    op_id: str,
-    effects: Mapping[str, Effect],
-    *,
-    actor: str,
-    channel: str,
-    reason: str | None,
-    hash_key: bytes | None,
-    tenant: str | None = None,
-) -> Plan[tuple[Decision, Operation, Operation | None]]:
-    """Lock the effect, decide, and record the undo (or send the effect to review),
-    in one transaction. Returns the decision and both rows as stored."""
-    before = yield Lock(op_id)
-    if before is None or (tenant is not None and before.tenant != tenant):
-        raise OperationNotFoundError(op_id)
-    undo = undo_for(before, effects)
-    decision = may_compensate(before, undoable=undo is not None)
-    if decision.verdict == "requested":
-        assert before.compensated_by is not None
-        found = (yield Load((before.compensated_by,))).get(before.compensated_by)
-        return decision, before, found
-    if decision.verdict not in ("compensate", "review_first"):
-        return decision, before, None
-    if decision.verdict == "review_first":
-        change = review_change(actor=actor, channel=channel, reason=reason)
-        after = advance(before, change, expected_version=before.version, now=now())
-        assert after is not None
-        yield CasWithAudit(after, before.version, audit_row(before, after, change, actor))
-        return decision, after, None
-    assert undo is not None
-    # The undo's intent first: if its provider key is taken nothing was written and the
-    # request is refused; otherwise the mark (under the row lock) cannot miss.
-    made = undo_operation(before, undo, hash_key=hash_key)
-    insert = insert_step([made], None, actor)
-    if made.op_id not in (yield insert):
-        raise CompensationError(
-            op_id,
-            "key_taken",
-            f"the undo's provider key {made.provider_key!r} already belongs to another "
-            "operation in this tenant; give the undo its own key (Undo(effect=Effect(key=...)))",
-        )
-    change = mark_change(before, made.op_id, actor=actor, channel=channel, reason=reason)
-    after = advance(before, change, expected_version=before.version, now=now())
-    assert after is not None
-    yield CasWithAudit(after, before.version, audit_row(before, after, change, actor))
-    return decision, after, insert.ops[0]
-
-
-async def request_compensation(
-    ledger: Ledger,
-    op_id: str,
-    *,
-    effects: Mapping[str, Effect],
-    actor: str = DEFAULT_ACTOR,
-    channel: str = "api",
-    reason: str | None = None,
-    hash_key: bytes | None = None,
-    tenant: str | None = None,
-) -> CompensationReport:
-    """Record that effect ``op_id`` must be undone (see the module docstring); runs nothing.
-
-    Raises [`CompensationError`][langgraph_effects.errors.CompensationError] when it cannot be
-    compensated (nothing landed, no undo declared, being sent right now...), with the
-    reason; an ``unknown`` effect is sent to review and reported (``review_first``).
-    An actor, reason or tenant holding a lone surrogate is refused
-    (`UnencodableValueError`).
-    """
-    for value, name in ((op_id, "op_id"), (actor, "actor"), (reason, "reason"), (tenant, "tenant")):
-        require_text(value, name, "Give it as valid text.")
-    key = hash_key if hash_key is not None else identity.hash_key_from_env()
-    decision, op, undo = await ledger.transact(
-        lambda: request_plan(
-            op_id, effects, actor=actor, channel=channel, reason=reason, hash_key=key, tenant=tenant
-        )
-    )
-    if not decision.allowed and decision.verdict != "review_first":
-        raise CompensationError(op_id, decision.verdict, decision.reason)
-    return CompensationReport(op, undo, decision.verdict, decision.reason)
-
-
-async def _invoke(action: Any, args: dict[str, Any]) -> Any:
-    if hasattr(action, "ainvoke"):
-        return await action.ainvoke(args)
-    if inspect.iscoroutinefunction(action):
-        return await action(**args)
-    return await asyncio.to_thread(action, **args)  # copies the context: current_operation()
-
-
-async def run_undo(
-    ledger: Ledger,
-    undo_op: Operation,
-    effect_op: Operation,
-    undo: Undo,
-    *,
-    hash_key: bytes | None = None,
-    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
-) -> tuple[Operation, str | None]:
-    """Drive the undo through the per-call protocol until it is settled or waits for a
-    human; the undo's row as stored afterwards, and what it raised (if it did)."""
-    from .session import Session, capture, run_call  # the session imports the review models
-
-    effect = undo.contract
-    args = undo_arguments(effect_op, undo)
-    settings = Settings(effects={undo_op.tool: effect}, hash_key=hash_key, lease_seconds=lease_seconds)
-    call_id = undo_op.tool_call_id
-    record = CallRecord(call_id=call_id, tool=undo_op.tool, args=args, effect=effect, op=undo_op)
-    session = Session(
-        ledger=ledger,
-        settings=settings,
-        config={},
-        calls={call_id: record},
-        scope=Scope(undo_op.tenant, undo_op.policy_version),
-    )
-
-    async def execute() -> tuple[Any, BaseException | None]:
-        info = CURRENT_OPERATION.get()
-        sent = with_key(effect, args, info.provider_key) if info is not None else args
-        return await capture(lambda: _invoke(undo.action, dict(sent)))
-
-    error: str | None = None
-    try:
-        await run_call(session, call_id, execute)
-    except Exception as raised:  # recorded by the protocol (a definite failure): reported
-        error = f"{type(raised).__name__}: {raised}"[:500]
-    finally:
-        await session.close()
-    stored = await ledger.get(undo_op.op_id)
-    return (stored if stored is not None else record.op), error
+from .session import run_undo
+from .shapes import CompensationListJSON
+from .undo import TO_FINISH, CompensationReport, compensate_with, undo_for
 
 
 async def compensate(
@@ -297,7 +39,7 @@ async def compensate(
     channel: str = "api",
     tenant: str | None = None,
     hash_key: bytes | None = None,
-    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> CompensationReport:
     """Undo effect ``op_id`` exactly once: record the undo, then run it.
 
@@ -326,53 +68,10 @@ async def compensate(
         OperationNotFoundError: no such operation (in ``tenant``).
     """
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
-    report = await request_compensation(
-        ledger, op_id, effects=effects, actor=actor, channel=channel, reason=reason,
-        hash_key=key, tenant=tenant,
-    )
-    undo = undo_for(report.operation, effects)
-    if report.undo is None or undo is None or report.undo.state not in _TO_FINISH:
-        return report
-    ran, error = await run_undo(
-        ledger, report.undo, report.operation, undo, hash_key=key, lease_seconds=lease_seconds
-    )
-    return CompensationReport(report.operation, ran, report.verdict, report.reason, error)
-
-
-async def finish_ordered(
-    ledger: Ledger,
-    op: Operation,
-    effects: Mapping[str, Effect],
-    *,
-    hash_key: bytes | None = None,
-    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
-) -> CompensationReport | None:
-    """Finish the undo ``op``'s own record orders (see
-    `undo_ordered`), exactly once: recorded
-    now if only the verdict that asked for it was written, run if a crash left it
-    unsent (``pending``) or its sender gone (its own contract then decides re-send or
-    review), left alone once settled or in review. ``None`` if ``op`` orders no undo.
-
-    What a replay of the call does before it answers, so a resume finishes an undo
-    an operator ordered as a saga's failed step finishes its own. Raises
-    `CompensationError` when the undo cannot be
-    recorded (its tool declares none any more); nothing is written then.
-    """
-    if not undo_ordered(op):
-        return None
-    if op.compensated_by is not None:
-        found = await ledger.get(op.compensated_by)
-        if found is not None and found.state not in _TO_FINISH:
-            return CompensationReport(op, found, "requested", "already settled")
-    evidence = op.evidence or {}  # who ordered it: the verdict's (or the mark's) actor
-    return await compensate(
-        ledger,
-        op.op_id,
-        effects=effects,
-        actor=str(evidence.get("actor") or DEFAULT_ACTOR),
-        channel=str(evidence.get("channel") or "api"),
-        hash_key=hash_key,
-        lease_seconds=lease_seconds,
+    return await compensate_with(
+        partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds),
+        ledger, op_id, effects=effects, actor=actor, reason=reason, channel=channel,
+        tenant=tenant, hash_key=key,
     )
 
 
@@ -381,7 +80,7 @@ async def compensations(
 ) -> list[tuple[Operation, Operation | None]]:
     """``(undo, effect)`` pairs: every undo not settled yet (``unfinished``) or every
     undo, of ``tenant`` if given; ``effect`` is ``None`` if it is not in the ledger."""
-    states = frozenset({*_TO_FINISH, State.REVIEW}) if unfinished else frozenset(State)
+    states = frozenset({*TO_FINISH, State.REVIEW}) if unfinished else frozenset(State)
     rows = await ledger.list_operations(OperationQuery(states=states, tenant=tenant, limit=limit))
     undos = [op for op in rows if op.compensates is not None]
     originals = await ledger.get_many(sorted({str(u.compensates) for u in undos}))
@@ -410,7 +109,7 @@ async def finish_compensations(
     effects: Mapping[str, Effect],
     tenant: str | None = None,
     hash_key: bytes | None = None,
-    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     only: Sequence[str] | None = None,
 ) -> list[CompensationReport]:
     """Finish every compensation a crash interrupted (an undo ``pending``,
@@ -418,6 +117,7 @@ async def finish_compensations(
     review, or being sent right now by a live worker, are reported and left alone.
     ``only``: just the undos of these effects."""
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
+    run = partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds)
     reports: list[CompensationReport] = []
     for undo_op, effect_op in await compensations(ledger, tenant=tenant):
         if effect_op is None or (only is not None and effect_op.op_id not in only):
@@ -431,13 +131,11 @@ async def finish_compensations(
             reports.append(CompensationReport(effect_op, undo_op, "requested", "the undo waits for review"))
             continue
         if undo_op.lease_live(time.time()) and (
-            undo_op.owner is None or await lease.owner_alive_async(undo_op.owner) is not False
+            undo_op.owner is None or await owner_alive_async(undo_op.owner) is not False
         ):
             reports.append(CompensationReport(effect_op, undo_op, "requested", "the undo is being sent now"))
             continue
-        ran, error = await run_undo(
-            ledger, undo_op, effect_op, undo, hash_key=key, lease_seconds=lease_seconds
-        )
+        ran, error = await run(undo_op, effect_op, undo)
         reports.append(CompensationReport(effect_op, ran, "requested", "finished", error))
     return reports
 
@@ -477,54 +175,3 @@ def effects_of(graph: Any) -> dict[str, Effect]:
     return found
 
 
-@dataclass(frozen=True)
-class SagaReport:
-    """What a saga did after one of its calls failed definitively."""
-
-    failed: Operation
-    compensations: tuple[CompensationReport, ...] = ()
-    unsettled: tuple[Operation, ...] = ()
-    """Earlier effects in doubt: left to their own reconciliation or review, not undone."""
-    irreversible: tuple[Operation, ...] = ()
-    """Earlier confirmed effects that declare no undo: reported, never guessed at."""
-
-
-async def run_saga(
-    ledger: Ledger,
-    failed: Operation,
-    effects: Mapping[str, Effect],
-    *,
-    hash_key: bytes | None = None,
-    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
-) -> SagaReport | None:
-    """Undo the earlier confirmed effects of ``failed``'s saga (same thread, same saga
-    instance), newest first, each exactly once (see
-    `saga_plan`); ``None`` if it is in none.
-    Safe to run again: marked effects finish the undo they have."""
-    saga = failed.extra.get("saga")
-    if not saga:
-        return None
-    query = OperationQuery(
-        states=frozenset(State), thread_id=failed.thread_id, tenant=failed.tenant, limit=10_000
-    )
-    steps = [op for op in await ledger.list_operations(query) if op.extra.get("saga") == saga]
-    plan = saga_plan(steps, failed, lambda op: undo_for(op, effects) is not None)
-    if plan is None:
-        return None
-    reports: list[CompensationReport] = []
-    reason = f"saga {saga}: {failed.tool} ({failed.op_id}) failed definitively"
-    for op in (*plan.undo, *plan.done):
-        try:
-            reports.append(
-                await compensate(
-                    ledger, op.op_id, effects=effects, actor="saga", channel="saga", reason=reason,
-                    hash_key=hash_key, lease_seconds=lease_seconds,
-                )
-            )
-        except CompensationError as error:  # moved since it was read: reported, not raised
-            reports.append(CompensationReport(op, None, error.verdict, error.reason))
-    for op in plan.unsettled:
-        log.warning("%s: %s %s is in doubt (%s); it is not undone", reason, op.tool, op.op_id, op.state)
-    for op in plan.irreversible:
-        log.warning("%s: %s %s declares no undo; it stands", reason, op.tool, op.op_id)
-    return SagaReport(failed, tuple(reports), plan.unsettled, plan.irreversible)

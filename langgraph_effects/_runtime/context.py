@@ -88,6 +88,7 @@ def maybe_current_operation() -> OperationInfo | None:
 
 @contextmanager
 def running(op: Operation) -> Iterator[None]:
+    """``op`` is the operation of the call running now, inside the block."""
     token = _CURRENT.set(op)
     try:
         yield

@@ -8,6 +8,9 @@ a human). The dispatch owners a session's open made for several calls at once ar
 counted by `Leases`, which the session owns and hands in; the leases of
 running calls are renewed by one `Heartbeat` scheduler thread per process
 (at the end).
+
+The dispatcher never runs an undo: a settled call's answer names the undos its outcome
+orders (`Due`), and the session runs them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from ..core.controls import Refusal
 from ..core.operation import Change, Event, EvidenceKind, Operation, Owner, Scope, State
 from ..core.reconcile import lost_send, scope_changes
 from ..errors import (
-    CompensationError,
     IllegalTransitionError,
     StaleVersionError,
     TransitionError,
@@ -53,6 +55,14 @@ _MAX_STEPS = 64  # bound on state-machine steps per call per round (races, not r
 # -- what a call should do next ------------------------------------------------------
 
 
+Due = Literal["undo", "saga"]
+"""Undos a settled call orders: its own (``undo``: it is marked for compensation, or an
+operator's verdict that confirmed it asked for its undo) or those of the earlier effects
+of its saga (``saga``: it failed definitively and was answered so). The session runs
+them, each as a call of its own, before the call answers; the model is told how its own
+undo stands (`replayed`)."""
+
+
 @dataclass(frozen=True)
 class RunTool:
     """Run the tool now, under this operation's lease."""
@@ -70,6 +80,9 @@ class Reply:
     output: Any = None
     error: BaseException | None = None
     waits_for: Literal["approval", "review"] | None = None
+    due: Due | None = None
+    """Undos the call's settled outcome orders, for the session to run before the call
+    answers (``None``: none)."""
 
     def value(self) -> Any:
         """What the call returns (raising ``error``, if any)."""
@@ -79,6 +92,20 @@ class Reply:
 
 
 Directive = Reply | RunTool
+
+
+def due(op: Operation) -> Due | None:
+    """The undos settled ``op`` orders (see `Due`). A failure raised to the caller is
+    not final (a retry may follow): it orders nothing."""
+    if op.state is State.FAILED and op.extra.get("saga"):
+        return None if protocol.raised(op) else "saga"
+    return "undo" if undo_ordered(op) else None
+
+
+def replayed(c: CallRecord, *, undo: Operation | None = None) -> Any:
+    """What settled call ``c`` answers again: its recorded outcome, as the model should
+    see it (``undo``: the row of the undo it ordered, as stored once run)."""
+    return messages.replay(c.op, tool_call_id=c.call_id, tool=c.tool, undo=undo)
 
 
 # -- dispatch owners shared by several calls -----------------------------------------
@@ -200,8 +227,8 @@ class Dispatcher:
                 scope_changed=protocol.raised(op) and bool(scope_changes(op, self.scope)),
             )
             if isinstance(step, protocol.Replay):
-                undo = await self.compensations(c)  # finishes what a crash interrupted
-                return Reply(messages.replay(c.op, tool_call_id=call_id, tool=c.tool, undo=undo))
+                # With the undos it orders, if any: a crash may have interrupted them.
+                return Reply(replayed(c), due=due(c.op))
             if isinstance(step, protocol.Review | protocol.Approve):
                 return Reply(
                     messages.review_placeholder(op, tool_call_id=call_id, tool=c.tool),
@@ -292,14 +319,12 @@ class Dispatcher:
             self.leases.release(c)
         if protocol.after_record(moved, outcome) == "reconcile":
             return await self.begin(c)
-        if isinstance(outcome, protocol.Failed) and moved:
-            await self.compensations(c)
         if isinstance(outcome, protocol.Succeeded):
             return Reply(messages.decorate(output, c.op))
         if isinstance(outcome, protocol.Failed):
-            return Reply(error=error) if output is None and error is not None else Reply(
-                messages.decorate(shown, c.op)
-            )
+            if output is None and error is not None:
+                return Reply(error=error)  # raised: not final (a retry may follow)
+            return Reply(messages.decorate(shown, c.op), due=due(c.op) if moved else None)
         # Ambiguous, and another worker owns the operation now: the tool's own answer.
         return Reply(error=error) if output is None and error is not None else Reply(output)
 
@@ -372,55 +397,6 @@ class Dispatcher:
                 )
         finally:
             self.leases.release(c)
-
-    async def compensations(self, c: CallRecord) -> Operation | None:
-        """Finish the undos ``c``'s settled outcome orders, each exactly once, before the
-        call answers: the first time, or on the replay after a crash interrupted them.
-
-        A saga step that failed definitively orders the undos of the earlier effects of
-        its saga (`saga`); an effect marked for compensation, or confirmed by an
-        operator's verdict that asked for its undo, orders its own
-        (`finish_ordered`). Returns
-        ``c``'s own undo as stored afterwards (``None``: it orders none), which the
-        model's message is built from."""
-        if c.op.state is State.FAILED and c.op.extra.get("saga"):
-            await self.saga(c)
-            return None
-        if not undo_ordered(c.op):
-            return None
-        from .compensation import finish_ordered  # only undos pay for the import
-
-        try:
-            with telemetry.compensating(c, "undo"):
-                report = await finish_ordered(
-                    self.ledger, c.op, self.settings.effects,
-                    hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
-                )
-        except CompensationError as error:  # nothing was written: the effect stands
-            log.warning("compensation of %s not run: %s", c.op.op_id, error)
-            return None
-        if report is None:
-            return None
-        log.info("compensation of %s: %s", c.op.op_id, report.state)
-        c.op = report.operation
-        return report.undo
-
-    async def saga(self, c: CallRecord) -> None:
-        """``c`` failed definitively and was answered so: undo the earlier effects of its
-        saga (see `run_saga`). A failure
-        raised to the caller is not final (a retry may follow): nothing is undone."""
-        if protocol.raised(c.op):
-            return
-        from .compensation import run_saga  # only sagas pay for the import
-
-        try:
-            with telemetry.compensating(c, "saga"):
-                await run_saga(
-                    self.ledger, c.op, self.settings.effects,
-                    hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds,
-                )
-        except Exception as error:  # the failure is recorded; recover finishes the undos
-            log.warning("saga compensation after %s did not finish: %s", c.op.op_id, error)
 
     # -- plumbing ------------------------------------------------------------------------
 

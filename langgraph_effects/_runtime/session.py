@@ -11,6 +11,8 @@ One `Session` serves one node execution (one LangGraph task). It
    someone else, reconcile ``unknown``, or report that it needs review;
 3. records each outcome (`Session.finish`): a result confirms, a definite
    error fails, anything else is ``unknown`` and goes straight to reconciliation;
+   the undos a settled call orders (`Due`: its own, or its saga's) are run before it
+   answers, each as the one call of a session of its own (`run_undo`);
 4. asks a human at most once per round (`Session.pending_interrupt`) and applies
    the answer (`Session.apply_answer`).
 
@@ -33,8 +35,10 @@ and one sync driver. The per-call decisions themselves are pure code in
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -47,9 +51,10 @@ from pydantic import BaseModel, ValidationError
 
 from .. import _private
 from ..core import identity
+from ..core.contract import Undo
 from ..core.keys import with_key
 from ..core.operation import Operation, Owner, Scope
-from ..errors import DurabilityError, MalformedToolCallError
+from ..errors import CompensationError, DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
 from . import lease, telemetry
 from .asking import Applied, ArgsCheck, Asker, Waiting
@@ -66,11 +71,14 @@ from .binding import (
     scope_from,
     staged,
 )
-from .context import CURRENT_OPERATION
-from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
+from .context import CURRENT_OPERATION, running
+from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool, replayed
 from .messages import encodable
 from .question import Asked, last_asked
 from .review import EffectAnswer
+from .undo import finish_ordered, run_saga, undo_arguments
+
+log = logging.getLogger("langgraph_effects")
 
 R = TypeVar("R")
 AsyncExecutor = Callable[[], Awaitable[tuple[Any, BaseException | None]]]
@@ -213,12 +221,22 @@ class Session:
     # -- per call ----------------------------------------------------------------------
 
     async def begin(self, call_id: str) -> Directive:
-        """What the call should do now, moving its operation as evidence allows."""
-        return self._filed(call_id, await self._dispatcher.begin(self._calls[call_id]))
+        """What the call should do now, moving its operation as evidence allows (a
+        settled call's undos are run before it answers)."""
+        return await self._answered(call_id, await self._dispatcher.begin(self._calls[call_id]))
 
     async def finish(self, call_id: str, output: Any, error: BaseException | None) -> Directive:
-        """Record what the dispatched call did, then settle or reconcile it."""
-        return self._filed(call_id, await self._dispatcher.finish(self._calls[call_id], output, error))
+        """Record what the dispatched call did, then settle or reconcile it (and run the
+        undos its outcome orders)."""
+        return await self._answered(
+            call_id, await self._dispatcher.finish(self._calls[call_id], output, error)
+        )
+
+    async def _answered(self, call_id: str, directive: Directive) -> Directive:
+        directive = self._filed(call_id, directive)
+        if isinstance(directive, Reply) and directive.due is not None:
+            return await self._compensate(self._calls[call_id], directive)
+        return directive
 
     def _filed(self, call_id: str, directive: Directive) -> Directive:
         """Note who waits for a human after ``directive``: a replay waits for nobody."""
@@ -257,22 +275,6 @@ class Session:
             if not c.running:
                 await self._dispatcher.stand_down(c)
 
-    def close_now(self) -> bool:
-        """Close the session here, without the event loop, if no call of it runs or
-        holds a lease or a heartbeat (`close` would then hand nothing back);
-        whether it did. If not, await `close`.
-
-        Safe from a sync run's own thread while the event loop works on one of the
-        session's calls: the flag is set first, and a call looks at it last thing
-        before its tool runs, after taking its lease. So either that call sees it and
-        stands itself down, or it held its lease before that look and this sees it
-        here (and `close` decides on the loop).
-        """
-        self._closed = True
-        return not any(
-            c.running or c.owner is not None or c.heartbeat is not None for c in self._calls.values()
-        )
-
     def call_steps(self, call_id: str) -> _Steps[Any]:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables,
@@ -286,13 +288,8 @@ class Session:
             while isinstance(directive, RunTool):
                 try:
                     yield _OnLoop(lambda: self._leases.start_heartbeat(c))
-                    # The ContextVar itself, not a context manager: one module fewer on the path.
-                    current = CURRENT_OPERATION.set(directive.op)
-                    try:
-                        with telemetry.dispatching(c):
-                            output, error = yield _CALLER
-                    finally:
-                        CURRENT_OPERATION.reset(current)
+                    with running(directive.op), telemetry.dispatching(c):
+                        output, error = yield _CALLER
                 except GraphBubbleUp:
                     yield self._dispatcher.withdraw(c)
                     raise
@@ -301,6 +298,8 @@ class Session:
                     raise
                 directive = self._filed(call_id, (yield self._dispatcher.finish(c, output, error)))
             assert isinstance(directive, Reply)
+            if directive.due is not None:
+                directive = yield self._compensate(c, directive)
         except GraphBubbleUp:  # the tool paused itself with interrupt(): not a failure
             telemetry.call_ended(c, waits_for="interrupt")
             raise
@@ -309,6 +308,36 @@ class Session:
             raise
         telemetry.call_ended(c, waits_for=directive.waits_for, error=directive.error)
         return directive.value()
+
+    # -- the undos a settled call orders ---------------------------------------------------
+
+    async def _compensate(self, c: CallRecord, reply: Reply) -> Reply:
+        """Run the undos ``c``'s settled outcome orders (``reply.due``), each exactly once
+        and each as the one call of a session of its own (`run_undo`), before ``c``
+        answers: the first time, or on the replay after a crash interrupted them. The
+        answer to ``c`` after them: its own undo's row is what the model is told of."""
+        run = partial(
+            run_undo, self.ledger, hash_key=self.settings.hash_key, lease_seconds=self.settings.lease_seconds
+        )
+        effects, key = self.settings.effects, self.settings.hash_key
+        if reply.due == "saga":
+            try:
+                with telemetry.compensating(c, "saga"):
+                    await run_saga(run, self.ledger, c.op, effects, hash_key=key)
+            except Exception as error:  # the failure is recorded; recover finishes the undos
+                log.warning("saga compensation after %s did not finish: %s", c.op.op_id, error)
+            return replace(reply, due=None)
+        try:
+            with telemetry.compensating(c, "undo"):
+                report = await finish_ordered(run, self.ledger, c.op, effects, hash_key=key)
+        except CompensationError as error:  # nothing was written: the effect stands
+            log.warning("compensation of %s not run: %s", c.op.op_id, error)
+            return replace(reply, due=None)
+        if report is None:
+            return replace(reply, due=None)
+        log.info("compensation of %s: %s", c.op.op_id, report.state)
+        c.op = report.operation
+        return replace(reply, output=replayed(c, undo=report.undo), due=None)
 
     # -- asking a human ------------------------------------------------------------------
 
@@ -420,8 +449,7 @@ def _round_steps(session: Session) -> _Steps[Any]:
             yield session.apply_answer(answer, question=question, round_no=round_no)
             round_no += 1
     finally:
-        if not session.close_now():
-            yield session.close()
+        yield session.close()
 
 
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
@@ -516,6 +544,60 @@ def capture_sync(run: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         raise
     except Exception as error:
         return None, error
+
+
+# -- an undo: the one call of a session of its own ----------------------------------------
+
+
+async def run_undo(
+    ledger: Ledger,
+    undo_op: Operation,
+    effect_op: Operation,
+    undo: Undo,
+    *,
+    hash_key: bytes | None = None,
+    lease_seconds: float = lease.DEFAULT_LEASE_SECONDS,
+) -> tuple[Operation, str | None]:
+    """Drive undo ``undo_op`` of ``effect_op`` through the per-call protocol, as the one
+    call of a session of its own (under the scope it was recorded with), until it is
+    settled or waits for a human: its row as stored afterwards, and what it raised (if
+    it did). See `RunUndo`."""
+    effect = undo.contract
+    args = undo_arguments(effect_op, undo)
+    settings = Settings(effects={undo_op.tool: effect}, hash_key=hash_key, lease_seconds=lease_seconds)
+    call_id = undo_op.tool_call_id
+    record = CallRecord(call_id=call_id, tool=undo_op.tool, args=args, effect=effect, op=undo_op)
+    session = Session(
+        ledger=ledger,
+        settings=settings,
+        config={},
+        calls={call_id: record},
+        scope=Scope(undo_op.tenant, undo_op.policy_version),
+    )
+
+    async def execute() -> tuple[Any, BaseException | None]:
+        info = CURRENT_OPERATION.get()
+        sent = with_key(effect, args, info.provider_key) if info is not None else args
+        return await capture(lambda: _invoke(undo.action, dict(sent)))
+
+    error: str | None = None
+    try:
+        await run_call(session, call_id, execute)
+    except Exception as raised:  # recorded by the protocol (a definite failure): reported
+        error = f"{type(raised).__name__}: {raised}"[:500]
+    finally:
+        await session.close()
+    stored = await ledger.get(undo_op.op_id)
+    return (stored if stored is not None else record.op), error
+
+
+async def _invoke(action: Any, args: dict[str, Any]) -> Any:
+    """Run an undo's action (a tool, a coroutine function or a sync function)."""
+    if hasattr(action, "ainvoke"):
+        return await action.ainvoke(args)
+    if inspect.iscoroutinefunction(action):
+        return await action(**args)
+    return await asyncio.to_thread(action, **args)  # copies the context: current_operation()
 
 
 # -- which calls a session takes: shared by the integrations ---------------------------

@@ -17,7 +17,7 @@ from ..core.operation import Operation, State, needs_approval
 from ..ledger.base import AuditEntry
 
 if TYPE_CHECKING:
-    from .._runtime.compensation import CompensationReport
+    from .._runtime.undo import CompensationReport
 
 ThreadAction = Literal[
     "resumed",

@@ -8,13 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._runtime.compensation import (
-    CompensationReport,
-    compensations,
-    effects_of,
-    finish_compensations,
-)
+from .._runtime.compensation import compensations, effects_of, finish_compensations
 from .._runtime.lease import DEFAULT_LEASE_SECONDS, lease_expired
+from .._runtime.undo import CompensationReport
 from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError

@@ -28,7 +28,7 @@ class CompensationCases:
     async def test_a_compensation_marks_the_effect_and_records_its_undo_together(
         self, ledger: Ledger
     ) -> None:
-        from .._runtime.compensation import request_compensation
+        from .._runtime.undo import request_compensation
 
         op = make_op(tenant="acme")
         await ledger.record_intents([op], change=dispatch())
@@ -56,7 +56,7 @@ class CompensationCases:
     async def test_a_compensation_that_cannot_record_its_undo_writes_nothing(
         self, ledger: Ledger
     ) -> None:
-        from .._runtime.compensation import request_compensation
+        from .._runtime.undo import request_compensation
 
         op = make_op(tenant="acme")
         taken = make_op(tenant="acme", provider_key="undo-key")
