@@ -25,10 +25,6 @@ import pytest
 
 from langgraph_effects._runtime.lease import new_owner, release
 from langgraph_effects._runtime.operator import (
-    LeaseLiveError,
-    LedgerNotFoundError,
-    NotResolvableError,
-    VerdictNotRecordedError,
     allowed_decisions,
     lease_status,
     list_operations,
@@ -44,12 +40,16 @@ from langgraph_effects.core.operation import Change, Event, Operation, Owner, St
 from langgraph_effects.errors import (
     DecisionConflictError,
     IllegalTransitionError,
+    LeaseLiveError,
     LedgerCorruptError,
+    LedgerNotFoundError,
     LedgerUnavailableError,
+    NotResolvableError,
     OperationNotFoundError,
     ReviewError,
     StaleVersionError,
     TransitionError,
+    VerdictNotRecordedError,
 )
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.registry import open_ledger, redact

@@ -25,8 +25,6 @@ from ..core.operation import DECIDABLE, UNRESOLVED, Change, Event, Operation, St
 from ..core.text import require_json, require_text
 from ..errors import (
     LeaseLiveError,
-    LedgerNotFoundError,
-    NotResolvableError,
     OperationNotFoundError,
     StaleVersionError,
     VerdictNotRecordedError,
@@ -56,13 +54,9 @@ from .shapes import (
 
 __all__ = [
     "DECISION_TYPES",
-    "LeaseLiveError",
     "LeaseStatus",
-    "LedgerNotFoundError",
-    "NotResolvableError",
     "OperationView",
     "Resolution",
-    "VerdictNotRecordedError",
     "allowed_decisions",
     "audit_to_json",
     "lease_status",

@@ -676,4 +676,4 @@ class _Steps(AsyncStepDefaults):
         )
 
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresLedger"]
+__all__ = ["SCHEMA_VERSION", "PostgresLedger"]
