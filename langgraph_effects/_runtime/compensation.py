@@ -56,7 +56,7 @@ from ..ledger.base import (
 )
 from ..ledger.codec import audit_row
 from ..ledger.steps import CasWithAudit, Load, Lock
-from . import lease
+from . import lease, telemetry
 from .binding import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
@@ -326,17 +326,21 @@ async def compensate(
         OperationNotFoundError: no such operation (in ``tenant``).
     """
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
-    report = await request_compensation(
-        ledger, op_id, effects=effects, actor=actor, channel=channel, reason=reason,
-        hash_key=key, tenant=tenant,
-    )
-    undo = undo_for(report.operation, effects)
-    if report.undo is None or undo is None or report.undo.state not in _TO_FINISH:
-        return report
-    ran, error = await run_undo(
-        ledger, report.undo, report.operation, undo, hash_key=key, lease_seconds=lease_seconds
-    )
-    return CompensationReport(report.operation, ran, report.verdict, report.reason, error)
+    with telemetry.acting("compensate", channel=channel) as told:
+        report = await request_compensation(
+            ledger, op_id, effects=effects, actor=actor, channel=channel, reason=reason,
+            hash_key=key, tenant=tenant,
+        )
+        told.operation(report.operation)
+        told.attributes(state_after=report.operation.state.value)
+        told.result = report.verdict
+        undo = undo_for(report.operation, effects)
+        if report.undo is None or undo is None or report.undo.state not in _TO_FINISH:
+            return report
+        ran, error = await run_undo(
+            ledger, report.undo, report.operation, undo, hash_key=key, lease_seconds=lease_seconds
+        )
+        return CompensationReport(report.operation, ran, report.verdict, report.reason, error)
 
 
 async def finish_ordered(
@@ -435,9 +439,12 @@ async def finish_compensations(
         ):
             reports.append(CompensationReport(effect_op, undo_op, "requested", "the undo is being sent now"))
             continue
-        ran, error = await run_undo(
-            ledger, undo_op, effect_op, undo, hash_key=key, lease_seconds=lease_seconds
-        )
+        with telemetry.acting("compensate") as told:
+            told.operation(effect_op)
+            told.result = "finished"
+            ran, error = await run_undo(
+                ledger, undo_op, effect_op, undo, hash_key=key, lease_seconds=lease_seconds
+            )
         reports.append(CompensationReport(effect_op, ran, "requested", "finished", error))
     return reports
 

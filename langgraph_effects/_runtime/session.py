@@ -162,6 +162,7 @@ class Session:
             namespace = identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config)))
             at = Coordinates(settings, scope, thread_id, namespace, config)
             calls = _new_calls(tool_calls, at, source, history, call_keys or {})
+            telemetry.opening(calls.values())  # each intent records its first span
             if made is not None:
                 owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}
