@@ -682,3 +682,55 @@ def test_the_consoles_compensate_is_a_span_over_the_undo(
     assert grew(before, points(reader), "langgraph_effects.operator.actions", action="compensate",
                 result="compensate") == 1
     assert sum(n for label, n in provider.count_effects().items() if label.startswith("cancel:")) == 1
+
+
+_WITHOUT_THE_EXTRA = """
+import asyncio, os, sys, tempfile
+sys.modules["opentelemetry"] = None  # not installed: importing it fails
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
+from langgraph_effects._runtime import telemetry
+from langgraph_effects.operator import list_operations, open_ledger, resolve_report
+from tests.helpers import agent
+
+@tool
+def pay(amount: int) -> str:
+    '''Pay ``amount`` (the gateway times out: a blind call then waits for review).'''
+    raise TimeoutError("no answer")
+
+def model(state):
+    if any(isinstance(m, ToolMessage) for m in state["messages"]):
+        return {"messages": [AIMessage("done")]}
+    return {"messages": [AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 1}, "id": "c1"}])]}
+
+async def main():
+    db = os.path.join(tempfile.mkdtemp(), "agent.sqlite")
+    async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
+        await saver.setup()
+        graph = agent.tool_loop(model, EffectToolNode([pay], effects={"pay": Effect()}), saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "x"}})
+    async with open_ledger(db) as ledger:
+        [op] = await list_operations(ledger)
+        await resolve_report(ledger, op.op_id, {"type": "landed"}, expected_version=op.version, actor="a")
+        return dict(op.extra), op.state.value
+
+extra, state = asyncio.run(main())
+print(__import__("json").dumps({"enabled": telemetry.ENABLED, "extra": extra, "state": state,
+      "imported": [m for m in sys.modules if m.startswith("opentelemetry") and sys.modules[m] is not None]}))
+"""
+
+
+@pytest.mark.slow
+def test_without_the_extra_nothing_of_opentelemetry_is_imported_or_recorded() -> None:
+    """A blind call (waits for review) and the console's verdict on it, in a process where
+    ``opentelemetry`` cannot be imported: nothing of it is, and no span is recorded."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_THE_EXTRA], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["enabled"] is False and out["imported"] == []
+    assert "traceparent" not in out["extra"] and out["state"] == "review"
