@@ -50,7 +50,6 @@ from .review import (
     LandedDecision,
     NotLandedDecision,
     decision_change,
-    decision_content,
     parse_decision,
 )
 from .shapes import (
@@ -315,10 +314,7 @@ async def resolve_report(
             lost = (Event.LOSE,) if resolution.lease_lost else ()
             told.moved(op, resolution.operation, (*lost, change.event))
         told.result = "replayed" if resolution.replayed else parsed.type
-        return Resolution(
-            resolution.operation, did, replayed=resolution.replayed, lease_lost=resolution.lease_lost,
-            from_state=op.state, decision=decision_content(parsed),
-        )
+        return resolution
 
 
 async def _resolved(
@@ -332,7 +328,7 @@ async def _resolved(
     result = await _verdict(ledger, op.op_id, change, expected_version, actor)
     return Resolution(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
-        decision=change.decision or {},
+        decision=change.decision or {},  # decision_content of the parsed verdict
     )
 
 
