@@ -537,7 +537,7 @@ def links_to(span: ReadableSpan, first: dict[str, Any]) -> bool:
 @pytest.mark.parametrize(
     ("contract", "kind", "what"),
     [("dedup", "graph", "resent_under_key"), ("lookup", "create_agent", "landed_by_lookup"),
-     ("blind", "graph", "waiting_for_review")],
+     ("blind", "graph", "waiting_for_review"), ("blind", "create_agent", "waiting_for_review")],
 )
 async def test_a_resumed_process_links_its_spans_to_the_crashed_ones(
     tmp_path: Path, db: str, otel: Any, spans: InMemorySpanExporter, contract: str, kind: str, what: str
@@ -564,8 +564,16 @@ async def test_a_resumed_process_links_its_spans_to_the_crashed_ones(
     if contract != "blind":
         return
 
-    # An operator's verdict from the operator API, then the resume that replays it.
     spans.clear()
+    if kind == "create_agent":  # the verdict answers the graph's interrupt
+        await resume(s, answer={op_id: {"type": "landed"}})
+        [answered] = named(spans, "review_answered send")
+        assert links_to(answered, first)
+        *_, replayed = named(spans, "execute_tool send")
+        assert dict(replayed.attributes or {})[P + "what"] == "replayed" and links_to(replayed, first)
+        assert effects(s) == 1
+        return
+    # An operator's verdict from the operator API, then the resume that replays it.
     before = points(reader)
     async with open_ledger(s.db) as ledger:
         op = await ledger.get(op_id)
