@@ -742,3 +742,35 @@ def test_without_the_extra_nothing_of_opentelemetry_is_imported_or_recorded() ->
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["enabled"] is False and out["imported"] == []
     assert "traceparent" not in out["extra"] and out["state"] == "review"
+
+
+async def test_an_open_that_fails_ends_the_calls_span_failed(
+    tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger is down when the intents are to be written: nothing is sent, and the
+    span the open started ends failed (no round follows it)."""
+    from opentelemetry.trace import StatusCode
+
+    sent: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay ``amount``."""
+        sent.append(amount)
+        return "paid"
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionRefusedError("the ledger's database is down")
+
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        monkeypatch.setattr(saver.ledger, "transact", down)
+        node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60)})
+        graph = agent.tool_loop(_model("pay", {"amount": 5}), node, saver)
+        with pytest.raises(ConnectionRefusedError):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "x"}})
+    assert sent == []
+    [call] = named(spans, "execute_tool pay")
+    assert call.status.status_code is StatusCode.ERROR
+    assert dict(call.attributes or {})["error.type"] == "ConnectionRefusedError"
+    assert dict(call.attributes or {})["gen_ai.tool.call.id"] == "c1"

@@ -225,6 +225,22 @@ def opening(calls: Iterable[CallRecord]) -> None:
             c.op = replace(c.op, extra={**c.op.extra, TRACEPARENT: first})
 
 
+def not_opened(calls: Iterable[CallRecord], error: BaseException) -> None:
+    """The open that `opening` started spans for raised ``error``: no round follows, so
+    each span ends here, failed."""
+    for c in calls:
+        trace: CallTrace | None = c.trace
+        if trace is None or trace.span is None:
+            continue
+        c.trace = None
+        trace.span.set_attributes(
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": c.tool,
+             "gen_ai.tool.call.id": c.call_id, **_ids(c.op)}
+        )
+        _failed(trace.span, error)
+        trace.span.end()
+
+
 def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
     """A call's round begins: open its span and its LangChain run (``c.trace``)."""
     run = _run_started(c, config)
