@@ -59,7 +59,7 @@ def _configure(mode: str) -> None:
 
 
 def _hooks(mode: str, batches: int) -> list[float]:
-    """The hooks one sent call goes through (its round, two transitions, the tool's run),
+    """The hooks one sent call goes through (its open, its round, two transitions, the tool's run),
     alone: microseconds per call, one value per batch of 1,000 calls."""
     from bench_common import make_op
 
@@ -77,6 +77,7 @@ def _hooks(mode: str, batches: int) -> list[float]:
         started = time.perf_counter()
         for _ in range(1000):
             c = CallRecord("call-1", "send_email", {}, effect, op)
+            telemetry.opening([c])
             telemetry.call_started(c, {})
             with telemetry.dispatching(c):
                 pass

@@ -5,6 +5,7 @@ call; the thread is resumed here, in this process, with the SDK configured."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
 from langgraph_effects._runtime.context import current_operation
 from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.lab.providers import Provider
-from tests.helpers import agent, run_python
+from tests.helpers import agent, run_python, traced_agent
 from tests.helpers.agent import Spec, spec_json
 from tests.ledger import conftest as ledger_fixtures
 
@@ -165,6 +166,7 @@ async def test_crash_and_recovery_told_by_spans_and_metrics(
     reader = otel[1]
     s = crashed(tmp_path, db, contract=contract, provider_mode=mode, kind=kind)
     [op_id] = ledger_op_ids(s.db)
+    assert "traceparent" not in ledger_extra(s.db)  # the worker had no SDK: no span to record
     before = points(reader)
 
     await resume(s)
@@ -176,6 +178,7 @@ async def test_crash_and_recovery_told_by_spans_and_metrics(
     assert attributes["gen_ai.tool.name"] == "send"
     assert attributes["gen_ai.tool.call.id"] == "call-0"
     assert attributes[P + "operation_id"] == op_id  # ties this trace to the crashed one
+    assert not call.links  # nothing recorded to link to
     assert attributes[P + "thread_id"] == "t1"
     assert attributes[P + "state_before"] == "dispatched"  # where the crash left it
     assert attributes[P + "what"] == what
@@ -492,3 +495,282 @@ async def test_a_saga_undo_is_told_as_compensate(tmp_path: Path, spans: InMemory
     [undo] = named(spans, "compensate charge")
     assert undo.parent is not None and undo.parent.span_id == call.context.span_id
     assert dict(undo.attributes or {})[P + "compensation"] == "saga"
+
+
+# -- one story: the crashed process's span, linked from the resumer's and the console's --
+
+
+def ledger_extra(db: str) -> dict[str, Any]:
+    """The ``extra`` of the one operation in ``db``."""
+    if "://" in db or "dbname=" in db:
+        with psycopg.connect(db) as pg:
+            [(text,)] = pg.execute("SELECT extra FROM effect_operations").fetchall()
+    else:
+        with sqlite3.connect(db) as conn:
+            [(text,)] = conn.execute("SELECT extra FROM effect_operations").fetchall()
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def crashed_traced(tmp_path: Path, db: str | None = None, **kw: Any) -> tuple[Spec, dict[str, Any]]:
+    """A worker with the SDK configured, SIGKILLed after the provider applied its call;
+    the ``execute_tool`` span it started (and never ended: it was killed inside it)."""
+    s = Spec(db=db or str(tmp_path / "agent.sqlite"), provider=str(tmp_path / "provider.sqlite"), **kw)
+    written = tmp_path / "first.spans.jsonl"
+    worker = spec_json(replace(s, crash="before_outcome"))
+    run_python("-m", "tests.helpers.traced_agent", str(written), worker, expect_kill=True)
+    assert effects(s) == 1
+    lines = traced_agent.read(written)
+    [first] = [x for x in lines if x["at"] == "start" and x["name"] == "execute_tool send"]
+    assert not [x for x in lines if x["at"] == "end" and x["span_id"] == first["span_id"]]
+    # The tool ran under it in the crashed process: its dispatch span is its child.
+    assert [x for x in lines if x["name"] == "dispatch send" and x["parent"] == first["span_id"]]
+    return s, first
+
+
+def links_to(span: ReadableSpan, first: dict[str, Any]) -> bool:
+    linked = {(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in span.links}
+    return (first["trace_id"], first["span_id"]) in linked
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize(
+    ("contract", "kind", "what"),
+    [("dedup", "graph", "resent_under_key"), ("lookup", "create_agent", "landed_by_lookup"),
+     ("blind", "graph", "waiting_for_review"), ("blind", "create_agent", "waiting_for_review")],
+)
+async def test_a_resumed_process_links_its_spans_to_the_crashed_ones(
+    tmp_path: Path, db: str, otel: Any, spans: InMemorySpanExporter, contract: str, kind: str, what: str
+) -> None:
+    from langgraph_effects.operator import open_ledger, resolve_report
+
+    reader = otel[1]
+    s, first = crashed_traced(tmp_path, db, contract=contract, provider_mode=contract, kind=kind)
+    # The intent recorded the span that wrote it, as a W3C traceparent.
+    version, trace_id, span_id, flags = ledger_extra(s.db)["traceparent"].split("-")
+    assert (version, trace_id, span_id) == ("00", first["trace_id"], first["span_id"])
+    assert int(flags, 16) & 1  # sampled
+    [op_id] = ledger_op_ids(s.db)
+
+    await resume(s)
+
+    [call] = named(spans, "execute_tool send")
+    assert dict(call.attributes or {})[P + "what"] == what
+    assert call.context.trace_id != int(first["trace_id"], 16)  # a trace of its own, linked
+    assert links_to(call, first)
+    for child in named(spans, "reconcile send") + named(spans, "dispatch send"):
+        assert links_to(child, first)
+    assert effects(s) == 1
+    if contract != "blind":
+        return
+
+    spans.clear()
+    if kind == "create_agent":  # the verdict answers the graph's interrupt
+        await resume(s, answer={op_id: {"type": "landed"}})
+        [answered] = named(spans, "review_answered send")
+        assert links_to(answered, first)
+        *_, replayed = named(spans, "execute_tool send")
+        assert dict(replayed.attributes or {})[P + "what"] == "replayed" and links_to(replayed, first)
+        assert effects(s) == 1
+        return
+    # An operator's verdict from the operator API, then the resume that replays it.
+    before = points(reader)
+    async with open_ledger(s.db) as ledger:
+        op = await ledger.get(op_id)
+        assert op is not None
+        await resolve_report(ledger, op_id, {"type": "landed"}, expected_version=op.version, actor="alice")
+    [resolved] = named(spans, "resolve send")
+    told = dict(resolved.attributes or {})
+    assert told[P + "operation_id"] == op_id and told[P + "channel"] == "api"
+    assert told[P + "state_before"] == "review" and told[P + "state_after"] == "confirmed"
+    assert told[P + "result"] == "landed"
+    assert links_to(resolved, first)
+    after = points(reader)
+    assert grew(before, after, "langgraph_effects.operator.actions", action="resolve", result="landed") == 1
+    assert grew(before, after, "langgraph_effects.transitions", event="landed", state_after="confirmed") == 1
+    assert grew(before, after, "langgraph_effects.review.wait", state_after="confirmed") == 1
+    await resume(s)
+    *_, replayed = named(spans, "execute_tool send")
+    assert dict(replayed.attributes or {})[P + "what"] == "replayed"
+    assert links_to(replayed, first)
+    assert effects(s) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_the_consoles_recover_and_resolve_are_spans_linked_to_the_crashed_one(
+    tmp_path: Path, otel: Any, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from langgraph_effects import cli
+
+    reader = otel[1]
+    s, first = crashed_traced(tmp_path, contract="blind", provider_mode="blind")
+    [op_id] = ledger_op_ids(s.db)
+    monkeypatch.setenv(traced_agent.SPEC_ENV, spec_json(s))
+    before = points(reader)
+
+    code = cli.main(["--db", s.db, "--json", "recover", "--graph", "tests.helpers.traced_agent:make_graph",
+                     "--min-idle", "0"])
+    report = json.loads(capsys.readouterr().out)
+
+    assert code == 6 and report["threads"][0]["action"] == "resumed"  # waits for an operator now
+    [recovery] = [sp for sp in named(spans, "recover") if sp.name == "recover"]
+    assert dict(recovery.attributes or {})[P + "result"] == "needs_operator"
+    [thread] = named(spans, "recover_thread")
+    assert thread.parent is not None and thread.parent.span_id == recovery.context.span_id
+    assert dict(thread.attributes or {})[P + "thread_id"] == "t1"
+    assert dict(thread.attributes or {})[P + "result"] == "resumed"
+    assert links_to(thread, first)
+    [call] = named(spans, "execute_tool send")  # the resume, under the thread's span
+    assert call.parent is not None and call.parent.span_id == thread.context.span_id
+    assert links_to(call, first)
+    assert grew(before, points(reader), "langgraph_effects.operator.actions", action="recover_thread",
+                result="resumed") == 1
+
+    with sqlite3.connect(s.db) as conn:
+        [(version,)] = conn.execute("SELECT version FROM effect_operations").fetchall()
+    landed = ["resolve", op_id, "--landed", "--expected-version", f"{version}"]
+    code = cli.main(["--db", s.db, "--json", *landed])
+    assert code == 0, capsys.readouterr()
+    [resolved] = named(spans, "resolve send")
+    assert dict(resolved.attributes or {})[P + "channel"] == "console"
+    assert dict(resolved.attributes or {})[P + "state_after"] == "confirmed"
+    assert links_to(resolved, first)
+    assert effects(s) == 1
+
+
+def test_the_consoles_compensate_is_a_span_over_the_undo(
+    tmp_path: Path, otel: Any, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An effect recorded under a span (its traceparent in the intent, as a traced worker
+    writes it), undone from the console: the undo runs under the console's span."""
+    import asyncio
+
+    from langgraph_effects import cli
+    from langgraph_effects.core.operation import Change, Event
+    from langgraph_effects.ledger.sqlite import SqliteLedger
+    from langgraph_effects.testing._cases import dispatch, make_op
+
+    reader = otel[1]
+    provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
+    monkeypatch.setenv("COMPENSATION_PROVIDER", str(tmp_path / "provider.sqlite"))
+    written = trace.get_tracer("worker").start_span("execute_tool book")
+    written.end()
+    context = written.get_span_context()
+    first = {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+    db = tmp_path / "ledger.sqlite"
+
+    async def booked() -> str:
+        op = make_op(tool="book", args={"room": "12"}, contract="dedup",
+                     extra={"traceparent": f"00-{first['trace_id']}-{first['span_id']}-01"})
+        async with SqliteLedger.from_conn_string(db) as ledger:
+            await ledger.setup()
+            await ledger.record_intents([op], change=dispatch())
+            provider.apply({"operation": "book"}, key=op.provider_key)
+            await ledger.transition(op.op_id, Change(Event.SUCCEED), expected_version=1)
+        return op.op_id
+
+    op_id = asyncio.run(booked())
+    spans.clear()
+    before = points(reader)
+
+    code = cli.main(["--db", str(db), "--json", "compensate", op_id, "--effects",
+                     "tests.helpers.compensation_worker:cli_effects"])
+
+    assert code == 0 and json.loads(capsys.readouterr().out)["compensation"] == "undone"
+    [compensation] = named(spans, "compensate book")
+    told = dict(compensation.attributes or {})
+    assert told[P + "operation_id"] == op_id and told[P + "channel"] == "console"
+    assert told[P + "result"] == "compensate"
+    assert links_to(compensation, first)
+    [undo] = [sp for sp in named(spans, "execute_tool ") if sp.name != "execute_tool book"]
+    assert undo.parent is not None and undo.parent.span_id == compensation.context.span_id
+    assert grew(before, points(reader), "langgraph_effects.operator.actions", action="compensate",
+                result="compensate") == 1
+    assert sum(n for label, n in provider.count_effects().items() if label.startswith("cancel:")) == 1
+
+
+_WITHOUT_THE_EXTRA = """
+import asyncio, os, sys, tempfile
+sys.modules["opentelemetry"] = None  # not installed: importing it fails
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
+from langgraph_effects._runtime import telemetry
+from langgraph_effects.operator import list_operations, open_ledger, resolve_report
+from tests.helpers import agent
+
+@tool
+def pay(amount: int) -> str:
+    '''Pay ``amount`` (the gateway times out: a blind call then waits for review).'''
+    raise TimeoutError("no answer")
+
+def model(state):
+    if any(isinstance(m, ToolMessage) for m in state["messages"]):
+        return {"messages": [AIMessage("done")]}
+    return {"messages": [AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 1}, "id": "c1"}])]}
+
+async def main():
+    db = os.path.join(tempfile.mkdtemp(), "agent.sqlite")
+    async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
+        await saver.setup()
+        graph = agent.tool_loop(model, EffectToolNode([pay], effects={"pay": Effect()}), saver)
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "x"}})
+    async with open_ledger(db) as ledger:
+        [op] = await list_operations(ledger)
+        await resolve_report(ledger, op.op_id, {"type": "landed"}, expected_version=op.version, actor="a")
+        return dict(op.extra), op.state.value
+
+extra, state = asyncio.run(main())
+print(__import__("json").dumps({"enabled": telemetry.ENABLED, "extra": extra, "state": state,
+      "imported": [m for m in sys.modules if m.startswith("opentelemetry") and sys.modules[m] is not None]}))
+"""
+
+
+@pytest.mark.slow
+def test_without_the_extra_nothing_of_opentelemetry_is_imported_or_recorded() -> None:
+    """A blind call (waits for review) and the console's verdict on it, in a process where
+    ``opentelemetry`` cannot be imported: nothing of it is, and no span is recorded."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_THE_EXTRA], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["enabled"] is False and out["imported"] == []
+    assert "traceparent" not in out["extra"] and out["state"] == "review"
+
+
+async def test_an_open_that_fails_ends_the_calls_span_failed(
+    tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger is down when the intents are to be written: nothing is sent, and the
+    span the open started ends failed (no round follows it)."""
+    from opentelemetry.trace import StatusCode
+
+    sent: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay ``amount``."""
+        sent.append(amount)
+        return "paid"
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionRefusedError("the ledger's database is down")
+
+    async with AsyncEffectSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        await saver.setup()
+        monkeypatch.setattr(saver.ledger, "transact", down)
+        node = EffectToolNode([pay], effects={"pay": Effect(dedup_window=60)})
+        graph = agent.tool_loop(_model("pay", {"amount": 5}), node, saver)
+        with pytest.raises(ConnectionRefusedError):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "x"}})
+    assert sent == []
+    [call] = named(spans, "execute_tool pay")
+    assert call.status.status_code is StatusCode.ERROR
+    assert dict(call.attributes or {})["error.type"] == "ConnectionRefusedError"
+    assert dict(call.attributes or {})["gen_ai.tool.call.id"] == "c1"

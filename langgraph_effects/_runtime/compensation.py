@@ -21,6 +21,7 @@ from ..core.compensation import undo_state
 from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
+from . import telemetry
 from .binding import Settings
 from .lease import DEFAULT_LEASE_SECONDS, owner_alive_async
 from .operator import operation_to_json
@@ -68,11 +69,16 @@ async def compensate(
         OperationNotFoundError: no such operation (in ``tenant``).
     """
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
-    return await compensate_with(
-        partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds),
-        ledger, op_id, effects=effects, actor=actor, reason=reason, channel=channel,
-        tenant=tenant, hash_key=key,
-    )
+    with telemetry.acting("compensate", channel=channel) as told:
+        report = await compensate_with(
+            partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds),
+            ledger, op_id, effects=effects, actor=actor, reason=reason, channel=channel,
+            tenant=tenant, hash_key=key,
+        )
+        told.operation(report.operation)
+        told.attributes(state_after=report.operation.state.value)
+        told.result = report.verdict
+        return report
 
 
 async def compensations(
@@ -135,7 +141,10 @@ async def finish_compensations(
         ):
             reports.append(CompensationReport(effect_op, undo_op, "requested", "the undo is being sent now"))
             continue
-        ran, error = await run(undo_op, effect_op, undo)
+        with telemetry.acting("compensate") as told:
+            told.operation(effect_op)
+            told.result = "finished"
+            ran, error = await run(undo_op, effect_op, undo)
         reports.append(CompensationReport(effect_op, ran, "requested", "finished", error))
     return reports
 

@@ -32,13 +32,13 @@ from ..errors import (
 from ..ledger.base import AuditEntry, Ledger, OperationQuery, Transition
 from ..ledger.controls import verdict_plan
 from ..ledger.query import Cursor
+from . import telemetry
 from .lease import lease_expired, owner_alive
 from .review import (
     AbandonDecision,
     LandedDecision,
     NotLandedDecision,
     decision_change,
-    decision_content,
     parse_decision,
 )
 from .shapes import (
@@ -283,21 +283,30 @@ async def resolve_report(
     if not did:
         raise ValueError("decision_id must not be empty")
     change = decision_change(parsed, decision_id=did, actor=actor, channel=channel)
+    with telemetry.acting("resolve", channel=channel) as told:
+        op = await _get_scoped(ledger, op_id, tenant)
+        told.operation(op)
+        told.attributes(state_before=op.state.value)
+        resolution = await _resolved(ledger, op, change, did, expected_version, actor, channel)
+        if not resolution.replayed:
+            lost = (Event.LOSE,) if resolution.lease_lost else ()
+            told.moved(op, resolution.operation, (*lost, change.event))
+        told.result = "replayed" if resolution.replayed else parsed.type
+        return resolution
 
-    op = await _get_scoped(ledger, op_id, tenant)
 
+async def _resolved(
+    ledger: Ledger, op: Operation, change: Change, did: str, expected_version: int, actor: str, channel: str
+) -> Resolution:
+    """The verdict ``change`` on ``op`` as read, recorded (see `resolve_report`)."""
     if op.state is State.DISPATCHED and did not in dict(op.decisions):
         return await _decide_lost(ledger, op, change, did, expected_version, actor, channel)
     # The state machine checks the rest, in this order: a decision id already applied
     # (a replay, or a conflict), the version, then whether the state takes a verdict.
     result = await _verdict(ledger, op.op_id, change, expected_version, actor)
     return Resolution(
-        result.op,
-        did,
-        replayed=not result.applied,
-        lease_lost=False,
-        from_state=op.state,
-        decision=decision_content(parsed),
+        result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
+        decision=change.decision or {},  # decision_content of the parsed verdict
     )
 
 

@@ -161,6 +161,7 @@ class Session:
         direct = any(not staged(settings.effect_for(str(c["name"]))) for c in tool_calls)
         owner: Owner | None = lease.ready_owner() if direct else None
         made = asyncio.ensure_future(lease.new_owner_async()) if direct and owner is None else None
+        calls: dict[str, CallRecord] = {}
         try:
             # One read of the checkpoint holding the calls: it is the durability barrier
             # (nothing leaves before it is saved) and the turn every id is anchored on.
@@ -170,6 +171,7 @@ class Session:
             namespace = identity.namespace_path(_private.parent_namespace(_private.checkpoint_ns(config)))
             at = Coordinates(settings, scope, thread_id, namespace, config)
             calls = _new_calls(tool_calls, at, source, history, call_keys or {})
+            telemetry.opening(calls.values())  # each intent records its first span
             if made is not None:
                 owner = await made
             derived = {c.call_id: (c.op, c.args) for c in calls.values()}
@@ -187,7 +189,8 @@ class Session:
                     owner=owner,
                 )
             )
-        except BaseException:
+        except BaseException as error:
+            telemetry.not_opened(calls.values(), error)
             # No session comes out of a failed open, so nobody would release what this
             # transaction may have reserved: a resume would wait for a dispatch that
             # never runs.

@@ -1,11 +1,13 @@
 """What effectful calls are doing, told to OpenTelemetry (spans and metrics) and to
 LangChain's callbacks (the runs LangSmith shows).
 
-The session calls in at the points a call's life turns: `call_started` and
-`call_ended` around one call's round (`Session.call_steps`), `moved` for every
-transition the dispatcher records (`Dispatcher.move`, the one place they are applied),
-`reconciling`, `dispatching` and `compensating` around the work they time, and
-`refused`. Nothing else in the package knows about OpenTelemetry.
+The session calls in at the points a call's life turns: `opening` before its open
+records the intents, `call_started` and `call_ended` around one call's round
+(`Session.call_steps`), `moved` for every transition the dispatcher records
+(`Dispatcher.move`, the one place they are applied), `reconciling`, `dispatching` and
+`compensating` around the work they time, and `refused`. What operators do (the
+console and the operator API: ``resolve``, ``compensate``, ``recover``) is told
+through `acting`. Nothing else in the package knows about OpenTelemetry.
 
 OpenTelemetry is optional (the ``otel`` extra, ``opentelemetry-api`` only): without
 it nothing is imported and every hook returns at once. With it and no SDK configured
@@ -20,17 +22,30 @@ where they exist)::
       dispatch {tool}                current while the tool runs: its spans nest here
       compensate {tool}              undos it ordered
     events: transition (event, state_before, state_after, attempt), refused
+    review_answered {tool}           an answer given through the graph
 
-A resumed process starts a new trace; ``langgraph_effects.operation_id`` on every
-span ties it to the trace of the process that crashed.
+    resolve {tool}, compensate {tool}    an operator's verdict, undo (`acting`)
+    recover                              a recovery run
+      recover_thread                     one thread: its resume's spans nest here
+
+A call's first ``execute_tool`` span starts before its intent is written, and its
+span context (a W3C ``traceparent``) is recorded with the intent, in the operation's
+``extra`` (`TRACEPARENT`), when a span is recorded (an SDK is configured and samples
+it). Every later span of the operation, in this process or in one that resumed it
+after a crash (its ``execute_tool`` round: a replay, a reconciliation, a re-send; its
+``reconcile`` and ``compensate`` children, ``review_answered``, and what an operator
+does to it: `acting`), carries a span link to that first span, so a trace backend
+shows the crash and the recovery as one story; ``langgraph_effects.operation_id`` on
+every span ties them too.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
@@ -44,6 +59,7 @@ try:  # the ``otel`` extra
     from opentelemetry import context as otel_context
     from opentelemetry import metrics as otel_metrics
     from opentelemetry import trace as otel_trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # pragma: no cover - exercised by the cost benchmark's bare run
     ENABLED = False
 else:
@@ -63,12 +79,17 @@ WAITING_FOR_APPROVAL = "waiting_for_approval"
 PAUSED = "paused"
 _WAITING = {"approval": WAITING_FOR_APPROVAL, "review": WAITING_FOR_REVIEW, "interrupt": PAUSED}
 
+TRACEPARENT = "traceparent"
+"""The key of `Operation.extra` holding the W3C ``traceparent`` of the operation's first
+``execute_tool`` span (written with the intent, only when that span is recorded)."""
+
 METRICS = {
     "transitions": "langgraph_effects.transitions",
     "calls": "langgraph_effects.calls",
     "dispatch": "langgraph_effects.dispatch.duration",
     "reconcile": "langgraph_effects.reconcile.duration",
     "review_wait": "langgraph_effects.review.wait",
+    "operator": "langgraph_effects.operator.actions",
 }
 """The instruments' names (see docs/observing.md)."""
 
@@ -79,6 +100,7 @@ class _Instruments:
 
     def __init__(self) -> None:
         self.tracer = otel_trace.get_tracer("langgraph_effects")
+        self.w3c = TraceContextTextMapPropagator()  # reads a recorded ``traceparent``
         meter = otel_metrics.get_meter("langgraph_effects")
         self.transitions = meter.create_counter(
             METRICS["transitions"], unit="{transition}", description="Operation state transitions recorded"
@@ -96,6 +118,11 @@ class _Instruments:
             METRICS["review_wait"],
             unit="s",
             description="Time from a question (review or approval) to the answer that settled it",
+        )
+        self.operator = meter.create_counter(
+            METRICS["operator"],
+            unit="{action}",
+            description="What operators did (resolve, compensate, recover), by result",
         )
 
 
@@ -119,6 +146,8 @@ class CallTrace:
     ran: bool = False
     run: Any = None
     labels: dict[str, str] = field(default_factory=dict)
+    link: Any = None
+    """The link to the operation's first span, when this round is not it."""
 
 
 def _labels(c: CallRecord) -> dict[str, str]:
@@ -137,9 +166,34 @@ def _ids(op: Operation) -> dict[str, Any]:
 def _child(c: CallRecord, name: str) -> Any:
     trace: CallTrace | None = c.trace
     parent = otel_trace.set_span_in_context(trace.span) if trace is not None else None
+    link = trace.link if trace is not None else _link(c.op)
     return _instruments().tracer.start_span(
-        f"{name} {c.tool}", context=parent, attributes={**_ids(c.op), **_labels(c)}
+        f"{name} {c.tool}",
+        context=parent,
+        attributes={**_ids(c.op), **_labels(c)},
+        links=[link] if link is not None else None,
     )
+
+
+def _traceparent(span: Any) -> str | None:
+    """``span``'s W3C ``traceparent``, when it is recorded (else ``None``)."""
+    context = span.get_span_context()
+    if not context.is_valid or not context.trace_flags.sampled:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def _link(op: Operation, *, unless: str | None = None) -> Any:
+    """A link to ``op``'s first span (`TRACEPARENT`), unless ``unless`` is that span or
+    it recorded none."""
+    recorded = op.extra.get(TRACEPARENT)
+    if not isinstance(recorded, str) or recorded == unless:
+        return None
+    read = _instruments().w3c.extract({"traceparent": recorded})
+    first = otel_trace.get_current_span(read).get_span_context()
+    if not first.is_valid:
+        return None
+    return otel_trace.Link(first, {PREFIX + "link": "first_span"})
 
 
 def _failed(span: Any, error: BaseException) -> None:
@@ -155,6 +209,38 @@ def _state(op: Operation) -> str:
 # -- a call's round ----------------------------------------------------------------------
 
 
+def opening(calls: Iterable[CallRecord]) -> None:
+    """The session is about to record the intents of ``calls``: start each call's first
+    ``execute_tool`` span (`call_started` goes on with it) and, when it is recorded, put
+    its ``traceparent`` in the intent (`TRACEPARENT`). A call bound to an operation
+    recorded before keeps that operation's, and its spans link to it."""
+    if not ENABLED:
+        return
+    tracer = _instruments().tracer
+    for c in calls:
+        span = tracer.start_span(f"execute_tool {c.tool}", kind=otel_trace.SpanKind.INTERNAL)
+        c.trace = CallTrace(span=span, state_before="")
+        first = _traceparent(span)
+        if first is not None:
+            c.op = replace(c.op, extra={**c.op.extra, TRACEPARENT: first})
+
+
+def not_opened(calls: Iterable[CallRecord], error: BaseException) -> None:
+    """The open that `opening` started spans for raised ``error``: no round follows, so
+    each span ends here, failed."""
+    for c in calls:
+        trace: CallTrace | None = c.trace
+        if trace is None or trace.span is None:
+            continue
+        c.trace = None
+        trace.span.set_attributes(
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": c.tool,
+             "gen_ai.tool.call.id": c.call_id, **_ids(c.op)}
+        )
+        _failed(trace.span, error)
+        trace.span.end()
+
+
 def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
     """A call's round begins: open its span and its LangChain run (``c.trace``)."""
     run = _run_started(c, config)
@@ -163,21 +249,32 @@ def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
     # A call the session's open recorded and dispatched at once was an intent a moment ago.
     opened = c.owner is not None and protocol.ours(c.op, c.owner.token)
     before = State.PENDING.value if opened else _state(c.op)
-    span = None
+    span = link = None
     if ENABLED:
-        span = _instruments().tracer.start_span(
-            f"execute_tool {c.tool}",
-            kind=otel_trace.SpanKind.INTERNAL,
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": c.tool,
-                "gen_ai.tool.call.id": c.call_id,
-                **_ids(c.op),
-                PREFIX + "contract": c.op.contract,
-                PREFIX + "state_before": before,
-            },
-        )
-    c.trace = CallTrace(span=span, state_before=before, run=run, labels=_labels(c))
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": c.tool,
+            "gen_ai.tool.call.id": c.call_id,
+            **_ids(c.op),
+            PREFIX + "contract": c.op.contract,
+            PREFIX + "state_before": before,
+        }
+        started: CallTrace | None = c.trace  # the span `opening` started for the first round
+        if started is not None:
+            span = started.span
+            span.set_attributes(attributes)
+            link = _link(c.op, unless=_traceparent(span))
+            if link is not None:
+                span.add_link(link.context, link.attributes)
+        else:
+            link = _link(c.op)
+            span = _instruments().tracer.start_span(
+                f"execute_tool {c.tool}",
+                kind=otel_trace.SpanKind.INTERNAL,
+                attributes=attributes,
+                links=[link] if link is not None else None,
+            )
+    c.trace = CallTrace(span=span, state_before=before, run=run, labels=_labels(c), link=link)
     if opened:
         _transition(c, c.trace, Event.DISPATCH, before)
 
@@ -309,16 +406,126 @@ def _dispatch_span(c: CallRecord) -> Iterator[None]:
 
 @contextmanager
 def compensating(c: CallRecord, what: str) -> Iterator[None]:
-    """Around the undos a settled call ordered (``what``: ``undo`` or ``saga``)."""
+    """Around the undos a settled call ordered (``what``: ``undo`` or ``saga``): a span
+    that is current while they run, so each undo's own ``execute_tool`` nests under it."""
     if not ENABLED:
         yield
         return
     span = _child(c, "compensate")
     span.set_attribute(PREFIX + "compensation", what)
+    token = otel_context.attach(otel_trace.set_span_in_context(span))
+    told = _ACTING.set("compensate")  # the operator API's compensate, called from here, is this span
     try:
         yield
     finally:
+        _ACTING.reset(told)
+        otel_context.detach(token)
         span.end()
+
+
+# -- what operators do (the console and the operator API) -------------------------------
+
+#: The action an `acting` span is current for: the same action nested in it (the
+#: operator API's ``compensate`` called by ``finish_compensations``, or by a call's own
+#: undo) is told by that span alone.
+_ACTING: ContextVar[str | None] = ContextVar("langgraph_effects_acting", default=None)
+#: Links a span of `acting` carries at most (one per operation it acts on).
+MAX_LINKS = 32
+
+
+class Acting:
+    """What an operator's action (`acting`) tells as it learns it."""
+
+    def __init__(self, span: Any, action: str, labels: dict[str, str]) -> None:
+        self._span = span
+        self._action = action
+        self._labels = labels
+        self._links = 0
+        self.result: str | None = None
+        """What came of it (``resolve``: the verdict, ``compensate``: the compensation's
+        verdict, ``recover``: the thread's action), for the span and the metric point."""
+
+    def operation(self, op: Operation) -> None:
+        """The operation acted on: its ids and tool, and a link to its first span."""
+        if self._span is None:
+            return
+        self._span.update_name(f"{self._action} {op.tool}")
+        self._span.set_attributes({**_ids(op), "gen_ai.tool.name": op.tool, PREFIX + "contract": op.contract})
+        self._labels.update({"gen_ai.tool.name": op.tool, PREFIX + "contract": op.contract})
+        self.linked([op])
+
+    def linked(self, ops: Iterable[Operation]) -> None:
+        """Link the span to the first span of each of ``ops`` (the operations a recovered
+        thread holds), `MAX_LINKS` at most."""
+        if self._span is None:
+            return
+        for op in ops:
+            if self._links >= MAX_LINKS:
+                return
+            link = _link(op)
+            if link is not None:
+                self._span.add_link(link.context, {**link.attributes, PREFIX + "operation_id": op.op_id})
+                self._links += 1
+
+    def moved(self, before: Operation, after: Operation, events: Iterable[Event]) -> None:
+        """The action moved ``before`` to ``after`` through ``events`` (each counted as a
+        transition); a verdict on a question that waited is timed as a review's wait."""
+        if self._span is None:
+            return
+        made = _instruments()
+        labels = {"gen_ai.tool.name": after.tool, PREFIX + "contract": after.contract}
+        for event in events:
+            self._span.add_event(
+                "transition", {PREFIX + "event": event.value, PREFIX + "state_after": _state(after)}
+            )
+            made.transitions.add(
+                1, {**labels, PREFIX + "event": event.value, PREFIX + "state_after": _state(after)}
+            )
+        self._span.set_attributes({PREFIX + "state_after": _state(after), PREFIX + "attempt": after.attempts})
+        settled = after.terminal or after.state is State.PENDING  # a verdict answered it
+        if before.state in (State.UNKNOWN, State.REVIEW) and settled:
+            made.review_wait.record(
+                max(0.0, after.updated_at - before.updated_at),
+                {"gen_ai.tool.name": after.tool, PREFIX + "state_after": _state(after)},
+            )
+
+    def attributes(self, **told: str | int | bool) -> None:
+        """More of what the action is (``thread_id``, ``dry_run``...), under the prefix."""
+        if self._span is not None:
+            self._span.set_attributes({PREFIX + k: v for k, v in told.items()})
+
+
+_QUIET = Acting(None, "", {})
+
+
+@contextmanager
+def acting(action: str, *, channel: str | None = None) -> Iterator[Acting]:
+    """Around an operator's action (``resolve``, ``compensate``, ``recover``,
+    ``recover_thread``; ``channel``: ``console`` or ``api``, when it is known): a span
+    ``{action} {tool}`` that is current while it runs (a resume or an undo it runs nests
+    under it), linked to the first span of each operation it acts on, and a point of
+    ``langgraph_effects.operator.actions``."""
+    if not ENABLED or _ACTING.get() == action:
+        yield _QUIET
+        return
+    labels = {PREFIX + "action": action, **({PREFIX + "channel": channel} if channel else {})}
+    span = _instruments().tracer.start_span(action, attributes=labels)
+    told = Acting(span, action, dict(labels))
+    token = otel_context.attach(otel_trace.set_span_in_context(span))
+    nested = _ACTING.set(action)
+    try:
+        yield told
+    except BaseException as error:
+        _failed(span, error)
+        told.result = told.result or "error"
+        raise
+    finally:
+        _ACTING.reset(nested)
+        otel_context.detach(token)
+        if told.result is not None:
+            span.set_attribute(PREFIX + "result", told.result)
+        span.end()
+        _instruments().operator.add(1, {**told._labels, PREFIX + "result": told.result or "done"})
 
 
 def answered(ops: list[tuple[Operation, float | None]], *, count: int) -> None:
@@ -332,6 +539,7 @@ def answered(ops: list[tuple[Operation, float | None]], *, count: int) -> None:
         if asked_at is not None:
             labels = {"gen_ai.tool.name": op.tool, PREFIX + "state_after": _state(op)}
             made.review_wait.record(max(0.0, op.updated_at - asked_at), labels)
+        link = _link(op)
         span = tracer.start_span(
             f"review_answered {op.tool}",
             attributes={
@@ -340,6 +548,7 @@ def answered(ops: list[tuple[Operation, float | None]], *, count: int) -> None:
                 PREFIX + "state_after": _state(op),
                 PREFIX + "decisions": count,
             },
+            links=[link] if link is not None else None,
         )
         span.end()
 

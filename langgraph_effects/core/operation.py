@@ -324,7 +324,9 @@ class Operation:
     (``"required"``: the call waits for an approver before its first send, see
     `needs_approval`), ``turn`` and ``origin`` (the checkpoint coordinates re-plan
     detection compares). ``edited_from`` (the operation an approver's edit replaced) is
-    written for operators and never read. Other keys are kept and shown, never read."""
+    written for operators and never read; ``traceparent`` (the W3C span context of the
+    call's first span, written only when a tracing SDK records it) is read by the
+    telemetry alone, to link later spans to it. Other keys are kept and shown, never read."""
 
     @property
     def compensates(self) -> str | None:

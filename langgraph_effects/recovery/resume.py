@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._runtime import telemetry
 from .._runtime.compensation import compensations, effects_of, finish_compensations
 from .._runtime.lease import DEFAULT_LEASE_SECONDS, lease_expired
 from .._runtime.undo import CompensationReport
@@ -98,21 +99,28 @@ async def recover(
     configured = None if configured is None else str(configured)
     policy = Policy(tenant, wanted is not None, dry_run, min_idle, configured)
     run = _Run(graph, found, policy, lease_grace, config or {}, context, durability)
-    threads = wanted
-    if threads is None:
-        threads = await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
-        if tenant is None:  # a thread with nothing in the ledger has no tenant to match
-            threads += [t for t in await unfinished_threads(graph.checkpointer) if t not in threads]
-    reports = [r for r in [await run.thread_safely(t) for t in threads] if r is not None]
-    return RecoveryReport(
-        ledger=found.where,
-        dry_run=dry_run,
-        started_at=started,
-        compensations=tuple(await _compensations(found, graph, effects, tenant, wanted, dry_run)),
-        finished_at=time.time(),
-        threads=tuple(reports),
-        options={"tenant": tenant, "thread_ids": wanted, "min_idle": min_idle, "lease_grace": lease_grace},
-    )
+    with telemetry.acting("recover") as told:
+        told.attributes(dry_run=dry_run)
+        threads = wanted
+        if threads is None:
+            threads = await _candidate_threads(found, tenant, verdicts_within=verdicts_within)
+            if tenant is None:  # a thread with nothing in the ledger has no tenant to match
+                threads += [t for t in await unfinished_threads(graph.checkpointer) if t not in threads]
+        reports = [r for r in [await run.thread_safely(t) for t in threads] if r is not None]
+        report = RecoveryReport(
+            ledger=found.where,
+            dry_run=dry_run,
+            started_at=started,
+            compensations=tuple(await _compensations(found, graph, effects, tenant, wanted, dry_run)),
+            finished_at=time.time(),
+            threads=tuple(reports),
+            options={
+                "tenant": tenant, "thread_ids": wanted, "min_idle": min_idle, "lease_grace": lease_grace
+            },
+        )
+        told.attributes(threads=len(reports))
+        told.result = "failed" if report.failed else "needs_operator" if report.needs_operator else "done"
+        return report
 
 
 async def _compensations(
@@ -193,15 +201,25 @@ class _Run:
 
     async def thread(self, thread_id: str) -> ThreadReport | None:
         """Decide and (unless a dry run) resume one thread; ``None``: nothing to say."""
-        seen = await observe(
-            self.graph, self.ledger, thread_id, tenant=self.policy.tenant, lease_grace=self.lease_grace
-        )
-        decision = classify(seen, self.policy)
-        if decision is None:
-            return None
-        if decision.action != "resume":
-            return decision.report(thread_id)
-        return await self._resume(thread_id, decision, seen.ops)
+        with telemetry.acting("recover_thread") as told:
+            told.attributes(thread_id=thread_id)
+            seen = await observe(
+                self.graph, self.ledger, thread_id, tenant=self.policy.tenant, lease_grace=self.lease_grace
+            )
+            decision = classify(seen, self.policy)
+            if decision is None:
+                told.result = "nothing"
+                return None
+            told.linked(decision.involved)
+            report = (
+                decision.report(thread_id)
+                if decision.action != "resume"
+                else await self._resume(thread_id, decision, seen.ops)
+            )
+            told.result = report.action
+            if report.outcome is not None:
+                told.attributes(outcome=report.outcome)
+            return report
 
     def _run_config(self, thread_id: str, tenant: str) -> dict[str, Any]:
         merged: dict[str, Any] = {k: v for k, v in self.config.items() if k != "configurable"}
