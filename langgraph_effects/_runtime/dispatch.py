@@ -192,7 +192,7 @@ class Dispatcher:
                 await self.stand_down(c)
                 return _not_run(c)
             op = c.op
-            step = protocol.next_step(
+            step = protocol.what_next(
                 op,
                 token=self._token(c),
                 alive=await self._alive(c),
