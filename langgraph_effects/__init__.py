@@ -31,9 +31,9 @@ if _typing.TYPE_CHECKING:
     from ._runtime.compensation import CompensationReport, compensate, finish_compensations
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
     from ._runtime.review import (
-        AbandonDecision,
-        LandedDecision,
-        NotLandedDecision,
+        AbandonVerdict,
+        LandedVerdict,
+        NotLandedVerdict,
         resume_command,
     )
     from .checkpoint.postgres import AsyncEffectPostgresSaver
@@ -101,7 +101,7 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "AbandonDecision",
+    "AbandonVerdict",
     "ApprovalError",
     "AsyncEffectPostgresSaver",
     "AsyncEffectSqliteSaver",
@@ -129,7 +129,7 @@ __all__ = [
     "InMemoryLedger",
     "Inconclusive",
     "Landed",
-    "LandedDecision",
+    "LandedVerdict",
     "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
@@ -141,7 +141,7 @@ __all__ = [
     "NoLedgerError",
     "NondeterminismError",
     "NotLanded",
-    "NotLandedDecision",
+    "NotLandedVerdict",
     "NotResolvableError",
     "Operation",
     "OperationInfo",
@@ -179,7 +179,7 @@ __all__ = [
 
 #: Where each public name lives (relative to this package); imported on first access.
 _EXPORTS: dict[str, str] = {
-    "AbandonDecision": "_runtime.review",
+    "AbandonVerdict": "_runtime.review",
     "ApprovalError": "errors",
     "AuditEntry": "ledger",
     "BLIND": "core.contract",
@@ -205,7 +205,7 @@ _EXPORTS: dict[str, str] = {
     "InMemoryLedger": "ledger",
     "Inconclusive": "core.contract",
     "Landed": "core.contract",
-    "LandedDecision": "_runtime.review",
+    "LandedVerdict": "_runtime.review",
     "LeaseLiveError": "errors",
     "Ledger": "ledger",
     "LedgerCorruptError": "errors",
@@ -217,7 +217,7 @@ _EXPORTS: dict[str, str] = {
     "NoLedgerError": "errors",
     "NondeterminismError": "errors",
     "NotLanded": "core.contract",
-    "NotLandedDecision": "_runtime.review",
+    "NotLandedVerdict": "_runtime.review",
     "NotResolvableError": "errors",
     "Operation": "core.operation",
     "OperationInfo": "_runtime.context",

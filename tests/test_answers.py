@@ -69,11 +69,11 @@ async def test_the_response_schema_publishes_the_limits(tmp_path: Path) -> None:
         schema = pending.response_schema  # what LangGraph surfaces to clients (JSON schema)
     assert isinstance(schema, dict)
     defs = schema["$defs"]
-    assert defs["RespondAction"]["properties"]["message"]["maxLength"] == MAX_RECEIPT_BYTES
-    [text, _] = defs["RejectAction"]["properties"]["message"]["anyOf"]
+    assert defs["RespondDecision"]["properties"]["message"]["maxLength"] == MAX_RECEIPT_BYTES
+    [text, _] = defs["RejectDecision"]["properties"]["message"]["anyOf"]
     assert text == {"maxLength": MAX_EVIDENCE_CHARS, "type": "string"}
-    assert defs["AbandonDecision"]["properties"]["reason"]["maxLength"] == MAX_EVIDENCE_CHARS
-    assert "65,536 bytes" in defs["LandedDecision"]["properties"]["receipt"]["description"]
+    assert defs["AbandonVerdict"]["properties"]["reason"]["maxLength"] == MAX_EVIDENCE_CHARS
+    assert "65,536 bytes" in defs["LandedVerdict"]["properties"]["receipt"]["description"]
     json.dumps(schema)  # plain JSON, as a client receives it
 
 

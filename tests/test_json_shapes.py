@@ -88,7 +88,7 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     verdict = ("resolve", op_id, "--not-landed", "--expected-version")
     code, resolved = console(capsys, spec.db, *verdict, str(version))
     assert code == 0 and check("resolve", resolved)["operation"]["state"] == "pending"
-    assert resolved["decision"] == {"type": "not_landed"} and resolved["from_state"] == "review"
+    assert resolved["verdict"] == {"type": "not_landed"} and resolved["from_state"] == "review"
 
     async def recovered() -> Any:
         async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
@@ -148,7 +148,7 @@ def test_compensation_outputs_match_their_schemas(
 
 
 async def test_resolve_report_to_json_is_what_the_console_prints(tmp_path: Path) -> None:
-    """The Python API gives the console's shape: ``Resolution.to_json()`` is ``resolve --json``."""
+    """The Python API gives the console's shape: ``VerdictReport.to_json()`` is ``resolve --json``."""
     provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
     async with SqliteLedger.from_conn_string(tmp_path / "ledger.sqlite") as ledger:
         await ledger.setup()
@@ -156,7 +156,7 @@ async def test_resolve_report_to_json_is_what_the_console_prints(tmp_path: Path)
         done = await resolve_report(ledger, op.op_id, {"type": "landed", "receipt": {"id": "r1"}},
                                     expected_version=op.version, actor="alice")
     out = check("resolve", done.to_json())
-    assert out["decision"] == {"type": "landed", "receipt": {"id": "r1"}}
+    assert out["verdict"] == {"type": "landed", "receipt": {"id": "r1"}}
     assert out["operation"]["state"] == "confirmed"
 
 

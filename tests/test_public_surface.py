@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "langgraph_effects"
 
 PUBLIC = [
-    "AbandonDecision",
+    "AbandonVerdict",
     "ApprovalError",
     "AsyncEffectPostgresSaver",
     "AsyncEffectSqliteSaver",
@@ -47,7 +47,7 @@ PUBLIC = [
     "InMemoryLedger",
     "Inconclusive",
     "Landed",
-    "LandedDecision",
+    "LandedVerdict",
     "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
@@ -59,7 +59,7 @@ PUBLIC = [
     "NoLedgerError",
     "NondeterminismError",
     "NotLanded",
-    "NotLandedDecision",
+    "NotLandedVerdict",
     "NotResolvableError",
     "Operation",
     "OperationInfo",

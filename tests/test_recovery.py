@@ -160,7 +160,7 @@ def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) ->
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     version = view["operation"]["version"]
-    assert view["allowed_decisions"] == ["landed", "not_landed", "abandon"]
+    assert view["allowed_verdicts"] == ["landed", "not_landed", "abandon"]
 
     stale = cli("resolve", op_id, "--landed", "--expected-version", str(version + 1), *db)
     assert stale.returncode == 3, stale.stderr
