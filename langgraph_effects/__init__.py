@@ -30,7 +30,7 @@ if _typing.TYPE_CHECKING:
     from ._integrations.node import EffectToolNode
     from ._runtime.compensation import CompensationReport, compensate, finish_compensations
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
-    from ._runtime.review import (
+    from ._runtime.decisions import (
         AbandonVerdict,
         LandedVerdict,
         NotLandedVerdict,
@@ -179,7 +179,7 @@ __all__ = [
 
 #: Where each public name lives (relative to this package); imported on first access.
 _EXPORTS: dict[str, str] = {
-    "AbandonVerdict": "_runtime.review",
+    "AbandonVerdict": "_runtime.decisions",
     "ApprovalError": "errors",
     "AuditEntry": "ledger",
     "BLIND": "core.contract",
@@ -205,7 +205,7 @@ _EXPORTS: dict[str, str] = {
     "InMemoryLedger": "ledger",
     "Inconclusive": "core.contract",
     "Landed": "core.contract",
-    "LandedVerdict": "_runtime.review",
+    "LandedVerdict": "_runtime.decisions",
     "LeaseLiveError": "errors",
     "Ledger": "ledger",
     "LedgerCorruptError": "errors",
@@ -217,7 +217,7 @@ _EXPORTS: dict[str, str] = {
     "NoLedgerError": "errors",
     "NondeterminismError": "errors",
     "NotLanded": "core.contract",
-    "NotLandedVerdict": "_runtime.review",
+    "NotLandedVerdict": "_runtime.decisions",
     "NotResolvableError": "errors",
     "Operation": "core.operation",
     "OperationInfo": "_runtime.context",
@@ -252,7 +252,7 @@ _EXPORTS: dict[str, str] = {
     "recover": "recovery",
     "recover_sync": "recovery.sync",
     "require_contracts": "_integrations.mcp",
-    "resume_command": "_runtime.review",
+    "resume_command": "_runtime.decisions",
 }
 
 # Every process that imports the package appends itself to the lineage its children

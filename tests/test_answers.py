@@ -30,8 +30,8 @@ from langgraph_effects import AsyncEffectSqliteSaver, Effect, State
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime.context import current_operation
+from langgraph_effects._runtime.decisions import resume_command
 from langgraph_effects._runtime.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
-from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.testing import Provider, ScriptedChatModel

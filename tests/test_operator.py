@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from langgraph_effects._runtime.decisions import LandedVerdict
 from langgraph_effects._runtime.lease import new_owner, release
 from langgraph_effects._runtime.operator import (
     LeaseLiveError,
@@ -39,7 +40,6 @@ from langgraph_effects._runtime.operator import (
     resolve_report,
     show,
 )
-from langgraph_effects._runtime.review import LandedVerdict
 from langgraph_effects.cli.failures import console_message
 from langgraph_effects.core.identity import args_hash, default_provider_key
 from langgraph_effects.core.operation import Change, Event, Operation, Owner, State

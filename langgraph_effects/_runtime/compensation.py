@@ -57,7 +57,7 @@ from ..ledger.base import (
 from ..ledger.codec import audit_row
 from ..ledger.steps import CasWithAudit, Load, Lock
 from . import lease
-from .binding import CallRecord, Settings
+from .calls import CallRecord, Settings
 from .context import CURRENT_OPERATION
 from .messages import load
 from .operator import operation_to_json

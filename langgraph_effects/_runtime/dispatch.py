@@ -42,7 +42,7 @@ from ..ledger.base import Ledger
 from ..ledger.controls import HEARD
 from . import admission, lease, messages, telemetry
 from . import faults as _faults
-from .binding import CallRecord, Settings
+from .calls import CallRecord, Settings
 from .reconcile import reconcile, scope_changes
 
 log = logging.getLogger("langgraph_effects")

@@ -4,7 +4,7 @@ the public face the console (``langgraph-effects list/show/resolve``) is built o
 
 A verdict is bound to the version the operator saw (``expected_version``): if the
 operation moved since, it is refused and nothing changes. It is idempotent by its
-decision id. It is written with ``verdict_change`` (``_runtime/review.py``), the same
+decision id. It is written with ``verdict_change`` (``_runtime/decisions.py``), the same
 change an answer to the graph's ``interrupt()`` produces, so the graph honours it on
 its next resume exactly as if it had been given through ``Command(resume=...)``.
 """
@@ -43,13 +43,13 @@ from ..ledger.opener import (  # opening a ledger lives there; importable from h
     setup_database,
 )
 from ..ledger.query import Cursor
-from .lease import lease_expired, owner_alive
-from .review import (
+from .decisions import (
     AnyVerdict,
     parse_verdict,
     verdict_change,
     verdict_content,
 )
+from .lease import lease_expired, owner_alive
 from .shapes import (
     AuditEntryJSON,
     OperationJSON,

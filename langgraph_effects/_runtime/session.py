@@ -52,11 +52,9 @@ from ..core.operation import Operation, Owner, Scope
 from ..errors import DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
 from . import lease, telemetry
-from .asking import Applied, ArgsCheck, Asker, Waiting
+from .asker import Applied, ArgsCheck, Asker, Waiting
 from .binding import (
-    CallRecord,
     Coordinates,
-    Settings,
     Source,
     durable_source,
     history_of,
@@ -66,11 +64,12 @@ from .binding import (
     scope_from,
     staged,
 )
+from .calls import CallRecord, Settings
 from .context import CURRENT_OPERATION
+from .decisions import EffectAnswer
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool
 from .messages import encodable
 from .question import Asked, last_asked
-from .review import EffectAnswer
 
 R = TypeVar("R")
 AsyncExecutor = Callable[[], Awaitable[tuple[Any, BaseException | None]]]

@@ -1,4 +1,7 @@
-"""Operator verdicts: their shape, validation, and how they become ledger changes.
+"""A human's decisions: the shapes of verdicts and of approval decisions, the answers
+that carry them, the questions that ask for them (the ``effect_review`` value), and
+the ledger change a verdict becomes. `langgraph_effects._runtime.asker` asks and
+applies them.
 
 The review interrupt carries LangChain's HITL request shape too (``action_requests``,
 ``review_configs``), so Agent Inbox and LangGraph Studio can show it, and accepts

@@ -1,6 +1,6 @@
 """Asking a human: the approval and review questions a session's calls raise, and
 applying the answers (verdicts, approvals, edits) to the ledger. The payload shapes
-are built in `langgraph_effects._runtime.review`.
+are built in `langgraph_effects._runtime.decisions`.
 
 An `Asker` keeps no state of a session's: the session hands it the calls that
 wait (`Waiting`) and files what comes back (`Applied`: the calls an
@@ -17,11 +17,9 @@ from typing import Any
 from ..core import identity
 from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, State
 from ..errors import ReviewError, TransitionError
-from .binding import CallRecord, Settings, bind_stored, by_id
-from .dispatch import Dispatcher
-from .messages import MAX_EVIDENCE_CHARS, bounded
-from .question import Asked, binding
-from .review import (
+from .binding import bind_stored, by_id
+from .calls import CallRecord, Settings
+from .decisions import (
     APPROVAL_TYPE,
     ApprovalDecision,
     ApproveDecision,
@@ -39,6 +37,9 @@ from .review import (
     shown_key,
     verdict_change,
 )
+from .dispatch import Dispatcher
+from .messages import MAX_EVIDENCE_CHARS, bounded
+from .question import Asked, binding
 
 log = logging.getLogger("langgraph_effects")
 
