@@ -19,6 +19,8 @@ langchain-mcp-adapters (the ``mcp`` extra).
 """
 
 import importlib as _importlib
+import sys as _sys
+import types as _types
 import typing as _typing
 
 from ._runtime import processes as _processes
@@ -262,13 +264,39 @@ _processes.mark_lineage()
 
 
 def __getattr__(name: str) -> _typing.Any:
-    """Import a public name on first access and keep it (PEP 562)."""
+    """Import a public name on first access and keep it (PEP 562).
+
+    A class or function whose home is a private module (``_runtime``, ``_integrations``)
+    reports this package as its ``__module__``, the place users import it from: reprs,
+    tracebacks and pickles name ``langgraph_effects.X``, which resolves to it here."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(_importlib.import_module(f".{module}", __name__), name)
+    if any(part.startswith("_") for part in module.split(".")) and (
+        isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__"))
+    ):
+        _adopt(value)
     globals()[name] = value
     return value
+
+
+def _adopt(value: _typing.Any) -> None:
+    """Make ``value`` report this package as its ``__module__``. A class's own string
+    annotations are resolved first, in the module that defines it: ``get_type_hints``
+    reads them in the module ``__module__`` names, which does not hold their names."""
+    import contextlib
+    import inspect
+
+    own = inspect.get_annotations(value) if isinstance(value, type) else {}
+    if any(isinstance(hint, str) for hint in own.values()):
+        home = vars(_sys.modules[value.__module__])
+        holder = _types.SimpleNamespace(__annotations__=own)
+        with contextlib.suppress(Exception):  # a name only TYPE_CHECKING imports: unresolvable anyway
+            value.__annotations__ = {
+                **own, **_typing.get_type_hints(holder, home, dict(vars(value)), include_extras=True)
+            }
+    value.__module__ = __name__
 
 
 def __dir__() -> list[str]:
