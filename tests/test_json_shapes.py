@@ -101,7 +101,8 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     [operation] = thread["operations"]
     assert thread["action"] == "resumed" and operation["operation_id"] == op_id
     assert operation["before"]["state"] == "pending" and operation["after"]["state"] == "confirmed"
-    assert [(s["from_state"], s["to_state"]) for s in operation["steps"]][:1] == [("pending", "dispatched")]
+    moved = [(t["from_state"], t["to_state"]) for t in operation["transitions"]]
+    assert moved[:1] == [("pending", "dispatched")]
     assert provider.count_requests("apply") == 2  # the one the crash hid, then the re-send
     for output in (review, listed, shown, refused, resolved, report):
         assert ids_named_op_id(output) == []

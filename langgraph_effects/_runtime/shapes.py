@@ -216,7 +216,7 @@ class OperationReportJSON(TypedDict):
     after: StateAtJSON
     how: str
     detail: str
-    steps: list[TransitionJSON]
+    transitions: list[TransitionJSON]
 
 
 class ThreadReportJSON(TypedDict):
