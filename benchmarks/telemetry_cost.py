@@ -65,7 +65,7 @@ def _hooks(mode: str, batches: int) -> list[float]:
 
     from langgraph_effects import Effect
     from langgraph_effects._runtime import telemetry
-    from langgraph_effects._runtime.binding import CallRecord
+    from langgraph_effects._runtime.calls import CallRecord
     from langgraph_effects.core.operation import Change, Event, State
 
     _configure(mode)

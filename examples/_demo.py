@@ -222,7 +222,7 @@ def show_json(value: Any) -> None:
     print(textwrap.indent(json.dumps(value, indent=2, default=str), "  "))
 
 
-def verdict(failures: list[str]) -> int:
+def exit_status(failures: list[str]) -> int:
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -32,13 +32,13 @@ from _demo import (
     PROVIDER_URL,
     Workers,
     build_graph,
+    exit_status,
     heading,
     scripted_model,
     show_audit,
     show_json,
     show_messages,
     tool_messages,
-    verdict,
     worker_main,
 )
 from langchain_core.tools import tool
@@ -107,7 +107,7 @@ def demo() -> int:
                     "state",
                     "attempts",
                     "evidence",
-                    "allowed_decisions",
+                    "allowed_verdicts",
                 )
             }
         )
@@ -117,13 +117,13 @@ def demo() -> int:
         heading("3. the operator checks the provider's own records and confirms")
         matches = [n for n in sent() if n["text"] == entry["args"]["text"]]
         print(f"  the service holds {len(matches)} matching notification(s): {[n['id'] for n in matches]}")
-        decision = (
+        given = (
             {"type": "landed", "receipt": {"notification": matches[0]["id"]}}
             if matches
             else {"type": "not_landed"}
         )
-        print(f"  verdict: {decision}")
-        out = workers.run("answer", "blind", "--answer", json.dumps({entry["operation_id"]: decision}))
+        print(f"  verdict: {given}")
+        out = workers.run("answer", "blind", "--answer", json.dumps({entry["operation_id"]: given}))
         show_messages(out)
         show_audit(workers.db, out)
         count = len(sent())
@@ -135,7 +135,7 @@ def demo() -> int:
             failures.append(f"expected the operator's verdict in the tool message, got {message}")
         if out["interrupts"]:
             failures.append("the review is still pending")
-    return verdict(failures)
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

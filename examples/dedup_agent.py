@@ -30,12 +30,12 @@ from _demo import (
     PROVIDER_URL,
     Workers,
     build_graph,
+    exit_status,
     heading,
     scripted_model,
     show_audit,
     show_messages,
     tool_messages,
-    verdict,
     worker_main,
 )
 from langchain_core.tools import tool
@@ -116,7 +116,7 @@ def demo() -> int:
         [message] = tool_messages(out)
         if message["status"] != "success" or message["artifact"]["attempts"] != 2:
             failures.append(f"scenario 2: expected a success after 2 attempts, got {message}")
-    return verdict(failures)
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,12 @@ from _demo import (
     PROVIDER_URL,
     Workers,
     build_graph,
+    exit_status,
     heading,
     scripted_model,
     show_audit,
     show_messages,
     tool_messages,
-    verdict,
     worker_main,
 )
 from langchain_core.tools import tool
@@ -154,7 +154,7 @@ def demo() -> int:
             artifact = message["artifact"]
             if artifact["state"] != "confirmed" or artifact["evidence"] != "lookup":
                 failures.append(f"{thread}: expected confirmed by lookup, got {artifact}")
-    return verdict(failures)
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

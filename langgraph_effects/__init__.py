@@ -19,6 +19,8 @@ langchain-mcp-adapters (the ``mcp`` extra).
 """
 
 import importlib as _importlib
+import sys as _sys
+import types as _types
 import typing as _typing
 
 from ._runtime import processes as _processes
@@ -30,10 +32,10 @@ if _typing.TYPE_CHECKING:
     from ._integrations.node import EffectToolNode
     from ._runtime.compensation import compensate, finish_compensations
     from ._runtime.context import OperationInfo, current_operation, maybe_current_operation
-    from ._runtime.review import (
-        AbandonDecision,
-        LandedDecision,
-        NotLandedDecision,
+    from ._runtime.decisions import (
+        AbandonVerdict,
+        LandedVerdict,
+        NotLandedVerdict,
         resume_command,
     )
     from ._runtime.undo import CompensationReport
@@ -102,7 +104,7 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "AbandonDecision",
+    "AbandonVerdict",
     "ApprovalError",
     "AsyncEffectPostgresSaver",
     "AsyncEffectSqliteSaver",
@@ -130,7 +132,7 @@ __all__ = [
     "InMemoryLedger",
     "Inconclusive",
     "Landed",
-    "LandedDecision",
+    "LandedVerdict",
     "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
@@ -142,7 +144,7 @@ __all__ = [
     "NoLedgerError",
     "NondeterminismError",
     "NotLanded",
-    "NotLandedDecision",
+    "NotLandedVerdict",
     "NotResolvableError",
     "Operation",
     "OperationInfo",
@@ -180,7 +182,7 @@ __all__ = [
 
 #: Where each public name lives (relative to this package); imported on first access.
 _EXPORTS: dict[str, str] = {
-    "AbandonDecision": "_runtime.review",
+    "AbandonVerdict": "_runtime.decisions",
     "ApprovalError": "errors",
     "AuditEntry": "ledger",
     "BLIND": "core.contract",
@@ -206,7 +208,7 @@ _EXPORTS: dict[str, str] = {
     "InMemoryLedger": "ledger",
     "Inconclusive": "core.contract",
     "Landed": "core.contract",
-    "LandedDecision": "_runtime.review",
+    "LandedVerdict": "_runtime.decisions",
     "LeaseLiveError": "errors",
     "Ledger": "ledger",
     "LedgerCorruptError": "errors",
@@ -218,7 +220,7 @@ _EXPORTS: dict[str, str] = {
     "NoLedgerError": "errors",
     "NondeterminismError": "errors",
     "NotLanded": "core.contract",
-    "NotLandedDecision": "_runtime.review",
+    "NotLandedVerdict": "_runtime.decisions",
     "NotResolvableError": "errors",
     "Operation": "core.operation",
     "OperationInfo": "_runtime.context",
@@ -253,7 +255,7 @@ _EXPORTS: dict[str, str] = {
     "recover": "recovery",
     "recover_sync": "recovery.sync",
     "require_contracts": "_integrations.mcp",
-    "resume_command": "_runtime.review",
+    "resume_command": "_runtime.decisions",
 }
 
 # Every process that imports the package appends itself to the lineage its children
@@ -263,13 +265,39 @@ _processes.mark_lineage()
 
 
 def __getattr__(name: str) -> _typing.Any:
-    """Import a public name on first access and keep it (PEP 562)."""
+    """Import a public name on first access and keep it (PEP 562).
+
+    A class or function whose home is a private module (``_runtime``, ``_integrations``)
+    reports this package as its ``__module__``, the place users import it from: reprs,
+    tracebacks and pickles name ``langgraph_effects.X``, which resolves to it here."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(_importlib.import_module(f".{module}", __name__), name)
+    if any(part.startswith("_") for part in module.split(".")) and (
+        isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__"))
+    ):
+        _adopt(value)
     globals()[name] = value
     return value
+
+
+def _adopt(value: _typing.Any) -> None:
+    """Make ``value`` report this package as its ``__module__``. A class's own string
+    annotations are resolved first, in the module that defines it: ``get_type_hints``
+    reads them in the module ``__module__`` names, which does not hold their names."""
+    import contextlib
+    import inspect
+
+    own = inspect.get_annotations(value) if isinstance(value, type) else {}
+    if any(isinstance(hint, str) for hint in own.values()):
+        home = vars(_sys.modules[value.__module__])
+        holder = _types.SimpleNamespace(__annotations__=own)
+        with contextlib.suppress(Exception):  # a name only TYPE_CHECKING imports: unresolvable anyway
+            value.__annotations__ = {
+                **own, **_typing.get_type_hints(holder, home, dict(vars(value)), include_extras=True)
+            }
+    value.__module__ = __name__
 
 
 def __dir__() -> list[str]:

@@ -30,8 +30,8 @@ from langgraph_effects import AsyncEffectSqliteSaver, Effect, State
 from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime.context import current_operation
+from langgraph_effects._runtime.decisions import resume_command
 from langgraph_effects._runtime.messages import MAX_EVIDENCE_CHARS, MAX_RECEIPT_BYTES
-from langgraph_effects._runtime.review import resume_command
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
 from langgraph_effects.testing import Provider, ScriptedChatModel
@@ -69,11 +69,11 @@ async def test_the_response_schema_publishes_the_limits(tmp_path: Path) -> None:
         schema = pending.response_schema  # what LangGraph surfaces to clients (JSON schema)
     assert isinstance(schema, dict)
     defs = schema["$defs"]
-    assert defs["RespondAction"]["properties"]["message"]["maxLength"] == MAX_RECEIPT_BYTES
-    [text, _] = defs["RejectAction"]["properties"]["message"]["anyOf"]
+    assert defs["RespondDecision"]["properties"]["message"]["maxLength"] == MAX_RECEIPT_BYTES
+    [text, _] = defs["RejectDecision"]["properties"]["message"]["anyOf"]
     assert text == {"maxLength": MAX_EVIDENCE_CHARS, "type": "string"}
-    assert defs["AbandonDecision"]["properties"]["reason"]["maxLength"] == MAX_EVIDENCE_CHARS
-    assert "65,536 bytes" in defs["LandedDecision"]["properties"]["receipt"]["description"]
+    assert defs["AbandonVerdict"]["properties"]["reason"]["maxLength"] == MAX_EVIDENCE_CHARS
+    assert "65,536 bytes" in defs["LandedVerdict"]["properties"]["receipt"]["description"]
     json.dumps(schema)  # plain JSON, as a client receives it
 
 

@@ -101,9 +101,9 @@ def test_list_json_and_filters(ledgerfile: Ledgerfile) -> None:
     assert data["count"] == 4 and not data["truncated"]
     by_id = {op["operation_id"]: op for op in data["operations"]}
     assert set(by_id) == {REVIEW, LIVE, EXPIRED, TENANTED}
-    assert by_id[LIVE]["lease"] == "live" and by_id[LIVE]["allowed_decisions"] == []
+    assert by_id[LIVE]["lease"] == "live" and by_id[LIVE]["allowed_verdicts"] == []
     assert by_id[EXPIRED]["lease"] == "owner_dead"
-    assert by_id[REVIEW]["allowed_decisions"] == ["landed", "not_landed", "abandon"]
+    assert by_id[REVIEW]["allowed_verdicts"] == ["landed", "not_landed", "abandon"]
     assert by_id[REVIEW]["args"]["api_key"] == "[redacted]"
 
     def ids(*args: str) -> set[str]:
@@ -152,7 +152,7 @@ def test_show_json_and_result_never_printed(ledgerfile: Ledgerfile) -> None:
     assert done.returncode == 0, done.stderr
     data = as_json(done)
     assert data["operation"]["state"] == "confirmed"
-    assert data["allowed_decisions"] == []
+    assert data["allowed_verdicts"] == []
     assert data["operation"]["result"]["bytes"] == len(SECRET_RESULT)
     assert [entry["event"] for entry in data["audit"]] == ["intent", "succeed"]
     human = run("show", DONE, "--db", str(ledgerfile.path))

@@ -185,7 +185,7 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
     completes, turn 2 is killed after its intent. The dangling call of turn 2 is
     answered from turn 2's operation, not from turn 1's."""
     from langgraph_effects import AsyncEffectSqliteSaver
-    from langgraph_effects._runtime.binding import Settings
+    from langgraph_effects._runtime.calls import Settings
     from langgraph_effects._runtime.dangling import find_answers, insert_answers
     from langgraph_effects.ledger.base import ledger_of
 

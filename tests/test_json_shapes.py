@@ -88,7 +88,7 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     verdict = ("resolve", op_id, "--not-landed", "--expected-version")
     code, resolved = console(capsys, spec.db, *verdict, str(version))
     assert code == 0 and check("resolve", resolved)["operation"]["state"] == "pending"
-    assert resolved["decision"] == {"type": "not_landed"} and resolved["from_state"] == "review"
+    assert resolved["verdict"] == {"type": "not_landed"} and resolved["from_state"] == "review"
 
     async def recovered() -> Any:
         async with AsyncEffectSqliteSaver.from_conn_string(spec.db) as saver:
@@ -101,7 +101,8 @@ def test_a_review_its_console_views_its_verdict_and_its_recovery_match_the_schem
     [operation] = thread["operations"]
     assert thread["action"] == "resumed" and operation["operation_id"] == op_id
     assert operation["before"]["state"] == "pending" and operation["after"]["state"] == "confirmed"
-    assert [(s["from_state"], s["to_state"]) for s in operation["steps"]][:1] == [("pending", "dispatched")]
+    moved = [(t["from_state"], t["to_state"]) for t in operation["transitions"]]
+    assert moved[:1] == [("pending", "dispatched")]
     assert provider.count_requests("apply") == 2  # the one the crash hid, then the re-send
     for output in (review, listed, shown, refused, resolved, report):
         assert ids_named_op_id(output) == []
@@ -148,7 +149,7 @@ def test_compensation_outputs_match_their_schemas(
 
 
 async def test_resolve_report_to_json_is_what_the_console_prints(tmp_path: Path) -> None:
-    """The Python API gives the console's shape: ``Resolution.to_json()`` is ``resolve --json``."""
+    """The Python API gives the console's shape: ``VerdictReport.to_json()`` is ``resolve --json``."""
     provider = Provider(tmp_path / "provider.sqlite", mode="dedup")
     async with SqliteLedger.from_conn_string(tmp_path / "ledger.sqlite") as ledger:
         await ledger.setup()
@@ -156,7 +157,7 @@ async def test_resolve_report_to_json_is_what_the_console_prints(tmp_path: Path)
         done = await resolve_report(ledger, op.op_id, {"type": "landed", "receipt": {"id": "r1"}},
                                     expected_version=op.version, actor="alice")
     out = check("resolve", done.to_json())
-    assert out["decision"] == {"type": "landed", "receipt": {"id": "r1"}}
+    assert out["verdict"] == {"type": "landed", "receipt": {"id": "r1"}}
     assert out["operation"]["state"] == "confirmed"
 
 

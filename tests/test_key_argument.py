@@ -177,7 +177,8 @@ def test_effectful_tasks_refuse_a_key_argument() -> None:
 def test_what_the_model_puts_in_the_key_argument_does_not_change_the_operation() -> None:
     """A model that re-plans a call may invent another value for the parameter each time:
     the same call must still bind to the same operation (the runtime overwrites it)."""
-    from langgraph_effects._runtime.binding import Coordinates, Settings, identify
+    from langgraph_effects._runtime.binding import Coordinates, identify
+    from langgraph_effects._runtime.calls import Settings
     from langgraph_effects.core.operation import Scope
 
     def op_of(effect: Effect, **args: Any) -> tuple[str, str, str]:

@@ -29,7 +29,7 @@ from langgraph_effects import (
 )
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime.context import current_operation
-from langgraph_effects._runtime.review import resume_command
+from langgraph_effects._runtime.decisions import resume_command
 from langgraph_effects.lab.providers import Provider
 from langgraph_effects.testing import ScriptedChatModel, call_each_then_finish
 from tests.helpers.agent import Spec, build, model_for, send_tool

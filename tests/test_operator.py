@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
+from langgraph_effects._runtime.decisions import LandedVerdict
 from langgraph_effects._runtime.lease import new_owner, release
 from langgraph_effects._runtime.operator import (
-    allowed_decisions,
+    allowed_verdicts,
     lease_status,
     list_operations,
     operation_to_json,
@@ -33,7 +34,6 @@ from langgraph_effects._runtime.operator import (
     resolve_report,
     show,
 )
-from langgraph_effects._runtime.review import LandedDecision
 from langgraph_effects.cli.failures import console_message
 from langgraph_effects.core.identity import args_hash, default_provider_key
 from langgraph_effects.core.operation import Change, Event, Operation, Owner, State
@@ -281,8 +281,8 @@ async def test_list_marks_dispatched_leases(ledger: Ledger) -> None:
         dead.op_id: "owner_dead",
         review.op_id: None,
     }
-    assert allowed_decisions(live) == ()
-    assert allowed_decisions(expired) == ("landed", "not_landed", "abandon")
+    assert allowed_verdicts(live) == ()
+    assert allowed_verdicts(expired) == ("landed", "not_landed", "abandon")
     assert operation_to_json(dead)["lease"] == "owner_dead"
 
 
@@ -301,7 +301,7 @@ async def test_show_has_the_audit_trail_and_what_may_be_decided(ledger: Ledger) 
     ]
     assert view.audit[-1].actor == "worker"
     assert view.lease is None
-    assert view.allowed_decisions == ("landed", "not_landed", "abandon")
+    assert view.allowed_verdicts == ("landed", "not_landed", "abandon")
     data = json.loads(json.dumps(view.to_json()))
     assert data["operation"]["args"]["api_key"] == "[redacted]"
     assert data["operation"]["version"] == 3
@@ -311,7 +311,7 @@ async def test_show_has_the_audit_trail_and_what_may_be_decided(ledger: Ledger) 
 async def test_show_never_exposes_the_stored_result(ledger: Ledger) -> None:
     op = await seed(ledger, make_op(), "confirmed")
     view = await show(ledger, op.op_id)
-    assert view.allowed_decisions == ()
+    assert view.allowed_verdicts == ()
     text = json.dumps(view.to_json())
     assert SECRET_RESULT.decode() not in text
     assert view.to_json()["operation"]["result"]["bytes"] == len(SECRET_RESULT)
@@ -372,7 +372,7 @@ async def test_resolve_takes_a_model_and_mints_a_decision_id(ledger: Ledger) -> 
     after = await resolve(
         ledger,
         op.op_id,
-        LandedDecision(receipt="msg-42"),
+        LandedVerdict(receipt="msg-42"),
         expected_version=op.version,
         actor="alice",
         channel="console",
@@ -524,7 +524,7 @@ async def test_live_lease_is_refused(ledger: Ledger, where: str) -> None:
         assert isinstance(caught.value, TransitionError)
         assert "being sent right now" in str(caught.value)
         assert await snapshot(ledger, op.op_id) == before
-        assert (await show(ledger, op.op_id)).allowed_decisions == ()
+        assert (await show(ledger, op.op_id)).allowed_verdicts == ()
     finally:
         release(owner)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_effects import cli
-from langgraph_effects._runtime.review import review_request
+from langgraph_effects._runtime.decisions import review_request
 
 from .test_operator import make_op, seeded_ledger_file
 

@@ -9,6 +9,7 @@ import ast
 import importlib
 import pkgutil
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "langgraph_effects"
 
 PUBLIC = [
-    "AbandonDecision",
+    "AbandonVerdict",
     "ApprovalError",
     "AsyncEffectPostgresSaver",
     "AsyncEffectSqliteSaver",
@@ -47,7 +48,7 @@ PUBLIC = [
     "InMemoryLedger",
     "Inconclusive",
     "Landed",
-    "LandedDecision",
+    "LandedVerdict",
     "LeaseLiveError",
     "Ledger",
     "LedgerCorruptError",
@@ -59,7 +60,7 @@ PUBLIC = [
     "NoLedgerError",
     "NondeterminismError",
     "NotLanded",
-    "NotLandedDecision",
+    "NotLandedVerdict",
     "NotResolvableError",
     "Operation",
     "OperationInfo",
@@ -117,6 +118,51 @@ def test_each_name_resolves_to_the_object_where_it_is_defined(name: str) -> None
     assert name in dir(langgraph_effects)
     documented = value.__doc__ if callable(value) else type(value).__doc__
     assert (documented or "").strip(), f"{name} has no docstring"
+
+
+PRIVATE_HOMES = [n for n in PUBLIC if langgraph_effects._EXPORTS[n].startswith("_")]
+
+
+@pytest.mark.parametrize("name", PRIVATE_HOMES)
+def test_a_name_from_a_private_module_reports_the_package_as_its_module(name: str) -> None:
+    value = getattr(langgraph_effects, name)
+    assert value.__module__ == "langgraph_effects", f"{name} reports {value.__module__}"
+    assert getattr(langgraph_effects, value.__qualname__) is value  # what pickle looks up
+    if isinstance(value, type) and name != "EffectMiddleware":  # its langchain base: a TYPE_CHECKING name
+        assert typing.get_type_hints(value) is not None  # its annotations still resolve
+
+
+def test_names_defined_in_public_modules_keep_their_module() -> None:
+    assert "_integrations.node" in langgraph_effects._EXPORTS.values() and len(PRIVATE_HOMES) > 10
+    assert langgraph_effects.ReviewError.__module__ == "langgraph_effects.errors"
+    assert langgraph_effects.Effect.__module__ == "langgraph_effects.core.contract"
+
+
+def test_exported_objects_and_errors_unpickle_in_a_fresh_process() -> None:
+    """What one process pickles (a verdict, a class, a function, an error) another one,
+    which has imported nothing yet, reads back: the names ``__module__`` gives resolve."""
+    import base64
+    import pickle
+    import subprocess
+    import sys
+
+    from langgraph_effects import LandedVerdict, ReviewError, resume_command
+
+    payload = base64.b64encode(
+        pickle.dumps(
+            [LandedVerdict(receipt={"id": "r1"}), langgraph_effects.EffectToolNode, resume_command,
+             ReviewError("not a valid verdict")]
+        )
+    ).decode()
+    script = (
+        "import base64, pickle, sys\n"
+        "verdict, node, function, error = pickle.loads(base64.b64decode(sys.argv[1]))\n"
+        "print(verdict.receipt['id'], node.__name__, function.__name__, type(error).__name__, error)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, payload], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.split(maxsplit=4)
+    assert out == ["r1", "EffectToolNode", "resume_command", "ReviewError", "not a valid verdict\n"]
 
 
 def test_star_import_and_unknown_names() -> None:

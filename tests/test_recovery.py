@@ -160,7 +160,7 @@ def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) ->
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     version = view["operation"]["version"]
-    assert view["allowed_decisions"] == ["landed", "not_landed", "abandon"]
+    assert view["allowed_verdicts"] == ["landed", "not_landed", "abandon"]
 
     stale = cli("resolve", op_id, "--landed", "--expected-version", str(version + 1), *db)
     assert stale.returncode == 3, stale.stderr
@@ -191,7 +191,7 @@ def test_blind_crash_resolved_with_the_console_then_recovered(tmp_path: Path) ->
     assert thread["outcome"] == "completed"
     [op] = thread["operations"]
     assert op["operation_id"] == op_id and op["how"] == "replayed"
-    assert op["before"]["state"] == op["after"]["state"] == "confirmed" and op["steps"] == []
+    assert op["before"]["state"] == op["after"]["state"] == "confirmed" and op["transitions"] == []
 
     [message] = tool_messages(thread_view(s))
     assert message["status"] == "success"
@@ -233,12 +233,12 @@ def test_recover_settles_a_crash_and_a_second_run_does_nothing(
         assert op.before is not None and op.before.state is State.DISPATCHED
         assert op.after.state is State.CONFIRMED
         assert op.how == how, op.detail
-        assert op.steps[0].event == "lose" and op.steps[0].evidence["kind"] == "lease"  # type: ignore[index]
-        assert op.steps[-1].to_state is State.CONFIRMED
+        assert op.transitions[0].event == "lose" and op.transitions[0].evidence["kind"] == "lease"  # type: ignore[index]
+        assert op.transitions[-1].to_state is State.CONFIRMED
         if contract == "lookup":
-            assert "receipt" in op.detail and [s.event for s in op.steps] == ["lose", "confirm"]
+            assert "receipt" in op.detail and [s.event for s in op.transitions] == ["lose", "confirm"]
         else:
-            assert [s.event for s in op.steps] == ["lose", "resend", "succeed"]
+            assert [s.event for s in op.transitions] == ["lose", "resend", "succeed"]
     data = report.to_json()
     assert data["counts"]["resumed"] == 1 and data["nothing_to_do"] is False
     assert json.loads(json.dumps(data)) == data  # JSON-ready as it is
@@ -290,7 +290,7 @@ def test_blind_crash_goes_to_review_then_an_out_of_band_verdict_is_honoured(tmp_
     assert resumed.action == "resumed" and resumed.outcome == "completed" and resumed.interrupts == ()
     [settled] = resumed.operations
     assert settled.how == "resent_under_key" and settled.after.state is State.CONFIRMED
-    assert [step.event for step in settled.steps] == ["dispatch", "succeed"]
+    assert [t.event for t in settled.transitions] == ["dispatch", "succeed"]
     assert settled.after.attempts == 2
     assert effects(s) == {"t1:0": 1} and requests(s) == 2
     [message] = tool_messages(thread_view(s))
@@ -420,7 +420,7 @@ def test_recover_leaves_a_live_lease_alone(tmp_path: Path) -> None:
         elsewhere = by_thread["live"]
         assert elsewhere.action == "in_flight_elsewhere" and "other-host" in elsewhere.reason
         [untouched] = elsewhere.operations
-        assert untouched.how == "in_flight_elsewhere" and untouched.steps == ()
+        assert untouched.how == "in_flight_elsewhere" and untouched.transitions == ()
         assert by_thread["crashed"].action == "resumed"
         assert [op.how for op in by_thread["crashed"].operations] == ["settled_by_dedup"]
         assert report.in_flight == (elsewhere,)
@@ -474,8 +474,8 @@ def test_cli_recover_json_then_nothing_to_do(tmp_path: Path) -> None:
     [op] = thread["operations"]
     assert op["how"] == "settled_by_dedup"
     assert (op["before"]["state"], op["after"]["state"]) == ("dispatched", "confirmed")
-    assert [step["event"] for step in op["steps"]] == ["lose", "resend", "succeed"]
-    assert op["steps"][0]["evidence"]["kind"] == "lease"
+    assert [t["event"] for t in op["transitions"]] == ["lose", "resend", "succeed"]
+    assert op["transitions"][0]["evidence"]["kind"] == "lease"
     assert effects(s) == {"t1:0": 1}
 
     again = cli("recover", *db, "--graph", FACTORY, "--json", s=s)

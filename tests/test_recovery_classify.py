@@ -1,7 +1,7 @@
 """What recovery decides for a thread, and how it tells an operation's settlement.
 
 Pure: :func:`classify` and :func:`settled` are given what was observed (operations,
-checkpoint facts, audit steps) and return a decision; no ledger, no graph, no clock.
+checkpoint facts, audit transitions) and return a decision; no ledger, no graph, no clock.
 The end-to-end behaviour under real crashes is in ``tests/test_recovery.py``.
 """
 
@@ -379,11 +379,11 @@ SETTLED = [
 
 
 @pytest.mark.parametrize(
-    ("before", "to", "steps", "how", "phrase"), [c[1:] for c in SETTLED], ids=[c[0] for c in SETTLED]
+    ("before", "to", "trail", "how", "phrase"), [c[1:] for c in SETTLED], ids=[c[0] for c in SETTLED]
 )
-def test_settled(before: Operation, to: State, steps: list[TransitionReport], how: str, phrase: str) -> None:
-    after = replace(before, state=to, evidence=before.evidence or (steps[-1].evidence if steps else None))
-    got, detail = settled(before, after, steps, sending=False)
+def test_settled(before: Operation, to: State, trail: list[TransitionReport], how: str, phrase: str) -> None:
+    after = replace(before, state=to, evidence=before.evidence or (trail[-1].evidence if trail else None))
+    got, detail = settled(before, after, trail, sending=False)
     assert (got, phrase in detail) == (how, True), detail
 
 

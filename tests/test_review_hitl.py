@@ -16,7 +16,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from langgraph_effects import AsyncEffectSqliteSaver, State
-from langgraph_effects._runtime.review import HITL_REVIEW_DECISIONS, EffectAnswer
+from langgraph_effects._runtime.decisions import HITL_REVIEW_DECISIONS, EffectAnswer
 from langgraph_effects.lab.providers import Provider
 from tests.helpers.agent import Spec, build
 

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectToolNode
 from langgraph_effects._runtime.context import current_operation
-from langgraph_effects._runtime.review import resume_command
+from langgraph_effects._runtime.decisions import resume_command
 from langgraph_effects.lab.providers import Provider
 from tests.helpers import agent, run_python, traced_agent
 from tests.helpers.agent import Spec, spec_json

@@ -106,34 +106,34 @@ async def ledger_of(name: str, tmp_path: Path) -> AsyncIterator[Ledger]:
 
 
 VERDICTS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
-    # (case, decision, keywords, field's printed place)
+    # (case, verdict, keywords, field's printed place)
     ("decision_id", {"type": "not_landed"}, {"decision_id": "dec-" + BAD}, "decision_id ("),
     ("actor", {"type": "not_landed"}, {"actor": "al" + BAD}, "actor ("),
     ("tenant", {"type": "not_landed"}, {"tenant": BAD}, "tenant ("),
-    ("note", {"type": "landed", "receipt": {"id": "r"}, "note": BAD}, {}, "the decision['note']"),
-    ("reason", {"type": "abandon", "reason": BAD}, {}, "the decision['reason']"),
-    ("receipt", {"type": "landed", "receipt": {"id": BAD}}, {}, "the decision['receipt']['id']"),
-    ("receipt key", {"type": "landed", "receipt": {BAD: 1}}, {}, "a key of the decision['receipt']"),
+    ("note", {"type": "landed", "receipt": {"id": "r"}, "note": BAD}, {}, "the verdict['note']"),
+    ("reason", {"type": "abandon", "reason": BAD}, {}, "the verdict['reason']"),
+    ("receipt", {"type": "landed", "receipt": {"id": BAD}}, {}, "the verdict['receipt']['id']"),
+    ("receipt key", {"type": "landed", "receipt": {BAD: 1}}, {}, "a key of the verdict['receipt']"),
     (
         "receipt object",
         {"type": "landed", "receipt": {"id": object()}},
         {},
-        "the decision['receipt']['id'] (object)",
+        "the verdict['receipt']['id'] (object)",
     ),
 ]
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-@pytest.mark.parametrize(("case", "decision", "keywords", "where"), VERDICTS, ids=[v[0] for v in VERDICTS])
+@pytest.mark.parametrize(("case", "verdict", "keywords", "where"), VERDICTS, ids=[v[0] for v in VERDICTS])
 async def test_a_verdict_that_cannot_be_stored_is_refused_before_anything_is_written(
-    tmp_path: Path, name: str, case: str, decision: dict[str, Any], keywords: dict[str, Any], where: str
+    tmp_path: Path, name: str, case: str, verdict: dict[str, Any], keywords: dict[str, Any], where: str
 ) -> None:
     async with ledger_of(name, tmp_path) as ledger:
         op = await seed(ledger, make_op(), "review")
         trail = await ledger.audit(op.op_id)
         with pytest.raises(UnencodableValueError) as raised:
             await resolve(
-                ledger, op.op_id, decision, expected_version=op.version, **{"actor": "alice", **keywords}
+                ledger, op.op_id, verdict, expected_version=op.version, **{"actor": "alice", **keywords}
             )
         after, trail_after = await ledger.get(op.op_id), await ledger.audit(op.op_id)
     assert str(raised.value).startswith(where), str(raised.value)
@@ -162,5 +162,5 @@ def test_the_console_refuses_a_receipt_that_cannot_be_stored(tmp_path: Path) -> 
         "--expected-version", str(op.version), "--actor", "alice", "--db", str(db),
     )
     assert done.returncode == 2, done.stderr
-    assert "the decision['receipt']['id'] ('r\\\\ud800') is not valid text" in done.stderr
+    assert "the verdict['receipt']['id'] ('r\\\\ud800') is not valid text" in done.stderr
     assert "Traceback" not in done.stderr

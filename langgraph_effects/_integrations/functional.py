@@ -35,7 +35,7 @@ from langgraph.config import get_config
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings, check_ledger
+from .._runtime.calls import Settings, check_ledger
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.session import (
     Session,

@@ -44,7 +44,7 @@ from langgraph.types import Command
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings, check_ledger
+from .._runtime.calls import Settings, check_ledger
 from .._runtime.dangling import DanglingAnswer, find_answers, insert_answers
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.messages import unanswered

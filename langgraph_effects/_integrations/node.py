@@ -34,7 +34,7 @@ from langgraph.runtime import Runtime
 
 from .. import _private
 from .._runtime import portal as _portal
-from .._runtime.binding import Settings, check_ledger
+from .._runtime.calls import Settings, check_ledger
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from .._runtime.session import (
     Session,

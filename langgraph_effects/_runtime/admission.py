@@ -17,7 +17,7 @@ from ..core.operation import Change, Event, EvidenceKind, Operation, State
 from ..ledger.base import DEFAULT_ACTOR, Ledger
 from ..ledger.controls import controlled_plan
 from . import messages
-from .binding import CallRecord
+from .calls import CallRecord
 
 Move = Callable[..., Awaitable[bool]]
 

@@ -22,7 +22,7 @@ from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
 from . import telemetry
-from .binding import Settings
+from .calls import Settings
 from .lease import DEFAULT_LEASE_SECONDS, owner_alive_async
 from .operator import operation_to_json
 from .session import run_undo

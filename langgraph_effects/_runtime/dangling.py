@@ -23,7 +23,8 @@ from ..core import identity
 from ..core.operation import Operation, Scope
 from ..ledger.base import Ledger
 from . import messages
-from .binding import Coordinates, Settings, history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from .binding import Coordinates, history_of, identify, read_checkpoint, scope_from, turn_of_saved
+from .calls import Settings
 from .messages import unanswered
 
 __all__ = ["DanglingAnswer", "find_answers", "insert_answers"]

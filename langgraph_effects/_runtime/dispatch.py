@@ -44,7 +44,7 @@ from ..ledger.base import Ledger
 from ..ledger.controls import HEARD
 from . import admission, lease, messages, telemetry
 from . import faults as _faults
-from .binding import CallRecord, Settings
+from .calls import CallRecord, Settings
 from .reconcile import reconcile
 
 log = logging.getLogger("langgraph_effects")
@@ -219,7 +219,7 @@ class Dispatcher:
                 await self.stand_down(c)
                 return _not_run(c)
             op = c.op
-            step = protocol.next_step(
+            step = protocol.what_next(
                 op,
                 token=self._token(c),
                 alive=await self._alive(c),

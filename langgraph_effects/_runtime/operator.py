@@ -4,7 +4,7 @@ the public face the console (``langgraph-effects list/show/resolve``) is built o
 
 A verdict is bound to the version the operator saw (``expected_version``): if the
 operation moved since, it is refused and nothing changes. It is idempotent by its
-decision id. It is written with ``decision_change`` (``_runtime/review.py``), the same
+decision id. It is written with ``verdict_change`` (``_runtime/decisions.py``), the same
 change an answer to the graph's ``interrupt()`` produces, so the graph honours it on
 its next resume exactly as if it had been given through ``Command(resume=...)``.
 """
@@ -33,31 +33,29 @@ from ..ledger.base import AuditEntry, Ledger, OperationQuery, Transition
 from ..ledger.controls import verdict_plan
 from ..ledger.query import Cursor
 from . import telemetry
-from .lease import lease_expired, owner_alive
-from .review import (
-    AbandonDecision,
-    LandedDecision,
-    NotLandedDecision,
-    decision_change,
-    parse_decision,
+from .decisions import (
+    AnyVerdict,
+    parse_verdict,
+    verdict_change,
 )
+from .lease import lease_expired, owner_alive
 from .shapes import (
     AuditEntryJSON,
     OperationJSON,
     OperationListJSON,
     OperationViewJSON,
     OwnerJSON,
-    ResolutionJSON,
     ResultSummaryJSON,
     Verdict,
+    VerdictReportJSON,
 )
 
 __all__ = [
-    "DECISION_TYPES",
+    "VERDICTS",
     "LeaseStatus",
     "OperationView",
-    "Resolution",
-    "allowed_decisions",
+    "VerdictReport",
+    "allowed_verdicts",
     "audit_to_json",
     "lease_status",
     "list_operations",
@@ -70,17 +68,14 @@ __all__ = [
 ]
 
 #: The verdicts an operator can give, in the order the console offers them.
-DECISION_TYPES: tuple[str, ...] = ("landed", "not_landed", "abandon")
+VERDICTS: tuple[str, ...] = ("landed", "not_landed", "abandon")
 
-#: States an operator may decide on (plus ``dispatched`` once its lease expired).
+#: States an operator may give a verdict on (plus ``dispatched`` once its lease expired).
 RESOLVABLE: frozenset[State] = DECIDABLE  # the state machine says which states take a verdict
 
 LeaseStatus = Literal["live", "expired", "owner_dead"]
 """A ``dispatched`` operation's lease: someone is sending it (``live``), or its sender
 is gone (``expired`` by time, or ``owner_dead``: its process is provably dead)."""
-
-#: A verdict as a review decision model.
-AnyDecision = LandedDecision | NotLandedDecision | AbandonDecision
 
 
 # -- reading ------------------------------------------------------------------------
@@ -101,12 +96,12 @@ def lease_status(op: Operation, *, now: float | None = None) -> LeaseStatus | No
     return "expired"
 
 
-def allowed_decisions(op: Operation, *, now: float | None = None) -> tuple[str, ...]:
-    """The verdicts an operator may give on ``op`` now (empty: nothing to decide)."""
+def allowed_verdicts(op: Operation, *, now: float | None = None) -> tuple[str, ...]:
+    """The verdicts an operator may give on ``op`` now (empty: none may be given now)."""
     if op.state in DECIDABLE:
-        return DECISION_TYPES
+        return VERDICTS
     if op.state is State.DISPATCHED and lease_expired(op, now=now):
-        return DECISION_TYPES
+        return VERDICTS
     return ()
 
 
@@ -119,7 +114,7 @@ class OperationView:
     """Every transition, oldest first."""
     lease: LeaseStatus | None
     """The dispatch lease, for a ``dispatched`` operation."""
-    allowed_decisions: tuple[str, ...]
+    allowed_verdicts: tuple[str, ...]
     """``landed``/``not_landed``/``abandon`` when a verdict may be given now, else empty."""
 
     @property
@@ -135,7 +130,7 @@ class OperationView:
         return {
             "operation": operation_to_json(self.operation),
             "lease": self.lease,
-            "allowed_decisions": cast(list[Verdict], list(self.allowed_decisions)),
+            "allowed_verdicts": cast(list[Verdict], list(self.allowed_verdicts)),
             "audit": [audit_to_json(entry) for entry in self.audit],
             "late_sends": [audit_to_json(entry) for entry in self.late_sends],
         }
@@ -196,20 +191,20 @@ async def show(ledger: Ledger, op_id: str, *, tenant: str | None = None) -> Oper
         operation=op,
         audit=tuple(trail),
         lease=lease_status(op, now=stamp),
-        allowed_decisions=allowed_decisions(op, now=stamp),
+        allowed_verdicts=allowed_verdicts(op, now=stamp),
     )
 
 
-# -- deciding -----------------------------------------------------------------------
+# -- resolving ----------------------------------------------------------------------
 
 
 def new_decision_id() -> str:
-    """A fresh decision id (``dec_`` + a uuid4). Reuse it to retry the same decision."""
+    """A fresh decision id (``dec_`` + a uuid4). Reuse it to retry the same verdict."""
     return f"dec_{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)
-class Resolution:
+class VerdictReport:
     """What `resolve_report` did."""
 
     operation: Operation
@@ -221,16 +216,16 @@ class Resolution:
     """The operation was ``dispatched`` with an expired lease: it was first recorded as
     lost (``dispatched -> unknown``), then the verdict was applied."""
     from_state: State
-    """The state the operation was in when the operator decided."""
-    decision: Mapping[str, Any]
+    """The state the operation was in when the verdict was given."""
+    verdict: Mapping[str, Any]
     """The verdict as recorded (``{"type": "landed", "receipt": ...}``...)."""
 
-    def to_json(self) -> ResolutionJSON:
+    def to_json(self) -> VerdictReportJSON:
         """What ``langgraph-effects resolve --json`` prints."""
         return {
             "operation": operation_to_json(self.operation),
             "decision_id": self.decision_id,
-            "decision": dict(self.decision),
+            "verdict": dict(self.verdict),
             "from_state": self.from_state.value,
             "replayed": self.replayed,
             "lease_lost": self.lease_lost,
@@ -262,51 +257,51 @@ def _takes_arguments_of(
 async def resolve_report(
     ledger: Ledger,
     op_id: str,
-    decision: AnyDecision | Mapping[str, Any],
+    verdict: AnyVerdict | Mapping[str, Any],
     *,
     expected_version: int,
     decision_id: str | None = None,
     actor: str,
     tenant: str | None = None,
     channel: Literal["console", "api"] = "api",
-) -> Resolution:
+) -> VerdictReport:
     """`resolve`, reporting what happened (replayed, lease recorded as lost)."""
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise TypeError(f"expected_version must be an int, not {expected_version!r}")
     if expected_version < 1:
         raise ValueError(f"expected_version must be at least 1, not {expected_version}")
     if not actor:
-        raise ValueError("actor must name who decides (it goes into the audit trail)")
-    _check_text(op_id, decision, decision_id=decision_id, actor=actor, tenant=tenant)
-    parsed = parse_decision(decision)
+        raise ValueError("actor must name who gives the verdict (it goes into the audit trail)")
+    _check_text(op_id, verdict, decision_id=decision_id, actor=actor, tenant=tenant)
+    parsed = parse_verdict(verdict)
     did = decision_id if decision_id is not None else new_decision_id()
     if not did:
         raise ValueError("decision_id must not be empty")
-    change = decision_change(parsed, decision_id=did, actor=actor, channel=channel)
+    change = verdict_change(parsed, decision_id=did, actor=actor, channel=channel)
     with telemetry.acting("resolve", channel=channel) as told:
         op = await _get_scoped(ledger, op_id, tenant)
         told.operation(op)
         told.attributes(state_before=op.state.value)
-        resolution = await _resolved(ledger, op, change, did, expected_version, actor, channel)
-        if not resolution.replayed:
-            lost = (Event.LOSE,) if resolution.lease_lost else ()
-            told.moved(op, resolution.operation, (*lost, change.event))
-        told.result = "replayed" if resolution.replayed else parsed.type
-        return resolution
+        report = await _resolved(ledger, op, change, did, expected_version, actor, channel)
+        if not report.replayed:
+            lost = (Event.LOSE,) if report.lease_lost else ()
+            told.moved(op, report.operation, (*lost, change.event))
+        told.result = "replayed" if report.replayed else parsed.type
+        return report
 
 
 async def _resolved(
     ledger: Ledger, op: Operation, change: Change, did: str, expected_version: int, actor: str, channel: str
-) -> Resolution:
+) -> VerdictReport:
     """The verdict ``change`` on ``op`` as read, recorded (see `resolve_report`)."""
     if op.state is State.DISPATCHED and did not in dict(op.decisions):
-        return await _decide_lost(ledger, op, change, did, expected_version, actor, channel)
+        return await _resolve_lost(ledger, op, change, did, expected_version, actor, channel)
     # The state machine checks the rest, in this order: a decision id already applied
     # (a replay, or a conflict), the version, then whether the state takes a verdict.
     result = await _verdict(ledger, op.op_id, change, expected_version, actor)
-    return Resolution(
+    return VerdictReport(
         result.op, did, replayed=not result.applied, lease_lost=False, from_state=op.state,
-        decision=change.decision or {},  # decision_content of the parsed verdict
+        verdict=change.decision or {},  # verdict_content of the parsed verdict
     )
 
 
@@ -317,15 +312,15 @@ _VERDICT_ADVICE = (
 
 
 def _check_text(
-    op_id: str, decision: Any, *, decision_id: str | None, actor: str, tenant: str | None
+    op_id: str, verdict: Any, *, decision_id: str | None, actor: str, tenant: str | None
 ) -> None:
     """Refuse a verdict holding what cannot be stored as it is (a lone surrogate, a receipt
     that is not JSON), naming the value, before anything is read or written."""
     for value, name in ((op_id, "op_id"), (decision_id, "decision_id"), (actor, "actor"), (tenant, "tenant")):
         require_text(value, name, _VERDICT_ADVICE)
-    content = decision.model_dump() if isinstance(decision, BaseModel) else decision
+    content = verdict.model_dump() if isinstance(verdict, BaseModel) else verdict
     if isinstance(content, Mapping):
-        require_json(dict(content), "the decision", _VERDICT_ADVICE)
+        require_json(dict(content), "the verdict", _VERDICT_ADVICE)
 
 
 @_takes_arguments_of(resolve_report)
@@ -333,15 +328,15 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
     """Record an operator's verdict on ``op_id``; returns the operation afterwards.
 
     Takes the arguments of [`resolve_report`][langgraph_effects.operator.resolve_report]:
-    ``resolve(ledger, op_id, decision, *, expected_version, decision_id=None, actor,
+    ``resolve(ledger, op_id, verdict, *, expected_version, decision_id=None, actor,
     tenant=None, channel="api")``.
 
-    ``decision`` is a review decision model or a mapping such as
+    ``verdict`` is a verdict model or a mapping such as
     ``{"type": "landed", "receipt": {...}}``, ``{"type": "not_landed"}`` or
     ``{"type": "abandon", "reason": "..."}`` (the models:
-    [`LandedDecision`][langgraph_effects.LandedDecision],
-    [`NotLandedDecision`][langgraph_effects.NotLandedDecision],
-    [`AbandonDecision`][langgraph_effects.AbandonDecision]). ``not_landed`` also gives
+    [`LandedVerdict`][langgraph_effects.LandedVerdict],
+    [`NotLandedVerdict`][langgraph_effects.NotLandedVerdict],
+    [`AbandonVerdict`][langgraph_effects.AbandonVerdict]). ``not_landed`` also gives
     back, in the same commit, the budget shares the operation was charged (see the
     Budgets page); the others keep them.
 
@@ -363,7 +358,7 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
     The same ``decision_id`` with the same content again is a no-op that returns the
     stored operation (safe to retry). A ``dispatched`` operation whose lease expired
     (or whose owner died) is first recorded as lost (``dispatched -> unknown``, at
-    ``expected_version``), then decided at ``expected_version + 1``; if that second
+    ``expected_version``), then resolved at ``expected_version + 1``; if that second
     write fails, [`VerdictNotRecordedError`][langgraph_effects.errors.VerdictNotRecordedError]
     says so (the operation is then ``unknown``, waiting for a verdict at the new
     version).
@@ -371,7 +366,7 @@ async def resolve(*args: Any, **kwargs: Any) -> Operation:
     return (await resolve_report(*args, **kwargs)).operation
 
 
-async def _decide_lost(
+async def _resolve_lost(
     ledger: Ledger,
     op: Operation,
     change: Change,
@@ -379,7 +374,7 @@ async def _decide_lost(
     expected_version: int,
     actor: str,
     channel: str,
-) -> Resolution:
+) -> VerdictReport:
     """A verdict on a ``dispatched`` operation: only once its lease is gone, and after
     recording it as lost (``dispatched -> unknown``)."""
     stamp = time.time()
@@ -397,8 +392,8 @@ async def _decide_lost(
         after = (await _verdict(ledger, op.op_id, change, lost.version, actor)).op
     except Exception as error:
         raise VerdictNotRecordedError(lost, error) from error
-    return Resolution(
-        after, did, replayed=False, lease_lost=True, from_state=op.state, decision=change.decision or {}
+    return VerdictReport(
+        after, did, replayed=False, lease_lost=True, from_state=op.state, verdict=change.decision or {}
     )
 
 
@@ -407,8 +402,8 @@ def _verdict(
 ) -> Awaitable[Transition]:
     """Record a verdict in one commit, with what it does to the budgets the operation
     was charged (``not_landed`` gives the share back; see `verdict_plan`)."""
-    where, settle = ledger.where, ledger.stores_controls
-    return ledger.transact(lambda: verdict_plan(op_id, change, expected_version, actor, where, settle))
+    where, stores = ledger.where, ledger.stores_controls
+    return ledger.transact(lambda: verdict_plan(op_id, change, expected_version, actor, where, stores))
 
 
 def _lease_evidence(op: Operation, actor: str, channel: str, now: float) -> dict[str, Any]:
@@ -447,7 +442,7 @@ def operation_to_json(op: Operation, *, now: float | None = None) -> OperationJS
         "version": op.version,
         "terminal": op.terminal,
         "lease": lease_status(op, now=stamp),
-        "allowed_decisions": cast(list[Verdict], list(allowed_decisions(op, now=stamp))),
+        "allowed_verdicts": cast(list[Verdict], list(allowed_verdicts(op, now=stamp))),
         "tool": op.tool,
         "contract": op.contract,
         "thread_id": op.thread_id,

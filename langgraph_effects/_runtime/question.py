@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _private
-from .binding import CallRecord, read_checkpoint
+from .binding import read_checkpoint
+from .calls import CallRecord
+from .decisions import APPROVAL_TYPE, REVIEW_TYPE
 from .messages import bounded
-from .review import APPROVAL_TYPE, REVIEW_TYPE
 
 QuestionKey = tuple[str, tuple[tuple[str, int], ...]]
 """A question's identity: its type, and the (operation id, version) it lists, in order."""

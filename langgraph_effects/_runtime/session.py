@@ -57,11 +57,9 @@ from ..core.operation import Operation, Owner, Scope
 from ..errors import CompensationError, DurabilityError, MalformedToolCallError
 from ..ledger.base import Ledger
 from . import lease, telemetry
-from .asking import Applied, ArgsCheck, Asker, Waiting
+from .asker import Applied, ArgsCheck, Asker, Waiting
 from .binding import (
-    CallRecord,
     Coordinates,
-    Settings,
     Source,
     durable_source,
     history_of,
@@ -71,11 +69,12 @@ from .binding import (
     scope_from,
     staged,
 )
+from .calls import CallRecord, Settings
 from .context import CURRENT_OPERATION, running
+from .decisions import EffectAnswer
 from .dispatch import Directive, Dispatcher, Leases, Reply, RunTool, replayed
 from .messages import encodable
 from .question import Asked, last_asked
-from .review import EffectAnswer
 from .undo import finish_ordered, run_saga, undo_arguments
 
 log = logging.getLogger("langgraph_effects")

@@ -19,7 +19,7 @@ StateName = Literal["pending", "dispatched", "unknown", "review", "confirmed", "
 """An operation's state (``State``'s values)."""
 
 Verdict = Literal["landed", "not_landed", "abandon"]
-"""A verdict an operator may give (``DECISION_TYPES``)."""
+"""A verdict an operator may give (``VERDICTS``)."""
 
 LeaseName = Literal["live", "expired", "owner_dead"]
 """A ``dispatched`` operation's lease (``LeaseStatus``)."""
@@ -53,7 +53,7 @@ class OperationJSON(TypedDict):
     version: int
     terminal: bool
     lease: LeaseName | None
-    allowed_decisions: list[Verdict]
+    allowed_verdicts: list[Verdict]
     tool: str
     contract: str
     thread_id: str
@@ -113,17 +113,17 @@ class OperationViewJSON(TypedDict):
 
     operation: OperationJSON
     lease: LeaseName | None
-    allowed_decisions: list[Verdict]
+    allowed_verdicts: list[Verdict]
     audit: list[AuditEntryJSON]
     late_sends: list[AuditEntryJSON]
 
 
-class ResolutionJSON(TypedDict):
+class VerdictReportJSON(TypedDict):
     """``langgraph-effects resolve --json``: what recording a verdict did."""
 
     operation: OperationJSON
     decision_id: str
-    decision: dict[str, Any]
+    verdict: dict[str, Any]
     from_state: StateName
     replayed: bool
     lease_lost: bool
@@ -216,7 +216,7 @@ class OperationReportJSON(TypedDict):
     after: StateAtJSON
     how: str
     detail: str
-    steps: list[TransitionJSON]
+    transitions: list[TransitionJSON]
 
 
 class ThreadReportJSON(TypedDict):
@@ -281,7 +281,7 @@ class ReviewEntryJSON(TypedDict):
     thread_id: str
     tenant: str
     policy_version: str | None
-    allowed_decisions: list[Verdict]
+    allowed_verdicts: list[Verdict]
 
 
 class ReviewRequestJSON(TypedDict):
@@ -445,7 +445,7 @@ SHAPES: dict[str, type] = {
     "audit-entry": AuditEntryJSON,
     "list": OperationListJSON,
     "show": OperationViewJSON,
-    "resolve": ResolutionJSON,
+    "resolve": VerdictReportJSON,
     "compensate": CompensationJSON,
     "compensations": CompensationListJSON,
     "recover": RecoveryReportJSON,
@@ -462,7 +462,7 @@ def json_schema(name: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the shape ``name`` (a key of ``SHAPES``).
 
     Objects are closed (``additionalProperties: false``) except the free-form ones
-    (``args``, ``evidence``, ``extra``, a decision): a field added to an output
+    (``args``, ``evidence``, ``extra``, a verdict): a field added to an output
     without its shape fails validation instead of drifting.
     """
     from pydantic import TypeAdapter

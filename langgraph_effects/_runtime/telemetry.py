@@ -53,7 +53,7 @@ from ..core import protocol
 from ..core.operation import Change, Event, Operation, State
 
 if TYPE_CHECKING:
-    from .binding import CallRecord
+    from .calls import CallRecord
 
 try:  # the ``otel`` extra
     from opentelemetry import context as otel_context

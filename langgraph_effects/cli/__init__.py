@@ -38,7 +38,7 @@ Exit codes: one table for every subcommand (``lab`` and ``crashtest`` included),
 ====  ==========================================================================
 0     ok (also: nothing to do)
 1     ``lab``/``crashtest``: an effect was duplicated or lost
-2     usage or bad input: unknown option, missing ``--db``, two decision flags,
+2     usage or bad input: unknown option, missing ``--db``, two verdict flags,
       ``--receipt`` that is not JSON or too big, ``--reason`` missing for ``--abandon``
 3     refused, nothing written: stale ``--expected-version``, decision id reused
       with other content, a state that takes no verdict (already resolved,

@@ -25,7 +25,7 @@ from ..operator import (
 from .app import OperationArgument, TenantOption
 from .failures import EXIT_NEEDS_OPERATOR, BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
-from .resolve import ActorOption, ReceiptOption, _decision, _default_actor
+from .resolve import ActorOption, ReceiptOption, _default_actor, _verdict
 from .target import Target, ledger_command, open_target
 
 EffectsOption = Annotated[
@@ -120,8 +120,8 @@ def _landed_verdict(landed: bool, receipt: str | None, version: int | None) -> d
         return None
     if version is None:
         raise BadInput("--landed needs --expected-version (the version `show` printed).")
-    decision = _decision(True, receipt, False, False, None)
-    return {**decision, "undo": True}
+    verdict = _verdict(True, receipt, False, False, None)
+    return {**verdict, "undo": True}
 
 
 def _render(report: CompensationReport, target: Target) -> None:

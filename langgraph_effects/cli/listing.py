@@ -296,7 +296,7 @@ def _render_view(view: OperationView, *, now: float, target: Target, tenant: str
     for entry in view.late_sends:
         console.print(_late_send(view.operation, entry), soft_wrap=True)
     # soft_wrap: each hint stays one line, so it can be pasted as printed
-    console.print(_next_steps(view, target, tenant), soft_wrap=True)
+    console.print(_what_to_do(view, target, tenant), soft_wrap=True)
 
 
 def _late_send(op: Operation, entry: AuditEntry) -> Text:
@@ -345,17 +345,17 @@ def _audit_table(trail: Sequence[AuditEntry], *, now: float) -> Table:
     return table
 
 
-def _next_steps(view: OperationView, target: Target, tenant: str | None) -> RenderableType:
+def _what_to_do(view: OperationView, target: Target, tenant: str | None) -> RenderableType:
     op = view.operation
     if view.lease == "live":
         return Text(
             "Someone is sending this right now (live lease): wait for the worker or for the "
-            "lease to expire before deciding.",
+            "lease to expire before giving a verdict.",
             style="blue",
         )
-    if not view.allowed_decisions:
+    if not view.allowed_verdicts:
         if op.terminal:
-            return Text(f"Resolved ({op.state.value}): nothing to decide.", style="green")
+            return Text(f"Resolved ({op.state.value}): no verdict to give.", style="green")
         return Text(
             f"{op.state.value}: nothing is in doubt; the graph sends it on its next run.",
             style="cyan",
@@ -365,7 +365,7 @@ def _next_steps(view: OperationView, target: Target, tenant: str | None) -> Rend
         words += ["--tenant", shlex.quote(tenant)]
     base = target.command(*words)
     lines = Text(provider_check(op), style="bold")
-    lines.append("\nDecide:\n", style="bold")
+    lines.append("\nGive a verdict:\n", style="bold")
     lines.append(f'  {base} --landed --receipt \'{{"id": "..."}}\'\n')
     lines.append(f"  {base} --not-landed\n")
     lines.append(f"  {base} --abandon --reason '...'")

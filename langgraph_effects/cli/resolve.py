@@ -11,13 +11,13 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..operator import Resolution, lease_status, new_decision_id, resolve_report
+from ..operator import VerdictReport, lease_status, new_decision_id, resolve_report
 from .app import OperationArgument, TenantOption
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
 from .target import Target, ledger_command, open_target
 
-_NEXT_STEP = {
+_WHAT_NEXT = {
     "landed": "the graph answers the model with an 'effect landed' message on its next resume",
     "not_landed": (
         "it is pending again: the graph sends it again under the same provider key on its next resume"
@@ -64,13 +64,13 @@ DecisionIdOption = Annotated[
     str | None,
     typer.Option(
         "--decision-id",
-        help="Idempotency id of this decision; re-run with the same id to retry safely. "
+        help="Idempotency id of this verdict; re-run with the same id to retry safely. "
         "Default: a fresh one (printed).",
     ),
 ]
 ActorOption = Annotated[
     str | None,
-    typer.Option("--actor", help="Who decides, for the audit trail. Default: user@host."),
+    typer.Option("--actor", help="Who gives the verdict, for the audit trail. Default: user@host."),
 ]
 
 
@@ -91,18 +91,18 @@ def resolve_command(
     """Record a verdict: --landed [--receipt JSON] | --not-landed | --abandon --reason TEXT."""
     use_json = target.json
     try:
-        decision = _decision(landed, receipt, not_landed, abandon, reason)
+        verdict = _verdict(landed, receipt, not_landed, abandon, reason)
     except BadInput as error:
         fail(error, use_json)
     did = decision_id or new_decision_id()
     who = actor or _default_actor()
 
-    async def work() -> Resolution:
+    async def work() -> VerdictReport:
         async with open_target(target, read_only=False) as ledger:
             return await resolve_report(
                 ledger,
                 operation,
-                decision,
+                verdict,
                 expected_version=expected_version,
                 decision_id=did,
                 actor=who,
@@ -114,10 +114,10 @@ def resolve_command(
     if use_json:
         print_json(report.to_json())
         return
-    _render_resolution(report, decision, target)
+    _render_verdict_report(report, verdict, target)
 
 
-def _decision(
+def _verdict(
     landed: bool, receipt: str | None, not_landed: bool, abandon: bool, reason: str | None
 ) -> dict[str, Any]:
     chosen = [
@@ -151,14 +151,14 @@ def _decision(
     return {"type": "abandon", "reason": reason}
 
 
-def _render_resolution(report: Resolution, decision: dict[str, Any], target: Target) -> None:
+def _render_verdict_report(report: VerdictReport, verdict: dict[str, Any], target: Target) -> None:
     console = stdout()
     op = report.operation
     if report.replayed:
         console.print(
             Text.assemble(
                 ("Already recorded: ", "bold green"),
-                f"decision {report.decision_id} was applied to {op.op_id} before; nothing changed. It is ",
+                f"decision id {report.decision_id} was applied to {op.op_id} before; nothing changed. It is ",
                 (op.state.value, STATE_STYLES[op.state]),
                 f" at version {op.version}.",
             ),
@@ -168,14 +168,14 @@ def _render_resolution(report: Resolution, decision: dict[str, Any], target: Tar
             console.print(
                 Text(
                     f"  It is in doubt again: `{target.command('show', shlex.quote(op.op_id))}`, "
-                    "then decide anew, with a new decision id.",
+                    "then resolve it anew, with a new decision id.",
                     style="yellow",
                 )
             )
         return
     line = Text.assemble(
         ("Recorded ", "bold green"),
-        (decision["type"], "bold"),
+        (verdict["type"], "bold"),
         f" for {op.op_id}: ",
         (report.from_state.value, STATE_STYLES[report.from_state]),
         " -> ",
@@ -191,5 +191,5 @@ def _render_resolution(report: Resolution, decision: dict[str, Any], target: Tar
             )
         )
     console.print(Text(f"  decision id {report.decision_id} (re-run with it to retry safely)"))
-    console.print(Text(f"  Next: {_NEXT_STEP[decision['type']]}.", style="dim"))
+    console.print(Text(f"  Next: {_WHAT_NEXT[verdict['type']]}.", style="dim"))
 

@@ -8,7 +8,7 @@ control name and a scope) that the ledger locks in the transaction that commits 
 send, and that these functions read and rewrite:
 
 * `admit`: may this send leave now? (and the rows that record it if so);
-* `settle`: what the send's outcome does to the rows (a definite failure gives
+* `controls_after`: what a transition of the send does to the rows (a definite failure gives
   its budget share back; failures and timeouts open a circuit, a success closes it).
 
 An operation holds at most one share of each budget: the *hold* row (keyed by the
@@ -340,11 +340,11 @@ def admit(
     return Admission(None, tuple(writes))
 
 
-Outcome = Literal["success", "failure", "refund", "other"]
-"""What a transition says to the controls (see `outcome_of`)."""
+Signal = Literal["success", "failure", "refund", "other"]
+"""What a transition says to the controls (see `signal_of`)."""
 
 
-def outcome_of(event: str, evidence: Mapping[str, Any] | None) -> Outcome:
+def signal_of(event: str, evidence: Mapping[str, Any] | None) -> Signal:
     """What a transition of an operation with controls tells them: ``"refund"`` when
     it proves nothing was applied (``fail``, ``withdraw``, ``not_landed``: the
     operation gives its budget share back; ``fail`` also counts as a circuit
@@ -366,7 +366,7 @@ def charged_keys(hold: ControlRow | None) -> list[Key]:
     return sorted({(str(c[0]), str(c[1])) for c in hold.state.get("charges") or ()})
 
 
-def settle(
+def controls_after(
     controls: Controls,
     op_id: str,
     event: str,
@@ -377,10 +377,10 @@ def settle(
 ) -> tuple[ControlRow, ...]:
     """The rows to write when an operation's transition ``event`` is recorded, given
     its hold row, the rows it charged (`charged_keys`) and its circuit's row."""
-    outcome = outcome_of(event, evidence)
+    signal = signal_of(event, evidence)
     writes: list[ControlRow] = []
     hold = rows.get(hold_key(op_id))
-    if outcome == "refund" and hold is not None and hold.state.get("charges"):
+    if signal == "refund" and hold is not None and hold.state.get("charges"):
         for control, scope, amount in hold.state["charges"]:
             row = _row(rows, (str(control), str(scope)))
             sends = max(int(row.state.get("sends", 0)) - 1, 0)
@@ -388,9 +388,9 @@ def settle(
             writes.append(_evolve(row, now, sends=sends, total=total))
         writes.append(_evolve(hold, now, charges=[]))
     breaker = controls.circuit
-    if breaker is not None and outcome != "other":
-        failed = outcome == "failure" or event == "fail"
-        if outcome == "refund" and not failed:  # a withdrawal says nothing of the provider
+    if breaker is not None and signal != "other":
+        failed = signal == "failure" or event == "fail"
+        if signal == "refund" and not failed:  # a withdrawal says nothing of the provider
             return tuple(writes)
         row = _row(rows, breaker.key)
         writes.append(_circuit_after(breaker, row, op_id, failed=failed, now=now))

@@ -3,7 +3,7 @@
 `Session` asks two questions and does the I/O the
 answers name:
 
-* `next_step`: given the operation as last read, whose lease this call holds
+* `what_next`: given the operation as last read, whose lease this call holds
   and whether the current lease holder is provably alive, what should the call do
   now (replay, run the tool, send, wait, take over, reconcile, ask a human)?
 * `settle` / `late`: given what the tool just did, which change records
@@ -76,8 +76,8 @@ class Reconcile:
     """The outcome is unknown: ask the provider's evidence what happened."""
 
 
-Step = Replay | Review | Approve | Dispatch | Retry | Run | Wait | TakeOver | Reconcile
-"""What a call does now, as `next_step` decides it."""
+Next = Replay | Review | Approve | Dispatch | Retry | Run | Wait | TakeOver | Reconcile
+"""What a call does next, as `what_next` decides it."""
 
 
 def ours(op: Operation, token: str | None) -> bool:
@@ -97,7 +97,7 @@ def lease_to_spare(op: Operation, *, now: float, lease_seconds: float) -> bool:
 
 
 def needs_liveness(op: Operation, token: str | None) -> bool:
-    """Whether `next_step` needs to know if ``op``'s lease holder is alive."""
+    """Whether `what_next` needs to know if ``op``'s lease holder is alive."""
     return op.state is State.DISPATCHED and not ours(op, token) and op.owner is not None
 
 
@@ -123,14 +123,14 @@ def raised(op: Operation) -> bool:
     return op.state is State.FAILED and bool((op.evidence or {}).get("raised"))
 
 
-def next_step(
+def what_next(
     op: Operation,
     *,
     token: str | None,
     alive: bool | None,
     now: float,
     scope_changed: bool = False,
-) -> Step:
+) -> Next:
     """What a call whose operation is ``op`` does now.
 
     ``token`` is the lease this call holds (``None`` if none); ``alive`` is

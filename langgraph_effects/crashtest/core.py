@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from .._runtime.review import REVIEW_TYPE, resume_command
+from .._runtime.decisions import REVIEW_TYPE, resume_command
 from .._runtime.targets import load_target
 from ..errors import ConfigurationError, EffectsError, TargetNotFoundError
 from ..lab.driver import _PROCESS_LOCK, WorkerHandle, drive_workers

@@ -53,8 +53,8 @@ from langgraph.types import Command
 from .._integrations.node import EffectToolNode
 from .._runtime import faults as _faults
 from .._runtime.context import current_operation
+from .._runtime.decisions import REVIEW_TYPE, resume_command
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
-from .._runtime.review import REVIEW_TYPE, resume_command
 from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from ..core.operation import Operation
 from ..ledger.base import attach_ledger, ledger_of

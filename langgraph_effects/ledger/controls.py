@@ -23,7 +23,7 @@ from .steps import LockControls, WriteControls
 
 #: Events that charge budgets (a new attempt: never a re-send of one in doubt).
 CHARGING: frozenset[Event] = frozenset({Event.DISPATCH, Event.RETRY})
-#: Events whose transition the controls hear of (see `outcome_of`):
+#: Events whose transition the controls hear of (see `signal_of`):
 #: a ``resend`` settles a send in doubt, which holds its share already, and is not gated.
 HEARD: frozenset[Event] = frozenset(
     {Event.DISPATCH, Event.RETRY, Event.SUCCEED, Event.FAIL, Event.LOSE, Event.WITHDRAW, Event.NOT_LANDED}
@@ -94,10 +94,10 @@ def controlled_plan(
         if moved.applied and admission.writes:
             yield WriteControls(admission.writes)
         return moved
-    return (yield from settling_plan(op_id, change, expected_version, actor, where, seen, controls))
+    return (yield from accounted_plan(op_id, change, expected_version, actor, where, seen, controls))
 
 
-def settling_plan(
+def accounted_plan(
     op_id: str,
     change: Change,
     expected_version: int | None,
@@ -109,7 +109,7 @@ def settling_plan(
     decidable_only: bool = False,
 ) -> Plan[Transition]:
     """`transition_plan` for a transition that is not a send, with what
-    its outcome does to the rows (`settle`): the hold first,
+    it does to the rows (`controls_after`): the hold first,
     then the rows it charged and the circuit's, locked before the transition."""
     hold: dict[Key, ControlRow] = yield LockControls((rules.hold_key(op_id),))
     more = set(rules.charged_keys(hold.get(rules.hold_key(op_id))))
@@ -120,25 +120,30 @@ def settling_plan(
         op_id, change, expected_version, actor, where, decidable_only, seen
     )
     if moved.applied:
-        writes = rules.settle(controls, op_id, change.event.value, change.evidence, rows, now=now())
+        writes = rules.controls_after(controls, op_id, change.event.value, change.evidence, rows, now=now())
         if writes:
             yield WriteControls(writes)
     return moved
 
 
 def verdict_plan(
-    op_id: str, change: Change, expected_version: int | None, actor: str, where: str, settle: bool = True
+    op_id: str,
+    change: Change,
+    expected_version: int | None,
+    actor: str,
+    where: str,
+    stores_controls: bool = True,
 ) -> Plan[Transition]:
-    """An operator's verdict (decidable states only) recorded as an outcome: one that
+    """An operator's verdict (decidable states only) recorded as a transition: one that
     proves nothing landed (``not_landed``) gives back the budget shares the operation
     holds, in the verdict's own transaction, as the same answer given in the graph
     does. The tool's declarations are not needed: the hold names what was charged.
     Circuits are left alone (a verdict says nothing of the provider's health).
-    ``settle=False``: a ledger that keeps no control rows (nothing can be held)."""
-    if not settle or rules.outcome_of(change.event.value, change.evidence) != "refund":
+    ``stores_controls=False``: a ledger that keeps no control rows (nothing can be held)."""
+    if not stores_controls or rules.signal_of(change.event.value, change.evidence) != "refund":
         return (yield from transition_plan(op_id, change, expected_version, actor, where, True))
     return (
-        yield from settling_plan(
+        yield from accounted_plan(
             op_id, change, expected_version, actor, where, None, Controls(), decidable_only=True
         )
     )

@@ -1,6 +1,6 @@
 """How each operation was settled, told from the audit entries its resume recorded.
 
-Pure: the steps come from the ledger's audit trail, keyed here by
+Pure: the transitions come from the ledger's audit trail, keyed here by
 `Event` (what moved the operation) and
 `EvidenceKind` (on what evidence).
 """
@@ -36,14 +36,14 @@ def _receipt(evidence: Mapping[str, Any] | None) -> str:
     return f" (receipt {json.dumps(receipt, sort_keys=True, default=str)})"
 
 
-def _last_by_event(steps: Sequence[TransitionReport]) -> dict[Event, TransitionReport]:
-    """The latest step of each event (the creation entry, ``intent``, is no event)."""
+def _last_by_event(transitions: Sequence[TransitionReport]) -> dict[Event, TransitionReport]:
+    """The latest transition of each event (the creation entry, ``intent``, is no event)."""
     known = {e.value: e for e in Event}
     last: dict[Event, TransitionReport] = {}
-    for step in steps:
-        event = known.get(step.event)
+    for t in transitions:
+        event = known.get(t.event)
         if event is not None:
-            last[event] = step
+            last[event] = t
     return last
 
 
@@ -70,13 +70,13 @@ def forecast(op: Operation) -> str:
 
 
 def settled(
-    before: Operation | None, after: Operation, steps: Sequence[TransitionReport], *, sending: bool
+    before: Operation | None, after: Operation, transitions: Sequence[TransitionReport], *, sending: bool
 ) -> tuple[Settlement, str]:
-    """How the operation got from ``before`` to ``after``, from the steps recorded meanwhile.
+    """How the operation got from ``before`` to ``after``, from the transitions recorded meanwhile.
 
     ``sending``: ``after`` is ``dispatched`` under a live lease (someone sends it now).
     """
-    last = _last_by_event(steps)
+    last = _last_by_event(transitions)
     cause = ""
     lost = last.get(Event.LOSE)
     if lost is not None:
@@ -91,7 +91,7 @@ def settled(
         if after.state is State.CONFIRMED:
             return "sent", prefix + "sent and confirmed"
         return "unsettled" if not after.terminal else "failed", prefix + f"now {after.state.value}"
-    if not steps:
+    if not transitions:
         return _untouched_by_resume(after, sending=sending)
     if after.state is State.REVIEW:
         escalated = last.get(Event.ESCALATE)
@@ -115,7 +115,7 @@ def settled(
 
 
 def _untouched_by_resume(after: Operation, *, sending: bool) -> tuple[Settlement, str]:
-    """An operation the resume recorded no step for."""
+    """An operation the resume recorded no transition for."""
     if after.terminal:
         evidence = after.evidence or {}
         if _kind(evidence) == EvidenceKind.VERDICT:

@@ -10,14 +10,14 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from .._runtime.decisions import APPROVAL_TYPE, REVIEW_TYPE
 from .._runtime.lease import lease_expired, owner_alive
-from .._runtime.review import APPROVAL_TYPE, REVIEW_TYPE
 from ..core.operation import UNRESOLVED, Operation, State
 from ..ledger.base import Ledger, OperationQuery
 from ..ledger.query import cursor
 from .classify import Observation, decided_out_of_band
 
-#: The ``type`` of our interrupts (see `langgraph_effects._runtime.review`).
+#: The ``type`` of our interrupts (see `langgraph_effects._runtime.decisions`).
 _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 
 #: How many rows one read of :func:`every_operation` asks for.

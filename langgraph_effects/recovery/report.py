@@ -133,7 +133,7 @@ class TransitionReport:
 
     @classmethod
     def of(cls, entry: AuditEntry) -> TransitionReport:
-        """The step an audit entry records."""
+        """The transition an audit entry records."""
         return cls(**{f.name: getattr(entry, f.name) for f in fields(cls)})
 
     def to_json(self) -> TransitionJSON:
@@ -165,7 +165,7 @@ class OperationReport:
     how: Settlement
     detail: str
     """One sentence for a human: what happened and on what evidence."""
-    steps: tuple[TransitionReport, ...] = ()
+    transitions: tuple[TransitionReport, ...] = ()
     """The transitions recorded during the resume, oldest first."""
 
     @property
@@ -186,7 +186,7 @@ class OperationReport:
             "after": _state_json(self.after),
             "how": self.how,
             "detail": self.detail,
-            "steps": [step.to_json() for step in self.steps],
+            "transitions": [t.to_json() for t in self.transitions],
         }
 
 
@@ -392,11 +392,13 @@ def _report(
     after: Operation,
     how: Settlement,
     detail: str,
-    steps: Sequence[TransitionReport] = (),
+    transitions: Sequence[TransitionReport] = (),
 ) -> OperationReport:
     """The report of one operation (``before`` is ``None`` for one the resume created)."""
     identity = {name: getattr(after, name) for name in _IDENTITY}
-    return OperationReport(before=before, after=after, how=how, detail=detail, steps=tuple(steps), **identity)
+    return OperationReport(
+        before=before, after=after, how=how, detail=detail, transitions=tuple(transitions), **identity
+    )
 
 
 #: What names an operation in its report (copied from the operation as stored).

@@ -297,10 +297,10 @@ class _Run:
         reports: list[OperationReport] = []
         for before, after, since in pairs:
             audit = await self.ledger.audit(after.op_id)
-            steps = [TransitionReport.of(e) for e in audit if since is None or e.seq > since]
+            transitions = [TransitionReport.of(e) for e in audit if since is None or e.seq > since]
             sending = after.state is State.DISPATCHED and not lease_expired(after, now=now)
-            how, detail = settled(before, after, steps, sending=sending)
-            reports.append(_report(before, after, how, detail, steps))
+            how, detail = settled(before, after, transitions, sending=sending)
+            reports.append(_report(before, after, how, detail, transitions))
         return tuple(reports)
 
 

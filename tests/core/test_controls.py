@@ -18,10 +18,10 @@ from langgraph_effects.core.controls import (
     budget_scope,
     charged_keys,
     circuit_status,
+    controls_after,
     describe,
     hold_key,
-    outcome_of,
-    settle,
+    signal_of,
 )
 
 CALL = Call(op_id="op1", thread_id="t1", tenant="acme", args={"amount": 30})
@@ -118,7 +118,7 @@ def test_proof_that_nothing_landed_gives_the_share_back(event: str) -> None:
     rows = apply({}, admit(controls, CALL, {}, now=0.0).writes)
     hold = rows[hold_key("op1")]
     assert len(charged_keys(hold)) == 2
-    after = apply(rows, settle(controls, "op1", event, None, rows, now=1.0))
+    after = apply(rows, controls_after(controls, "op1", event, None, rows, now=1.0))
     assert all(after[k].state["sends"] == 0 and after[k].state["total"] == 0 for k in charged_keys(hold))
     assert after[hold_key("op1")].state["charges"] == []
 
@@ -128,7 +128,7 @@ def test_proof_that_nothing_landed_gives_the_share_back(event: str) -> None:
 def test_what_may_have_landed_keeps_its_share(event: str, evidence: Any) -> None:
     controls = Controls((SENDS,))
     rows = apply({}, admit(controls, CALL, {}, now=0.0).writes)
-    assert settle(controls, "op1", event, evidence, rows, now=1.0) == ()
+    assert controls_after(controls, "op1", event, evidence, rows, now=1.0) == ()
 
 
 def test_bad_declarations_are_refused() -> None:
@@ -165,7 +165,7 @@ def test_circuit_status_by_state_and_clock(state: dict[str, Any], now: float, st
 def run_outcomes(outcomes: list[tuple[str, str, Any, float]]) -> dict[Key, ControlRow]:
     controls, rows = Controls(circuit=BREAKER), {}
     for op_id, event, evidence, now in outcomes:
-        rows = apply(rows, settle(controls, op_id, event, evidence, rows, now=now))
+        rows = apply(rows, controls_after(controls, op_id, event, evidence, rows, now=now))
     return rows
 
 
@@ -191,9 +191,9 @@ def test_an_open_circuit_refuses_then_lets_one_probe_through() -> None:
     rows = apply(rows, probe.writes)
     second = admit(controls, Call("op2", "t1", "acme", {}), rows, now=41.0)
     assert second.refusal is not None  # one probe at a time
-    failed = apply(rows, settle(controls, "op1", "fail", None, rows, now=42.0))
+    failed = apply(rows, controls_after(controls, "op1", "fail", None, rows, now=42.0))
     assert circuit_status(BREAKER, failed[BREAKER.key].state, 43.0) == "open"
-    closed = apply(rows, settle(controls, "op1", "succeed", None, rows, now=42.0))
+    closed = apply(rows, controls_after(controls, "op1", "succeed", None, rows, now=42.0))
     assert circuit_status(BREAKER, closed[BREAKER.key].state, 43.0) == "closed"
 
 
@@ -203,12 +203,12 @@ def test_the_rows_are_locked_in_one_order() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event", "evidence", "outcome"),
+    ("event", "evidence", "signal"),
     [("fail", None, "refund"), ("succeed", None, "success"), ("lose", {"kind": "error"}, "failure"),
      ("lose", {"kind": "lease"}, "other"), ("resend", None, "other")],
 )
-def test_outcome_of_a_transition(event: str, evidence: Any, outcome: str) -> None:
-    assert outcome_of(event, evidence) == outcome
+def test_signal_of_a_transition(event: str, evidence: Any, signal: str) -> None:
+    assert signal_of(event, evidence) == signal
 
 
 def test_the_console_reads_used_and_left_and_circuit_status_from_the_rows() -> None:

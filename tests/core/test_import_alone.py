@@ -110,7 +110,7 @@ def test_the_core_runs_without_langgraph() -> None:
         op = Operation(op_id="op-1", thread_id="t", tool="send", tool_call_id="c1", args={},
                        args_hash="h", provider_key="k", contract="dedup",
                        state=State.UNKNOWN, attempts=1, created_at=100.0)
-        step = protocol.next_step(op, token=None, alive=None, now=130.0)
+        step = protocol.what_next(op, token=None, alive=None, now=130.0)
         decided = reconcile.without_lookup(op, Effect(dedup_window=60), reconcile.Scope(), now=130.0)
         moved = advance(op, Change(decided.event, evidence=decided.evidence,
                               owner=Owner(host="h", pid=1, started=1.0, token="tok"),

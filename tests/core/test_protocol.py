@@ -1,6 +1,6 @@
 """The per-call protocol (``langgraph_effects.core.protocol``) as pure code, without a ledger.
 
-Single-step properties check :func:`next_step` against the rules it encodes; an
+Single-decision properties check :func:`what_next` against the rules it encodes; an
 interleaving test then runs an owner A and a resumer B against one operation (the
 "ledger" is a variable moved only by :func:`advance`, with its compare-and-set),
 with pauses, deaths, heartbeats and a clock, and counts sends at a provider.
@@ -58,10 +58,10 @@ ops = st.builds(
     now=st.floats(0, 100),
     scope_changed=st.booleans(),
 )
-def test_next_step_rules(
+def test_what_next_rules(
     op: Operation, token: str | None, alive: bool | None, now: float, scope_changed: bool
 ) -> None:
-    step = protocol.next_step(op, token=token, alive=alive, now=now, scope_changed=scope_changed)
+    step = protocol.what_next(op, token=token, alive=alive, now=now, scope_changed=scope_changed)
     mine = op.state is State.DISPATCHED and op.owner is not None and op.owner.token == token
     # Only the lease holder runs the tool.
     assert isinstance(step, protocol.Run) == mine
@@ -76,7 +76,7 @@ def test_next_step_rules(
         moved = advance(op, change, expected_version=op.version, now=now)
         assert moved is not None and moved.state is State.DISPATCHED
         assert moved.attempts == op.attempts + 1 and moved.provider_key == op.provider_key
-        assert protocol.next_step(moved, token="tok-c", alive=None, now=now) == protocol.Run()
+        assert protocol.what_next(moved, token="tok-c", alive=None, now=now) == protocol.Run()
     elif op.state in TERMINAL:
         assert isinstance(step, protocol.Replay)
     if op.state is State.DISPATCHED and not mine:
@@ -141,7 +141,7 @@ def test_a_definite_failure_says_whether_it_was_raised(raised: bool) -> None:
     failed = advance(op, change, expected_version=op.version, now=1.0)
     assert failed is not None and failed.state is State.FAILED
     assert protocol.raised(failed) is raised
-    step = protocol.next_step(failed, token=None, alive=None, now=1.0)
+    step = protocol.what_next(failed, token=None, alive=None, now=1.0)
     assert isinstance(step, protocol.Retry if raised else protocol.Replay)
 
 
@@ -252,7 +252,7 @@ class World:
 
     def step_b(self) -> None:
         alive = self.a_alive() if protocol.needs_liveness(self.op, self.b_token) else None
-        step = protocol.next_step(self.op, token=self.b_token, alive=alive, now=self.now)
+        step = protocol.what_next(self.op, token=self.b_token, alive=alive, now=self.now)
         if isinstance(step, protocol.TakeOver):
             self.move(step.change, self.op.version)
         elif isinstance(step, protocol.Reconcile):  # a strong lookup at the provider

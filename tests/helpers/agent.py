@@ -29,7 +29,7 @@ from langgraph_effects._integrations.middleware import EffectMiddleware
 from langgraph_effects._integrations.node import EffectToolNode
 from langgraph_effects._runtime import faults as _faults
 from langgraph_effects._runtime.context import current_operation
-from langgraph_effects._runtime.review import resume_command
+from langgraph_effects._runtime.decisions import resume_command
 from langgraph_effects.core.contract import LookupRequest
 from langgraph_effects.lab.providers import EffectRecord, Provider, Withdrawn
 from langgraph_effects.testing import ScriptedChatModel

@@ -1,6 +1,6 @@
 """Asking a human: the approval and review questions a session's calls raise, and
 applying the answers (verdicts, approvals, edits) to the ledger. The payload shapes
-are built in `langgraph_effects._runtime.review`.
+are built in `langgraph_effects._runtime.decisions`.
 
 An `Asker` keeps no state of a session's: the session hands it the calls that
 wait (`Waiting`) and files what comes back (`Applied`: the calls an
@@ -17,28 +17,29 @@ from typing import Any
 from ..core import identity
 from ..core.operation import DECIDABLE, Change, Event, EvidenceKind, State
 from ..errors import ReviewError, TransitionError
-from .binding import CallRecord, Settings, bind_stored, by_id
+from .binding import bind_stored, by_id
+from .calls import CallRecord, Settings
+from .decisions import (
+    APPROVAL_TYPE,
+    ApprovalDecision,
+    ApproveDecision,
+    DecisionsAnswer,
+    EditDecision,
+    EffectAnswer,
+    LandedVerdict,
+    RejectDecision,
+    ReviewAnswer,
+    approval_answer,
+    parse_verdict,
+    refused_notice,
+    review_request,
+    review_verdicts,
+    shown_key,
+    verdict_change,
+)
 from .dispatch import Dispatcher
 from .messages import MAX_EVIDENCE_CHARS, bounded
 from .question import Asked, binding
-from .review import (
-    APPROVAL_TYPE,
-    ApprovalDecision,
-    ApproveAction,
-    DecisionsAnswer,
-    EditAction,
-    EffectAnswer,
-    LandedDecision,
-    RejectAction,
-    ReviewAnswer,
-    approval_answer,
-    decision_change,
-    parse_decision,
-    refused_notice,
-    review_decisions,
-    review_request,
-    shown_key,
-)
 
 log = logging.getLogger("langgraph_effects")
 
@@ -137,7 +138,7 @@ class Asker:
 
         A ``{"decisions": [...]}`` answer (LangChain's HITL shape) answers the question
         `question` asked: the approval while calls await one, else the review
-        (mapped onto verdicts by `review_decisions`).
+        (mapped onto verdicts by `review_verdicts`).
         A mapping answers by operation id.
 
         It never raises for what the answer says: LangGraph has already stored it and
@@ -180,16 +181,16 @@ class Asker:
             if waiting.approval:
                 plan = self._approval_plan(answer, waiting.approval)
                 return await self.approve(plan, applied, round_no=round_no)
-            decisions = review_decisions(answer, [c.op for c in waiting.review])
-            return await self.decide(decisions, waiting, applied, round_no=round_no)
+            verdicts = review_verdicts(answer, [c.op for c in waiting.review])
+            return await self.apply_verdicts(verdicts, waiting, applied, round_no=round_no)
         if isinstance(answer, ReviewAnswer):
             answer = answer.root
         if not isinstance(answer, Mapping):
             raise ReviewError(
                 f"an answer must be {{'decisions': [...]}} or a mapping of operation id to "
-                f"decision, not {type(answer).__name__}"
+                f"verdict, not {type(answer).__name__}"
             )
-        return await self.decide(answer, waiting, applied, round_no=round_no)
+        return await self.apply_verdicts(answer, waiting, applied, round_no=round_no)
 
     def _approval_plan(self, answer: DecisionsAnswer, gated: list[CallRecord]) -> list[_Approved]:
         """Each call awaiting approval with its decision (and its edit, checked and
@@ -206,11 +207,11 @@ class Asker:
                 "awaiting approval; give one per entry of 'action_requests', in the same order"
             )
         return [
-            (c, d, self._edit_plan(c, d) if isinstance(d, EditAction) else None)
+            (c, d, self._edit_plan(c, d) if isinstance(d, EditDecision) else None)
             for c, d in zip(gated, approval.decisions, strict=True)
         ]
 
-    def _edit_plan(self, c: CallRecord, decision: EditAction) -> _EditPlan:
+    def _edit_plan(self, c: CallRecord, decision: EditDecision) -> _EditPlan:
         """An approver's edit, checked against the tool's schema and its provider key
         derived, before anything is recorded: an edit that cannot be sent is refused."""
         name = decision.edited_action.name
@@ -249,7 +250,7 @@ class Asker:
         for c, decision, edit in plan:
             approval_id = f"approval:{round_no}:{c.op.op_id}"
             content = decision.model_dump(mode="json")
-            if isinstance(decision, ApproveAction):
+            if isinstance(decision, ApproveDecision):
                 await self.dispatcher.send(
                     c,
                     Event.DISPATCH,
@@ -257,7 +258,7 @@ class Asker:
                     decision_id=approval_id,
                     decision=content,
                 )
-            elif isinstance(decision, RejectAction):
+            elif isinstance(decision, RejectDecision):
                 evidence = {"kind": EvidenceKind.APPROVAL, "decision": "reject", "message": decision.message}
                 change = Change(
                     Event.ABANDON, evidence=evidence, decision_id=approval_id, decision=content
@@ -302,31 +303,31 @@ class Asker:
                 decision=content,
             )
 
-    async def decide(
+    async def apply_verdicts(
         self, answer: Mapping[str, Any], waiting: Waiting, applied: Applied, *, round_no: int
     ) -> int:
         """Write the verdicts of an interrupt answer to the ledger, as soon as read.
 
-        Every decision is validated before any is written (`ReviewError`:
-        nothing applied). Returns how many were applied. Decisions for operations that
+        Every verdict is validated before any is written (`ReviewError`:
+        nothing applied). Returns how many were applied. Verdicts for operations that
         are not awaiting review here (stale, or unknown ids) are not applied; if none
         is, the answer is refused (`ReviewError`), else why opens the next
         question. Operations still unresolved are asked about again.
         """
         if not answer:
-            raise ReviewError("the answer names no operation; key each decision by its operation id")
-        parsed = {op_id: parse_decision(raw) for op_id, raw in answer.items()}
+            raise ReviewError("the answer names no operation; key each verdict by its operation id")
+        parsed = {op_id: parse_verdict(raw) for op_id, raw in answer.items()}
         by_op = {c.op.op_id: c for c in waiting.calls}
         self._check_undo(parsed, by_op)
         problems: list[str] = []
         count = 0
-        for op_id, decision in parsed.items():
+        for op_id, verdict in parsed.items():
             c = by_op.get(op_id)
             if c is None:
                 problems.append(f"operation {shown_key(op_id)} is not in this question")
                 continue
-            change = decision_change(
-                decision,
+            change = verdict_change(
+                verdict,
                 decision_id=f"review:{round_no}:{op_id}",
                 actor="operator (interrupt)",
                 channel="interrupt",
@@ -357,9 +358,9 @@ class Asker:
 
     def _check_undo(self, parsed: Mapping[str, Any], by_op: Mapping[str, CallRecord]) -> None:
         """An answer asking to undo an effect whose tool declares no undo is refused whole."""
-        for op_id, decision in parsed.items():
+        for op_id, verdict in parsed.items():
             c = by_op.get(op_id)
-            if c is None or not (isinstance(decision, LandedDecision) and decision.undo):
+            if c is None or not (isinstance(verdict, LandedVerdict) and verdict.undo):
                 continue
             if self.settings.effect_for(c.tool).undo is None:
                 raise ReviewError(

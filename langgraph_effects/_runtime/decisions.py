@@ -1,4 +1,7 @@
-"""Operator verdicts: their shape, validation, and how they become ledger changes.
+"""A human's decisions: the shapes of verdicts and of approval decisions, the answers
+that carry them, the questions that ask for them (the ``effect_review`` value), and
+the ledger change a verdict becomes. `langgraph_effects._runtime.asker` asks and
+applies them.
 
 The review interrupt carries LangChain's HITL request shape too (``action_requests``,
 ``review_configs``), so Agent Inbox and LangGraph Studio can show it, and accepts
@@ -6,7 +9,7 @@ their ``{"decisions": [...]}`` answers (`HITL_REVIEW_DECISIONS`).
 
 One module serves both ways a verdict arrives, so they behave the same:
 through ``interrupt()`` / ``Command(resume=...)`` inside the graph, and out of band
-through `langgraph_effects._runtime.operator` (the console). Either way the decision is
+through `langgraph_effects._runtime.operator` (the console). Either way the verdict is
 written to the ledger as a compare-and-set transition with a decision id, and the
 graph, on its next run, answers the model from the ledger.
 """
@@ -50,7 +53,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LandedDecision(_Strict):
+class LandedVerdict(_Strict):
     """The operator checked: the effect landed. ``receipt`` is what the provider shows."""
 
     type: Literal["landed"] = "landed"
@@ -69,13 +72,13 @@ class LandedDecision(_Strict):
         return check_receipt(value)  # at most MAX_RECEIPT_BYTES: refused, nothing written
 
 
-class NotLandedDecision(_Strict):
+class NotLandedVerdict(_Strict):
     """The operator checked: it did not land. It is sent again under the same key."""
 
     type: Literal["not_landed"] = "not_landed"
 
 
-class AbandonDecision(_Strict):
+class AbandonVerdict(_Strict):
     """Close the operation without confirming the effect; the model is told not to retry."""
 
     type: Literal["abandon"] = "abandon"
@@ -87,42 +90,45 @@ class AbandonDecision(_Strict):
         return check_text(value, what="reason")  # at most MAX_EVIDENCE_CHARS
 
 
-ReviewDecision = Annotated[
-    LandedDecision | NotLandedDecision | AbandonDecision, Field(discriminator="type")
+AnyVerdict = Annotated[
+    LandedVerdict | NotLandedVerdict | AbandonVerdict, Field(discriminator="type")
 ]
-_DECISION: TypeAdapter[LandedDecision | NotLandedDecision | AbandonDecision] = TypeAdapter(
-    ReviewDecision
+"""A verdict: ``landed``, ``not_landed`` or ``abandon`` (told apart by ``type``)."""
+_VERDICT: TypeAdapter[LandedVerdict | NotLandedVerdict | AbandonVerdict] = TypeAdapter(
+    AnyVerdict
 )
 
 
-class ReviewAnswer(RootModel[dict[str, ReviewDecision]]):
-    """The resume value of an ``effect_review`` interrupt: operation id -> decision."""
+class ReviewAnswer(RootModel[dict[str, AnyVerdict]]):
+    """The resume value of an ``effect_review`` interrupt: operation id -> verdict."""
 
 
 APPROVAL_TYPE = "effect_approval"
 
 
-class EditedAction(BaseModel):
-    """LangChain HITL shape: the tool and the arguments an approver changed."""
+class EditedCall(BaseModel):
+    """The call an ``edit`` decision sends instead (LangChain HITL's ``edited_action``):
+    the tool and the arguments as the approver changed them."""
 
     name: str
     args: dict[str, Any]
 
 
-class ApproveAction(_Strict):
+class ApproveDecision(_Strict):
     """Approve the call as the model asked for it."""
 
     type: Literal["approve"] = "approve"
 
 
-class EditAction(_Strict):
-    """Approve a changed payload: a new payload, so a new operation."""
+class EditDecision(_Strict):
+    """Approve the call with the changes in ``edited_action``: a new payload, so a new
+    operation."""
 
     type: Literal["edit"] = "edit"
-    edited_action: EditedAction
+    edited_action: EditedCall
 
 
-class RejectAction(_Strict):
+class RejectDecision(_Strict):
     """Do not send; the model is told, with the approver's message."""
 
     type: Literal["reject"] = "reject"
@@ -134,7 +140,7 @@ class RejectAction(_Strict):
         return value if value is None else check_text(value, what="reject message")
 
 
-ApprovalDecision = Annotated[ApproveAction | EditAction | RejectAction, Field(discriminator="type")]
+ApprovalDecision = Annotated[ApproveDecision | EditDecision | RejectDecision, Field(discriminator="type")]
 
 
 class ApprovalAnswer(_Strict):
@@ -144,7 +150,7 @@ class ApprovalAnswer(_Strict):
     decisions: list[ApprovalDecision]
 
 
-class RespondAction(_Strict):
+class RespondDecision(_Strict):
     """LangChain HITL ``respond``: the reviewer answers on behalf of the tool. In a
     review it means *it landed*; ``message`` is what the provider shows (a JSON text
     is read as the receipt's value)."""
@@ -163,14 +169,15 @@ class RespondAction(_Strict):
         return value
 
 
+#: One entry of a ``{"decisions": [...]}`` answer: an approval's decision or a verdict.
 AnyDecision = Annotated[
-    ApproveAction
-    | EditAction
-    | RejectAction
-    | RespondAction
-    | LandedDecision
-    | NotLandedDecision
-    | AbandonDecision,
+    ApproveDecision
+    | EditDecision
+    | RejectDecision
+    | RespondDecision
+    | LandedVerdict
+    | NotLandedVerdict
+    | AbandonVerdict,
     Field(discriminator="type"),
 ]
 
@@ -180,7 +187,7 @@ class DecisionsAnswer(_Strict):
     decision per entry of the interrupt's ``action_requests``, in the same order.
 
     It answers whichever question the interrupt asked: an approval (``approve``,
-    ``edit``, ``reject``) or a review (see `review_decisions`)."""
+    ``edit``, ``reject``) or a review (see `review_verdicts`)."""
 
     decisions: list[AnyDecision]
 
@@ -239,20 +246,20 @@ def shown_key(key: Any) -> str:
 def approval_answer(answer: DecisionsAnswer) -> ApprovalAnswer | None:
     """``answer`` as an approval answer, or ``None`` if it holds a decision that is not
     ``approve``/``edit``/``reject`` (it answered a review, not this approval)."""
-    if not all(isinstance(d, ApproveAction | EditAction | RejectAction) for d in answer.decisions):
+    if not all(isinstance(d, ApproveDecision | EditDecision | RejectDecision) for d in answer.decisions):
         return None
     return ApprovalAnswer.model_validate({"decisions": [d.model_dump() for d in answer.decisions]})
 
 
-def parse_decision(value: Any) -> LandedDecision | NotLandedDecision | AbandonDecision:
-    """Validate one decision (a mapping like ``{"type": "landed", "receipt": ...}``)."""
-    if isinstance(value, LandedDecision | NotLandedDecision | AbandonDecision):
+def parse_verdict(value: Any) -> LandedVerdict | NotLandedVerdict | AbandonVerdict:
+    """Validate one verdict (a mapping like ``{"type": "landed", "receipt": ...}``)."""
+    if isinstance(value, LandedVerdict | NotLandedVerdict | AbandonVerdict):
         return value
     try:
-        return _DECISION.validate_python(value)
+        return _VERDICT.validate_python(value)
     except ValidationError as error:
         raise ReviewError(
-            f"not a valid decision: {value!r}. Use {{'type': 'landed', 'receipt': ...}}, "
+            f"not a valid verdict: {value!r}. Use {{'type': 'landed', 'receipt': ...}}, "
             "{'type': 'not_landed'} or {'type': 'abandon', 'reason': '...'}"
             f" ({error.error_count()} problem(s): {error.errors()[0]['msg']})"
         ) from error
@@ -265,8 +272,8 @@ _EVENTS: Mapping[str, Event] = {
 }
 
 
-def decision_content(decision: BaseModel) -> dict[str, Any]:
-    """A decision as JSON, ``undo`` only when set: a verdict without it reads (and
+def verdict_content(decision: BaseModel) -> dict[str, Any]:
+    """A verdict or a decision as JSON, ``undo`` only when set: a verdict without it reads (and
     digests) as it did before compensation existed."""
     content: dict[str, Any] = decision.model_dump(mode="json")
     if content.get("undo") is False:
@@ -274,25 +281,25 @@ def decision_content(decision: BaseModel) -> dict[str, Any]:
     return content
 
 
-def decision_change(
-    decision: LandedDecision | NotLandedDecision | AbandonDecision,
+def verdict_change(
+    verdict: LandedVerdict | NotLandedVerdict | AbandonVerdict,
     *,
     decision_id: str,
     actor: str,
     channel: Literal["interrupt", "console", "api"],
 ) -> Change:
-    """The ledger change that records ``decision`` (a verdict transition)."""
-    content = decision_content(decision)
-    evidence: dict[str, Any] = {"kind": EvidenceKind.VERDICT, "decision": decision.type, "actor": actor}
+    """The ledger change that records ``verdict`` (a verdict transition)."""
+    content = verdict_content(verdict)
+    evidence: dict[str, Any] = {"kind": EvidenceKind.VERDICT, "decision": verdict.type, "actor": actor}
     evidence["channel"] = channel
-    if isinstance(decision, LandedDecision):
+    if isinstance(verdict, LandedVerdict):
         evidence["receipt"] = content.get("receipt")
-        if decision.undo:
+        if verdict.undo:
             evidence["undo"] = True
-    if isinstance(decision, AbandonDecision):
-        evidence["reason"] = decision.reason
+    if isinstance(verdict, AbandonVerdict):
+        evidence["reason"] = verdict.reason
     return Change(
-        event=_EVENTS[decision.type],
+        event=_EVENTS[verdict.type],
         evidence=evidence,
         decision_id=decision_id,
         decision=content,
@@ -329,7 +336,7 @@ def review_entry(op: Operation) -> dict[str, Any]:
         "thread_id": op.thread_id,
         "tenant": op.tenant,
         "policy_version": op.policy_version,
-        "allowed_decisions": ["landed", "not_landed", "abandon"],
+        "allowed_verdicts": ["landed", "not_landed", "abandon"],
     }
 
 
@@ -392,21 +399,21 @@ def _receipt(message: str) -> Any:
         return message
 
 
-def review_decision(decision: Any) -> LandedDecision | NotLandedDecision | AbandonDecision:
-    """One decision of a ``{"decisions": [...]}`` answer as a review verdict:
+def review_verdict(decision: Any) -> LandedVerdict | NotLandedVerdict | AbandonVerdict:
+    """One decision of a ``{"decisions": [...]}`` answer as a verdict:
     ``respond`` -> landed (its message is the receipt), ``approve`` -> not landed,
     ``reject`` -> abandon (its message is the reason); our own ``landed`` /
     ``not_landed`` / ``abandon`` are taken as they are. ``edit`` is refused."""
-    if isinstance(decision, LandedDecision | NotLandedDecision | AbandonDecision):
+    if isinstance(decision, LandedVerdict | NotLandedVerdict | AbandonVerdict):
         return decision
     try:
-        if isinstance(decision, RespondAction):
-            return LandedDecision(receipt=check_receipt(_receipt(decision.message)))
-        if isinstance(decision, ApproveAction):
-            return NotLandedDecision()
-        if isinstance(decision, RejectAction):
+        if isinstance(decision, RespondDecision):
+            return LandedVerdict(receipt=check_receipt(_receipt(decision.message)))
+        if isinstance(decision, ApproveDecision):
+            return NotLandedVerdict()
+        if isinstance(decision, RejectDecision):
             reason = check_text(decision.message or _REJECTED_WITHOUT_REASON, what="reject message")
-            return AbandonDecision(reason=reason)
+            return AbandonVerdict(reason=reason)
     except OversizedError as error:
         raise ReviewError(f"{error.overage}; shorten it") from error
     raise ReviewError(
@@ -416,9 +423,9 @@ def review_decision(decision: Any) -> LandedDecision | NotLandedDecision | Aband
     )
 
 
-def review_decisions(
+def review_verdicts(
     answer: DecisionsAnswer, ops: Sequence[Operation]
-) -> dict[str, LandedDecision | NotLandedDecision | AbandonDecision]:
+) -> dict[str, LandedVerdict | NotLandedVerdict | AbandonVerdict]:
     """Map a ``{"decisions": [...]}`` answer onto the operations a review listed, by
     position (as LangChain's HITL response does). Raises `ReviewError` when the
     count differs or a decision cannot be a verdict."""
@@ -427,26 +434,26 @@ def review_decisions(
             f"the answer has {len(answer.decisions)} decision(s) for {len(ops)} operation(s) "
             "under review; give one per entry of 'action_requests', in the same order"
         )
-    return {op.op_id: review_decision(d) for op, d in zip(ops, answer.decisions, strict=True)}
+    return {op.op_id: review_verdict(d) for op, d in zip(ops, answer.decisions, strict=True)}
 
 
-def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
+def resume_command(interrupts: Any, verdicts: Mapping[str, Any]) -> Any:
     """Build the ``Command(resume=...)`` that answers pending effect reviews.
 
     ``interrupts`` is what LangGraph reports as pending (``state.interrupts`` from
     ``graph.get_state(config)``, or ``result["__interrupt__"]``), or the state itself:
     then a thread with no checkpoint (a mistyped ``thread_id``) or not paused raises
-    `NothingToResumeError` saying so; ``decisions`` maps
-    operation id -> decision (``{"type": "landed", "receipt": ...}``,
+    `NothingToResumeError` saying so; ``verdicts`` maps
+    operation id -> verdict (``{"type": "landed", "receipt": ...}``,
     ``{"type": "not_landed"}``, ``{"type": "abandon", "reason": ...}``). Each pending
     ``effect_review`` interrupt (one per task: ``create_agent`` runs one task per call)
-    gets the decisions for the operations it lists, keyed by its interrupt id, so
+    gets the verdicts for the operations it lists, keyed by its interrupt id, so
     nobody hand-assembles interrupt ids. Other interrupts are left unanswered.
     """
     from langgraph.types import Command
 
     by_interrupt: dict[str, dict[str, Any]] = {}
-    unknown = set(decisions)
+    unknown = set(verdicts)
     reviews = 0
     for pending in pending_interrupts(interrupts) or ():
         value = getattr(pending, "value", None)
@@ -455,9 +462,9 @@ def resume_command(interrupts: Any, decisions: Mapping[str, Any]) -> Any:
         reviews += 1
         listed = [entry["operation_id"] for entry in value.get("operations", ())]
         chosen = {
-            op_id: decision_content(parse_decision(decisions[op_id]))
+            op_id: verdict_content(parse_verdict(verdicts[op_id]))
             for op_id in listed
-            if op_id in decisions
+            if op_id in verdicts
         }
         unknown -= set(chosen)
         if chosen:
