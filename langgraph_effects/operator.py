@@ -48,10 +48,12 @@ if _typing.TYPE_CHECKING:
     )
     from ._runtime.gauges import LedgerGauges, observe_ledger
     from ._runtime.lifecycle import (
+        Deletion,
         ErasureReport,
         PurgeReport,
         delete_thread_operations,
         erase,
+        forced_deletions,
         purge,
     )
     from ._runtime.operator import (
@@ -86,6 +88,9 @@ if _typing.TYPE_CHECKING:
         CompensationEntryJSON,
         CompensationJSON,
         CompensationListJSON,
+        DeletedOperationJSON,
+        DeletionJSON,
+        DeletionListJSON,
         ErasureReportJSON,
         ErrorDetailJSON,
         ErrorJSON,
@@ -152,6 +157,8 @@ _EXPORTS: dict[str, str] = {
     "erase": "_runtime.lifecycle",
     "ErasureReport": "_runtime.lifecycle",
     "delete_thread_operations": "_runtime.lifecycle",
+    "forced_deletions": "_runtime.lifecycle",
+    "Deletion": "_runtime.lifecycle",
     # recovering
     "recover": "recovery",
     "recover_sync": "recovery.sync",
@@ -179,6 +186,9 @@ _EXPORTS: dict[str, str] = {
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
+            "DeletedOperationJSON",
+            "DeletionJSON",
+            "DeletionListJSON",
             "ErasureReportJSON",
             "ErrorDetailJSON",
             "ErrorJSON",
@@ -220,6 +230,10 @@ __all__ = [
     "CompensationReport",
     "DECISION_TYPES",
     "DEFAULT_CONNECT_TIMEOUT",
+    "DeletedOperationJSON",
+    "Deletion",
+    "DeletionJSON",
+    "DeletionListJSON",
     "ErasureReport",
     "ErasureReportJSON",
     "ErrorDetailJSON",
@@ -263,6 +277,7 @@ __all__ = [
     "delete_thread_operations",
     "erase",
     "finish_compensations",
+    "forced_deletions",
     "has_password",
     "json_schema",
     "json_schemas",
