@@ -218,6 +218,12 @@ def test_the_open_threads_on_postgres_follow_crashes_and_deletions(tmp_path: Pat
                 await saver.adelete_thread(delete)
             return await saver.unfinished_threads()
 
+    async def prune(thread: str) -> None:
+        async with AsyncEffectPostgresSaver.from_conn_string(pg_url) as saver:
+            await saver.aprune([thread], strategy="keep_latest")
+
+    assert kept() == {"crashed", "deleted"}
+    asyncio.run(prune("done"))  # its older checkpoints go, its newest (finished) stays
     assert kept() == {"crashed", "deleted"}
     assert asyncio.run(listed()) == ["crashed", "deleted"]
     assert asyncio.run(listed(delete="deleted")) == ["crashed"]

@@ -17,9 +17,10 @@ keep there every thread that may be unfinished, in the transaction that saves th
 checkpoint or the writes, whoever saves them (so a worker killed mid-step left its
 thread there). A root checkpoint saved as a thread's newest adds the thread when it
 is an ``input`` checkpoint and removes it otherwise; root task writes on the newest
-checkpoint add it (writes a step saves late, on a checkpoint already followed, do not); a
-deleted checkpoint adds it while the thread has others left (its newest may now be
-an unfinished one) and removes it with the last. A thread the table lists that is
+checkpoint add it (writes a step saves late, on a checkpoint already followed, do not);
+deleting the newest checkpoint adds it while the thread has others left (the newest
+is now an earlier one, which may be unfinished) and removes it with the last; deleting
+older ones (LangGraph's ``prune(strategy="keep_latest")``) changes nothing. A thread the table lists that is
 not unfinished (it stopped at an interrupt or on an error) is read and left out.
 """
 
@@ -110,7 +111,7 @@ SQLITE_SETUP: tuple[str, ...] = (
     f"WHEN NEW.checkpoint_ns = '' AND {_SQLITE_NEWEST} "
     f"BEGIN INSERT OR IGNORE INTO {OPEN_TABLE} (thread_id) VALUES (NEW.thread_id); END",
     "CREATE TRIGGER IF NOT EXISTS effect_open_on_delete AFTER DELETE ON checkpoints "
-    f"WHEN OLD.checkpoint_ns = '' BEGIN "
+    f"WHEN OLD.checkpoint_ns = '' AND {_SQLITE_NEWEST.replace('NEW.', 'OLD.')} BEGIN "
     f"DELETE FROM {OPEN_TABLE} WHERE thread_id = OLD.thread_id AND NOT {_SQLITE_OTHERS}; "
     f"INSERT OR IGNORE INTO {OPEN_TABLE} (thread_id) SELECT OLD.thread_id WHERE {_SQLITE_OTHERS}; "
     "END",
@@ -120,7 +121,9 @@ SQLITE_SETUP: tuple[str, ...] = (
 POSTGRES_TRIGGER_BODY = f"""
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        IF OLD.checkpoint_ns = '' THEN
+        IF OLD.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM {{schema}}.checkpoints c
+                WHERE c.thread_id = OLD.thread_id AND c.checkpoint_ns = ''
+                AND c.checkpoint_id > OLD.checkpoint_id) THEN
             IF EXISTS (SELECT 1 FROM {{schema}}.checkpoints c
                        WHERE c.thread_id = OLD.thread_id AND c.checkpoint_ns = '') THEN
                 INSERT INTO {{schema}}.{OPEN_TABLE} (thread_id) VALUES (OLD.thread_id) ON CONFLICT DO NOTHING;

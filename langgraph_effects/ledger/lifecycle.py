@@ -18,7 +18,7 @@ from collections.abc import Collection, Generator, Mapping, Sequence
 from typing import Any
 
 from ..core.operation import TERMINAL, Operation, State
-from .codec import erased_evidence, stored_text
+from .codec import erased_evidence, read_text, stored_text
 from .steps import Erase, Forget, LedgerStep, ListDeletions, Lock, RecordDeletion
 
 #: The audit event of an erasure (not a transition: the state stays where it was).
@@ -114,5 +114,13 @@ def deletions_plan(thread_id: str | None) -> Generator[LedgerStep, Any, list[dic
     """The forced deletions recorded (of ``thread_id``, if given), oldest first, as
     `record_deletion_plan` was given them (``thread_id``, ``at``, ``actor``,
     ``operations``)."""
-    rows = yield ListDeletions(thread_id)
-    return [{**row, "at": float(row["at"]), "operations": json.loads(row["operations"])} for row in rows]
+    rows = yield ListDeletions(None if thread_id is None else stored_text(thread_id))
+    return [
+        {
+            "thread_id": read_text(row["thread_id"]),
+            "at": float(row["at"]),
+            "actor": read_text(row["actor"]),
+            "operations": json.loads(read_text(row["operations"])),
+        }
+        for row in rows
+    ]

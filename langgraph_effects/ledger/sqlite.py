@@ -459,10 +459,10 @@ class _Steps(StepDefaults):
 
     def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
         where = "" if step.thread_id is None else " WHERE thread_id = ?"
-        params = () if step.thread_id is None else (stored_text(step.thread_id),)
+        params = () if step.thread_id is None else (step.thread_id,)
         sql = f"SELECT thread_id, at, actor, operations FROM effect_deletions{where} ORDER BY at, rowid"
         return [
-            {"thread_id": read_text(r[0]), "at": r[1], "actor": read_text(r[2]), "operations": r[3]}
+            {"thread_id": r[0], "at": r[1], "actor": r[2], "operations": r[3]}
             for r in self.db.execute(sql, params)
         ]
 

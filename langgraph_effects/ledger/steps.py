@@ -137,8 +137,9 @@ class RecordDeletion:
 
 @dataclass(frozen=True)
 class ListDeletions:
-    """The forced thread deletions recorded (of ``thread_id``, if given), oldest
-    first; answered with a list of dicts with the columns of `RecordDeletion`."""
+    """The forced thread deletions recorded (of ``thread_id``, as stored, if given),
+    oldest first; answered with a list of dicts with the columns of `RecordDeletion`,
+    as stored."""
 
     thread_id: str | None = None
     writes: ClassVar[bool] = False
