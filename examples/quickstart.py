@@ -17,13 +17,13 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
-from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
-
 # langgraph_effects first: without langchain installed, it names the extra that brings it.
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
+
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
 
 if "QUICKSTART_DIR" not in os.environ:  # a directory of our own, shared with the worker, removed at exit
     os.environ["QUICKSTART_DIR"] = tempfile.mkdtemp(prefix="quickstart-")

@@ -36,14 +36,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# langgraph_effects first: without langchain installed, it names the extra that brings it.
+from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, maybe_current_operation
+from langgraph_effects.testing import Provider, ScriptedChatModel
+
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-
-# langgraph_effects first: without langchain installed, it names the extra that brings it.
-from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, maybe_current_operation
-from langgraph_effects.testing import Provider, ScriptedChatModel
 
 DB = "agent.sqlite"
 helpdesk = Provider("helpdesk.sqlite", "blind")
