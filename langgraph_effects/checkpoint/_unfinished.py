@@ -88,7 +88,11 @@ def fill_sql(writes_table: str, source: str, mark: str, barrier: str = "") -> st
     every = unfinished_sql(writes_table, source, mark, barrier, every=True)
     return f"INSERT INTO {OPEN_TABLE} (thread_id) SELECT thread_id FROM ({every}) unfinished"
 
-_SQLITE_SOURCE = "json_extract(CAST(NEW.metadata AS TEXT), '$.source')"
+#: (``json_valid`` first: metadata that is not JSON never fails the save.)
+_SQLITE_SOURCE = (
+    "CASE WHEN json_valid(CAST(NEW.metadata AS TEXT)) "
+    "THEN json_extract(CAST(NEW.metadata AS TEXT), '$.source') END"
+)
 _SQLITE_NEWEST = (
     "NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = NEW.thread_id "
     "AND c.checkpoint_ns = '' AND c.checkpoint_id > NEW.checkpoint_id)"
