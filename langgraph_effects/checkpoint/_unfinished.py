@@ -20,8 +20,9 @@ is an ``input`` checkpoint and removes it otherwise; root task writes on the new
 checkpoint add it (writes a step saves late, on a checkpoint already followed, do not);
 deleting the newest checkpoint adds it while the thread has others left (the newest
 is now an earlier one, which may be unfinished) and removes it with the last; deleting
-older ones (LangGraph's ``prune(strategy="keep_latest")``) changes nothing. A thread the table lists that is
-not unfinished (it stopped at an interrupt or on an error) is read and left out.
+older ones (LangGraph's ``prune(strategy="keep_latest")``) changes nothing. A thread
+the table lists that is not unfinished (it stopped at an interrupt or on an error) is
+read and left out.
 """
 
 from __future__ import annotations
