@@ -47,10 +47,12 @@ if _typing.TYPE_CHECKING:
     )
     from ._runtime.gauges import LedgerGauges, observe_ledger
     from ._runtime.lifecycle import (
+        Deletion,
         ErasureReport,
         PurgeReport,
         delete_thread_operations,
         erase,
+        forced_deletions,
         purge,
     )
     from ._runtime.operator import (
@@ -81,6 +83,9 @@ if _typing.TYPE_CHECKING:
         CompensationEntryJSON,
         CompensationJSON,
         CompensationListJSON,
+        DeletedOperationJSON,
+        DeletionJSON,
+        DeletionListJSON,
         ErasureReportJSON,
         ErrorDetailJSON,
         ErrorJSON,
@@ -149,6 +154,8 @@ _EXPORTS: dict[str, str] = {
     "erase": "_runtime.lifecycle",
     "ErasureReport": "_runtime.lifecycle",
     "delete_thread_operations": "_runtime.lifecycle",
+    "forced_deletions": "_runtime.lifecycle",
+    "Deletion": "_runtime.lifecycle",
     # recovering
     "recover": "recovery",
     "recover_sync": "recovery.sync",
@@ -176,6 +183,9 @@ _EXPORTS: dict[str, str] = {
             "CompensationEntryJSON",
             "CompensationJSON",
             "CompensationListJSON",
+            "DeletedOperationJSON",
+            "DeletionJSON",
+            "DeletionListJSON",
             "ErasureReportJSON",
             "ErrorDetailJSON",
             "ErrorJSON",
@@ -217,6 +227,10 @@ __all__ = [
     "CompensationReport",
     "VERDICTS",
     "DEFAULT_CONNECT_TIMEOUT",
+    "DeletedOperationJSON",
+    "Deletion",
+    "DeletionJSON",
+    "DeletionListJSON",
     "ErasureReport",
     "ErasureReportJSON",
     "ErrorDetailJSON",
@@ -260,6 +274,7 @@ __all__ = [
     "delete_thread_operations",
     "erase",
     "finish_compensations",
+    "forced_deletions",
     "has_password",
     "json_schema",
     "json_schemas",

@@ -217,7 +217,7 @@ async def test_migration_from_the_previous_schema_keeps_rows_and_adds_the_indexe
             assert await ledger.schema_version() == 3
     async with SqliteLedger.from_conn_string(path) as ledger:
         await ledger.setup()
-        assert await ledger.schema_version() == sqlite_ledger.SCHEMA_VERSION == 4
+        assert await ledger.schema_version() == sqlite_ledger.SCHEMA_VERSION == 5
         assert await ledger.get(stored.op_id) == stored
         verdict = await resolve(
             ledger,
@@ -232,4 +232,61 @@ async def test_migration_from_the_previous_schema_keeps_rows_and_adds_the_indexe
     with sqlite3.connect(path) as db:
         names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     db.close()
-    assert {"effect_operations_changed", "effect_operations_verdicts"} <= names
+    assert {"effect_operations_changed", "effect_operations_verdicts", "effect_deletions_thread"} <= names
+
+
+def test_unfinished_threads_reads_only_the_open_threads(tmp_path: Path) -> None:
+    """``unfinished_threads()`` starts from ``effect_open_threads`` and probes the
+    checkpoints and writes of those threads by index: no scan of either table, with
+    2,000 finished threads and 2 open ones, with statistics and without."""
+    from langgraph_effects import AsyncEffectSqliteSaver
+    from langgraph_effects.checkpoint import _unfinished
+    from langgraph_effects.checkpoint.sqlite import _SOURCE
+
+    path = tmp_path / "agent.sqlite"
+
+    async def setup() -> list[str]:
+        async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
+            await saver.setup()
+        _fill_checkpoints(path)
+        async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
+            return await saver.unfinished_threads()
+
+    assert asyncio.run(setup()) == ["input-only", "mid-step"]
+    sql = _unfinished.unfinished_sql("writes", _SOURCE, "?")
+    with sqlite3.connect(path) as db:
+        for analyzed in (False, True):
+            if analyzed:
+                db.execute("ANALYZE")
+            lines = [str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + sql, _unfinished.PARAMS)]
+            scans = [line for line in lines if line.startswith("SCAN")]
+            assert scans == ["SCAN o"], lines  # the open threads, nothing else
+            assert sum(line.startswith("SEARCH") for line in lines) == 4, lines  # newest, its row, its writes
+    db.close()
+
+
+def _fill_checkpoints(path: Path) -> None:
+    """2,000 finished threads of 5 checkpoints, each with writes on all but its newest;
+    one thread whose newest checkpoint is its input, one with writes on its newest."""
+    rows, writes = [], []
+    for t in range(2000):
+        for k in range(5):
+            checkpoint = f"{k:08d}"
+            rows.append((f"t-{t}", checkpoint, json.dumps({"source": "input" if k == 0 else "loop"})))
+            if k < 4:
+                writes.append((f"t-{t}", checkpoint, "messages"))
+    rows += [("input-only", "00000001", json.dumps({"source": "input"}))]
+    rows += [("mid-step", "00000002", json.dumps({"source": "loop"}))]
+    writes += [("mid-step", "00000002", "messages")]
+    with sqlite3.connect(path) as db:
+        db.executemany(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint, metadata) "
+            "VALUES (?, '', ?, 'json', x'7b7d', CAST(? AS BLOB))",
+            rows,
+        )
+        db.executemany(
+            "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
+            "value) VALUES (?, '', ?, 'task', 0, ?, 'json', x'7b7d')",
+            writes,
+        )
+    db.close()

@@ -21,7 +21,7 @@ from langgraph_effects.core.operation import Change, Event, State
 from langgraph_effects.errors import UnresolvedOperationsError
 from langgraph_effects.ledger.base import Ledger, OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.operator import json_schema, purge
+from langgraph_effects.operator import forced_deletions, json_schema, purge
 from langgraph_effects.testing.conformance import LOSE, dispatch, make_op, succeed
 from tests.helpers import run_console
 from tests.helpers.agent import Spec, build
@@ -77,18 +77,25 @@ async def delete_thread_scenario(saver: Any, spec: Spec) -> None:
 
     await settle(ledger, stuck)
     await saver.adelete_thread("t-del")
+    assert await forced_deletions(ledger) == []  # nothing unresolved: nothing to record
     assert await saver.aget_tuple(config("t-del")) is None
     assert await thread_ops(ledger, "t-del") == []
     assert [op.state for op in await thread_ops(ledger, "t-keep")] == [State.CONFIRMED]
     assert await saver.aget_tuple(config("t-keep")) is not None
 
-    # Forced: the unresolved operation goes too (the decision is logged).
+    # Forced: the unresolved operation goes too; the decision is recorded, and kept.
     stuck = await stuck_in(ledger, "t-keep")
+    before = time.time()
     await saver.adelete_thread("t-keep", force=True, actor="alice")
     assert await thread_ops(ledger, "t-keep") == [] and await saver.aget_tuple(config("t-keep")) is None
+    [deletion] = await forced_deletions(ledger, thread_id="t-keep")
+    assert (deletion.thread_id, deletion.actor) == ("t-keep", "alice") and deletion.at >= before
+    assert [(o["operation_id"], o["state"]) for o in deletion.operations] == [(stuck, "unknown")]
+    assert await forced_deletions(ledger, thread_id="t-del") == []
     # The thread id can be used again from scratch: its call runs (and is sent) anew.
     await graph.ainvoke({"messages": [HumanMessage("go")]}, config("t-keep"))
     assert provider.count_requests("apply") == 3
+    assert await forced_deletions(ledger) == [deletion]  # the record outlives the thread's new run
 
 
 async def test_delete_thread_on_sqlite(tmp_path: Path) -> None:
@@ -121,6 +128,33 @@ def test_sync_delete_thread_refuses_then_deletes(tmp_path: Path) -> None:
         saver.delete_thread("t-del", force=True)
         assert saver.get_tuple(config("t-del")) is None
         assert saver._run(thread_ops(ledger, "t-del")) == []
+
+
+@pytest.mark.slow  # the console as a subprocess
+def test_the_deletions_command_shows_who_deleted_what(tmp_path: Path) -> None:
+    db = str(tmp_path / "agent.sqlite")
+
+    async def forced() -> str:
+        async with AsyncEffectSqliteSaver.from_conn_string(db) as saver:
+            await saver.setup()
+            stuck = await stuck_in(saver.ledger, "t-gone")
+            await saver.adelete_thread("t-gone", force=True, actor="alice@ops")
+            return stuck
+
+    none = run_console("--db", db, "--json", "deletions")
+    assert none.returncode == 4  # no ledger yet: nothing created
+    stuck = asyncio.run(forced())
+    shown = run_console("--db", db, "--json", "deletions", "--thread", "t-gone")
+    assert shown.returncode == 0, shown.stderr
+    out = json.loads(shown.stdout)
+    jsonschema.validate(out, json_schema("deletions"))
+    [deletion] = out["deletions"]
+    assert (deletion["thread_id"], deletion["actor"]) == ("t-gone", "alice@ops")
+    assert [o["operation_id"] for o in deletion["operations"]] == [stuck]
+    text = run_console("--db", db, "deletions")
+    assert text.returncode == 0 and "alice@ops" in text.stdout and stuck in text.stdout, text.stdout
+    other = run_console("--db", db, "--json", "deletions", "--thread", "t-other")
+    assert json.loads(other.stdout) == {"deletions": []}
 
 
 # -- purge while a worker runs turns ---------------------------------------------------

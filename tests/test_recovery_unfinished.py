@@ -148,3 +148,88 @@ def test_recover_on_postgres_processes_input_whose_first_step_never_ran(tmp_path
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["threads"] == []
     assert effects(s) == {"t1:0": 1, "t1:1": 1}
+
+
+# -- the threads that may be unfinished, kept beside the checkpoints ----------------------
+
+
+def _open_threads_sqlite(db: str) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        found = {str(r[0]) for r in conn.execute("SELECT thread_id FROM effect_open_threads")}
+    conn.close()
+    return found
+
+
+def test_the_open_threads_follow_saves_crashes_and_deletions(tmp_path: Path) -> None:
+    """Only a thread that may be unfinished is kept (a finished one is not), a worker
+    killed mid-step left its thread there, a deleted thread leaves it, and a database
+    set up before the table existed gets it filled by ``setup()``."""
+    import sqlite3
+
+    s = spec(tmp_path, contract="blind", provider_mode="blind", timeout_after_effect=[0])
+    asyncio.run(_run_worker(replace(spec(tmp_path, contract="dedup", provider_mode="dedup"), thread="done")))
+    asyncio.run(_run_worker(replace(s, thread="paused")))
+    first_step_never_ran(replace(s, thread="crashed"))
+    first_step_never_ran(replace(s, thread="deleted"))
+    assert _open_threads_sqlite(s.db) == {"paused", "crashed", "deleted"}
+
+    async def listed(delete: str | None = None) -> list[str]:
+        async with AsyncEffectSqliteSaver.from_conn_string(s.db) as saver:
+            await saver.setup()
+            if delete is not None:
+                await saver.adelete_thread(delete)
+            return await saver.unfinished_threads()
+
+    assert asyncio.run(listed()) == ["crashed", "deleted"]
+    assert asyncio.run(listed(delete="deleted")) == ["crashed"]
+    assert _open_threads_sqlite(s.db) == {"paused", "crashed"}
+
+    # As an earlier version left the database: no table, no triggers.
+    with sqlite3.connect(s.db) as conn:
+        for trigger in ("effect_open_on_checkpoint", "effect_open_on_writes", "effect_open_on_delete"):
+            conn.execute(f"DROP TRIGGER {trigger}")
+        conn.execute("DROP TABLE effect_open_threads")
+    conn.close()
+    assert asyncio.run(listed()) == ["crashed"]
+    assert _open_threads_sqlite(s.db) == {"crashed"}
+
+
+@pytest.mark.postgres
+def test_the_open_threads_on_postgres_follow_crashes_and_deletions(tmp_path: Path, pg_url: str) -> None:
+    import psycopg
+
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
+
+    s = replace(spec(tmp_path, contract="dedup", provider_mode="dedup"), db=pg_url)
+    asyncio.run(_run_worker(replace(s, thread="done")))
+    first_step_never_ran(replace(s, thread="crashed"))
+    first_step_never_ran(replace(s, thread="deleted"))
+
+    def kept() -> set[str]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            return {str(r[0]) for r in conn.execute("SELECT thread_id FROM effect_open_threads")}
+
+    async def listed(delete: str | None = None) -> list[str]:
+        async with AsyncEffectPostgresSaver.from_conn_string(pg_url) as saver:
+            await saver.setup()
+            if delete is not None:
+                await saver.adelete_thread(delete)
+            return await saver.unfinished_threads()
+
+    async def prune(thread: str) -> None:
+        async with AsyncEffectPostgresSaver.from_conn_string(pg_url) as saver:
+            await saver.aprune([thread], strategy="keep_latest")
+
+    assert kept() == {"crashed", "deleted"}
+    asyncio.run(prune("done"))  # its older checkpoints go, its newest (finished) stays
+    assert kept() == {"crashed", "deleted"}
+    assert asyncio.run(listed()) == ["crashed", "deleted"]
+    assert asyncio.run(listed(delete="deleted")) == ["crashed"]
+    assert kept() == {"crashed"}
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as an earlier version left it
+        conn.execute("DROP TABLE effect_open_threads")
+        conn.execute("DROP FUNCTION effect_open_threads_row() CASCADE")
+    assert asyncio.run(listed()) == ["crashed"]
+    assert kept() == {"crashed"}

@@ -18,7 +18,20 @@ lookup of verdicts over all time has more to find. Then, ``--repeat`` times, int
 (empty, grown): ``recover(graph, dry_run=True)``; the candidate threads of the last 7
 days (``_candidate_threads``, what ``recover`` runs first); the verdict lookup over all
 time (``verdicts_within=None``); ``list`` (its default view: unresolved, 100) and the first
-page of ``list --all``; ``unfinished_threads()``. Medians are printed.
+page of ``list --all``; ``unfinished_threads()``; ``--turns`` ``EffectToolNode`` turns
+(one tool call each, on a fresh thread); the reads of a few milliseconds ten times a
+sample. Figures are per call.
+
+Each figure is timed twice: wall time (median), and CPU time (this process's, plus on
+Postgres the server processes serving that database, read from ``/proc``; the total
+over all repeats, divided by them), which the load of a shared machine barely moves.
+The check, on CPU time: each of the turn, ``recover``, the 7-day verdict lookup,
+``list`` and ``unfinished_threads()`` on the grown ledger within 10% of the empty one's
+(or within 1 ms, below which the kernel's 10 ms ticks decide); ``recover`` holds the same
+unfinished work in both, so its allowance is the same 10%. The verdict lookup over
+all time is not checked: it finds more verdicts on the grown ledger, and reads them.
+Also printed: the bytes each settled operation adds to the ledger's tables and indexes
+(operations and audit rows; SQLite's ``dbstat``, Postgres's ``pg_total_relation_size``).
 """
 
 from __future__ import annotations
@@ -40,6 +53,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import MessagesState, StateGraph
+from pg_cpu import backend_cpu
+from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_effects import AsyncEffectSqliteSaver
 from langgraph_effects._runtime import messages
@@ -50,10 +65,15 @@ from langgraph_effects.ledger.base import COLUMNS, Ledger, to_row
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.recovery import _candidate_threads, recover
 from scenarios import opt, section
+from scenarios.turn import build_graph, run_once
 
 CONFIGURATIONS = ("sqlite", "postgres")
 QUICK = ["--operations", "2000", "--threads-checkpointed", "200", "--repeat", "1"]
 UNRESOLVED = 100
+#: Grown over empty, beyond which a checked figure fails (or beyond `SLACK_MS`, the
+#: larger of the two).
+WITHIN = 1.10
+SLACK_MS = 1.0
 WEEK = 7 * 86400.0
 SPAN = 30 * 86400.0
 
@@ -250,31 +270,42 @@ def _graph(saver: Any) -> Any:
 Measure = Callable[[Any, Ledger], Awaitable[int]]
 
 
-async def _recover(graph: Any, ledger: Ledger) -> int:
-    return len((await recover(graph, ledger=ledger, dry_run=True, min_idle=0)).threads)
+async def _recover(saver: Any, ledger: Ledger) -> int:
+    return len((await recover(_graph(saver), ledger=ledger, dry_run=True, min_idle=0)).threads)
 
 
-async def _candidates(graph: Any, ledger: Ledger) -> int:
+async def _candidates(saver: Any, ledger: Ledger) -> int:
     return len(await _candidate_threads(ledger, None, verdicts_within=WEEK))
 
 
-async def _verdicts_ever(graph: Any, ledger: Ledger) -> int:
+async def _verdicts_ever(saver: Any, ledger: Ledger) -> int:
     return len(await _candidate_threads(ledger, None, verdicts_within=None))
 
 
-async def _list(graph: Any, ledger: Ledger) -> int:
+async def _list(saver: Any, ledger: Ledger) -> int:
     return len(await list_operations(ledger))
 
 
-async def _list_all(graph: Any, ledger: Ledger) -> int:
+async def _list_all(saver: Any, ledger: Ledger) -> int:
     return len(await list_operations(ledger, states=list(State)))
 
 
-async def _unfinished(graph: Any, ledger: Ledger) -> int:
-    return len(await graph.checkpointer.unfinished_threads())
+async def _unfinished(saver: Any, ledger: Ledger) -> int:
+    return len(await saver.unfinished_threads())
+
+
+TURNS = 5
+
+
+async def _turns(saver: Any, ledger: Ledger) -> int:
+    graph = build_graph(path="node", effect=True, fanout=1, latency_ms=0.0, saver=saver)
+    for _ in range(TURNS):
+        await run_once(graph, "scale")
+    return TURNS
 
 
 MEASURES: dict[str, Measure] = {
+    "turn (EffectToolNode, 1 call)": _turns,
     "recover --dry-run": _recover,
     "candidates (7 days)": _candidates,
     "verdict lookup (all time)": _verdicts_ever,
@@ -282,50 +313,121 @@ MEASURES: dict[str, Measure] = {
     "list --all (first page)": _list_all,
     "unfinished_threads()": _unfinished,
 }
+#: How many times each sample runs a measure (a turn: `TURNS` in one sample): the reads
+#: of a few milliseconds ten times, so the server's CPU, read in 10 ms ticks, adds up.
+CALLS = {name: 1 if name.startswith(("turn", "recover")) else 10 for name in MEASURES}
+
+#: The figures the check holds within `WITHIN` of the empty ledger's.
+CHECKED = (
+    "turn (EffectToolNode, 1 call)",
+    "recover --dry-run",
+    "candidates (7 days)",
+    "list (default)",
+    "list --all (first page)",
+    "unfinished_threads()",
+)
+
+
+def _within(row: dict[str, Any]) -> bool:
+    empty, grown = row["empty_cpu_ms"], row["grown_cpu_ms"]
+    return bool(grown <= max(empty * WITHIN, empty + SLACK_MS))
+
+
+def _sqlite_ledger_bytes(path: str) -> int:
+    """The bytes of the ledger's operations and audit rows, with their indexes."""
+    with sqlite3.connect(path) as db:
+        row = db.execute(
+            "SELECT SUM(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name "
+            "WHERE m.tbl_name IN ('effect_operations', 'effect_audit')"
+        ).fetchone()
+    db.close()
+    return int(row[0] or 0)
+
+
+def _postgres_ledger_bytes(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT pg_total_relation_size('effect_operations') + pg_total_relation_size('effect_audit')"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+ServerCpu = Callable[[], Awaitable[float]]
+
+
+async def _no_server() -> float:
+    return 0.0
+
+
+def _server_of(admin_dsn: str, target: str) -> ServerCpu:
+    """The CPU seconds used so far by the server processes serving ``target``'s database."""
+    dbname = conninfo_to_dict(target).get("dbname")
+
+    async def used() -> float:
+        async with await psycopg.AsyncConnection.connect(admin_dsn, autocommit=True) as admin:
+            cur = await admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,)
+            )
+            return backend_cpu([int(r[0]) for r in await cur.fetchall()])
+
+    return used
 
 
 @asynccontextmanager
-async def _sqlite(settled: int, threads: int, templates: dict[str, dict[str, Any]]) -> AsyncIterator[Any]:
+async def _sqlite(
+    settled: int, threads: int, templates: dict[str, dict[str, Any]]
+) -> AsyncIterator[tuple[Any, int, ServerCpu]]:
     path = os.path.join(tempfile.mkdtemp(), "agent.sqlite")
     async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
     _fill_sqlite(path, templates, settled, threads)
     async with AsyncEffectSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
-        yield saver
+        yield saver, _sqlite_ledger_bytes(path), _no_server
 
 
 @asynccontextmanager
 async def _postgres(
     dsn: str, settled: int, threads: int, templates: dict[str, dict[str, Any]]
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[tuple[Any, int, ServerCpu]]:
     async with fresh_pg_database(dsn) as target:
         async with AsyncEffectPostgresSaver.from_conn_string(target) as saver:
             await saver.setup()
         _fill_postgres(target, templates, settled, threads)
         async with AsyncEffectPostgresSaver.from_conn_string(target) as saver:
             await saver.setup()
-            yield saver
+            yield saver, _postgres_ledger_bytes(target), _server_of(dsn, target)
 
 
-async def _compare(empty: Any, grown: Any, repeat: int) -> dict[str, dict[str, Any]]:
+async def _compare(
+    empty: tuple[Any, ServerCpu], grown: tuple[Any, ServerCpu], repeat: int
+) -> dict[str, dict[str, Any]]:
     times: dict[str, dict[str, list[float]]] = {m: {"empty": [], "grown": []} for m in MEASURES}
+    cpu: dict[str, dict[str, float]] = {m: {"empty": 0.0, "grown": 0.0} for m in MEASURES}
     found: dict[str, dict[str, int]] = {m: {} for m in MEASURES}
     for _ in range(repeat):
         for name, measure in MEASURES.items():
-            for side, saver in (("empty", empty), ("grown", grown)):
-                graph = _graph(saver)
+            for side, (saver, server) in (("empty", empty), ("grown", grown)):
+                served, used = await server(), time.process_time()
                 started = time.perf_counter()
-                found[name][side] = await measure(graph, saver.ledger)
+                for _ in range(CALLS[name]):
+                    found[name][side] = await measure(saver, saver.ledger)
                 times[name][side].append(time.perf_counter() - started)
-    return {
+                cpu[name][side] += time.process_time() - used + await server() - served
+    per = {name: CALLS[name] * (TURNS if name.startswith("turn") else 1) for name in MEASURES}
+    rows: dict[str, dict[str, Any]] = {
         name: {
-            "empty_ms": statistics.median(times[name]["empty"]) * 1000,
-            "grown_ms": statistics.median(times[name]["grown"]) * 1000,
+            "empty_ms": statistics.median(times[name]["empty"]) * 1000 / per[name],
+            "grown_ms": statistics.median(times[name]["grown"]) * 1000 / per[name],
+            "empty_cpu_ms": cpu[name]["empty"] * 1000 / repeat / per[name],
+            "grown_cpu_ms": cpu[name]["grown"] * 1000 / repeat / per[name],
             "found": found[name],
         }
         for name in MEASURES
     }
+    for name in CHECKED:
+        rows[name]["within"] = _within(rows[name])
+    return rows
 
 
 def options(group: Any) -> None:
@@ -347,27 +449,41 @@ async def run(args: Any, ctx: Any) -> dict[str, Any]:
     templates = await _templates()
     lines: list[str] = []
     rows: dict[str, Any] = {}
+    sizes: dict[str, float] = {}
     for name in backends:
         if name == "postgres" and ctx.pg_skip is not None:
             lines.append(f"postgres: skipped ({ctx.pg_skip})")
             continue
         async with AsyncExitStack() as stack:
             if name == "sqlite":
-                empty = await stack.enter_async_context(_sqlite(0, 0, templates))
+                empty, empty_bytes, empty_cpu = await stack.enter_async_context(_sqlite(0, 0, templates))
                 ctx.log(f"ledger_scale: filling sqlite with {settled} operations")
-                grown = await stack.enter_async_context(_sqlite(settled, threads, templates))
+                grown, grown_bytes, grown_cpu = await stack.enter_async_context(
+                    _sqlite(settled, threads, templates)
+                )
             else:
-                empty = await stack.enter_async_context(_postgres(ctx.dsn, 0, 0, templates))
+                empty, empty_bytes, empty_cpu = await stack.enter_async_context(
+                    _postgres(ctx.dsn, 0, 0, templates)
+                )
                 ctx.log(f"ledger_scale: filling postgres with {settled} operations")
-                grown = await stack.enter_async_context(_postgres(ctx.dsn, settled, threads, templates))
-            rows[name] = await _compare(empty, grown, repeat)
+                grown, grown_bytes, grown_cpu = await stack.enter_async_context(
+                    _postgres(ctx.dsn, settled, threads, templates)
+                )
+            rows[name] = await _compare((empty, empty_cpu), (grown, grown_cpu), repeat)
+            per_op = (grown_bytes - empty_bytes) / settled if settled else 0.0
         lines.append(
             f"{name}: {settled} settled + {UNRESOLVED} unresolved operations, "
-            f"{threads} x 5 checkpoints (median of {repeat}; found: empty/grown)"
+            f"{threads} x 5 checkpoints (wall: median of {repeat}; CPU: mean; a turn: ms each; "
+            "found: empty/grown; the check is on CPU)"
         )
         for measure, row in rows[name].items():
+            verdict = {True: "ok", False: "OVER 10%", None: ""}[row.get("within")]
             lines.append(
-                f"  {measure:<26} empty {row['empty_ms']:9.1f} ms   grown {row['grown_ms']:9.1f} ms   "
-                f"found {row['found'].get('empty')}/{row['found'].get('grown')}"
+                f"  {measure:<30} wall {row['empty_ms']:8.1f} -> {row['grown_ms']:8.1f} ms   "
+                f"CPU {row['empty_cpu_ms']:8.1f} -> {row['grown_cpu_ms']:8.1f} ms "
+                f"x{row['grown_cpu_ms'] / max(row['empty_cpu_ms'], 1e-9):5.2f}   "
+                f"found {row['found'].get('empty')}/{row['found'].get('grown')}   {verdict}"
             )
-    return section("ledger_scale", lines, rows=rows)
+        sizes[name] = per_op
+        lines.append(f"  ledger bytes per settled operation (tables and indexes): {per_op:,.0f}")
+    return section("ledger_scale", lines, rows=rows, bytes_per_operation=sizes)

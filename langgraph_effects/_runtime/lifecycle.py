@@ -21,8 +21,8 @@ from ..core.operation import TERMINAL, UNRESOLVED, Operation, State
 from ..core.text import require_text
 from ..errors import UnresolvedOperationsError
 from ..ledger.base import DEFAULT_ACTOR, Ledger, OperationQuery
-from ..ledger.lifecycle import is_erased
-from .shapes import ErasureReportJSON, PurgeReportJSON
+from ..ledger.lifecycle import is_erased, record_deletion_plan
+from .shapes import DeletedOperationJSON, DeletionJSON, ErasureReportJSON, PurgeReportJSON
 
 log = logging.getLogger("langgraph_effects.lifecycle")
 
@@ -190,8 +190,9 @@ async def delete_thread_operations(
     While the thread has unresolved operations, raises
     [`UnresolvedOperationsError`][langgraph_effects.errors.UnresolvedOperationsError]
     naming them and removes nothing, unless ``force``: then they are removed too, and
-    the decision (who, which operations, in which states) is logged at WARNING on the
-    ``langgraph_effects.lifecycle`` logger, the one record left of them.
+    the decision (who, when, which operations, in which states) is recorded in the
+    ledger, kept after they are gone (`forced_deletions`, ``langgraph-effects
+    deletions``), and logged at WARNING on the ``langgraph_effects.lifecycle`` logger.
     """
     await check_thread_deletable(ledger, thread_id, force=force, actor=actor, batch_size=batch_size)
     return await forget_thread(ledger, thread_id, force=force, batch_size=batch_size)
@@ -201,18 +202,72 @@ async def check_thread_deletable(
     ledger: Ledger, thread_id: str, *, force: bool, actor: str, batch_size: int = DEFAULT_BATCH
 ) -> None:
     """Refuse the deletion of ``thread_id`` while it has unresolved operations
-    (`UnresolvedOperationsError`), or, with ``force``, log the decision."""
+    (`UnresolvedOperationsError`), or, with ``force``, record the decision in the
+    ledger (a `Deletion`, see `forced_deletions`) and log it."""
     require_text(thread_id, "thread_id", "Pass the thread id the graph ran with; nothing was deleted.")
     ops = await all_operations(ledger, thread_id=thread_id, batch_size=batch_size)
     unresolved = [op for op in ops if op.state in UNRESOLVED]
     if unresolved and not force:
         raise UnresolvedOperationsError(thread_id, unresolved)
     if unresolved:
+        kept = [_deleted(op) for op in unresolved]
+        at = time.time()
+        await ledger.transact(lambda: record_deletion_plan(thread_id, at, actor, kept))
         log.warning(
             "%s deleted thread %r with %d unresolved operation(s), forced: %s",
             actor, thread_id, len(unresolved),
             ", ".join(f"{o.op_id} ({o.state.value}, {o.tool}, key {o.provider_key})" for o in unresolved),
         )
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A thread deleted by force while some of its operations were unresolved: who
+    decided, when, and what those operations were (kept after they are gone)."""
+
+    thread_id: str
+    at: float
+    actor: str
+    operations: tuple[DeletedOperationJSON, ...]
+    """Each unresolved operation as it was when the thread was deleted."""
+
+    def to_json(self) -> DeletionJSON:
+        """One entry of ``langgraph-effects deletions --json``."""
+        return {
+            "thread_id": self.thread_id,
+            "at": self.at,
+            "actor": self.actor,
+            "operations": list(self.operations),
+        }
+
+
+def _deleted(op: Operation) -> DeletedOperationJSON:
+    """What a `Deletion` keeps of one unresolved operation."""
+    return {
+        "operation_id": op.op_id,
+        "state": op.state.value,
+        "tool": op.tool,
+        "provider_key": op.provider_key,
+        "tenant": op.tenant,
+        "updated_at": op.updated_at,
+    }
+
+
+async def forced_deletions(ledger: Ledger, *, thread_id: str | None = None) -> list[Deletion]:
+    """The threads deleted by force while they had unresolved operations (of
+    ``thread_id``, if given), oldest first: who decided, when, and what those
+    operations were. Kept after the operations are gone (``langgraph-effects
+    deletions``)."""
+    rows = await ledger.deletion_rows(thread_id)
+    return [
+        Deletion(
+            thread_id=row["thread_id"],
+            at=row["at"],
+            actor=row["actor"],
+            operations=tuple(row["operations"]),
+        )
+        for row in rows
+    ]
 
 
 async def forget_thread(

@@ -155,6 +155,33 @@ class ErasureReportJSON(TypedDict):
     unresolved: list[str]
 
 
+class DeletedOperationJSON(TypedDict):
+    """An operation that was unresolved when its thread was deleted by force, as it was."""
+
+    operation_id: str
+    state: str
+    tool: str
+    provider_key: str
+    tenant: str
+    updated_at: float
+
+
+class DeletionJSON(TypedDict):
+    """A thread deleted by force while some of its operations were unresolved: who
+    decided (``actor``), when (``at``, epoch seconds) and those operations."""
+
+    thread_id: str
+    at: float
+    actor: str
+    operations: list[DeletedOperationJSON]
+
+
+class DeletionListJSON(TypedDict):
+    """``langgraph-effects deletions --json``: the forced thread deletions, oldest first."""
+
+    deletions: list[DeletionJSON]
+
+
 class CompensationJSON(TypedDict):
     """How one compensation stands: the effect, its undo, and why
     (``langgraph-effects compensate --json``, and each of a recovery's compensations)."""
@@ -452,6 +479,7 @@ SHAPES: dict[str, type] = {
     "stats": StatsJSON,
     "purge": PurgeReportJSON,
     "erase": ErasureReportJSON,
+    "deletions": DeletionListJSON,
     "effect-review": ReviewRequestJSON,
     "effect-approval": ApprovalRequestJSON,
     "error": ErrorJSON,

@@ -125,6 +125,7 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
         async with self.ledger.migration_lock("checkpoints"):
             await super().setup()
         await self.setup_fencing()
+        await self._setup_open_threads()
         self._setup_seen = True
 
     async def _has_checkpoint_tables(self) -> bool:
@@ -158,6 +159,42 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
             for table in _FENCED_TABLES:
                 if await _value(conn, _TRIGGER_FOUND_SQL, _TRIGGER, schema, table) is None:
                     await conn.execute(_trigger_sql(schema, table))
+
+    async def _setup_open_threads(self) -> None:
+        """Create `_unfinished.OPEN_TABLE` beside LangGraph's tables, its trigger function
+        and triggers, and fill it (idempotent; the fill runs with the table's creation,
+        after the triggers, whose creation waits for the saves in flight and holds off
+        new ones until the fill commits)."""
+        async with postgres_connection(self.conn) as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
+            )
+            schema = await self._checkpoints_schema(conn)
+            function = sql.Identifier(schema, _OPEN_FUNCTION)
+            table = sql.Identifier(schema, _unfinished.OPEN_TABLE)
+            quoted = sql.Identifier(schema).as_string(None)
+            body = _unfinished.POSTGRES_TRIGGER_BODY.replace("{schema}", quoted)
+            if await _value(conn, _FUNCTION_BODY_SQL, _OPEN_FUNCTION, schema) != body:
+                create = "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}"
+                await conn.execute(sql.SQL(create).format(function, sql.Literal(body)))
+            created = await _value(conn, "SELECT to_regclass(%s) IS NULL", table.as_string(None))
+            if created:
+                await conn.execute(sql.SQL("CREATE TABLE {} (thread_id text PRIMARY KEY)").format(table))
+            for saved in _FENCED_TABLES:
+                if await _value(conn, _TRIGGER_FOUND_SQL, _OPEN_TRIGGER, schema, saved) is None:
+                    events = "INSERT OR UPDATE OR DELETE" if saved == "checkpoints" else "INSERT OR UPDATE"
+                    trigger = f"CREATE TRIGGER {{}} AFTER {events} ON {{}} "
+                    trigger += " FOR EACH ROW EXECUTE FUNCTION {}()"
+                    await conn.execute(
+                        sql.SQL(trigger).format(
+                            sql.Identifier(_OPEN_TRIGGER), sql.Identifier(schema, saved), function
+                        )
+                    )
+            if created:
+                await conn.execute(
+                    _unfinished.fill_sql("checkpoint_writes", "c.metadata ->> 'source'", "%s", "OFFSET 0"),
+                    _unfinished.PARAMS,
+                )
 
     @staticmethod
     async def _checkpoints_schema(conn: AsyncConnection[Any]) -> str:
@@ -376,6 +413,9 @@ _DELETE_RUN_CHECKPOINTS_SQL = "DELETE FROM checkpoints WHERE metadata ->> 'run_i
 # costs the statements and round trip it costs without us.
 
 _FENCE_FUNCTION = "effect_checkpoint_fence"
+#: What keeps `_unfinished.OPEN_TABLE` (see `_unfinished.POSTGRES_TRIGGER_BODY`).
+_OPEN_FUNCTION = "effect_open_threads_row"
+_OPEN_TRIGGER = "effect_open_threads"
 _TRIGGER_FUNCTION = "effect_checkpoint_fence_row"
 _TRIGGER = "effect_one_runner_per_thread"
 _FENCED_TABLES = ("checkpoints", "checkpoint_writes")

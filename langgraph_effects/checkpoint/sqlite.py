@@ -95,6 +95,7 @@ class AsyncEffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSa
         async with self.lock:
             await self.conn.execute(_fence.INDEX_SQL)
             await self.conn.commit()
+        await self._fenced(_open_threads)
         self._setup_seen = True
 
     async def _has_checkpoint_tables(self) -> bool:
@@ -108,7 +109,7 @@ class AsyncEffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSa
         """Threads whose newest checkpoint has input or a step no checkpoint finished
         (see `_unfinished`), oldest first."""
         await self._ready_for_use()
-        sql = _unfinished.unfinished_sql("writes", "json_extract(CAST(c.metadata AS TEXT), '$.source')", "?")
+        sql = _unfinished.unfinished_sql("writes", _SOURCE, "?")
         async with self.lock, self.conn.execute(sql, _unfinished.PARAMS) as cur:
             return [str(row[0]) for row in await cur.fetchall()]
 
@@ -221,3 +222,18 @@ class AsyncEffectSqliteSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncSqliteSa
             db.execute(f"DELETE FROM checkpoints WHERE {runs}", ids)
 
         await self._fenced(delete)
+
+
+_SOURCE = "json_extract(CAST(c.metadata AS TEXT), '$.source')"
+
+
+def _open_threads(db: sqlite3.Connection) -> None:
+    """Create `_unfinished.OPEN_TABLE` and its triggers, and fill it, once (in the
+    setup's one write transaction: no save falls between the fill and the triggers)."""
+    found = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_unfinished.OPEN_TABLE,)
+    ).fetchone()
+    for statement in _unfinished.SQLITE_SETUP:
+        db.execute(statement)
+    if found is None:
+        db.execute(_unfinished.fill_sql("writes", _SOURCE, "?"), _unfinished.PARAMS)

@@ -68,7 +68,7 @@ or its checkpointer), ``failures`` (exit codes, error messages and hints),
 ``render`` (rich output shared by the commands), ``graphs`` (importing ``--graph``),
 one module per command group (``listing``: list and show; ``resolve``; ``setup``;
 ``recover``; ``controls``: budgets and circuit breakers; ``stats``: the ledger's
-health; ``lifecycle``: purge and erase; ``passthrough``: lab and
+health; ``lifecycle``: purge, erase and deletions; ``passthrough``: lab and
 crashtest; ``mcptools``: mcp-tools), and ``main`` (the entry point).
 """
 
@@ -95,7 +95,7 @@ from . import controls  # budgets and circuit breakers
 
 # isort: split
 from . import (
-    lifecycle,  # purge, erase
+    lifecycle,  # purge, erase, deletions
     stats,  # the ledger's health
 )
 

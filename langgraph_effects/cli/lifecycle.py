@@ -1,19 +1,21 @@
-"""``purge`` and ``erase``: a ledger kept for years (retention, and a person's data erased).
+"""``purge``, ``erase`` and ``deletions``: a ledger kept for years (retention, a
+person's data erased, and the threads deleted by force).
 
-Both are dry runs unless ``--yes`` is given: they say what they would do and write
-nothing. See docs/lifecycle.md.
+``purge`` and ``erase`` are dry runs unless ``--yes`` is given: they say what they
+would do and write nothing. See docs/lifecycle.md.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
-from ..operator import erase, purge
+from ..operator import erase, forced_deletions, purge
 from .failures import BadInput, fail, run
-from .render import print_json, stdout
+from .render import print_json, stdout, when
 from .resolve import ActorOption, _default_actor
 from .target import Target, ledger_command, open_target, parse_duration
 
@@ -116,4 +118,39 @@ def erase_command(
         )
     if not yes and report.erased:
         lines.append("Dry run: nothing was erased. Run again with --yes to erase.")
+    stdout().print(Text("\n".join(lines)))
+
+
+@ledger_command("deletions")
+def deletions_command(
+    target: Target,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread's deletions.")] = None,
+) -> None:
+    """List the threads deleted by force while some of their operations were unresolved
+    (``delete_thread(force=True)``): who decided, when, and what those operations were.
+    The record stays after the operations are gone. Read-only.
+    """
+
+    async def work() -> Any:
+        async with open_target(target, read_only=True) as ledger:
+            return await forced_deletions(ledger, thread_id=thread)
+
+    found = run(target, work)
+    if target.json:
+        print_json({"deletions": [d.to_json() for d in found]})
+        return
+    if not found:
+        stdout().print(Text("No thread was deleted with unresolved operations."))
+        return
+    now = time.time()
+    lines: list[str] = []
+    for deletion in found:
+        lines.append(
+            f"thread {deletion.thread_id!r} deleted by {deletion.actor} at {when(deletion.at, now).plain}, "
+            f"forced, with {len(deletion.operations)} unresolved operation(s):"
+        )
+        lines.extend(
+            f"  {op['operation_id']} ({op['state']}, {op['tool']}, key {op['provider_key']})"
+            for op in deletion.operations
+        )
     stdout().print(Text("\n".join(lines)))

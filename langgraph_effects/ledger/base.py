@@ -41,7 +41,7 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
-from .lifecycle import erase_plan, forget_plan
+from .lifecycle import deletions_plan, erase_plan, forget_plan
 from .query import Cursor as Cursor
 from .query import OperationCount as OperationCount
 from .query import OperationQuery as OperationQuery
@@ -571,6 +571,11 @@ class Ledger(abc.ABC):
         if not op_ids:
             return []
         return await self._write(lambda: erase_plan(op_ids, actor))
+
+    async def deletion_rows(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """The forced thread deletions recorded (of ``thread_id``, if given), oldest
+        first, without a write lock (see `deletions_plan`)."""
+        return await self._read(deletions_plan(thread_id))
 
     async def control_rows(self) -> list[ControlRow]:
         """Every budget and circuit-breaker row (not the operations' holds), sorted by

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from typing import Any
 
 from ..core.controls import ControlRow
 from ..core.operation import Operation
@@ -71,10 +72,12 @@ from .steps import (
     InsertWithAudit,
     LedgerStep,
     ListControls,
+    ListDeletions,
     Load,
     Lock,
     LockControls,
     OurTables,
+    RecordDeletion,
     StepDefaults,
     StepRunner,
     WriteControls,
@@ -112,6 +115,7 @@ __all__ = [
     "LedgerUnavailableError",
     "LedgerOptions",
     "ListControls",
+    "ListDeletions",
     "Load",
     "Lock",
     "LockControls",
@@ -119,6 +123,7 @@ __all__ = [
     "Operation",
     "OperationQuery",
     "OurTables",
+    "RecordDeletion",
     "Plan",
     "LedgerStep",
     "StepDefaults",
@@ -231,6 +236,15 @@ class LedgerBackend(AsyncStepDefaults, Ledger):
     async def erase(self, step: Erase) -> bool:
         """Erase one row's payload and its audit evidence (see `Erase`). Optional."""
         raise self._no_lifecycle("erase")
+
+    async def record_deletion(self, step: RecordDeletion) -> None:
+        """Keep the record of a forced thread deletion (see `RecordDeletion`). Optional:
+        without it a thread with unresolved operations cannot be deleted by force."""
+        raise self._no_lifecycle("record_deletion")
+
+    async def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
+        """The forced thread deletions recorded (see `ListDeletions`). Optional."""
+        raise self._no_lifecycle("list_deletions")
 
     def _no_lifecycle(self, step: str) -> LedgerError:
         return LedgerError(

@@ -12,13 +12,14 @@ deletion name the settled ones, a forced thread deletion every state).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from collections.abc import Collection, Generator, Sequence
+from collections.abc import Collection, Generator, Mapping, Sequence
 from typing import Any
 
 from ..core.operation import TERMINAL, Operation, State
-from .codec import erased_evidence, stored_text
-from .steps import Erase, Forget, LedgerStep, Lock
+from .codec import erased_evidence, read_text, stored_text
+from .steps import Erase, Forget, LedgerStep, ListDeletions, Lock, RecordDeletion
 
 #: The audit event of an erasure (not a transition: the state stays where it was).
 ERASE_EVENT = "erase"
@@ -93,3 +94,33 @@ def erase_plan(op_ids: Sequence[str], actor: str) -> Generator[LedgerStep, Any, 
         if (yield Erase(after, before.version, audit)):
             erased.append(op_id)
     return erased
+
+
+def record_deletion_plan(
+    thread_id: str, at: float, actor: str, operations: Sequence[Mapping[str, Any]]
+) -> Generator[LedgerStep, Any, None]:
+    """Record that ``actor`` deleted ``thread_id`` by force at ``at`` while
+    ``operations`` (each a dict of JSON values) were unresolved (`RecordDeletion`)."""
+    row = {
+        "thread_id": stored_text(thread_id),
+        "at": at,
+        "actor": stored_text(actor),
+        "operations": stored_text(json.dumps([dict(o) for o in operations], ensure_ascii=False)),
+    }
+    yield RecordDeletion(row)
+
+
+def deletions_plan(thread_id: str | None) -> Generator[LedgerStep, Any, list[dict[str, Any]]]:
+    """The forced deletions recorded (of ``thread_id``, if given), oldest first, as
+    `record_deletion_plan` was given them (``thread_id``, ``at``, ``actor``,
+    ``operations``)."""
+    rows = yield ListDeletions(None if thread_id is None else stored_text(thread_id))
+    return [
+        {
+            "thread_id": read_text(row["thread_id"]),
+            "at": float(row["at"]),
+            "actor": read_text(row["actor"]),
+            "operations": json.loads(read_text(row["operations"])),
+        }
+        for row in rows
+    ]

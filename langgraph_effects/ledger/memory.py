@@ -34,10 +34,12 @@ from .steps import (
     Forget,
     InsertWithAudit,
     ListControls,
+    ListDeletions,
     Load,
     Lock,
     LockControls,
     OurTables,
+    RecordDeletion,
     StepDefaults,
     WriteControls,
     answer,
@@ -70,6 +72,8 @@ class InMemoryLedger(StepDefaults, Ledger):
         self._migrations: int | None = None
         #: Control rows (budgets, circuit breakers, holds) by (control, scope).
         self._controls: dict[tuple[str, str], ControlRow] = {}
+        #: Forced thread deletions recorded, oldest first.
+        self._deletions: list[dict[str, Any]] = []
 
     async def aclose(self) -> None:
         return None
@@ -173,6 +177,12 @@ class InMemoryLedger(StepDefaults, Ledger):
 
     def list_controls(self, step: ListControls) -> list[ControlRow]:
         return [row for key, row in sorted(self._controls.items()) if row.control != "hold"]
+
+    def record_deletion(self, step: RecordDeletion) -> None:
+        self._deletions.append(dict(step.row))
+
+    def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._deletions if step.thread_id in (None, r["thread_id"])]
 
     def our_tables(self, step: OurTables) -> set[str]:
         return set(LEDGER_TABLES) if self._migrations is not None else set()

@@ -98,6 +98,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX effect_operations_verdicts
         ON {{s}}effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,
+    # Forced thread deletions (see docs/lifecycle.md): kept after the operations are gone.
+    """
+    CREATE TABLE {s}effect_deletions (
+        thread_id text NOT NULL,
+        at double precision NOT NULL,
+        actor text NOT NULL,
+        operations text NOT NULL
+    );
+    CREATE INDEX effect_deletions_thread ON {s}effect_deletions (thread_id, at);
+    """,
 )
 
 #: effect_audit's columns, in the order its rows are written.

@@ -76,7 +76,7 @@ from .pgsql import (
     insert_params,
 )
 from .query import OperationCount, count_sql, counts_from_rows, listing_sql
-from .steps import AsyncStepDefaults, answer
+from .steps import AsyncStepDefaults, ListDeletions, RecordDeletion, answer
 
 #: How often a plan the server rolled back (deadlock, serialization failure) is rerun.
 _ROLLBACK_RETRIES = 5
@@ -646,6 +646,27 @@ class _Steps(AsyncStepDefaults):
 
     async def list_controls(self, step: base.ListControls) -> list[ControlRow]:
         return await pgcontrols.list_controls(self.cur, self.ledger._controls_sql, step)
+
+    async def record_deletion(self, step: RecordDeletion) -> None:
+        row = step.row
+        await self.plain.execute(
+            f"INSERT INTO {self.ledger._sql.prefix}effect_deletions (thread_id, at, actor, operations) "
+            "VALUES (%s, %s, %s, %s)",
+            [row["thread_id"], row["at"], row["actor"], row["operations"]],
+        )
+
+    async def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
+        where = "" if step.thread_id is None else " WHERE thread_id = %s"
+        params = [] if step.thread_id is None else [step.thread_id]
+        await self.plain.execute(
+            f"SELECT thread_id, at, actor, operations FROM {self.ledger._sql.prefix}effect_deletions"
+            f"{where} ORDER BY at",
+            params,
+        )
+        return [
+            {"thread_id": r[0], "at": r[1], "actor": r[2], "operations": r[3]}
+            for r in await self.plain.fetchall()
+        ]
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(

@@ -50,7 +50,7 @@ from .query import (
     counts_from_rows,
     listing_sql,
 )
-from .steps import StepDefaults, answerer
+from .steps import ListDeletions, RecordDeletion, StepDefaults, answerer
 
 T = TypeVar("T")
 
@@ -132,6 +132,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX effect_operations_verdicts
         ON effect_operations (updated_at, op_id) WHERE {VERDICTS_SQL};
     """,
+    # Forced thread deletions (see docs/lifecycle.md): kept after the operations are gone.
+    """
+    CREATE TABLE effect_deletions (
+        thread_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        operations TEXT NOT NULL
+    );
+    CREATE INDEX effect_deletions_thread ON effect_deletions (thread_id, at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -144,6 +154,10 @@ _UPDATE = (
     "WHERE op_id = :op_id AND version = :expected_version"
 )
 _RENEW = renewal_sql("effect_operations", "json_extract(owner, '$.token')", "?")
+_INSERT_DELETION = (
+    "INSERT INTO effect_deletions (thread_id, at, actor, operations) "
+    "VALUES (:thread_id, :at, :actor, :operations)"
+)
 _MIGRATIONS_DDL = "CREATE TABLE effect_migrations (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
 _INSERT_AUDIT = (
     "INSERT INTO effect_audit (op_id, seq, at, actor, from_state, to_state, event, version, "
@@ -439,6 +453,18 @@ class _Steps(StepDefaults):
     def list_controls(self, step: base.ListControls) -> list[ControlRow]:
         sql = "SELECT * FROM effect_controls WHERE control != 'hold' ORDER BY control, scope"
         return [row_from(r) for r in self.db.execute(sql)]
+
+    def record_deletion(self, step: RecordDeletion) -> None:
+        self.db.execute(_INSERT_DELETION, step.row)
+
+    def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
+        where = "" if step.thread_id is None else " WHERE thread_id = ?"
+        params = () if step.thread_id is None else (step.thread_id,)
+        sql = f"SELECT thread_id, at, actor, operations FROM effect_deletions{where} ORDER BY at, rowid"
+        return [
+            {"thread_id": r[0], "at": r[1], "actor": r[2], "operations": r[3]}
+            for r in self.db.execute(sql, params)
+        ]
 
     def our_tables(self, step: base.OurTables) -> set[str]:
         marks = ", ".join("?" * len(base.LEDGER_TABLES))

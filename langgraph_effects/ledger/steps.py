@@ -19,7 +19,7 @@ from ..core.operation import Operation
 
 #: The tables of a SQL ledger (what `OurTables` is answered with once set up).
 LEDGER_TABLES: tuple[str, ...] = (
-    "effect_operations", "effect_audit", "effect_controls", "effect_migrations"
+    "effect_operations", "effect_audit", "effect_controls", "effect_migrations", "effect_deletions"
 )
 
 
@@ -126,6 +126,26 @@ class Erase:
 
 
 @dataclass(frozen=True)
+class RecordDeletion:
+    """Append ``row`` to the record of forced thread deletions (``effect_deletions``:
+    ``thread_id``, ``at``, ``actor``, ``operations``, the JSON text of what was
+    unresolved); answered with ``None``."""
+
+    row: dict[str, Any]
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ListDeletions:
+    """The forced thread deletions recorded (of ``thread_id``, as stored, if given),
+    oldest first; answered with a list of dicts with the columns of `RecordDeletion`,
+    as stored."""
+
+    thread_id: str | None = None
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
 class LockControls:
     """Load the control rows (`ControlRow`) with
     these (control, scope) ``keys``, given in sorted order, and hold them until the
@@ -197,6 +217,8 @@ LedgerStep = (
     | CasEach
     | Forget
     | Erase
+    | RecordDeletion
+    | ListDeletions
     | LockControls
     | WriteControls
     | ListControls
@@ -221,6 +243,8 @@ STEP_METHODS: dict[type, str] = {
     CasEach: "cas_each",
     Forget: "forget",
     Erase: "erase",
+    RecordDeletion: "record_deletion",
+    ListDeletions: "list_deletions",
     LockControls: "lock_controls",
     WriteControls: "write_controls",
     ListControls: "list_controls",
@@ -249,6 +273,8 @@ class StepRunner(Protocol):
     def cas_each(self, step: CasEach) -> Any: ...
     def forget(self, step: Forget) -> Any: ...
     def erase(self, step: Erase) -> Any: ...
+    def record_deletion(self, step: RecordDeletion) -> Any: ...
+    def list_deletions(self, step: ListDeletions) -> Any: ...
     def lock_controls(self, step: LockControls) -> Any: ...
     def write_controls(self, step: WriteControls) -> Any: ...
     def list_controls(self, step: ListControls) -> Any: ...

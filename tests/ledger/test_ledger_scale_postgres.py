@@ -76,7 +76,7 @@ async def test_migration_from_the_previous_schema(pg_schema: str, monkeypatch: p
             [stored] = await ledger.record_intents([make_op(thread_id="t-old")])
     async with PostgresLedger.from_conn_string(dsn, schema=pg_schema) as ledger:
         await ledger.setup()
-        assert await ledger.schema_version() == pg_ledger.SCHEMA_VERSION == 4
+        assert await ledger.schema_version() == pg_ledger.SCHEMA_VERSION == 5
         assert await ledger.get(stored.op_id) == stored
         abandon = Change(Event.ABANDON, decision_id="dec-1", decision={"verdict": "abandon"})
         decided = await ledger.transition(stored.op_id, abandon, expected_version=stored.version)
@@ -88,4 +88,47 @@ async def test_migration_from_the_previous_schema(pg_schema: str, monkeypatch: p
         "effect_operations_changed",
         "effect_operations_verdicts",
         "effect_operations_unresolved",
+        "effect_deletions_thread",
     } <= names
+
+
+async def test_unfinished_threads_reads_only_the_open_threads(pg_schema: str) -> None:
+    """The plan of ``unfinished_threads()`` starts from ``effect_open_threads`` and
+    reaches the checkpoints and writes of those threads by index (sequential scans
+    disabled: a part no index can answer shows a ``Seq Scan`` and fails)."""
+    import json
+
+    from langgraph_effects.checkpoint import _unfinished
+    from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
+
+    base = require_postgres()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+    dsn = base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{pg_schema}"
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
+        await saver.setup()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        copying = "COPY checkpoints (thread_id, checkpoint_id, checkpoint, metadata) FROM STDIN"
+        with conn.cursor().copy(copying) as copy:
+            for t in range(500):
+                for k in range(5):
+                    source = "input" if k == 0 else "loop"
+                    copy.write_row((f"t-{t}", f"{k:08d}", "{}", json.dumps({"source": source})))
+            copy.write_row(("input-only", "00000001", "{}", json.dumps({"source": "input"})))
+            copy.write_row(("mid-step", "00000002", "{}", json.dumps({"source": "loop"})))
+        conn.execute(
+            "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, "
+            "blob) VALUES ('mid-step', '', '00000002', 'task', 0, 'messages', '')"
+        )
+        conn.execute("ANALYZE")
+    async with AsyncEffectPostgresSaver.from_conn_string(dsn) as saver:
+        assert await saver.unfinished_threads() == ["input-only", "mid-step"]
+    sql = _unfinished.unfinished_sql("checkpoint_writes", "c.metadata ->> 'source'", "%s", "OFFSET 0")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        rows = conn.execute("EXPLAIN (COSTS OFF) " + sql, _unfinished.PARAMS).fetchall()
+    plan = "\n".join(str(row[0]) for row in rows)
+    assert "effect_open_threads" in plan and "Seq Scan" not in plan, plan
+    assert "Hash Join" not in plan and "Merge Join" not in plan, plan  # neither reads a table whole
+    assert plan.count("Index Cond: ((thread_id = o.thread_id)") == 2, plan  # the newest, and its row
+    assert plan.count("Index Cond: (thread_id = c.thread_id)") == 2, plan  # its writes

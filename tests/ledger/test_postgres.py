@@ -68,7 +68,7 @@ async def test_setup_twice_is_idempotent(pg_schema: str, make_op: OpFactory) -> 
         assert await ledger.get(op.op_id) == op
     assert await migrations_in(pg_schema) == list(range(SCHEMA_VERSION))
     assert await tables_in(pg_schema) == {
-        "effect_operations", "effect_audit", "effect_controls", "effect_migrations"
+        "effect_operations", "effect_audit", "effect_controls", "effect_migrations", "effect_deletions"
     }
 
 
