@@ -11,6 +11,7 @@ and any scenario's rows shaped the same) is then printed once per side:
 
 * ``ratio``: the median over the rounds of each run's ratio to plain, and ``[lo, hi]``
   the widest of the runs' 95% intervals (lowest low, highest high);
+* ``CPU``: the median of the runs' CPU ratios (less moved by a loaded machine);
 * ``ms/call``: the median over the rounds of the milliseconds added per call;
 
 and, on the after side, ``change``: the after/before ratio of the two medians, with
@@ -65,38 +66,43 @@ def run_once(checkout: Path, args: list[str], target: Path, python: str) -> dict
     return dict(json.loads(target.read_text()))
 
 
-def fmt_ratio(values: list[float], intervals: list[list[float]]) -> str:
-    lo = min(i[0] for i in intervals)
-    hi = max(i[1] for i in intervals)
-    return f"{statistics.median(values):.3f}x [{lo:.3f}, {hi:.3f}]"
+def median(got: list[dict[str, Any]], key: str) -> float:
+    """The median of ``key`` over the runs' rows (NaN when a row lacks it)."""
+    return statistics.median(float(row.get(key, float("nan"))) for row in got)
+
+
+def side_line(got: list[dict[str, Any]]) -> str:
+    """One side of a row: its ratio [the span of the runs' intervals], CPU ratio, ms/call."""
+    lo = min(row["ratio_ci95"][0] for row in got)
+    hi = max(row["ratio_ci95"][1] for row in got)
+    ratio = f"{median(got, 'ratio'):.3f}x [{lo:.3f}, {hi:.3f}]"
+    return f"{ratio:24s} {median(got, 'cpu_ratio'):5.3f}x {median(got, 'added_ms_per_call'):+8.2f}"
+
+
+def change(after: list[dict[str, Any]], before: list[dict[str, Any]]) -> str:
+    """After against before: the ratio's change, the rounds' own range, ms/call's change."""
+    paired = [a["ratio"] / b["ratio"] - 1 for a, b in zip(after, before, strict=False)]
+    moved = median(after, "ratio") / median(before, "ratio") - 1
+    ms = median(after, "added_ms_per_call") - median(before, "added_ms_per_call")
+    return f"{moved:+.1%} (rounds {min(paired):+.1%} to {max(paired):+.1%}), ms/call {ms:+.2f}"
 
 
 def table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The rows found in the runs, each side on a line of its own."""
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for side in SIDES:
         for report in runs[side]:
             for name, row in rows(report):
                 found.setdefault(name, {s: [] for s in SIDES})[side].append(row)
-    lines = [f"{'row':34s} {'side':6s} {'ratio to plain [95% CI span]':30s} {'ms/call':>8s}  change"]
+    width = max([len(name) for name in found] + [3])
+    head = f"{'row':{width}s} {'side':6s} {'ratio [95% CI span]':24s} {'CPU':>6s} {'ms/call':>8s}  change"
+    lines = [head]
     for name, sides in found.items():
         for side in SIDES:
             got = sides[side]
-            if not got:
-                lines.append(f"{name:34s} {side:6s} (no such row)")
-                continue
-            ratios = [float(r["ratio"]) for r in got]
-            ms = statistics.median(float(r.get("added_ms_per_call", float("nan"))) for r in got)
-            line = f"{name:34s} {side:6s} {fmt_ratio(ratios, [r['ratio_ci95'] for r in got]):30s} {ms:+8.2f}"
-            before = sides["before"]
-            if side == "after" and before:
-                base = [float(r["ratio"]) for r in before]
-                change = statistics.median(ratios) / statistics.median(base) - 1
-                paired = [a / b - 1 for a, b in zip(ratios, base, strict=False)]
-                base_ms = statistics.median(float(r.get("added_ms_per_call", float("nan"))) for r in before)
-                line += (
-                    f"  {change:+.1%} (rounds {min(paired):+.1%} to {max(paired):+.1%}),"
-                    f" ms/call {ms - base_ms:+.2f}"
-                )
+            line = f"{name:{width}s} {side:6s} " + (side_line(got) if got else "(no such row)")
+            if side == "after" and got and sides["before"]:
+                line += "  " + change(got, sides["before"])
             lines.append(line)
     return "\n".join(lines)
 
