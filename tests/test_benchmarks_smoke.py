@@ -311,3 +311,19 @@ def test_lease_files_prints_both_variants_and_the_owner_cost(tmp_path: Path) -> 
         r"one owner made and released: a file per dispatch ([0-9.]+) µs CPU, reused ([0-9.]+) µs CPU", cost
     )
     assert made is not None and float(made[1]) > 0 and float(made[2]) > 0
+
+
+def test_compare_prints_each_row_for_both_sides_and_the_change(tmp_path: Path) -> None:
+    """``benchmarks/compare.py``: one round, this checkout on both sides, tiny counts."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--before", str(ROOT), "--after", str(ROOT),
+         "--rounds", "1", "--keep", str(tmp_path), "--",
+         "turn", "--quick", "--only", "node,sqlite,fanout1,0ms,timing", "--repeats", "1", "--runs", "1"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["after-1.json", "before-1.json"]
+    [before, after] = [line for line in out.stdout.splitlines() if "node/sqlite/tool=0ms/fanout=1" in line]
+    assert " before " in before and " after " in after
+    assert re.search(r"\d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\]", before)
+    assert re.search(r"[+-]\d+\.\d%", after) and "ms/call" in after
+    assert "round 1/1, before" in out.stderr

@@ -5,7 +5,6 @@ in the model call, seen by the model right after their AIMessage, kept in the th
 from __future__ import annotations
 
 import asyncio
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ from langchain.agents.middleware.types import ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langsmith import Client
+from langsmith.run_helpers import tracing_context
 
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, attach_ledger, current_operation
 from langgraph_effects._integrations.middleware import EffectMiddleware
@@ -266,66 +267,43 @@ def test_dangling_answers_keep_an_outer_middlewares_reply(tmp_path: Path, path: 
     assert state[-1].content == "ok (checked)"
 
 
-# -- what create_agent's hook wrapper costs ------------------------------------------------
+# -- the hooks as LangSmith sees them ------------------------------------------------------
 
 
-class _AsyncNoop(AgentMiddleware):
-    """Hooks written as ``async def``, doing nothing: the control."""
+class _Posts(Client):
+    """A LangSmith client keeping the runs it is given: name and parent, by id."""
 
-    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-        return await handler(request)
+    def __init__(self) -> None:
+        super().__init__(api_url="http://127.0.0.1:9", api_key="unused", info={}, auto_batch_tracing=False)
+        self.posted: dict[str, tuple[str, str]] = {}
 
-    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return await handler(request)
+    def create_run(self, name: str, inputs: Any, run_type: Any, *args: Any, **kwargs: Any) -> None:
+        self.posted[str(kwargs["id"])] = (name, str(kwargs.get("parent_run_id")))
+
+    def update_run(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def parent(self, name: str) -> list[str]:
+        """The names of the parents of the runs named ``name``."""
+        return [self.posted.get(parent, ("-", ""))[0] for run, parent in self.posted.values() if run == name]
 
 
-def test_the_async_hooks_hand_no_work_to_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """create_agent wraps each hook in langsmith's ``traceable``; for an ``async def``
-    hook that wrapper hands work to the default executor twice per call, even with
-    tracing off. Ours return their awaitable from a plain function and add no hop. If
-    the control stops adding hops, LangChain or langsmith changed: revisit the hooks."""
-    monkeypatch.delenv("LANGSMITH_TRACING", raising=False)
-    monkeypatch.delenv("LANGCHAIN_TRACING_V2", raising=False)
+@pytest.mark.parametrize("path", PATHS)
+def test_the_hooks_spans_hold_the_call(tmp_path: Path, path: str) -> None:
+    """With LangSmith tracing on, create_agent's span of each hook holds what the hook
+    did: the model's run, the tool's own run and the ``effect send`` run."""
     provider = Provider(tmp_path / "provider.sqlite", "dedup")
-    send = _dedup_sender(provider)
-    hops: list[Any] = []
-    original = asyncio.BaseEventLoop.run_in_executor
-
-    def counting(self: Any, executor: Any, func: Any, *args: Any) -> Any:
-        hops.append(func)
-        return original(self, executor, func, *args)
-
-    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting)
-
-    def turn_hops(middleware: list[Any]) -> int:
-        agent = create_agent(
-            ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "x"})])),
-            tools=[send],
-            middleware=middleware,
-            checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()),
-        )
-        hops.clear()
-        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG))
-        # (A lease owner made on the lease thread when no spare is ready is ours, by design.)
-        lease_module = "langgraph_effects._runtime.lease"
-        return sum(1 for func in hops if getattr(func, "__module__", None) != lease_module)
-
-    plain = turn_hops([])
-    ours = turn_hops([EffectMiddleware({"send": Effect(dedup_window=60)})])
-    control = turn_hops([_AsyncNoop()])
-    # Two model calls and one tool call a turn: 3 wrapped hook calls, 2 hops each.
-    assert control - plain == 6, (plain, control)
-    assert ours == plain, (plain, ours)
-    assert provider.count_effects() == {"x": 2}  # sent: plain and control share a key, ours has its own
-
-
-def test_the_hooks_carry_their_signature() -> None:
-    """create_agent wraps each hook in langsmith's ``traceable``, which reads the hook's
-    signature at every call, tracing on or off: the hooks carry theirs, so it is not
-    rebuilt from the code each time (about 25 µs a call), and it is the same one."""
-    middleware = EffectMiddleware({})
-    for name in ("wrap_model_call", "awrap_model_call", "wrap_tool_call", "awrap_tool_call"):
-        function = getattr(EffectMiddleware, name)
-        assert "__signature__" in vars(function), name
-        assert list(function.__signature__.parameters) == ["self", "request", "handler"]
-        assert list(inspect.signature(getattr(middleware, name)).parameters) == ["request", "handler"]
+    agent = create_agent(
+        ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "x"})])),
+        tools=[_dedup_sender(provider)],
+        middleware=[EffectMiddleware({"send": Effect(dedup_window=60)})],
+        checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()),
+    )
+    client = _Posts()
+    with tracing_context(enabled=True, client=client, project_name="effects"):
+        _invoke(agent, {"messages": [HumanMessage("go")]}, path)
+    hook = "EffectMiddleware." + ("wrap" if path == "sync" else "awrap")
+    assert client.parent("send") == [hook + "_tool_call"]
+    assert client.parent("effect send") == [hook + "_tool_call"]
+    assert client.parent("ScriptedChatModel") == [hook + "_model_call"] * 2
+    assert provider.count_effects() == {"x": 1}

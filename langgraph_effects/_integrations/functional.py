@@ -60,7 +60,6 @@ R = TypeVar("R")
 #: The attribute ``@effectful`` sets on the function it returns, so a later call can
 #: tell what an earlier task call of the run was (see `_placed`).
 _ATTRIBUTE = "__langgraph_effects__"
-_MEMO_SIZE = 4096
 _private.quiet_unknown_channel(callorder.MARK)
 
 
@@ -88,11 +87,6 @@ class _Calls:
             return None
 
 
-#: task id -> (its input, how many writes it had, what `_placed` made of it): an
-#: entrypoint of n calls looks at every earlier call n times.
-_PLACED: dict[str, tuple[Any, int, Placed]] = {}
-
-
 def _calls_of(sibling: _private.SiblingCall) -> _Calls | None:
     calls = getattr(_private.task_function(sibling.proc), _ATTRIBUTE, None)
     return calls if isinstance(calls, _Calls) else None
@@ -100,20 +94,12 @@ def _calls_of(sibling: _private.SiblingCall) -> _Calls | None:
 
 def _placed(sibling: _private.SiblingCall) -> Placed:
     """A task call of this run as `.callorder` compares it."""
-    memo = _PLACED.get(sibling.task_id)
-    if memo is not None and memo[0] is sibling.input and memo[1] == len(sibling.writes):
-        return memo[2]
     recorded = callorder.recorded_mark(tuple(sibling.writes))
     calls = _calls_of(sibling)
     if calls is None:
-        placed = Placed(sibling.place, None, None, recorded)
-    else:
-        bound = calls.of_input(sibling.input)
-        placed = Placed(sibling.place, calls.tool, bound[1] if bound else None, recorded)
-    if len(_PLACED) >= _MEMO_SIZE:
-        _PLACED.clear()
-    _PLACED[sibling.task_id] = (sibling.input, len(sibling.writes), placed)  # holds the input
-    return placed
+        return Placed(sibling.place, None, None, recorded)
+    bound = calls.of_input(sibling.input)
+    return Placed(sibling.place, calls.tool, bound[1] if bound else None, recorded)
 
 
 def _called_args(sibling: _private.SiblingCall) -> dict[str, Any] | None:

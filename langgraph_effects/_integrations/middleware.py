@@ -17,10 +17,9 @@ of an ambiguous call goes through reconciliation instead of a blind re-send.
 
 from __future__ import annotations
 
-import inspect
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from ..errors import MissingExtraError
 
@@ -70,19 +69,6 @@ from ..ledger.base import Ledger, ledger_of
 from . import keys
 
 ToolResult = ToolMessage | Command[Any]
-_Hook = TypeVar("_Hook", bound=Callable[..., Any])
-
-
-def _signature_kept(hook: _Hook) -> _Hook:
-    """``hook`` carrying its own signature.
-
-    create_agent wraps every hook in langsmith's ``traceable``, whose wrapper calls
-    ``inspect.signature`` on it at every call, even with tracing off: about 26 µs for
-    a method when built from its code, 9 when the function carries ``__signature__``
-    (the same signature; a bound method still drops ``self`` from it).
-    """
-    hook.__signature__ = inspect.signature(hook)  # type: ignore[attr-defined]
-    return hook
 
 
 def _asking(state: Any, call: Mapping[str, Any]) -> AIMessage | None:
@@ -97,12 +83,6 @@ def _asking(state: Any, call: Mapping[str, Any]) -> AIMessage | None:
         if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
             return message
     return None
-
-
-#: How a message's calls split, by their (id, name) pairs, all the split depends on:
-#: create_agent runs one task per call, and each would otherwise split them all again.
-_Split = tuple[frozenset[str], frozenset[str]]
-_SPLITS_KEPT = 64
 
 
 def _with_answers(
@@ -130,11 +110,6 @@ def _with_answers(
 def _names(tools: Iterable[Any]) -> list[str]:
     """The names of the tools among ``tools`` (a provider's built-in tool is a dict)."""
     return [str(tool.name) for tool in tools if isinstance(getattr(tool, "name", None), str)]
-
-
-async def _ready(result: ToolResult) -> ToolResult:
-    """``result`` as an awaitable (for a hook that returns one)."""
-    return result
 
 
 def _respond(response: ModelResponse, late: list[Any] | None) -> ModelCallResult:
@@ -183,7 +158,6 @@ class EffectMiddleware(AgentMiddleware):
         check_ledger("EffectMiddleware", ledger)
         self.effects = dict(self._settings.effects)
         self.ledger = ledger
-        self._splits: dict[tuple[tuple[Any, Any], ...], _Split] = {}
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
         self._offered: set[str] = set()
 
@@ -210,7 +184,6 @@ class EffectMiddleware(AgentMiddleware):
 
     # -- dangling calls: answered from the ledger inside the model call, so no graph step --
 
-    @_signature_kept
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelCallResult:
@@ -223,27 +196,13 @@ class EffectMiddleware(AgentMiddleware):
         request, late = _with_answers(request, answers)
         return _respond(handler(request), late)
 
-    # The async hooks are plain functions returning an awaitable, not ``async def``:
-    # create_agent wraps every hook in langsmith's ``traceable``, whose wrapper for a
-    # coroutine function hands work to a thread twice per call even with tracing off
-    # (about 0.4 ms); for a plain function it stays on the loop (about 0.07 ms). The
-    # work itself still runs when create_agent awaits the result, in its task.
-    # ``tests/test_middleware_turns.py`` fails if the wrapper starts hopping again.
-
-    @_signature_kept
-    def awrap_model_call(  # type: ignore[override]
-        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
-    ) -> Awaitable[ModelCallResult]:
-        """Async path of [`wrap_model_call`][langgraph_effects.EffectMiddleware.wrap_model_call] (returns the
-        awaitable to await)."""
-        self._check_names(get_config(), _names(request.tools))
-        if not unanswered(request.state.get("messages") or []):
-            return handler(request)
-        return self._answered_model_call(request, handler)
-
-    async def _answered_model_call(
+    async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelCallResult:
+        """Async path of [`wrap_model_call`][langgraph_effects.EffectMiddleware.wrap_model_call]."""
+        self._check_names(get_config(), _names(request.tools))
+        if not unanswered(request.state.get("messages") or []):
+            return await handler(request)
         request, late = _with_answers(request, await self._find_answers(request, sync=False))
         return _respond(await handler(request), late)
 
@@ -268,26 +227,14 @@ class EffectMiddleware(AgentMiddleware):
             return False
         # create_agent runs one task per call: count ids over the calls of the AIMessage
         # that holds this one, so a shared id is refused here as in EffectToolNode.
-        tracked, refused = self._split(asking, call)
+        calls = asking.tool_calls if asking is not None else [call]
+        tracked, refused = effectful_calls(calls, self._settings, lambda _: True)
         call_id = str(call.get("id") or "")
         if call_id in refused and not self._settings.effect_for(request.tool.name).read_only_tool:
             return None
         if not args_valid(request.tool, call.get("args")):
             return False
-        return call_id in tracked
-
-    def _split(self, asking: AIMessage | None, call: Mapping[str, Any]) -> _Split:
-        """(ids tracked, ids refused) among the calls of ``asking`` (just ``call`` if none)."""
-        calls = asking.tool_calls if asking is not None else [call]
-        key = tuple((c.get("id"), c.get("name")) for c in calls)
-        found = self._splits.get(key)
-        if found is None:
-            tracked, refused = effectful_calls(calls, self._settings, lambda _: True)
-            found = (frozenset(str(c.get("id") or "") for c in tracked), frozenset(refused))
-            if len(self._splits) >= _SPLITS_KEPT:
-                self._splits.clear()
-            self._splits[key] = found
-        return found
+        return any(str(c.get("id") or "") == call_id for c in tracked)
 
     def _open(self, request: ToolCallRequest, asking: AIMessage | None, *, sync: bool) -> Any:
         config = request.runtime.config
@@ -311,7 +258,6 @@ class EffectMiddleware(AgentMiddleware):
             check_args=lambda _, args: args_problem(request.tool, args),
         )
 
-    @_signature_kept
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
@@ -336,31 +282,22 @@ class EffectMiddleware(AgentMiddleware):
 
         return run_rounds_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
 
-    @_signature_kept
-    def awrap_tool_call(  # type: ignore[override]
+    async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-    ) -> Awaitable[ToolResult]:
-        """Async path (``agent.ainvoke``; returns the awaitable to await, see above)."""
+    ) -> ToolResult:
+        """Async path (``agent.ainvoke``)."""
         self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:
-            return _ready(refusal(request.tool_call))
+            return refusal(request.tool_call)
         if not tracked:
-            return handler(request)
+            return await handler(request)
         effect = self._settings.effect_for(request.tool_call["name"])
         if effect.key_argument is not None:
             keys.check_request(request, effect)
-        return self._tracked_tool_call(request, handler, asking)
-
-    async def _tracked_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-        asking: AIMessage | None,
-    ) -> ToolResult:
         call_id = str(request.tool_call["id"])
         session: Session = await self._open(request, asking, sync=False)
 

@@ -34,7 +34,6 @@ from langgraph_effects.core.operation import (
     Operation,
     Owner,
     State,
-    _evolve,
     advance,
     create,
     mermaid,
@@ -250,7 +249,7 @@ class Run:
         assert TRANSITIONS[(before.state, change.event)] is after.state
         if change.event in NOTES:  # only the version (and the clock) move
             moved = {"version": before.version + 1, "updated_at": self.clock, "decisions": after.decisions}
-            assert after == _evolve(before, **moved)
+            assert after == dataclasses.replace(before, **moved)
             return
         assert after.version == before.version + 1
         sending = change.event in SENDING
@@ -429,20 +428,6 @@ def test_create_refuses_a_change_that_is_not_a_first_step() -> None:
     with pytest.raises(ValueError):
         create(make_op(), now=1.0, change=Change(Event.DISPATCH))
 
-
-
-def test_evolve_is_dataclasses_replace() -> None:
-    """``create`` and ``advance`` copy rows with ``_evolve`` instead of
-    ``dataclasses.replace``; that is only the same while ``__init__`` does nothing but
-    assign (no ``__post_init__``), and for every field."""
-    assert not hasattr(Operation, "__post_init__")
-    op = create(make_op(extra={"turn": "t"}), now=3.0, change=dispatch())
-    for f in dataclasses.fields(Operation):
-        value = getattr(make_op(), f.name) if f.name != "version" else 5
-        evolved, replaced = _evolve(op, **{f.name: value}), dataclasses.replace(op, **{f.name: value})
-        assert evolved == replaced and vars(evolved) == vars(replaced)
-        assert type(evolved) is Operation
-    assert op.version == 1  # the original is untouched
 
 
 def test_owner_to_json_is_its_fields() -> None:
