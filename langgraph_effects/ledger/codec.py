@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.operation import Change, Event, Operation, Owner, State
+from ..core.operation import Change, Operation, Owner, State
 
 
 @dataclass(frozen=True)

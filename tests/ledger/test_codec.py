@@ -111,8 +111,10 @@ def _golden_ops() -> list[Operation]:
     made = []
     for op in (plain, odd):
         evidence = {"kind": "intent", "path": "/tmp"}
-        sent = create(op, now=1.0, change=Change(Event.DISPATCH, owner=OWNER, lease_expires_at=9.0, evidence=evidence))
-        done = advance(sent, Change(Event.SUCCEED, evidence={"kind": "result"}, result=b"r"), expected_version=1, now=2.0)
+        send = Change(Event.DISPATCH, owner=OWNER, lease_expires_at=9.0, evidence=evidence)
+        sent = create(op, now=1.0, change=send)
+        succeed = Change(Event.SUCCEED, evidence={"kind": "result"}, result=b"r")
+        done = advance(sent, succeed, expected_version=1, now=2.0)
         assert done is not None
         made += [sent, done]
     return made
