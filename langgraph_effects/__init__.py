@@ -91,7 +91,7 @@ if _typing.TYPE_CHECKING:
         OperationQuery,
         SqliteLedger,
     )
-    from .ledger.base import attach_ledger, ledger_of
+    from .ledger.attach import attach_ledger, ledger_of
     from .ledger.postgres import PostgresLedger
     from .recovery import (
         OperationReport,
@@ -243,13 +243,13 @@ _EXPORTS: dict[str, str] = {
     "Undo": "core.contract",
     "UndoRequest": "core.contract",
     "VerdictNotRecordedError": "errors",
-    "attach_ledger": "ledger.base",
+    "attach_ledger": "ledger.attach",
     "compensate": "_runtime.compensation",
     "current_operation": "_runtime.context",
     "effectful": "_integrations.functional",
     "finish_compensations": "_runtime.compensation",
     "hide_key_arguments": "_integrations.mcp",
-    "ledger_of": "ledger.base",
+    "ledger_of": "ledger.attach",
     "maybe_current_operation": "_runtime.context",
     "mcp_lookup": "_integrations.mcp",
     "recover": "recovery",

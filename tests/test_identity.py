@@ -187,7 +187,7 @@ async def test_dangling_answers_find_the_sessions_operation_without_message_ids(
     from langgraph_effects import AsyncEffectSqliteSaver
     from langgraph_effects._runtime.calls import Settings
     from langgraph_effects._runtime.dangling import find_answers, insert_answers
-    from langgraph_effects.ledger.base import ledger_of
+    from langgraph_effects.ledger.attach import ledger_of
 
     spec = base(tmp_path, schema="list", ids="repeat", contract="blind")
     run_turn(spec)

@@ -29,7 +29,8 @@ from langgraph_effects._runtime.undo import request_compensation
 from langgraph_effects.core.text import require_config_text, require_metadata_text
 from langgraph_effects.errors import UnencodableValueError
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.ledger.base import Ledger, attach_ledger
+from langgraph_effects.ledger.attach import attach_ledger
+from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SqliteLedger

@@ -51,7 +51,8 @@ from ..core import options as o
 from ..core.callorder import Crossing, Placed
 from ..core.contract import Effect
 from ..errors import ConfigurationError, NoLedgerError, NondeterminismError
-from ..ledger.base import Ledger, ledger_of
+from ..ledger.attach import ledger_of
+from ..ledger.base import Ledger
 from . import keys
 
 P = ParamSpec("P")

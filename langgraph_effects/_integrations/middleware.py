@@ -65,7 +65,8 @@ from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
 from ..core.options import check_tool_names
 from ..errors import NoLedgerError
-from ..ledger.base import Ledger, ledger_of
+from ..ledger.attach import ledger_of
+from ..ledger.base import Ledger
 from . import keys
 
 ToolResult = ToolMessage | Command[Any]

@@ -4,11 +4,9 @@
 LangGraph's saver plus a ``.ledger`` in the same database on its own connection;
 ``EffectSqliteSaver`` / ``EffectPostgresSaver`` (`.sync`) are their sync
 twins for ``invoke``/``stream``.
-Any other checkpointer can carry a ledger with `attach_ledger`.
+Any other checkpointer can carry a ledger with ``attach_ledger`` (`ledger.attach`).
 """
 
 from __future__ import annotations
 
-from ..ledger.base import attach_ledger, ledger_of
-
-__all__ = ["attach_ledger", "ledger_of"]
+__all__: list[str] = []

@@ -57,7 +57,7 @@ from .._runtime.decisions import REVIEW_TYPE, resume_command
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
 from ..core.contract import Effect, Inconclusive, Landed, LookupRequest, NotLanded
 from ..core.operation import Operation
-from ..ledger.base import attach_ledger, ledger_of
+from ..ledger.attach import attach_ledger, ledger_of
 from ..ledger.query import unresolved_values
 from ..ledger.sqlite import SqliteLedger, connect
 from .faults import CRASH_POINTS, Faults

@@ -10,20 +10,18 @@ the public kit for new backends is `kit`); the rules (the pure
 are ordered) live here, once. Unresolved operations
 are never expired or deleted by time: only `Forget` deletes, and only the
 states its caller names (see `lifecycle`). Writes that arrive while
-another is in flight share the next transaction (group commit, `GroupCommit`, at the end).
+another is in flight share the next transaction (`group_commit`).
 """
 
 from __future__ import annotations
 
 import abc
-import asyncio
 import dataclasses
 import sys
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..core.controls import ControlRow
 from ..core.operation import TERMINAL, Change, Operation, State, advance, create
@@ -41,6 +39,7 @@ from .codec import audit_from_row as audit_from_row
 from .codec import audit_row as audit_row
 from .codec import from_row as from_row
 from .codec import to_row as to_row
+from .group_commit import GroupCommit, PlanResult
 from .lifecycle import deletions_plan, erase_plan, forget_plan
 from .query import Cursor as Cursor
 from .query import OperationCount as OperationCount
@@ -391,7 +390,7 @@ class Ledger(abc.ABC):
 
     async def _write(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make()`` builds, group-committed with the writes that arrive
-        while another is in flight (see `group`)."""
+        while another is in flight (`GroupCommit`)."""
         group = self.__dict__.get("_group")
         if group is None:
             group = self.__dict__["_group"] = GroupCommit(self._transact_group)
@@ -414,7 +413,7 @@ class Ledger(abc.ABC):
         """Run the plan ``make()`` builds (a generator of this module's steps, e.g.
         composed of `load_plan`, `lookup_plan` and `record_plan`)
         as **one** transaction, group-committed with concurrent writes: a caller that
-        must read, decide and write pays one round trip and one commit, not three.
+        must read, decide and write does all three in one transaction, one commit.
         ``make`` may be called again (a group that had to be rolled back runs each
         plan on its own), so the plan must start from scratch each time."""
         return await self._write(make)
@@ -604,118 +603,3 @@ def _list_controls() -> Plan[list[ControlRow]]:
 
 def now() -> float:
     return time.time()
-
-
-_ATTACHED: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
-
-
-def attach_ledger(checkpointer: Any, ledger: Ledger) -> Any:
-    """Make ``ledger`` the ledger of ``checkpointer`` (any LangGraph saver); returns it.
-
-    ``EffectToolNode`` and ``EffectMiddleware`` without ``ledger=`` use the ledger of
-    the graph's checkpointer. Keep the ledger in the same database as the
-    checkpoints, on its own connection.
-    """
-    _ATTACHED[checkpointer] = ledger
-    return checkpointer
-
-
-def ledger_of(checkpointer: Any) -> Ledger | None:
-    """The ledger a checkpointer carries, or ``None``."""
-    if checkpointer is None:
-        return None
-    own = getattr(checkpointer, "ledger", None)
-    if isinstance(own, Ledger):
-        return own
-    try:
-        return _ATTACHED.get(checkpointer)
-    except TypeError:  # not weak-referenceable
-        return None
-
-
-# Group commit: write plans that arrive together share one transaction.
-#
-# While one write transaction of a ledger is in flight, further write plans queue;
-# when it ends, everything queued runs as the next single transaction (one durable
-# commit for all of them). Each caller still gets its own result or its own
-# exception, as if its plan had run alone, and no caller's await returns before the
-# commit that holds its writes has returned.
-#
-# Isolation inside a group relies on the plans' own contract: a plan that raises has
-# written nothing (its steps up to then were reads, or writes that matched no row),
-# so its neighbours' writes can still commit. A plan that raises *after* writing, or
-# a database error in the middle of a group, rolls the group back and every plan is
-# run again in a transaction of its own. That is why the queue holds plan *makers*:
-# a generator half-driven cannot be run a second time.
-
-@dataclass(frozen=True)
-class PlanResult(Generic[T]):
-    """What one plan of a group came to: its result, or the exception it raised."""
-
-    value: T | None = None
-    error: BaseException | None = None
-
-    def unwrap(self) -> T:
-        """The plan's result, or its exception raised here (in its caller's task)."""
-        if self.error is not None:
-            raise self.error
-        return self.value  # type: ignore[return-value]
-
-
-class Regroup(Exception):
-    """A plan raised after it had written: the group must be rolled back and each
-    plan run on its own (never seen by callers)."""
-
-
-#: Runs plan makers as one transaction, one outcome per maker, in order.
-RunGroup = Callable[[Sequence[Callable[[], Any]]], Awaitable[list[PlanResult[Any]]]]
-
-
-class GroupCommit:
-    """The queue of one ledger's write plans, drained one transaction at a time."""
-
-    def __init__(self, run: RunGroup) -> None:
-        self._run = run
-        self._queue: list[tuple[Callable[[], Any], asyncio.Future[PlanResult[Any]]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    async def submit(self, make: Callable[[], Any]) -> Any:
-        """Run the plan ``make()`` builds in the next transaction; its result."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a ledger reused under a new event loop
-            self._loop, self._queue, self._task = loop, [], None
-        future: asyncio.Future[PlanResult[Any]] = loop.create_future()
-        self._queue.append((make, future))
-        if self._task is None:
-            # Started on the next turn of the loop: callers arriving in this one
-            # (parallel tool calls gathered together) join the first transaction.
-            self._task = loop.create_task(self._drain())
-        return (await future).unwrap()
-
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                # A caller cancelled before its turn: its plan never runs.
-                batch = [(make, fut) for make, fut in batch if not fut.done()]
-                if not batch:
-                    continue
-                try:
-                    outcomes = await self._run([make for make, _ in batch])
-                except BaseException as error:  # e.g. the ledger is closed: all of them hear it
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_result(PlanResult(error=error))
-                    if not isinstance(error, Exception):
-                        raise
-                    continue
-                for (_, fut), outcome in zip(batch, outcomes, strict=True):
-                    if not fut.done():
-                        fut.set_result(outcome)
-        finally:
-            self._task = None
-            for _, fut in self._queue:  # only left behind if the loop is going away
-                if not fut.done():
-                    fut.cancel()
-            self._queue = []

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-from operator import itemgetter
 from typing import Any
 
-from ..core.operation import Change, Event, Operation, Owner, State
+from ..core.operation import Change, Operation, Owner, State
 
 
 @dataclass(frozen=True)
@@ -67,51 +64,9 @@ _FIXED_COLUMNS = frozenset(COLUMNS[: COLUMNS.index("state")]) | {"extra", "creat
 MUTABLE_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in _FIXED_COLUMNS)
 
 
-#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder for
-#: every call (``json.dumps`` makes a new one whenever it is given options).
-_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
-
-
-class _ThreadEncoder(threading.local):
-    """What ``_ENCODER.encode`` builds on every call (the C encoder, and the record of
-    the containers being encoded that its circular reference check keeps), made once
-    per thread: that record is the encoder's only state."""
-
-    def __init__(self) -> None:
-        self.markers: dict[int, Any] = {}
-        self.chunks = c_make_encoder(
-            self.markers, str, encode_basestring_ascii, None, ": ", ", ", True, False, True
-        )
-
-
-_THREAD_ENCODER = _ThreadEncoder() if c_make_encoder is not None else None
-
-
 def _encode(value: Any) -> str:
-    """``_ENCODER.encode(value)``: the same text."""
-    local = _THREAD_ENCODER
-    if local is None or isinstance(value, str):
-        return _ENCODER.encode(value)
-    try:
-        return "".join(local.chunks(value, 0))
-    except BaseException:
-        local.markers.clear()  # left behind by the containers it was inside of
-        raise
-
-
-#: The C scanner ``json.loads`` ends in (its one decoder's ``scan_once``).
-_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def _json(text: str) -> Any:
-    """``json.loads(text)``, scanned directly when the text is one JSON value and
-    nothing else (what `_dumps` writes); anything else goes through
-    ``json.loads``, which also says what is wrong with it."""
-    try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
+    """``value`` as JSON text: keys sorted, ASCII only, anything else as ``str()``."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 #: What marks a stored text as `stored_text`'s escaped form: U+2400 SYMBOL FOR
@@ -142,8 +97,6 @@ def stored_text(text: str) -> str:
     those code points as ``\\uXXXX`` (one by one: a surrogate pair stays two code
     points). Reversible (`read_text`) and one-to-one, so equality and uniqueness
     still hold."""
-    if text.isascii() and "\x00" not in text:
-        return text  # the common case, without the regular expression
     if _UNSTORABLE.search(text) is None:
         return text
     return ESCAPED + _TO_ESCAPE.sub(_escape, text)
@@ -171,7 +124,7 @@ def _dumps(value: Any) -> str | None:
     if value is None:
         return None
     text = _encode(value)
-    if "\\ud" not in text:  # no surrogate escape (a false alarm only costs a walk)
+    if "\\ud" not in text:  # no surrogate escape (a false alarm only escapes more)
         return text
     return ESCAPED + _encode(_walk(value, stored_text))
 
@@ -202,55 +155,23 @@ def encoded_extra(op: Operation) -> str:
     return _dumps(dict(op.extra)) or "{}"
 
 
-#: The text columns written at intent (each goes through `stored_text`): the
-#: fixed columns but the operation id and the JSON arguments.
-_TEXT_COLUMNS: tuple[str, ...] = tuple(
-    c for c in COLUMNS[: COLUMNS.index("state")] if c not in ("op_id", "args")
-)
-_TEXT_VALUES = itemgetter(*_TEXT_COLUMNS)
-
-
-def _texts(values: Mapping[str, Any]) -> str:
-    """The text columns of a row (or an operation's fields) in one string, to test once."""
-    return "".join(filter(None, _TEXT_VALUES(values)))
-
-
 def to_row(op: Operation) -> dict[str, Any]:
-    """An operation as column values (JSON as text, result as bytes).
-
-    A new intent is encoded twice in a row (the insert's parameters, then the row
-    read back as stored): the last operation's row is kept and copied for a second
-    call with the very same (immutable) operation."""
-    last = _LAST_ROW[0]
-    if last is not None and last[0] is op:
-        return dict(last[1])
-    row = _raw_row(op)
-    probe = _texts(row)
-    if not probe.isascii() or "\x00" in probe:  # else every one is stored as it is
-        row.update({c: _text(row[c]) for c in _TEXT_COLUMNS})
-    _LAST_ROW[0] = (op, row)
-    return dict(row)
-
-
-#: The last operation `to_row` encoded and its row (one slot, swapped whole).
-_LAST_ROW: list[tuple[Operation, dict[str, Any]] | None] = [None]
-
-
-def _raw_row(op: Operation) -> dict[str, Any]:
+    """An operation as column values (JSON as text, result as bytes; every text
+    through `stored_text`)."""
     return {
-        "thread_id": op.thread_id,
-        "checkpoint_ns": op.checkpoint_ns,
-        "tenant": op.tenant,
-        "tool": op.tool,
-        "tool_call_id": op.tool_call_id,
-        "message_id": op.message_id,
-        "task_id": op.task_id,
-        "checkpoint_id": op.checkpoint_id,
+        "thread_id": stored_text(op.thread_id),
+        "checkpoint_ns": stored_text(op.checkpoint_ns),
+        "tenant": stored_text(op.tenant),
+        "tool": stored_text(op.tool),
+        "tool_call_id": stored_text(op.tool_call_id),
+        "message_id": _text(op.message_id),
+        "task_id": _text(op.task_id),
+        "checkpoint_id": _text(op.checkpoint_id),
         "args": _dumps(dict(op.args)),
-        "args_hash": op.args_hash,
-        "provider_key": op.provider_key,
-        "contract": op.contract,
-        "policy_version": op.policy_version,
+        "args_hash": stored_text(op.args_hash),
+        "provider_key": stored_text(op.provider_key),
+        "contract": stored_text(op.contract),
+        "policy_version": _text(op.policy_version),
         "extra": encoded_extra(op),
         "created_at": op.created_at,
         **mutable_row(op),
@@ -262,7 +183,7 @@ def mutable_row(op: Operation) -> dict[str, Any]:
     transition writes (the arguments, however large, are not encoded again)."""
     return {
         "op_id": stored_text(op.op_id),
-        "state": _STATE_TEXT[op.state],
+        "state": op.state.value,
         "version": op.version,
         "attempts": op.attempts,
         "owner": _dumps(op.owner.to_json()) if op.owner else None,
@@ -280,51 +201,32 @@ def _loads(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str) and value[:1] == ESCAPED:
-        return _walk(_json(value[1:]), read_text)
-    if isinstance(value, str):
-        return _json(value)
-    if isinstance(value, (bytes, bytearray)):
+        return _walk(json.loads(value[1:]), read_text)
+    if isinstance(value, (str, bytes, bytearray)):
         return json.loads(value)
     return value  # already decoded (Postgres jsonb)
 
 
-#: ``State(value)`` by a dict lookup (the enum's own lookup is a Python-level call).
-_STATES: dict[Any, State] = {state.value: state for state in State}
-#: ``state.value`` and ``event.value`` by a dict lookup (``.value`` is a Python-level
-#: property of every enum member).
-_STATE_TEXT: dict[State, str] = {state: state.value for state in State}
-_EVENT_TEXT: dict[Event, str] = {event: event.value for event in Event}
-
-
 def from_row(row: Mapping[str, Any]) -> Operation:
-    """The inverse of `to_row`.
-
-    Every row a ledger reads is decoded here, on its thread, so the operation is
-    built straight into its instance dict: ``Operation.__init__`` only assigns, one
-    frozen ``object.__setattr__`` at a time (a third of the decoding), and every
-    field is named below.
-    """
+    """The inverse of `to_row`."""
     owner = _loads(row["owner"])
     result = row["result"]
-    decisions = row["decisions"]
-    state = row["state"]
-    op = object.__new__(Operation)
-    op.__dict__.update(
+    return Operation(
         op_id=read_text(row["op_id"]),
-        thread_id=row["thread_id"],
-        checkpoint_ns=row["checkpoint_ns"],
-        tenant=row["tenant"],
-        tool=row["tool"],
-        tool_call_id=row["tool_call_id"],
-        message_id=row["message_id"],
-        task_id=row["task_id"],
-        checkpoint_id=row["checkpoint_id"],
+        thread_id=read_text(row["thread_id"]),
+        checkpoint_ns=read_text(row["checkpoint_ns"]),
+        tenant=read_text(row["tenant"]),
+        tool=read_text(row["tool"]),
+        tool_call_id=read_text(row["tool_call_id"]),
+        message_id=_read(row["message_id"]),
+        task_id=_read(row["task_id"]),
+        checkpoint_id=_read(row["checkpoint_id"]),
         args=_loads(row["args"]) or {},
-        args_hash=row["args_hash"],
-        provider_key=row["provider_key"],
-        contract=row["contract"],
-        policy_version=row["policy_version"],
-        state=_STATES.get(state) or State(state),
+        args_hash=read_text(row["args_hash"]),
+        provider_key=read_text(row["provider_key"]),
+        contract=read_text(row["contract"]),
+        policy_version=_read(row["policy_version"]),
+        state=State(row["state"]),
         version=int(row["version"]),
         attempts=int(row["attempts"]),
         owner=Owner.from_json(owner) if owner else None,
@@ -333,18 +235,11 @@ def from_row(row: Mapping[str, Any]) -> Operation:
         result_type=_read(row["result_type"]),
         result=bytes(result) if result is not None else None,
         evidence=_loads(row["evidence"]),
-        decisions=(
-            tuple((str(a), str(b)) for a, b in _loads(decisions))
-            if decisions and decisions != "[]"
-            else ()
-        ),
+        decisions=tuple((str(a), str(b)) for a, b in _loads(row["decisions"]) or ()),
         extra=_loads(row["extra"]) or {},
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
-    if ESCAPED in _texts(row):  # else none was escaped (see stored_text)
-        op.__dict__.update({c: _read(row[c]) for c in _TEXT_COLUMNS})
-    return op
 
 
 def audit_row(
@@ -355,15 +250,15 @@ def audit_row(
     The evidence is the step's own (``change.evidence``), not whatever the operation
     carried from an earlier step; ``seq`` is the version the step produced.
     """
-    event = _EVENT_TEXT[change.event] if change is not None and before is not None else "intent"
+    event = change.event.value if change is not None and before is not None else "intent"
     evidence = change.evidence if change is not None else after.evidence
     return {
         "op_id": stored_text(after.op_id),
         "seq": after.version,
         "at": after.updated_at,
         "actor": stored_text(actor),
-        "from_state": _STATE_TEXT[before.state] if before else None,
-        "to_state": _STATE_TEXT[after.state],
+        "from_state": before.state.value if before else None,
+        "to_state": after.state.value,
         "event": event,
         "version": after.version,
         "evidence": _dumps(dict(evidence)) if evidence is not None else None,

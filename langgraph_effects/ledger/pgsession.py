@@ -1,20 +1,16 @@
-"""The Postgres ledger's session plumbing: error messages, its own connection pool
-(which keeps the connection used last aside for the next checkout), the checkout
-check, and the lazily opened, pipelined transaction its plans run in."""
+"""The Postgres ledger's session plumbing: error messages, and the lazily opened,
+pipelined transaction its plans run in."""
 
 from __future__ import annotations
 
-import select
-import time
-import weakref
 from contextlib import AsyncExitStack
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+from psycopg.pq import TransactionStatus
+from psycopg_pool import PoolClosed, PoolTimeout
 
 from ..errors import LedgerError, LedgerUnavailableError
 
@@ -87,131 +83,9 @@ def ledger_error(error: psycopg.Error, where: str, cause: str | None = None) -> 
     return LedgerError(f"the ledger at {where} failed ({error}; SQLSTATE {sqlstate}).")
 
 
-#: ``TransactionStatus.IDLE`` and ``PipelineStatus.OFF`` (a module name costs less than
-#: an enum member's lookup on its class).
-_IDLE = TransactionStatus.IDLE
-_NO_PIPELINE = PipelineStatus.OFF
-
-
 class CommitLost(LedgerUnavailableError):
     """The connection failed while a group's ``COMMIT`` was in flight: it may have
     landed, so nobody may run their plan again without reading first."""
-
-
-def has_news(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether an idle connection's socket is readable: an idle session is sent
-    nothing unless the server is closing it (or a notice/notification arrived)."""
-    try:
-        return bool(select.select([conn.fileno()], [], [], 0)[0])
-    except (OSError, ValueError, psycopg.Error):
-        return True
-
-
-class LedgerPool(AsyncConnectionPool[Any]):
-    """The pool of a ledger opened from a DSN.
-
-    Its check on checkout costs no round trip for a connection given back within
-    ``trusted`` seconds whose socket is quiet: a terminated backend (a server
-    restart, a failover, ``pg_terminate_backend``) says so on the socket.
-
-    The connection the ledger used last can be kept aside (*parked*) for its next
-    checkout (`take`) instead of being returned, so a ledger writing one change
-    after another takes the same connection back without the pool's lock, check and
-    return each time. A connection is parked only idle (no transaction, no pipeline),
-    while nobody is waiting for one of the pool's connections and the pool is open,
-    and for at most ``trusted`` seconds after the pool handed it out: then it goes
-    back through the pool, so the pool's own upkeep (``max_lifetime``, `drain`)
-    still reaches it. Anyone asking the pool itself (`getconn`,
-    ``connection()``), and `check`, `drain`, `wait` and
-    `close`, put the parked connection back first: the pool then hands it out,
-    checked, like any idle one.
-    """
-
-    def __init__(self, conninfo: str, *, trusted: float, **kwargs: Any) -> None:
-        super().__init__(conninfo, check=self._check_trusted, **kwargs)
-        self.trusted = trusted
-        #: When each connection was last given back or checked (``time.monotonic()``).
-        self.used: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
-            weakref.WeakKeyDictionary()
-        )
-        #: The parked connection and when it was given back.
-        self.parked: tuple[psycopg.AsyncConnection[Any], float] | None = None
-        self._out: dict[psycopg.AsyncConnection[Any], float] = {}  # handed out: since when
-        self._asking = 0  # callers inside getconn(): maybe waiting for a connection
-
-    async def _check_trusted(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The check on checkout (see the class)."""
-        last = self.used.get(conn)
-        if last is None or time.monotonic() - last > self.trusted or has_news(conn):
-            await AsyncConnectionPool.check_connection(conn)
-            self.used[conn] = time.monotonic()  # as fresh as a use: alive just now
-
-    def park(self, conn: psycopg.AsyncConnection[Any], used: float) -> bool:
-        """Keep ``conn`` (handed out by this pool, given back at ``used``) for
-        `take`, if it may be (see the class); ``False``: return it instead."""
-        pgconn = conn.pgconn
-        if (
-            self._asking
-            or self.parked is not None
-            or self.closed
-            or pgconn.transaction_status != _IDLE
-            or pgconn.pipeline_status != _NO_PIPELINE
-            or used - self._out.get(conn, -self.trusted) > self.trusted
-        ):
-            return False
-        self.parked = (conn, used)
-        return True
-
-    def take(self) -> psycopg.AsyncConnection[Any] | None:
-        """The parked connection, now the caller's, if it would pass the check without
-        a round trip (given back within ``trusted`` seconds, its socket quiet); else
-        ``None``, and a parked one stays for `unpark_to_pool`."""
-        parked = self.parked
-        if parked is None or time.monotonic() - parked[1] > self.trusted or has_news(parked[0]):
-            return None
-        self.parked = None
-        return parked[0]
-
-    def given_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Note that ``conn``, about to be returned with `putconn`, was used now."""
-        self.used[conn] = time.monotonic()
-
-    async def unpark_to_pool(self) -> None:
-        """Return the parked connection, if any, to the pool."""
-        parked, self.parked = self.parked, None
-        if parked is not None:
-            self.used[parked[0]] = parked[1]
-            await self.putconn(parked[0])
-
-    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
-        await self.unpark_to_pool()
-        self._asking += 1
-        try:
-            conn: psycopg.AsyncConnection[Any] = await super().getconn(timeout)
-        finally:
-            self._asking -= 1
-        self._out[conn] = time.monotonic()
-        return conn
-
-    async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._out.pop(conn, None)
-        await super().putconn(conn)
-
-    async def check(self) -> None:
-        await self.unpark_to_pool()
-        await super().check()
-
-    async def drain(self) -> None:
-        await self.unpark_to_pool()
-        await super().drain()
-
-    async def wait(self, timeout: float = 30.0) -> None:
-        await self.unpark_to_pool()
-        await super().wait(timeout)
-
-    async def close(self, timeout: float = 5.0) -> None:
-        await self.unpark_to_pool()
-        await super().close(timeout)
 
 
 class Transaction:

@@ -7,16 +7,13 @@
   compare-and-set on ``version`` and appends the audit row before committing, so
   concurrent workers queue on the row instead of overwriting each other. Given the
   row the caller holds (``before=``) it skips the lock: the compare-and-set and
-  its audit row are one statement, its own transaction (one round trip).
-* Round trips are counted, not guessed (``tests/ledger/test_group_commit.py``):
-  a new intent is one statement (rows and audit rows), a read is one; a plan that
+  its audit row are one statement, its own transaction.
+* A new intent is one statement (rows and audit rows), a read is one; a plan that
   needs a transaction opens it lazily in pipeline mode (``BEGIN`` travels with its
   first statement, ``COMMIT`` with the final sync). Writes arriving while one is
-  in flight are group-committed (see `group`). A pooled connection used in
-  the last few seconds is handed out without the pool's check round trip unless
-  its socket says the server closed it; on a pool of its own, the ledger keeps the
-  connection it used last aside for its next checkout while nobody else waits for
-  one (`LedgerPool`).
+  in flight are group-committed (`group_commit`). The pool of its own checks each
+  connection on checkout (``AsyncConnectionPool.check_connection``), so one a server
+  restart or a failover closed is replaced before use.
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -36,7 +33,6 @@ import contextlib
 import hashlib
 import random
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,8 +51,6 @@ from .base import (
     AuditEntry,
     Ledger,
     OperationQuery,
-    PlanResult,
-    Regroup,
     T,
     _Run,
     adrive_plan,
@@ -64,8 +58,9 @@ from .base import (
     from_row,
 )
 from .codec import ERASE_COLUMNS, erased_audit_text, read_text, stored_text, to_row
+from .group_commit import PlanResult, Regroup
 from .grouped import group_plan
-from .pgsession import CommitLost, LedgerPool, Transaction, describe, ledger_error
+from .pgsession import CommitLost, Transaction, describe, ledger_error
 from .pgsql import (
     AUDIT_COLUMNS,
     MIGRATIONS,
@@ -82,10 +77,6 @@ from .steps import AsyncStepDefaults, ListDeletions, RecordDeletion, answer
 _ROLLBACK_RETRIES = 5
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-#: A pooled connection used less than this many seconds ago, whose socket has
-#: nothing to say, is handed out without the pool's check round trip.
-_TRUSTED_IDLE = 5.0
 
 #: A connection in one of these states is inside a transaction (to roll back on return).
 _OPEN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -209,9 +200,9 @@ class PostgresLedger(Ledger):
         if self._connect_timeout is not None:
             # libpq takes whole seconds and treats anything below 2 as 2.
             kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
-        return LedgerPool(
+        return AsyncConnectionPool(
             self._dsn,
-            trusted=_TRUSTED_IDLE,
+            check=AsyncConnectionPool.check_connection,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
@@ -255,36 +246,28 @@ class PostgresLedger(Ledger):
         await conn.close()
         return None
 
-    def _connection(self) -> _Checkout:
-        """A pooled connection in autocommit (we BEGIN when a plan needs it), as an async
-        context manager; psycopg errors become ours (after the rollback)."""
-        return _Checkout(self)
-
-    def _parked(self) -> psycopg.AsyncConnection[Any] | None:
-        """The connection this ledger parked, now checked out, if the pool's check would
-        pass it without a round trip (`take`)."""
-        pool = self.pool
-        return pool.take() if isinstance(pool, LedgerPool) else None
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit (we BEGIN when a plan needs it); psycopg
+        errors become ours (after the connection went back to the pool)."""
+        conn, restore = await self._checkout()
+        try:
+            yield conn
+        except psycopg.Error as error:
+            raise ledger_error(error, self.where) from error
+        finally:
+            await self._checkin(conn, restore)
 
     async def _checkout(self) -> tuple[psycopg.AsyncConnection[Any], bool]:
-        """A connection in autocommit for `_checkin`, and whether it must be given
-        back out of autocommit (a pool passed in: as it came): the one `_parked`
-        gives, else one from the pool."""
-        conn = self._parked()
-        if conn is not None:
-            return conn, False
-        pool = self.pool
-        if isinstance(pool, LedgerPool):
-            try:
-                await pool.unpark_to_pool()  # stale or not quiet: the pool checks it
-            except psycopg.Error as error:
-                raise ledger_error(error, self.where) from error
+        """A connection from the pool in autocommit, and whether `_checkin` must give
+        it back out of autocommit (a pool passed in: as it came)."""
         if not self._opened:
             await self._open()
+        pool = self.pool
         try:
             # getconn/putconn, not pool.connection(): the same checkout and return (the
             # pool rolls back a connection returned inside a transaction and replaces a
-            # broken one) without its context managers.
+            # broken one), with the autocommit switch in between.
             conn = await pool.getconn()
             restore = not conn.autocommit  # a pool passed in: give it back as it came
             if restore:
@@ -297,19 +280,7 @@ class PostgresLedger(Ledger):
             raise ledger_error(error, self.where) from error
         return conn, restore
 
-    def _park(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Give back a connection from `_checkout` (not to be restored) by parking
-        it, if the pool may keep it (`park`)."""
-        pool = self.pool
-        return isinstance(pool, LedgerPool) and pool.park(conn, time.monotonic())
-
     async def _checkin(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
-        """Give back a connection from `_checkout`: parked for the next checkout
-        when it may be (`_park`), else as `_return` does."""
-        if restore or not self._park(conn):
-            await self._return(conn, restore)
-
-    async def _return(self, conn: psycopg.AsyncConnection[Any], restore: bool) -> None:
         """Return a connection from `_checkout` to the pool (which replaces a broken
         one), out of autocommit again if ``restore``, rolled back if a transaction is
         open."""
@@ -318,22 +289,18 @@ class PostgresLedger(Ledger):
                 if restore and not conn.broken and not conn.closed:
                     await conn.set_autocommit(False)
             finally:
-                pool = self.pool
-                if isinstance(pool, LedgerPool):
-                    pool.given_back(conn)
                 if conn.info.transaction_status in _OPEN_TRANSACTION and not conn.broken:
                     # As pool.connection() did (its connection's context): rolled back
                     # here, quietly, not by the pool with a warning.
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
-                await pool.putconn(conn)
+                await self.pool.putconn(conn)
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
     def _steps(self, conn: psycopg.AsyncConnection[Any]) -> _Steps:
         """The steps on ``conn``: the ones made for it last time when ``conn`` is the
-        connection used last (their cursors keep the dumpers and loaders they looked
-        up, so a statement run again costs less). Never shared: a checked-out
+        connection used last (their cursors are reused). Never shared: a checked-out
         connection has one user."""
         hot = self._hot
         if hot is not None and hot.cur.connection is conn and not conn.closed:
@@ -391,10 +358,10 @@ class PostgresLedger(Ledger):
     async def _run_plan(
         self, conn: psycopg.AsyncConnection[Any], plan: base.Plan[T], *, grouped: bool = False
     ) -> T:
-        """Run ``plan`` on ``conn`` (in autocommit) in as few round trips as it allows.
+        """Run ``plan`` on ``conn`` (in autocommit).
 
         Reads, and one `ALONE` write of a plan running alone, run as
-        statements of their own (one round trip each; the write commits by itself).
+        statements of their own (the write commits by itself).
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
         """
@@ -521,25 +488,6 @@ class PostgresLedger(Ledger):
             f"SELECT * FROM {self._audit} WHERE op_id = %s ORDER BY seq", [stored_text(op_id)]
         )
         return [audit_from_row(row) for row in rows]
-
-
-class _Checkout:
-    """`PostgresLedger._connection`: `_checkout` on entry,
-    `_checkin` on exit; psycopg errors become the ledger's."""
-
-    __slots__ = ("conn", "ledger", "restore")
-
-    def __init__(self, ledger: PostgresLedger) -> None:
-        self.ledger = ledger
-
-    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        self.conn, self.restore = await self.ledger._checkout()
-        return self.conn
-
-    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
-        await self.ledger._checkin(self.conn, self.restore)
-        if isinstance(error, psycopg.Error):
-            raise ledger_error(error, self.ledger.where) from error
 
 
 class _Steps(AsyncStepDefaults):

@@ -29,8 +29,6 @@ from .base import (
     AuditEntry,
     Ledger,
     OperationQuery,
-    PlanResult,
-    Regroup,
     audit_from_row,
     drive_plan,
     from_row,
@@ -41,6 +39,7 @@ from .base import (
 )
 from .codec import ERASE_COLUMNS, erased_audit_text, mutable_row, origin_text, read_text, stored_text
 from .controls import row_from, row_values
+from .group_commit import PlanResult, Regroup
 from .grouped import group_plan
 from .query import (
     UNRESOLVED_SQL,

@@ -15,7 +15,8 @@ from .._runtime.undo import CompensationReport
 from ..core.contract import Effect
 from ..core.operation import Operation, State
 from ..errors import ConfigurationError, NoLedgerError, ThreadConflictError
-from ..ledger.base import Ledger, ledger_of
+from ..ledger.attach import ledger_of
+from ..ledger.base import Ledger
 from .classify import Policy, ThreadDecision, classify
 from .narrative import settled
 from .observe import _candidate_threads, observe, operations_of, unfinished, unfinished_threads

@@ -66,7 +66,7 @@ from langgraph_effects._runtime.context import current_operation
 from langgraph_effects.checkpoint.sqlite import AsyncEffectSqliteSaver
 from langgraph_effects.errors import ThreadConflictError
 from langgraph_effects.lab.providers import Provider
-from langgraph_effects.ledger.base import attach_ledger
+from langgraph_effects.ledger.attach import attach_ledger
 from langgraph_effects.ledger.sqlite import SqliteLedger, connect
 from tests.helpers.agent import State
 

@@ -272,30 +272,31 @@ async def test_postgres_round_trips_per_plan(
     traced: tuple[PostgresLedger, PgTrace], make_op: OpFactory
 ) -> None:
     ledger, trace = traced
+    check = 1  # every checkout starts with the pool's check (an empty query)
     trace.take()
     [op] = await ledger.record_intents([make_op()], change=dispatch())
-    assert trace.take() == (1, 1)  # insert and audit: one statement, its own transaction
+    assert trace.take() == (check + 1, 1)  # insert and audit: one statement, its own transaction
     assert await ledger.record_intents([op]) == [op]
-    assert trace.take() == (2, 0)  # nothing inserted, then the stored row read
+    assert trace.take() == (check + 2, 0)  # nothing inserted, then the stored row read
     done = await ledger.transition(op.op_id, succeed(), expected_version=1, before=op)
-    assert trace.take() == (1, 1)  # compare-and-set with its audit row: one statement
+    assert trace.take() == (check + 1, 1)  # compare-and-set with its audit row: one statement
     assert await ledger.get_many([op.op_id]) == {op.op_id: done}
-    assert trace.take() == (1, 0)
+    assert trace.take() == (check + 1, 0)
     [other] = await ledger.record_intents([make_op()], change=dispatch())
     trace.take()
     await ledger.transition(other.op_id, succeed(), expected_version=1)  # no row in hand
-    assert trace.take() == (3, 1)  # BEGIN + lock, compare-and-set + audit, COMMIT
+    assert trace.take() == (check + 3, 1)  # BEGIN + lock, compare-and-set + audit, COMMIT
     with pytest.raises(StaleVersionError):
         await ledger.transition(op.op_id, succeed(), expected_version=1, before=op)
-    assert trace.take() == (2, 0)  # the miss, then the stored version for the error
+    assert trace.take() == (check + 2, 0)  # the miss, then the stored version for the error
     batch = await ledger.record_intents([make_op() for _ in range(8)], change=dispatch())
-    assert trace.take() == (1, 1)
+    assert trace.take() == (check + 1, 1)
     results = await outcomes(ledger, batch, [1] * 8)
     assert all(isinstance(r, Operation) for r in results)
     # Arrived together: one transaction, a lock and a compare-and-set each, one COMMIT.
-    assert trace.take() == (2 * 8 + 1, 1)
+    assert trace.take() == (check + 2 * 8 + 1, 1)
     assert await ledger.renew_lease(op.op_id, "nobody", time.time()) is False
-    assert trace.take() == (1, 0)
+    assert trace.take() == (check + 1, 0)
 
 
 @pytest.mark.postgres
@@ -310,10 +311,10 @@ async def test_postgres_optimistic_outcomes_share_one_commit(
         ledger.transition(ops[7].op_id, succeed(), expected_version=3, before=ops[7]),
         return_exceptions=True,
     )
-    # One transaction, three round trips: the eight compare-and-sets as one statement
-    # (BEGIN rides with it; the eighth's misses, its row is not at the version it
-    # expects), the locking read of the eighth, COMMIT.
-    assert trace.take() == (1 + 1 + 1, 1)
+    # One transaction: the pool's check, the seven compare-and-sets one by one (BEGIN
+    # rides with the first), the locking read of the eighth (its row is not at the
+    # version it expects: it fails alone), COMMIT.
+    assert trace.take() == (1 + 7 + 1 + 1, 1)
     assert isinstance(results[7], StaleVersionError)
     assert all(isinstance(r, Operation) and r.state is State.CONFIRMED for r in results[:7])
 
@@ -322,7 +323,7 @@ async def test_postgres_optimistic_outcomes_share_one_commit(
 async def test_a_terminated_connection_is_replaced_before_a_write(
     pg_schema: str, make_op: OpFactory
 ) -> None:
-    # Used a moment ago, so no check round trip; the socket still says it is gone.
+    # The pool's check on checkout finds it gone and hands out a new one.
     dsn = require_postgres()
     async with PostgresLedger.from_conn_string(dsn, schema=pg_schema, min_size=1, max_size=1) as ledger:
         await ledger.setup()

@@ -194,9 +194,8 @@ async def test_a_dropped_connection_is_replaced(pg_schema: str, make_op: OpFacto
         [op] = await ledger.record_intents([make_op()])
         async with ledger.pool.connection() as conn:
             pid = conn.info.backend_pid
-        # What a server restart or a failover does to a pooled connection. (A
-        # connection used this recently is not checked by a round trip: its socket
-        # tells, once the backend is gone.)
+        # What a server restart or a failover does to a pooled connection (the pool's
+        # check on checkout finds it gone).
         await terminate(pid)
         assert await ledger.get(op.op_id) == op
         async with ledger.pool.connection() as conn:
