@@ -41,7 +41,7 @@ from ..ledger.base import (
 from .lease import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
-    from .dispatch import Heartbeat
+    from .heartbeat import Heartbeat
 
 log = logging.getLogger("langgraph_effects")
 
@@ -135,7 +135,7 @@ class CallRecord:
     effect: Effect
     op: Operation
     owner: Owner | None = None
-    heartbeat: Heartbeat | asyncio.Task[None] | None = None
+    heartbeat: Heartbeat | None = None
     running: bool = False
     """Between the dispatcher answering ``RunTool`` and the outcome being recorded: the
     tool may be on the wire, so its lease is kept until then."""
@@ -516,8 +516,8 @@ def open_plan(
     session holds them).
 
     One step reads the stored rows and the re-plan candidates and, when it finds
-    none (calls never seen before, the usual case), inserts every intent as well:
-    one round trip on Postgres. Otherwise a second step inserts what is new (after
+    none (calls never seen before, the usual case), inserts every intent as well.
+    Otherwise a second step inserts what is new (after
     a read of an approver's edits, if any). SQLite runs the plan as one
     transaction; Postgres as lone statements, which is safe without a transaction
     around them: an insert only adds rows that are absent and the plan then uses
@@ -538,7 +538,7 @@ def open_plan(
         calls[0].op.thread_id,
         [(c.tool, c.op.args_hash) for c in calls] if replans else [],
         # Only candidates asked from this very state: an earlier turn's same call
-        # asked from another state is no re-plan, and must not cost a second trip.
+        # asked from another state is no re-plan, and must not take the second step.
         source.origin if replans and source is not None else None,
     )
     exiting = durability == "exit"
