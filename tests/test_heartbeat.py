@@ -1,4 +1,4 @@
-"""Lease heartbeats: each running dispatch renews its lease from a thread of its own."""
+"""Lease heartbeats: one scheduler thread renews every running dispatch of the process."""
 
 from __future__ import annotations
 
@@ -39,10 +39,6 @@ def _until(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> N
     while not condition():
         assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
         time.sleep(0.01)
-
-
-def _heartbeat_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("langgraph-effects-heartbeat")}
 
 
 def test_a_heartbeat_renews_every_interval_until_stopped() -> None:
@@ -91,13 +87,22 @@ def test_one_slow_renewal_does_not_hold_the_others_back() -> None:
         gate.set()
 
 
-def test_a_stopped_heartbeat_leaves_no_thread_behind() -> None:
-    before = _heartbeat_threads()
-    beats = [Heartbeat(lambda: True, interval=30.0, name=f"h{i}").start() for i in range(10)]
-    assert len(_heartbeat_threads() - before) == 10
+def test_many_heartbeats_share_one_thread() -> None:
+    before = threading.active_count()
+    beats = [Heartbeat(lambda: True, interval=60, name=str(i)).start() for i in range(200)]
     for beat in beats:
         beat.stop()
-    _until(lambda: not (_heartbeat_threads() - before), "every stopped heartbeat's thread to end")
+    assert threading.active_count() <= before + 1  # the scheduler, made at most once
+
+
+def test_stopped_heartbeats_leave_the_schedule_at_once() -> None:
+    """Most calls end long before their first renewal is due. Their heartbeats must not
+    wait in the schedule until then: objects that outlive a few collections and then
+    die are what make CPython run full collections of the whole process."""
+    beats = [Heartbeat(lambda: True, interval=30.0, name=f"h{i}").start() for i in range(10)]
+    for beat in beats:
+        beat.stop()
+    assert not set(beats) & set(heartbeat._scheduler()._due)
 
 
 async def test_an_in_process_ledger_is_renewed_on_its_event_loop() -> None:
@@ -123,11 +128,11 @@ async def test_an_in_process_ledger_is_renewed_on_its_event_loop() -> None:
         beat.stop()
 
     other = heartbeat.start(ledger, stored.op_id, "tok-B", lease_seconds=0.15)
-    for _ in range(3000):
-        if not other._thread.is_alive():
-            break
-        await asyncio.sleep(0.01)
-    else:
+    try:
+        await asyncio.to_thread(
+            _until, lambda: other not in heartbeat._scheduler()._due, "the first renewal to be due"
+        )
+        await asyncio.sleep(0.3)  # six intervals: it would be due again by now
+        assert other not in heartbeat._scheduler()._due  # refused once, not renewed again
+    finally:
         other.stop()
-        raise AssertionError("a heartbeat of a lease held by another token kept beating")
-    assert not other.stopped  # it ended on its own
