@@ -10,6 +10,7 @@ thread): the lease keeps B from sending, the fence keeps it from forking the thr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -461,3 +462,40 @@ def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
         proc.kill()
         proc.wait()
     assert lease.owner_alive(lockless) is False  # its process is gone
+
+
+# -- owners made ahead ---------------------------------------------------------------------
+
+
+async def _ready_made() -> None:
+    for _ in range(500):
+        if lease._ready and not lease._making:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no owner was made ahead")
+
+
+async def test_owners_made_ahead_are_live_only_once_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Owners are made ahead on the lease thread (so parallel opens do not wait for
+    one each); one is not a dispatch of this process until handed out, it is held
+    once handed out, its dispatch begins then, and a changed lock directory retires
+    the ones made for the old one."""
+    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path / "a"))
+    first = await lease.new_owner_async()
+    await _ready_made()
+    assert all(owner.token not in lease._held for owner, _, _ in lease._ready)
+    assert all(lease.owner_alive(owner) is False for owner, _, _ in lease._ready)
+    before = lease.ticks_now()
+    second = await lease.new_owner_async()
+    assert second.lock is not None and Path(second.lock).parent == tmp_path / "a"
+    assert lease.holds(second) and lease.owner_alive(second) is True
+    assert second.since is not None and second.since >= before
+
+    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path / "b"))
+    third = await lease.new_owner_async()
+    assert third.lock is not None and Path(third.lock).parent == tmp_path / "b"
+    for owner in (first, second, third):
+        lease.release(owner)
+        assert lease.owner_alive(owner) is False

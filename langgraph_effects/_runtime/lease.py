@@ -14,7 +14,8 @@ included). A resumer on the same host tries a non-blocking lock: held and stampe
 with the token means the dispatch is still running (wait, however long it takes);
 free, missing, or stamped otherwise means it is over (take over at once). The file
 is removed when the dispatch ends, so a resumer never waits for a dispatch that was
-cancelled long ago.
+cancelled long ago. That file work runs off the event loop, on the lease thread: an
+event loop takes an owner made ahead there (`ready_owner`), or waits for one.
 
 **A live dispatch includes the processes its tool started.** Once the owner's
 process is gone, a process it started since the dispatch began (a ``gh`` or
@@ -47,6 +48,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -77,9 +79,17 @@ _STAMP_SIZE = 64
 _held: dict[str, _LockFile | None] = {}
 _held_lock = threading.Lock()
 
-#: The thread that closes the lock files `release_soon` hands it, in order, off the
-#: event loop. Made on first use, and afresh in a forked child (threads do not fork).
-_closer: ThreadPoolExecutor | None = None
+#: The lease thread: lock-file work from event-loop code (removing the files
+#: `release_soon` hands it, making owners ahead), in order, off the loop. Made on
+#: first use, and afresh in a forked child (threads do not fork).
+_worker: ThreadPoolExecutor | None = None
+
+#: Owners made ahead on the lease thread (see `ready_owner`), each with its lock file
+#: and the runtime directory it was made for; not dispatches of this process (not in
+#: ``_held``) until taken.
+_ready: list[tuple[Owner, _LockFile | None, Path]] = []
+_READY = 8
+_making = False
 
 
 def _forget_in_child() -> None:
@@ -87,14 +97,15 @@ def _forget_in_child() -> None:
     # its copies keeps every dispatch of a dead parent from looking alive while the
     # child runs; it says whose child it is, and since when, with a file of its own.
     # The guard lock is made anew: another thread of the parent may have held it.
-    global _held_lock, _closer
+    global _held_lock, _worker, _making
     _held_lock = threading.Lock()
-    _closer = None
-    for lock in _held.values():
+    _worker, _making = None, False
+    for lock in [*_held.values(), *(lock for _, lock, _ in _ready)]:
         if lock is not None:
             with contextlib.suppress(OSError):
                 os.close(lock.fd)
     _held.clear()
+    _ready.clear()
     parent = os.environ.get(processes.LINEAGE_VAR, "").split()[-1:]
     processes.mark_lineage()  # the child's children descend from it too
     if parent:
@@ -155,8 +166,9 @@ def _close_all() -> None:
     # A normal exit removes this process's lock files (a killed one leaves them free,
     # for the next prober or sweep to remove).
     with _held_lock:
-        locks = list(_held.values())
+        locks = [*_held.values(), *(lock for _, lock, _ in _ready)]
         _held.clear()
+        _ready.clear()
     for lock in locks:
         if lock is not None:
             _close(lock)
@@ -263,13 +275,19 @@ def new_owner() -> Owner:
 
     Blocking (it creates and locks a file): from a coroutine use `new_owner_async`.
     """
+    owner, lock = _make_owner()
+    with _held_lock:
+        _held[owner.token] = lock
+    return owner
+
+
+def _make_owner() -> tuple[Owner, _LockFile | None]:
+    """An owner and its lock file, not yet counted as held."""
     token = uuid.uuid4().hex
     # Read each time, not cached: a forked worker must not inherit its parent's identity.
     pid = os.getpid()
     lock = _hold(token)
-    with _held_lock:
-        _held[token] = lock
-    return Owner(
+    owner = Owner(
         host=_host(),
         pid=pid,
         started=_own_start(pid),
@@ -278,6 +296,7 @@ def new_owner() -> Owner:
         since=ticks_now(),
         node=processes.node_id(pid),
     )
+    return owner, lock
 
 
 def _forget(owner: Owner) -> _LockFile | None:
@@ -321,20 +340,70 @@ def release_soon(owner: Owner | None) -> None:
     lock = _forget(owner)
     if lock is None:
         return
-    global _closer
+    _lease_thread().submit(_close, lock)
+
+
+def _lease_thread() -> ThreadPoolExecutor:
+    global _worker
     with _held_lock:
-        if _closer is None:
-            _closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-effects-lease")
-        closer = _closer
-    closer.submit(_close, lock)
+        if _worker is None:
+            _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-effects-lease")
+        return _worker
+
+
+def _make_ready() -> None:
+    """Make owners ahead until `_READY` are ready (on the lease thread)."""
+    global _making
+    try:
+        while True:
+            with _held_lock:
+                if len(_ready) >= _READY:
+                    return
+            where = _runtime_path()
+            owner, lock = _make_owner()
+            with _held_lock:
+                _ready.append((owner, lock, where))
+    finally:
+        with _held_lock:
+            _making = False
+
+
+def ready_owner() -> Owner | None:
+    """An owner made ahead, held from now on as `new_owner`'s are, or ``None``; once
+    half are taken, more are made on the lease thread. Never blocks.
+
+    Opening a call takes one instead of waiting for a thread to make it
+    (``docs/performance.md``).
+    """
+    global _making
+    where = _runtime_path()
+    with _held_lock:
+        stale = [lock for _, lock, made_for in _ready if made_for != where and lock is not None]
+        _ready[:] = [ready for ready in _ready if ready[2] == where]
+        taken = _ready.pop() if _ready else None
+        if taken is not None:
+            _held[taken[0].token] = taken[1]
+        start = not _making and len(_ready) < _READY // 2
+        _making = _making or start
+    for lock in stale:  # made for a runtime directory the settings no longer name
+        _lease_thread().submit(_close, lock)
+    if start:
+        _lease_thread().submit(_make_ready)
+    if taken is None:
+        return None
+    return replace(taken[0], since=ticks_now())  # its dispatch begins now
 
 
 async def new_owner_async() -> Owner:
-    """`new_owner` off the event loop (it creates and locks a file).
+    """`new_owner` off the event loop (it creates and locks a file), or an owner made
+    ahead (`ready_owner`) when there is one.
 
     Cancelled while the file is being made, the owner is released as soon as it
     exists, so no dispatch of this process is left looking alive for ever.
     """
+    ready = ready_owner()
+    if ready is not None:
+        return ready
     made = asyncio.get_running_loop().run_in_executor(None, new_owner)
     try:
         return await asyncio.shield(made)

@@ -148,10 +148,11 @@ class Session:
         scope = scope_from(config, context)
         history = history_of(state, messages_key)
         # A dispatch owner for the calls the open itself may dispatch (released at once
-        # if none is), made on a worker thread (a locked file) while the checkpoint is read.
+        # if none is): one made ahead, or one made on a worker thread (a locked file)
+        # while the checkpoint is read.
         direct = any(not staged(settings.effect_for(str(c["name"]))) for c in tool_calls)
-        owner: Owner | None = None
-        made = asyncio.ensure_future(lease.new_owner_async()) if direct else None
+        owner: Owner | None = lease.ready_owner() if direct else None
+        made = asyncio.ensure_future(lease.new_owner_async()) if direct and owner is None else None
         try:
             # One read of the checkpoint holding the calls: it is the durability barrier
             # (nothing leaves before it is saved) and the turn every id is anchored on.
