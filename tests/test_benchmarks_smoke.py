@@ -202,7 +202,7 @@ def test_list_names_every_scenario_and_what_it_compares() -> None:
 
 OTHERS = [
     "sync", "turn_split", "floor_split", "gc_churn", "fencing", "fencing_race", "ledger_pairs",
-    "ledger_throughput", "lease_files", "lease_children", "lease_window", "turn_read", "unfinished_scan",
+    "ledger_throughput", "lease_children", "lease_window", "turn_read", "unfinished_scan",
     "ledger_scale",
 ]
 
@@ -296,21 +296,6 @@ def test_floor_split_prints_each_hook_and_ours_against_the_floor(tmp_path: Path)
     assert float(last[2]) <= float(last[1]) <= float(last[3])
     # Each count is a mean per turn, printed rounded: their difference may be 1 off.
     assert abs(int(last[4]) - (calls["EffectMiddleware"] - calls["both hooks"])) <= 1
-
-
-def test_lease_files_prints_both_variants_and_the_owner_cost(tmp_path: Path) -> None:
-    out = run_scenario(tmp_path, "lease_files")
-    assert out[0] == "middleware, fan-out 2, 0 ms tool, SQLite: per turn, median of 2 batches of 4 turns"
-    per_dispatch, reused, cost = out[-3:]
-    for name, line in (("a file per dispatch", per_dispatch), ("reused", reused)):
-        assert line.startswith(name + " ")
-        wall, cpu = (float(x) for x in line[len(name):].split()[:2])
-        assert wall > 0 and cpu > 0
-    assert " CPU x" in reused and "(" in reused and "CPU x" not in per_dispatch
-    made = re.fullmatch(
-        r"one owner made and released: a file per dispatch ([0-9.]+) µs CPU, reused ([0-9.]+) µs CPU", cost
-    )
-    assert made is not None and float(made[1]) > 0 and float(made[2]) > 0
 
 
 def test_compare_prints_each_row_for_both_sides_and_the_change(tmp_path: Path) -> None:

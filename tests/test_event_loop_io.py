@@ -35,7 +35,7 @@ def detector() -> Iterator[BlockBuster]:
 
 async def _over(owner: Owner) -> None:
     """Until the lock file says the dispatch is over, as a prober in another process
-    reads it (the file itself stays, stamped idle, for this process's next dispatch)."""
+    reads it (the file is removed on a worker thread a moment after the release)."""
     assert owner.lock is not None
     for _ in range(500):
         if await asyncio.to_thread(lease._probe, owner.lock, owner.token) is False:

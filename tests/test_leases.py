@@ -338,7 +338,7 @@ def test_liveness_follows_the_dispatch_not_the_clock() -> None:
         proc.wait()
 
 
-_REUSER = """
+_TWICE = """
 import json, time
 from langgraph_effects._runtime import lease
 first = lease.new_owner()
@@ -349,19 +349,19 @@ time.sleep(600)
 """
 
 
-def test_a_reused_lock_file_stands_only_for_the_dispatch_stamped_on_it() -> None:
-    """A process stamps the lock file of a finished dispatch for its next one: the
-    finished one reads as over, the next as running, both while the process lives;
-    SIGKILL frees the file and the prober removes it."""
+def test_each_dispatch_has_a_lock_file_of_its_own() -> None:
+    """A released dispatch's file is gone (over, while its process lives); the next
+    dispatch of that process holds a file of its own (running, also while the process
+    is stopped); SIGKILL frees it and the prober removes it."""
     from langgraph_effects.core.operation import Owner
 
-    proc = subprocess.Popen([sys.executable, "-c", _REUSER], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _TWICE], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         first, second = (Owner.from_json(o) for o in json.loads(proc.stdout.readline()))
-        assert first.lock is not None and second.lock == first.lock  # one file, reused
-        assert first.token != second.token
-        assert lease.owner_alive(first) is False  # over, although its file is held
+        assert first.lock is not None and second.lock is not None and second.lock != first.lock
+        assert not Path(first.lock).exists()
+        assert lease.owner_alive(first) is False
         assert lease.owner_alive(second) is True
         proc.send_signal(signal.SIGSTOP)
         wait_stopped(proc.pid)
@@ -376,11 +376,8 @@ def test_a_reused_lock_file_stands_only_for_the_dispatch_stamped_on_it() -> None
         proc.wait()
 
 
-def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
-    """A file with no stamp was made for one dispatch (before files were reused): held
-    means that dispatch runs, whatever token it is asked about."""
-    path = tmp_path / "old.lock"
-    path.write_bytes(b"")
+def _hold_file(path: Path) -> subprocess.Popen[str]:
+    """Another process holding ``path``'s ``flock`` (as a worker holds its lock file)."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -392,8 +389,32 @@ def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_held_lock_file_stamped_for_another_dispatch_is_not_this_one(tmp_path: Path) -> None:
+    """Earlier versions kept one file for many dispatches, stamped with each in turn
+    (``idle`` between them): held, it stands only for the dispatch stamped on it."""
+    path = tmp_path / "kept.lock"
+    path.write_bytes(b"later-token".ljust(64))
+    holder = _hold_file(path)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert lease._probe(str(path), "earlier-token") is False
+        assert lease._probe(str(path), "later-token") is True
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lease._probe(str(path), "later-token") is False
+
+
+def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
+    """A file with no stamp was made for one dispatch (before files were stamped):
+    held means that dispatch runs, whatever token it is asked about."""
+    path = tmp_path / "old.lock"
+    path.write_bytes(b"")
+    holder = _hold_file(path)
+    try:
         assert lease._probe(str(path), "any-token") is True
         holder.kill()
         holder.wait()
@@ -401,26 +422,6 @@ def test_a_held_blank_lock_file_is_a_running_dispatch(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
-
-
-def test_an_idle_lock_file_removed_meanwhile_is_not_stamped_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cleaner of ``/tmp`` may remove an idle file this process still holds: the next
-    dispatch gets a file a prober can find, not a stamp in one nobody can."""
-    monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path))
-    first = lease.new_owner()
-    lease.release(first)
-    assert first.lock is not None
-    Path(first.lock).unlink()
-    second = lease.new_owner()
-    try:
-        assert second.lock is not None and second.lock != first.lock
-        assert Path(second.lock).exists()
-        assert lease._probe(second.lock, second.token) is True  # as another process sees it
-        assert lease._probe(first.lock, first.token) is False
-    finally:
-        lease.release(second)
 
 
 def test_a_child_forked_while_the_lease_guard_is_held_can_still_dispatch(
@@ -466,9 +467,9 @@ def test_without_a_lock_file_a_live_pid_proves_nothing() -> None:
 # -- owners made ahead ---------------------------------------------------------------------
 
 
-async def _spares_ready() -> None:
+async def _ready_made() -> None:
     for _ in range(500):
-        if lease._spare and not lease._refilling:
+        if lease._ready and not lease._making:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("no owner was made ahead")
@@ -478,15 +479,19 @@ async def test_owners_made_ahead_are_live_only_once_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Owners are made ahead on the lease thread (so parallel opens do not wait for
-    one each); a spare is not a dispatch of this process until handed out, it is held
-    once handed out, and a changed lock directory retires the spares made for the old one."""
+    one each); one is not a dispatch of this process until handed out, it is held
+    once handed out, its dispatch begins then, and a changed lock directory retires
+    the ones made for the old one."""
     monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path / "a"))
     first = await lease.new_owner_async()
-    await _spares_ready()
-    assert all(owner.token not in lease._held for owner, _, _ in lease._spare)
+    await _ready_made()
+    assert all(owner.token not in lease._held for owner, _, _ in lease._ready)
+    assert all(lease.owner_alive(owner) is False for owner, _, _ in lease._ready)
+    before = lease.ticks_now()
     second = await lease.new_owner_async()
     assert second.lock is not None and Path(second.lock).parent == tmp_path / "a"
     assert lease.holds(second) and lease.owner_alive(second) is True
+    assert second.since is not None and second.since >= before
 
     monkeypatch.setenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", str(tmp_path / "b"))
     third = await lease.new_owner_async()

@@ -392,14 +392,14 @@ def test_a_lock_directory_removed_under_a_live_dispatch_is_not_a_release(
 
 def test_a_removed_lock_file_is_judged_through_its_owner(tmp_path: Path) -> None:
     """Removed, the file is still the owner's: running while held and stamped, over
-    once released (stamped idle) or once its process is killed."""
+    once released (no longer among its open files) or once its process is killed."""
     proc, owner = start_holder("hold", tmp_path / "held")
     released, done = start_holder("release", tmp_path / "released")
     try:
         shutil.rmtree(tmp_path / "held")
         shutil.rmtree(tmp_path / "released")
         assert lease.owner_alive(owner) is True
-        assert lease.owner_alive(done) is False  # found, stamped idle: over
+        assert lease.owner_alive(done) is False  # closed by its owner: over
         proc.kill()
         proc.wait()
         assert lease.owner_alive(owner) is False

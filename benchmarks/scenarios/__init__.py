@@ -36,7 +36,6 @@ NAMES = (
     "fencing_race",
     "ledger_pairs",
     "ledger_throughput",
-    "lease_files",
     "lease_children",
     "lease_window",
     "turn_read",

@@ -407,8 +407,8 @@ def open_plan(
     session holds them).
 
     One step reads the stored rows and the re-plan candidates and, when it finds
-    none (calls never seen before, the usual case), inserts every intent as well:
-    one round trip on Postgres. Otherwise a second step inserts what is new (after
+    none (calls never seen before, the usual case), inserts every intent as well.
+    Otherwise a second step inserts what is new (after
     a read of an approver's edits, if any). SQLite runs the plan as one
     transaction; Postgres as lone statements, which is safe without a transaction
     around them: an insert only adds rows that are absent and the plan then uses
@@ -429,7 +429,7 @@ def open_plan(
         calls[0].op.thread_id,
         [(c.tool, c.op.args_hash) for c in calls] if replans else [],
         # Only candidates asked from this very state: an earlier turn's same call
-        # asked from another state is no re-plan, and must not cost a second trip.
+        # asked from another state is no re-plan, and must not take the second step.
         source.origin if replans and source is not None else None,
     )
     exiting = durability == "exit"

@@ -4,7 +4,6 @@ call (the operation the call is bound to, and its dispatch's lease and heartbeat
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from ..ledger.base import Ledger
 from .lease import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
-    from .dispatch import Heartbeat
+    from .heartbeat import Heartbeat
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ class CallRecord:
     effect: Effect
     op: Operation
     owner: Owner | None = None
-    heartbeat: Heartbeat | asyncio.Task[None] | None = None
+    heartbeat: Heartbeat | None = None
     running: bool = False
     """Between the dispatcher answering ``RunTool`` and the outcome being recorded: the
     tool may be on the wire, so its lease is kept until then."""

@@ -6,8 +6,7 @@ A `Dispatcher` keeps no state of a session's: it moves the `CallRecord` it
 is handed and answers a `Directive`; the session files the answer (who waits for
 a human). The dispatch owners a session's open made for several calls at once are
 counted by `Leases`, which the session owns and hands in; the leases of
-running calls are renewed by one `Heartbeat` scheduler thread per process
-(at the end).
+running calls are renewed by `langgraph_effects._runtime.heartbeat`.
 
 The dispatcher never runs an undo: a settled call's answer names the undos its outcome
 orders (`Due`), and the session runs them.
@@ -16,15 +15,10 @@ orders (`Due`), and the session runs them.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import json
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,7 +36,7 @@ from ..errors import (
 )
 from ..ledger.base import Ledger
 from ..ledger.controls import HEARD
-from . import admission, lease, messages, telemetry
+from . import admission, heartbeat, lease, messages, telemetry
 from . import faults as _faults
 from .calls import CallRecord, Settings
 from .reconcile import reconcile
@@ -148,37 +142,17 @@ class Leases:
 
     def start_heartbeat(self, c: CallRecord) -> None:
         """Keep the lease of a running call alive (call on the session's event loop)."""
-        owner = c.owner
-        if owner is None or c.heartbeat is not None:
+        if c.owner is None or c.heartbeat is not None:
             return
-        interval = self.lease_seconds / 3
-        renew = self.ledger.lease_renewer()
-        if renew is not None:
-            op_id, seconds = c.op.op_id, self.lease_seconds
-            c.heartbeat = Heartbeat(
-                lambda: renew(op_id, owner.token, time.time() + seconds),
-                interval=interval,
-                name=op_id[:12],
-            ).start()
-            return
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    await self.ledger.renew_lease(c.op.op_id, owner.token, time.time() + self.lease_seconds)
-                except Exception as error:  # a missed heartbeat only shortens the lease
-                    log.warning("lease heartbeat for %s failed: %s", c.op.op_id, error)
-
-        c.heartbeat = asyncio.ensure_future(beat())
+        c.heartbeat = heartbeat.start(
+            self.ledger, c.op.op_id, c.owner.token, lease_seconds=self.lease_seconds
+        )
 
     @staticmethod
     def stop_heartbeat(c: CallRecord) -> None:
         beat, c.heartbeat = c.heartbeat, None
-        if isinstance(beat, Heartbeat):
+        if beat is not None:
             beat.stop()
-        elif beat is not None:
-            beat.cancel()
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -548,7 +522,7 @@ class Dispatcher:
     async def _shared_read(self) -> dict[str, Operation]:
         """The leased rows of this session, read once for every call that reaches its
         last check while the read is in flight: parallel calls leave together instead
-        of queueing one ledger round trip each. A snapshot taken a moment earlier is
+        of queueing one ledger read each. A snapshot taken a moment earlier is
         as good: a lease can only be extended by its holder, so "ours, with half a
         lease to spare" still holds."""
         pending = self._reading
@@ -600,120 +574,3 @@ def _error_message(c: CallRecord, error: BaseException) -> ToolMessage:
         tool_call_id=c.call_id,
         status="error",
     )
-
-
-# Lease heartbeats: one scheduler thread per process renews every running dispatch.
-#
-# A thread, not a task on the event loop: a tool that blocks the loop (a
-# ``time.sleep`` inside ``async def``) must not let its lease lapse on other hosts.
-# One thread for all of them, not one each: starting a thread per call costs more
-# than the whole ledger commit it protects, and most calls finish long before their
-# first renewal is due. Renewals themselves run on a small pool, so one slow
-# renewal (a database waiting out a lock) does not hold the others back.
-
-#: The scheduler looks at its heap at least this often (seconds), so a heartbeat due
-#: later than that is added without waking the thread.
-_TICK = 1.0
-
-
-#: A blocking renewal: extends the lease, ``False`` once it is no longer ours.
-Renew = Callable[[], bool]
-
-
-class Heartbeat:
-    """Renews one lease every ``interval`` seconds (first after one interval) until
-    `stop` or until ``renew`` returns ``False`` (the lease is no longer ours)."""
-
-    def __init__(self, renew: Renew, *, interval: float, name: str = "lease") -> None:
-        self._renew = renew
-        self.interval = interval
-        self.name = name
-        self.stopped = False
-
-    def start(self) -> Heartbeat:
-        """Start renewing. Never blocks."""
-        _scheduler().add(self, time.monotonic() + self.interval)
-        return self
-
-    def stop(self) -> None:
-        """Stop renewing (a renewal already running finishes). Never blocks."""
-        if not self.stopped:
-            self.stopped = True
-            _scheduler().dropped()
-
-    def beat(self) -> bool:
-        """Renew once; whether to keep beating."""
-        if self.stopped:
-            return False
-        try:
-            return bool(self._renew())
-        except Exception as error:  # a missed heartbeat only shortens the lease
-            log.warning("lease heartbeat %s failed: %s", self.name, error)
-            return True
-
-
-class _Scheduler:
-    """The process's heartbeat thread: a heap of due times, woken when one is added."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self._cond = threading.Condition()
-        self._due: list[tuple[float, int, Heartbeat]] = []
-        self._seq = itertools.count()
-        self._stopped = 0
-        self._wake_at = 0.0  # when the thread will next look at the heap on its own
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="langgraph-effects-renew")
-        self._thread = threading.Thread(target=self._run, name="langgraph-effects-heartbeat", daemon=True)
-        self._thread.start()
-
-    def add(self, beat: Heartbeat, when: float) -> None:
-        with self._cond:
-            heapq.heappush(self._due, (when, next(self._seq), beat))
-            # Woken only if it would sleep past this one: a call that starts and ends
-            # between two ticks costs no thread wake-up at all.
-            if when < self._wake_at:
-                self._cond.notify()
-
-    def dropped(self) -> None:
-        """A heartbeat stopped: forget stopped ones once they are most of the heap."""
-        with self._cond:
-            self._stopped += 1
-            if self._stopped * 2 > len(self._due):
-                self._due = [entry for entry in self._due if not entry[2].stopped]
-                heapq.heapify(self._due)
-                self._stopped = 0
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    if self._due and self._due[0][0] <= now:
-                        break
-                    self._wake_at = min(self._due[0][0] if self._due else now + _TICK, now + _TICK)
-                    self._cond.wait(self._wake_at - now)
-                self._wake_at = 0.0  # awake: adding never needs to notify
-                _, _, beat = heapq.heappop(self._due)
-                if beat.stopped:
-                    self._stopped = max(0, self._stopped - 1)
-                    continue
-            self._pool.submit(self._fire, beat)
-
-    def _fire(self, beat: Heartbeat) -> None:
-        if beat.beat() and not beat.stopped:
-            self.add(beat, time.monotonic() + beat.interval)
-
-
-_lock = threading.Lock()
-
-
-_current: _Scheduler | None = None
-
-
-def _scheduler() -> _Scheduler:
-    """The scheduler of this process (a forked child makes its own: threads do not fork)."""
-    global _current
-    with _lock:
-        if _current is None or _current.pid != os.getpid():
-            _current = _Scheduler()
-        return _current

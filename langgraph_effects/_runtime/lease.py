@@ -6,15 +6,16 @@ sending, and it never authorises a re-send. Its owner names the host, the proces
 to one dispatch.
 
 **Same host: liveness is proved by the kernel, not by a clock.** While a dispatch
-runs, its owner holds an exclusive ``flock`` on a file in a per-user runtime
-directory (`runtime_dir`), stamped with the dispatch's token. The kernel keeps
-the lock while the process is stopped (SIGSTOP), paused by a debugger, or has its
-event loop blocked, and drops it the instant the process dies (SIGKILL included). A
-resumer on the same host tries a non-blocking lock: held and still stamped with the
-token means the dispatch is still running (wait, however long it takes); free,
-missing, or stamped otherwise means it is over (take over at once). This also tells
-a finished dispatch of a live process apart from a running one, so a resumer never
-waits for a dispatch that was cancelled long ago.
+runs, its owner holds an exclusive ``flock`` on a file of its own in a per-user
+runtime directory (`runtime_dir`), stamped with the dispatch's token. The kernel
+keeps the lock while the process is stopped (SIGSTOP), paused by a debugger, or has
+its event loop blocked, and drops it the instant the process dies (SIGKILL
+included). A resumer on the same host tries a non-blocking lock: held and stamped
+with the token means the dispatch is still running (wait, however long it takes);
+free, missing, or stamped otherwise means it is over (take over at once). The file
+is removed when the dispatch ends, so a resumer never waits for a dispatch that was
+cancelled long ago. That file work runs off the event loop, on the lease thread: an
+event loop takes an owner made ahead there (`ready_owner`), or waits for one.
 
 **A live dispatch includes the processes its tool started.** Once the owner's
 process is gone, a process it started since the dispatch began (a ``gh`` or
@@ -26,16 +27,9 @@ An owner that names this host but another kernel or pid namespace (a container
 clone sharing the hostname) is not judged by local pids at all: its lease expires
 by time, as another host's (``docs/leases.md``).
 
-A process keeps the files of its finished dispatches locked and stamped ``idle``,
-and stamps one again for its next dispatch: a 64-byte write instead of creating,
-locking, renaming and later unlinking a file for every call. Workers of one
-deployment on one host should run versions that agree on this (a resumer from
-before files were reused takes any held file for a running dispatch, and waits).
-
-**Across hosts only time can tell:** the lease expires unless its owner renews it.
-Renewal runs on a thread (`Heartbeat`), so a tool that blocks the event loop
-does not lapse it; a process paused longer than the lease on another host can
-still be taken over (README, "Leases").
+**Across hosts only time can tell:** the lease expires unless its owner renews it
+(`langgraph_effects._runtime.heartbeat`). Whether a holder is gone is decided by
+`langgraph_effects.core.protocol.holder_gone` from the facts gathered here.
 """
 
 from __future__ import annotations
@@ -54,10 +48,12 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
+from ..core import protocol
 from ..core.operation import Operation, Owner, State
 from . import processes
 from .processes import process_start_time
@@ -67,27 +63,33 @@ DEFAULT_LEASE_SECONDS = 30.0
 log = logging.getLogger("langgraph_effects")
 
 
-@dataclass(frozen=True)
-class _Slot:
-    """A lock file this process holds (``flock``) for as long as it keeps it, stamped
-    with the token of the dispatch it stands for, or with `_IDLE`."""
+class _LockFile(NamedTuple):
+    """The lock file a running dispatch of this process holds (``flock``), stamped
+    with its token."""
 
     fd: int
     path: str
-    where: tuple[str | None, str | None]  # the runtime settings it was made under
 
 
 #: A stamp's size: a token, padded. Written whole at offset 0 of a file of that size.
 _STAMP_SIZE = 64
-_IDLE = b"idle".ljust(_STAMP_SIZE)
 
-#: token -> the slot standing for that dispatch (``None`` without a lock file), for
-#: every dispatch of this process not yet released.
-_held: dict[str, _Slot | None] = {}
+#: token -> the lock file of that dispatch (``None`` without one), for every dispatch
+#: of this process not yet released.
+_held: dict[str, _LockFile | None] = {}
 _held_lock = threading.Lock()
-#: Slots of released dispatches, stamped idle and still locked: the next owner takes
-#: one instead of creating, locking, renaming and later unlinking a file of its own.
-_idle: list[_Slot] = []
+
+#: The lease thread: lock-file work from event-loop code (removing the files
+#: `release_soon` hands it, making owners ahead), in order, off the loop. Made on
+#: first use, and afresh in a forked child (threads do not fork).
+_worker: ThreadPoolExecutor | None = None
+
+#: Owners made ahead on the lease thread (see `ready_owner`), each with its lock file
+#: and the runtime directory it was made for; not dispatches of this process (not in
+#: ``_held``) until taken.
+_ready: list[tuple[Owner, _LockFile | None, Path]] = []
+_READY = 8
+_making = False
 
 
 def _forget_in_child() -> None:
@@ -95,14 +97,15 @@ def _forget_in_child() -> None:
     # its copies keeps every dispatch of a dead parent from looking alive while the
     # child runs; it says whose child it is, and since when, with a file of its own.
     # The guard lock is made anew: another thread of the parent may have held it.
-    global _held_lock
+    global _held_lock, _worker, _making
     _held_lock = threading.Lock()
-    for slot in _take_every_slot():
-        with contextlib.suppress(OSError):
-            os.close(slot.fd)
-    global _releaser, _refilling, _retiring
-    _releaser = None
-    _refilling = _retiring = False
+    _worker, _making = None, False
+    for lock in [*_held.values(), *(lock for _, lock, _ in _ready)]:
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock.fd)
+    _held.clear()
+    _ready.clear()
     parent = os.environ.get(processes.LINEAGE_VAR, "").split()[-1:]
     processes.mark_lineage()  # the child's children descend from it too
     if parent:
@@ -163,20 +166,12 @@ def _close_all() -> None:
     # A normal exit removes this process's lock files (a killed one leaves them free,
     # for the next prober or sweep to remove).
     with _held_lock:
-        slots = _take_every_slot()
-    for slot in slots:
-        _close(slot)
-
-
-def _take_every_slot() -> list[_Slot]:
-    """Every lock file this process keeps (held, spare, idle, queued to be stamped
-    idle), forgotten by the module; the caller closes them."""
-    slots = [*_held.values(), *(slot for _, slot, _ in _spare), *_idle, *_to_retire]
-    _held.clear()
-    _spare.clear()
-    _idle.clear()
-    _to_retire.clear()
-    return [slot for slot in slots if slot is not None]
+        locks = [*_held.values(), *(lock for _, lock, _ in _ready)]
+        _held.clear()
+        _ready.clear()
+    for lock in locks:
+        if lock is not None:
+            _close(lock)
 
 
 @cache
@@ -186,16 +181,12 @@ def _host() -> str:
     return os.environ.get("LANGGRAPH_EFFECTS_HOST") or socket.gethostname()
 
 
-def _runtime_settings() -> tuple[str | None, str | None]:
-    """What `_runtime_path` depends on, cheap to compare."""
-    return os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR"), os.environ.get("XDG_RUNTIME_DIR")
-
-
 def _runtime_path() -> Path:
-    """The lock-file directory the settings name (no I/O once ``tempfile`` knows its dir)."""
-    explicit, xdg = _runtime_settings()
+    """The lock-file directory the settings name."""
+    explicit = os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR")
     if explicit:
         return Path(explicit)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "langgraph-effects"
     return Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
@@ -240,10 +231,13 @@ def _sweep(directory: Path) -> None:
                 path.unlink()
 
 
-def _make_slot() -> _Slot | None:
-    """A new lock file in the runtime directory, locked and stamped idle; ``None`` if
-    there is no usable directory (then liveness falls back to pid + start time)."""
-    where = _runtime_settings()
+def _hold(token: str) -> _LockFile | None:
+    """A new lock file in the runtime directory, locked and stamped with ``token``;
+    ``None`` if there is no usable directory (then liveness falls back to pid + start
+    time)."""
+    stamp = token.encode()
+    if len(stamp) > _STAMP_SIZE:  # a prober reads that many bytes: it would never match
+        raise ValueError(f"a dispatch token is at most {_STAMP_SIZE} bytes")
     directory = runtime_dir()
     if directory is None:
         return None
@@ -258,53 +252,16 @@ def _make_slot() -> _Slot | None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.pwrite(fd, _IDLE, 0)
+        os.pwrite(fd, stamp.ljust(_STAMP_SIZE), 0)
         # Published under its final name only once locked and stamped: whoever finds
         # the file finds it held (or released for good), never blank.
         os.rename(staging, final)
-    except OSError:
+    except OSError as error:
+        log.warning("cannot lock lease lock %s (%s); using pid liveness only", staging, error)
         os.close(fd)
         staging.unlink(missing_ok=True)
         return None
-    return _Slot(fd, str(final), where)
-
-
-def _still_there(slot: _Slot) -> bool:
-    """Whether the slot's path still names the file it holds (a cleaner of ``/tmp``
-    may have removed an idle one): a stamp in a file nobody can find proves nothing."""
-    try:
-        found, held = os.stat(slot.path), os.fstat(slot.fd)
-    except OSError:
-        return False
-    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _hold(token: str) -> str | None:
-    """Stamp a slot (an idle one, or a new one) with ``token``; its path, or ``None``."""
-    stamp = token.encode()
-    if len(stamp) > _STAMP_SIZE:  # a prober reads that many bytes: it would never match
-        raise ValueError(f"a dispatch token is at most {_STAMP_SIZE} bytes")
-    where = _runtime_settings()
-    with _held_lock:
-        slot = next((s for s in reversed(_idle) if s.where == where), None)
-        if slot is not None:
-            _idle.remove(slot)
-    if slot is not None and not _still_there(slot):
-        with contextlib.suppress(OSError):
-            os.close(slot.fd)  # not unlinked: the name is not ours any more
-        slot = None
-    if slot is None:
-        slot = _make_slot()
-    if slot is not None:
-        try:
-            os.pwrite(slot.fd, stamp.ljust(_STAMP_SIZE), 0)
-        except OSError as error:
-            log.warning("cannot stamp lease lock %s (%s); using pid liveness only", slot.path, error)
-            _close(slot)
-            slot = None
-    with _held_lock:
-        _held[token] = slot
-    return slot.path if slot is not None else None
+    return _LockFile(fd, str(final))
 
 
 @cache
@@ -314,176 +271,139 @@ def _own_start(pid: int) -> float:
 
 
 def new_owner() -> Owner:
-    """An owner for one dispatch by this process, provably live until `release`."""
+    """An owner for one dispatch by this process, provably live until `release`.
+
+    Blocking (it creates and locks a file): from a coroutine use `new_owner_async`.
+    """
+    owner, lock = _make_owner()
+    with _held_lock:
+        _held[owner.token] = lock
+    return owner
+
+
+def _make_owner() -> tuple[Owner, _LockFile | None]:
+    """An owner and its lock file, not yet counted as held."""
     token = uuid.uuid4().hex
     # Read each time, not cached: a forked worker must not inherit its parent's identity.
     pid = os.getpid()
-    return Owner(
+    lock = _hold(token)
+    owner = Owner(
         host=_host(),
         pid=pid,
         started=_own_start(pid),
         token=token,
-        lock=_hold(token),
+        lock=lock.path if lock is not None else None,
         since=ticks_now(),
         node=processes.node_id(pid),
     )
+    return owner, lock
 
 
-def _forget(owner: Owner) -> _Slot | None:
+def _forget(owner: Owner) -> _LockFile | None:
     """Drop ``owner`` from this process's held dispatches (memory only, never blocks);
-    the slot that still stands for it, if any."""
+    the lock file that still stands for it, if any."""
     with _held_lock:
         return _held.pop(owner.token, None)
 
 
-def _close(slot: _Slot) -> None:
+def _close(lock: _LockFile) -> None:
     # Unlink first, then unlock: a resumer then finds it missing or free, never held.
     with contextlib.suppress(OSError):
-        os.unlink(slot.path)
+        os.unlink(lock.path)
     with contextlib.suppress(OSError):
-        os.close(slot.fd)
-
-
-def _retire(slot: _Slot) -> None:
-    """Stamp ``slot`` idle (its dispatch is over for every prober from now on) and keep
-    it for the next owner; close it if enough are kept, or its directory is no longer
-    the one the settings name."""
-    try:
-        os.pwrite(slot.fd, _IDLE, 0)
-    except OSError:
-        _close(slot)
-        return
-    with _held_lock:
-        keep = slot.where == _runtime_settings() and len(_idle) < _SPARES
-        if keep:
-            _idle.append(slot)
-    if not keep:
-        _close(slot)
+        os.close(lock.fd)
 
 
 def release(owner: Owner | None) -> None:
-    """The dispatch this owner stood for is over (whatever its outcome).
+    """The dispatch this owner stood for is over (whatever its outcome): its lock file
+    is removed.
 
-    Blocking (a write to its lock file): from a coroutine use `release_soon`.
+    Blocking (it removes a file): from a coroutine use `release_soon`.
     """
     if owner is None:
         return
-    slot = _forget(owner)
-    if slot is not None:
-        _retire(slot)
-
-
-#: One thread for lock-file work from event-loop code: in order, off the loop.
-#: Made on first use, and afresh in a forked child (its parent's thread is not there).
-_releaser: ThreadPoolExecutor | None = None
-
-
-def _release_thread() -> ThreadPoolExecutor:
-    global _releaser
-    with _held_lock:
-        if _releaser is None:
-            _releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-effects-lease")
-        return _releaser
+    lock = _forget(owner)
+    if lock is not None:
+        _close(lock)
 
 
 def release_soon(owner: Owner | None) -> None:
     """`release` for event-loop code: never blocks, never awaits (safe in a
     ``finally`` of a cancelled task). The process stops holding the dispatch at once
-    (`holds` is ``False``); its lock file is stamped idle on a worker thread a
-    moment later, so until then a resumer sees it running and waits, which errs on
-    the safe side. A process that exits first drops the lock with its death.
+    (`holds` is ``False``); its lock file is removed on a worker thread a moment
+    later, so until then a resumer in another process sees it running and waits,
+    which errs on the safe side. A process that exits first drops the lock with its
+    death.
     """
     if owner is None:
         return
-    slot = _forget(owner)
-    if slot is None:
+    lock = _forget(owner)
+    if lock is None:
         return
-    global _retiring
+    _lease_thread().submit(_close, lock)
+
+
+def _lease_thread() -> ThreadPoolExecutor:
+    global _worker
     with _held_lock:
-        _to_retire.append(slot)
-        start, _retiring = not _retiring, True
-    if start:  # one job drains what is queued meanwhile: one thread wake-up per burst
-        _release_thread().submit(_retire_queued)
+        if _worker is None:
+            _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-effects-lease")
+        return _worker
 
 
-_to_retire: list[_Slot] = []
-_retiring = False
-
-
-def _retire_queued() -> None:
-    global _retiring
-    while True:
-        with _held_lock:
-            batch = _to_retire[:]
-            _to_retire.clear()
-            if not batch:
-                _retiring = False
-                return
-        for slot in batch:
-            _retire(slot)
-
-
-#: Owners made ahead of need, each already stamped on its lock file (kept out of
-#: ``_held`` until taken), so opening calls does not wait for a thread to make one.
-_SPARES = 16  # more than the parallel calls of a typical AIMessage
-_spare: list[tuple[Owner, _Slot | None, tuple[str | None, str | None]]] = []
-_refilling = False
-
-
-def _refill() -> None:
-    global _refilling
+def _make_ready() -> None:
+    """Make owners ahead until `_READY` are ready (on the lease thread)."""
+    global _making
     try:
         while True:
             with _held_lock:
-                if len(_spare) >= _SPARES:
+                if len(_ready) >= _READY:
                     return
-            where = _runtime_settings()
-            owner = new_owner()
+            where = _runtime_path()
+            owner, lock = _make_owner()
             with _held_lock:
-                _spare.append((owner, _held.pop(owner.token, None), where))
+                _ready.append((owner, lock, where))
     finally:
         with _held_lock:
-            _refilling = False
+            _making = False
 
 
 def ready_owner() -> Owner | None:
-    """An owner made ahead (now held, as `new_owner`'s are), or ``None``; either
-    way a refill is started on the lease thread. Never blocks."""
-    global _refilling
-    where = _runtime_settings()
+    """An owner made ahead, held from now on as `new_owner`'s are, or ``None``; once
+    half are taken, more are made on the lease thread. Never blocks.
+
+    Opening a call takes one instead of waiting for a thread to make it
+    (``docs/performance.md``).
+    """
+    global _making
+    where = _runtime_path()
     with _held_lock:
-        stale = [spare for spare in _spare if spare[2] != where]  # the settings changed
-        if stale:
-            _spare[:] = [spare for spare in _spare if spare[2] == where]
-        taken = _spare.pop() if _spare else None
-        for owner, slot, _ in [*stale, *([taken] if taken else [])]:
-            _held[owner.token] = slot
-        # Refilled in batches, when half are gone: a thread wake-up per few calls.
-        start = not _refilling and len(_spare) < _SPARES // 2
-        _refilling = _refilling or start
-    for owner, _, _ in stale:
-        release_soon(owner)
+        stale = [lock for _, lock, made_for in _ready if made_for != where and lock is not None]
+        _ready[:] = [ready for ready in _ready if ready[2] == where]
+        taken = _ready.pop() if _ready else None
+        if taken is not None:
+            _held[taken[0].token] = taken[1]
+        start = not _making and len(_ready) < _READY // 2
+        _making = _making or start
+    for lock in stale:  # made for a runtime directory the settings no longer name
+        _lease_thread().submit(_close, lock)
     if start:
-        _release_thread().submit(_refill)
+        _lease_thread().submit(_make_ready)
     if taken is None:
         return None
-    # Its dispatch begins now, not when it was made (Owner.since). Set in place: the
-    # spare was made here and nobody else has seen it (a copy costs 5-10 µs more).
-    owner = taken[0]
-    object.__setattr__(owner, "since", ticks_now())
-    return owner
+    return replace(taken[0], since=ticks_now())  # its dispatch begins now
 
 
 async def new_owner_async() -> Owner:
-    """`new_owner` off the event loop (it creates and locks a file): one made
-    ahead is handed out at once when there is one.
+    """`new_owner` off the event loop (it creates and locks a file), or an owner made
+    ahead (`ready_owner`) when there is one.
 
     Cancelled while the file is being made, the owner is released as soon as it
     exists, so no dispatch of this process is left looking alive for ever.
     """
-    spare = ready_owner()
-    if spare is not None:
-        return spare
+    ready = ready_owner()
+    if ready is not None:
+        return ready
     made = asyncio.get_running_loop().run_in_executor(None, new_owner)
     try:
         return await asyncio.shield(made)
@@ -494,15 +414,15 @@ async def new_owner_async() -> Owner:
         raise
 
 
-async def owner_alive_async(owner: Owner) -> bool | None:
-    """`owner_alive` off the event loop (it opens and locks a file)."""
-    return await asyncio.to_thread(owner_alive, owner)
-
-
 def holds(owner: Owner) -> bool:
     """Whether this process still holds ``owner``'s dispatch (not yet released)."""
     with _held_lock:
         return owner.token in _held
+
+
+async def owner_alive_async(owner: Owner) -> bool | None:
+    """`owner_alive` off the event loop (it opens and locks a file)."""
+    return await asyncio.to_thread(owner_alive, owner)
 
 
 def _probe(path: str, token: str | None = None) -> bool | None:
@@ -527,15 +447,16 @@ def _judge(fd: int, token: str | None, path: str | None) -> bool | None:
         if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             os.close(fd)
             return None
-        # Held: by the dispatch asked about only if the file is still stamped with it
-        # (its process reuses the file for later dispatches).
+        # Held: by the dispatch asked about only if the file is stamped with it (a
+        # process of an earlier version kept one file for many dispatches, stamped
+        # with each in turn, and ``idle`` between them).
         try:
             stamp = os.pread(fd, _STAMP_SIZE, 0).rstrip()
         except OSError:
             return True  # held, and unreadable: wait, the safe side
         finally:
             os.close(fd)
-        # A blank file stands for one dispatch only (made before files were reused).
+        # A blank file stands for one dispatch only (made before files were stamped).
         return token is None or not stamp or stamp == token.encode()
     # Free: its owner died without releasing it. Tidy up; nobody locks it again.
     if path is not None:
@@ -547,20 +468,23 @@ def _judge(fd: int, token: str | None, path: str | None) -> bool | None:
 
 def _lock_verdict(owner: Owner) -> bool | None:
     """The owner's lock file on its dispatch: ``True`` running, ``False`` over,
-    ``None`` if it cannot tell (no lock file, unreadable, or missing and not found
-    among the owner's open files)."""
+    ``None`` if it cannot tell (no lock file, or unreadable, or missing and the
+    owner's open files not ours to look at)."""
     if not owner.lock:
         return None
     try:
         fd = os.open(owner.lock, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
-        # Removed from its directory (a tmp cleaner, logind at logout) or never
-        # visible here (another mount namespace): a live owner still holds it open.
+        # Removed from its directory: by its owner at release, by a tmp cleaner or
+        # logind at logout while the owner still holds it, or never visible here
+        # (another mount namespace). A live owner that holds it has it open.
         if processes.live_start_time(owner.pid) != owner.started:
             return None  # its process is gone (or a zombie): the pid decides
         link = processes.open_file_of(owner.pid, owner.lock)
         if link is None:
-            return None  # closed (the dispatch is over), or not ours to look at
+            return None  # its open files are not ours to look at: the clock decides
+        if link is False:
+            return False  # not among its open files: closed at release
         try:
             fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
@@ -663,18 +587,10 @@ def owner_alive(owner: Owner) -> bool | None:
 
 
 def lease_expired(op: Operation, *, now: float | None = None) -> bool:
-    """Whether a ``dispatched`` operation's sender is gone.
-
-    On the owner's host this never depends on the clock: a live owner is waited for
-    however long it takes, a dead one is gone at once. Elsewhere the lease expires
-    by time.
-    """
-    if op.state is not State.DISPATCHED:
-        return False
-    alive = owner_alive(op.owner) if op.owner is not None else None
-    if alive is not None:
-        return not alive
-    return not op.lease_live(time.time() if now is None else now)
+    """Whether a ``dispatched`` operation's sender is gone: `protocol.holder_gone`
+    given this host's verdict on its owner (`owner_alive`) and the clock."""
+    alive = owner_alive(op.owner) if op.state is State.DISPATCHED and op.owner is not None else None
+    return protocol.holder_gone(op, alive=alive, now=time.time() if now is None else now)
 
 
 @cache

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
+from typing import Literal
 
 #: Who a process descends from, oldest first: ``pid:start`` of each process that
 #: imported this package, this process last. Inherited by every child that keeps
@@ -142,10 +143,11 @@ def live_descendant(pid: int, started: float, since: float) -> int | None:
     return None
 
 
-def open_file_of(pid: int, path: str) -> str | None:
+def open_file_of(pid: int, path: str) -> str | Literal[False] | None:
     """A ``/proc/<pid>/fd/<n>`` link through which ``pid`` holds the file opened as
-    ``path`` (also once ``path`` was removed), or ``None``: not held, or not ours to
-    look at. Opening the link opens that very file.
+    ``path`` (also once ``path`` was removed); ``False`` if its open files were read
+    and that one is not among them; ``None`` if they are not ours to look at.
+    Opening the link opens that very file.
 
     Matched by the file's name, which must be unique (the lock files' are random):
     the link shows the path as seen from this process's mount namespace, which may
@@ -159,8 +161,10 @@ def open_file_of(pid: int, path: str) -> str | None:
     for name in names:
         try:
             target = os.readlink(f"{fds}/{name}")
+        except FileNotFoundError:
+            continue  # closed meanwhile
         except OSError:
-            continue
+            return None
         if target.removesuffix(" (deleted)").endswith(name_of):
             return f"{fds}/{name}"
-    return None
+    return False

@@ -104,6 +104,19 @@ def test_what_next_rules(
             raise AssertionError("a takeover went through over a renewed lease")
 
 
+@given(op=ops, alive=st.sampled_from([True, False, None]), now=st.floats(0, 100))
+def test_holder_gone_is_the_takeover_rule(op: Operation, alive: bool | None, now: float) -> None:
+    """`holder_gone` (what recovery and the console ask, through
+    ``lease.lease_expired``) says the sender is gone exactly when a resumer would take
+    the operation over; nothing but a ``dispatched`` operation has a sender."""
+    gone = protocol.holder_gone(op, alive=alive, now=now)
+    if op.state is not State.DISPATCHED:
+        assert not gone
+        return
+    step = protocol.next_step(op, token=None, alive=alive, now=now)
+    assert gone == isinstance(step, protocol.TakeOver)
+
+
 @given(
     outcome=st.sampled_from(
         [
