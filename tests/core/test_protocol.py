@@ -113,7 +113,7 @@ def test_holder_gone_is_the_takeover_rule(op: Operation, alive: bool | None, now
     if op.state is not State.DISPATCHED:
         assert not gone
         return
-    step = protocol.next_step(op, token=None, alive=alive, now=now)
+    step = protocol.what_next(op, token=None, alive=alive, now=now)
     assert gone == isinstance(step, protocol.TakeOver)
 
 
