@@ -290,8 +290,9 @@ class _Posts(Client):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_the_hooks_spans_hold_the_call(tmp_path: Path, path: str) -> None:
-    """With LangSmith tracing on, create_agent's span of each hook holds what the hook
-    did: the model's run, the tool's own run and the ``effect send`` run."""
+    """With LangSmith tracing on, the model's run, the tool's own run and the ``effect
+    send`` run sit under the sync hooks' spans, and under the agent's ``model`` and
+    ``tools`` runs on the async path."""
     provider = Provider(tmp_path / "provider.sqlite", "dedup")
     agent = create_agent(
         ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "x"})])),
@@ -302,8 +303,62 @@ def test_the_hooks_spans_hold_the_call(tmp_path: Path, path: str) -> None:
     client = _Posts()
     with tracing_context(enabled=True, client=client, project_name="effects"):
         _invoke(agent, {"messages": [HumanMessage("go")]}, path)
-    hook = "EffectMiddleware." + ("wrap" if path == "sync" else "awrap")
-    assert client.parent("send") == [hook + "_tool_call"]
-    assert client.parent("effect send") == [hook + "_tool_call"]
-    assert client.parent("ScriptedChatModel") == [hook + "_model_call"] * 2
+    if path == "sync":
+        tool_parent, model_parent = "EffectMiddleware.wrap_tool_call", "EffectMiddleware.wrap_model_call"
+    else:  # the async hooks return their awaitable (see the test below): their spans stay empty
+        tool_parent, model_parent = "tools", "model"
+    assert client.parent("send") == [tool_parent]
+    assert client.parent("effect send") == [tool_parent]
+    assert client.parent("ScriptedChatModel") == [model_parent] * 2
     assert provider.count_effects() == {"x": 1}
+
+
+class _AsyncNoop(AgentMiddleware):
+    """Hooks written as ``async def``, doing nothing: the control."""
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+def test_the_async_hooks_hand_no_work_to_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_agent wraps each hook in langsmith's ``traceable``; for an ``async def``
+    hook that wrapper hands work to the default executor twice per call, even with
+    tracing off. Ours return their awaitable from a plain method and add no hop. If
+    the control stops adding hops, LangChain or langsmith changed: make the hooks
+    ``async def`` (their LangSmith spans then hold the call, as the sync hooks' do)."""
+    monkeypatch.delenv("LANGSMITH_TRACING", raising=False)
+    monkeypatch.delenv("LANGCHAIN_TRACING_V2", raising=False)
+    provider = Provider(tmp_path / "provider.sqlite", "dedup")
+    send = _dedup_sender(provider)
+    hops: list[Any] = []
+    original = asyncio.BaseEventLoop.run_in_executor
+
+    def counting(self: Any, executor: Any, func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return original(self, executor, func, *args)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting)
+
+    def turn_hops(middleware: list[Any]) -> int:
+        agent = create_agent(
+            ScriptedChatModel(script=call_each_then_finish([("send", {"operation": "x"})])),
+            tools=[send],
+            middleware=middleware,
+            checkpointer=attach_ledger(InMemorySaver(), InMemoryLedger()),
+        )
+        hops.clear()
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}, CONFIG))
+        # (A lease owner made on the lease thread when no spare is ready is ours, by design.)
+        ours_by_design = ("langgraph_effects._runtime.lease", "langgraph_effects._runtime.heartbeat")
+        return sum(1 for func in hops if getattr(func, "__module__", None) not in ours_by_design)
+
+    plain = turn_hops([])
+    ours = turn_hops([EffectMiddleware({"send": Effect(dedup_window=60)})])
+    control = turn_hops([_AsyncNoop()])
+    # Two model calls and one tool call a turn: 3 wrapped hook calls, 2 hops each.
+    assert control - plain == 6, (plain, control)
+    assert ours == plain, (plain, ours)
+    assert provider.count_effects() == {"x": 2}  # sent: plain and control share a key, ours has its own

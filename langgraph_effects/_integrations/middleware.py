@@ -197,10 +197,24 @@ class EffectMiddleware(AgentMiddleware):
         request, late = _with_answers(request, answers)
         return _respond(handler(request), late)
 
-    async def awrap_model_call(
+    # The two async hooks are plain methods returning the awaitable of an ``async def``:
+    # create_agent wraps every hook in langsmith's ``traceable``, whose wrapper hands an
+    # ``async def`` hook's start and end to a thread at every call, tracing on or off,
+    # and a turn through the middleware takes measurably longer for it
+    # (docs/performance.md, "The middleware's async hooks"). The price: the hook's own
+    # LangSmith span is empty, and the runs the call makes sit under the agent's
+    # ``model`` and ``tools`` runs instead.
+
+    def awrap_model_call(  # type: ignore[override]
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> Awaitable[ModelCallResult]:
+        """Async path of [`wrap_model_call`][langgraph_effects.EffectMiddleware.wrap_model_call]
+        (returns the awaitable to await)."""
+        return self._model_call(request, handler)
+
+    async def _model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelCallResult:
-        """Async path of [`wrap_model_call`][langgraph_effects.EffectMiddleware.wrap_model_call]."""
         self._check_names(get_config(), _names(request.tools))
         if not unanswered(request.state.get("messages") or []):
             return await handler(request)
@@ -283,12 +297,20 @@ class EffectMiddleware(AgentMiddleware):
 
         return run_rounds_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
 
-    async def awrap_tool_call(
+    def awrap_tool_call(  # type: ignore[override]
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> Awaitable[ToolResult]:
+        """Async path (``agent.ainvoke``; returns the awaitable to await, see
+        `awrap_model_call`)."""
+        return self._tool_call(request, handler)
+
+    async def _tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        """Async path (``agent.ainvoke``)."""
         self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
