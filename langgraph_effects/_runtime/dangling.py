@@ -54,7 +54,7 @@ def _not_executed(tool_call_id: str, tool: str) -> ToolMessage:
 
 
 def _fingerprint(message: BaseMessage) -> str:
-    """What a message says, in a form a checkpoint round trip keeps (tuples come back
+    """What a message says, in a form a checkpoint keeps through its save and load (tuples come back
     as lists, so the messages themselves may not compare equal)."""
     return identity.canonical_json(
         {

@@ -218,7 +218,7 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
             return [str(row["thread_id"]) for row in await cur.fetchall()]
 
     async def _check_fence(self) -> None:
-        """Once per saver, in one round trip: the fence's triggers are there (else saves
+        """Once per saver, in one query: the fence's triggers are there (else saves
         would go unfenced), and on a connection of its own the saver's session asks them
         to fence it (on a pool, each save asks in its own transaction instead)."""
         if self._fence_ready:
@@ -410,7 +410,7 @@ _DELETE_RUN_CHECKPOINTS_SQL = "DELETE FROM checkpoints WHERE metadata ->> 'run_i
 # trigger that takes the thread and namespace's advisory lock (held until the
 # transaction ends: the check and the insert are atomic for every runner of the
 # thread) and refuses a fork. It runs inside LangGraph's own statements, so a save
-# costs the statements and round trip it costs without us.
+# runs no statement beyond LangGraph's own.
 
 _FENCE_FUNCTION = "effect_checkpoint_fence"
 #: What keeps `_unfinished.OPEN_TABLE` (see `_unfinished.POSTGRES_TRIGGER_BODY`).

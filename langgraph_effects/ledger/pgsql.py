@@ -329,7 +329,7 @@ class LedgerStatements:
             + " WHERE op_id = %s AND version = %s RETURNING op_id"
         )
         typed_audit = ", ".join(f"%s::{t}" for t in AUDIT_TYPES)
-        # One statement each, so one round trip and (in autocommit) one transaction.
+        # One statement each: in autocommit, each is one transaction of its own.
         cas = (
             f"WITH changed AS ({update}) INSERT INTO {audit} ({', '.join(AUDIT_COLUMNS)}) "
             f"SELECT {typed_audit} FROM changed RETURNING op_id"

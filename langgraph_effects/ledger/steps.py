@@ -68,7 +68,7 @@ class InsertWithAudit:
 @dataclass(frozen=True)
 class FindOrInsert:
     """`Find`, and `InsertWithAudit` only if it found nothing, atomic on
-    its own: calls never stored before are opened in one round trip. Answered with
+    its own: calls never stored before are opened by this one step. Answered with
     (rows found, ids inserted); nothing is inserted when any row is found."""
 
     find: Find
