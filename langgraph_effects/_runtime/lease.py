@@ -87,7 +87,7 @@ _worker: ThreadPoolExecutor | None = None
 #: Owners made ahead on the lease thread (see `ready_owner`), each with its lock file
 #: and the runtime directory it was made for; not dispatches of this process (not in
 #: ``_held``) until taken.
-_ready: list[tuple[Owner, _LockFile | None, Path]] = []
+_ready: list[tuple[Owner, _LockFile | None, tuple[str | None, ...]]] = []
 _READY = 8
 _making = False
 
@@ -190,6 +190,18 @@ def _runtime_path() -> Path:
     if xdg:
         return Path(xdg) / "langgraph-effects"
     return Path(tempfile.gettempdir()) / f"langgraph-effects-{os.getuid()}"
+
+
+def _runtime_settings() -> tuple[str | None, ...]:
+    """What `_runtime_path` depends on, read without touching the file system (the
+    first ``tempfile.gettempdir()`` probes directories): an owner made ahead is used
+    only while these are what they were when it was made."""
+    return (
+        os.environ.get("LANGGRAPH_EFFECTS_RUNTIME_DIR"),
+        os.environ.get("XDG_RUNTIME_DIR"),
+        os.environ.get("TMPDIR"),
+        tempfile.tempdir,
+    )
 
 
 def runtime_dir() -> Path | None:
@@ -359,7 +371,8 @@ def _make_ready() -> None:
             with _held_lock:
                 if len(_ready) >= _READY:
                     return
-            where = _runtime_path()
+            _runtime_path()  # settles tempfile.tempdir first: part of the settings
+            where = _runtime_settings()
             owner, lock = _make_owner()
             with _held_lock:
                 _ready.append((owner, lock, where))
@@ -376,7 +389,7 @@ def ready_owner() -> Owner | None:
     (``docs/performance.md``).
     """
     global _making
-    where = _runtime_path()
+    where = _runtime_settings()
     with _held_lock:
         stale = [lock for _, lock, made_for in _ready if made_for != where and lock is not None]
         _ready[:] = [ready for ready in _ready if ready[2] == where]
