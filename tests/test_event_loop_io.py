@@ -62,3 +62,20 @@ async def test_the_blocking_call_is_caught(runtime_dir: Path, detector: BlockBus
     with pytest.raises(BlockingError):
         lease.new_owner()
     assert not await asyncio.to_thread(lambda: list(runtime_dir.glob("*.lock")))  # nothing made
+
+
+async def test_the_default_lock_directory_is_found_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, detector: BlockBuster
+) -> None:
+    """With no directory named, the lock files go under ``tempfile.gettempdir()``,
+    whose first call probes the file system (``os.getcwd`` among others). An owner made
+    ahead is matched to the settings without that call, so the first dispatch of a
+    process under ``langgraph dev`` does not fail with ``BlockingError``."""
+    monkeypatch.delenv("LANGGRAPH_EFFECTS_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)  # as in a process that never asked
+    owner = await lease.new_owner_async()
+    assert owner.lock is not None and Path(owner.lock).parent.parent == tmp_path
+    lease.release_soon(owner)
+    await _over(owner)
