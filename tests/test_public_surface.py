@@ -242,3 +242,15 @@ def test_the_top_level_modules_are_the_documented_set() -> None:
     page = (ROOT / "docs" / "core.md").read_text()
     listed = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.M))
     assert listed == PUBLIC_MODULES, "docs/core.md's layout table lists the public modules"
+
+
+def test_the_operator_api_lists_each_name_once_and_each_resolves() -> None:
+    """``langgraph_effects.operator`` names its public names twice: in ``__all__`` (what
+    type checkers read as exported) and in the lazy map saying where each lives. They
+    must agree, and each name must import from the home the map gives."""
+    from langgraph_effects import operator
+
+    assert sorted(operator.__all__) == sorted(operator._EXPORTS)
+    assert len(set(operator.__all__)) == len(operator.__all__)
+    for name in operator.__all__:
+        assert getattr(operator, name) is not None, name
