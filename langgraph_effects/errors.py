@@ -72,6 +72,18 @@ class EffectsError(Exception):
         for name, value in fields.items():
             setattr(self, name, value)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle restores the message and the attributes as they are: calling the class
+        # again, as Exception does, fails for every error with its own constructor.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[EffectsError], args: tuple[Any, ...], fields: dict[str, Any]) -> EffectsError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
 
 class ConfigurationError(EffectsError):
     """The graph or node is configured in a way the package cannot make crash-safe."""
