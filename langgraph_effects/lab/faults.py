@@ -33,7 +33,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +165,18 @@ class CrashPoint:
             or self.twins
             or self.goes_down
         )
+
+
+def _control_column(point: CrashPoint) -> CrashPoint:
+    """``point`` as a column of the reliability controls: opt-in (``--controls``), run only
+    by our controls row (`controlrow`) against the dedup provider, in a table of its own."""
+    return replace(
+        point,
+        only_rows=("EffectToolNode (controls)",),
+        providers=("dedup",),
+        opt_in=True,
+        group="reliability controls",
+    )
 
 
 CRASH_POINTS: dict[str, CrashPoint] = {
@@ -304,45 +316,39 @@ CRASH_POINTS: dict[str, CrashPoint] = {
             group="MCP",
         ),
         # -- reliability controls (issue 34; opt-in: --controls): our row only ----
-        CrashPoint(
-            "budget-race",
-            "two workers start two threads of one run at the same instant; a budget allows "
-            "the run one send (Budget(per='run', max_sends=1))",
-            twins=True,
-            run_ids=True,
-            resumers=0,
-            scenario="no-replan",
-            only_rows=("EffectToolNode (controls)",),
-            providers=("dedup",),
-            opt_in=True,
-            group="reliability controls",
+        _control_column(
+            CrashPoint(
+                "budget-race",
+                "two workers start two threads of one run at the same instant; a budget allows "
+                "the run one send (Budget(per='run', max_sends=1))",
+                twins=True,
+                run_ids=True,
+                resumers=0,
+                scenario="no-replan",
+            ),
         ),
-        CrashPoint(
-            "circuit-open",
-            "the provider starts refusing every send (429, definite) while two workers send; a "
-            f"CircuitBreaker opens; each later race waits out its {CIRCUIT_COOLDOWN:g} s cooldown "
-            "(half-open: one probe)",
-            twins=True,
-            goes_down=True,
-            resumers=0,
-            scenario="no-replan",
-            only_rows=("EffectToolNode (controls)",),
-            providers=("dedup",),
-            opt_in=True,
-            group="reliability controls",
+        _control_column(
+            CrashPoint(
+                "circuit-open",
+                "the provider starts refusing every send (429, definite) while two workers send; a "
+                f"CircuitBreaker opens; each later race waits out its {CIRCUIT_COOLDOWN:g} s cooldown "
+                "(half-open: one probe)",
+                twins=True,
+                goes_down=True,
+                resumers=0,
+                scenario="no-replan",
+            ),
         ),
-        CrashPoint(
-            "undo-killed",
-            "a saga's charge is refused, so the node undoes the send: SIGKILLed before the undo "
-            "is sent or after the provider applied it, then a resume or recover()",
-            first_kill="undo-A",
-            first_kills=("undo-A", "undo-C"),
-            resume_kinds=("resume", "resume", "recover", "recover"),
-            scenario="saga",
-            only_rows=("EffectToolNode (controls)",),
-            providers=("dedup",),
-            opt_in=True,
-            group="reliability controls",
+        _control_column(
+            CrashPoint(
+                "undo-killed",
+                "a saga's charge is refused, so the node undoes the send: SIGKILLed before the undo "
+                "is sent or after the provider applied it, then a resume or recover()",
+                first_kill="undo-A",
+                first_kills=("undo-A", "undo-C"),
+                resume_kinds=("resume", "resume", "recover", "recover"),
+                scenario="saga",
+            ),
         ),
     )
 }
