@@ -118,101 +118,6 @@ if _typing.TYPE_CHECKING:
     from .recovery import OperationReport, RecoveryReport, ThreadReport, recover
     from .recovery.sync import recover_sync
 
-#: Where each name lives (relative to the package); imported on first access.
-_EXPORTS: dict[str, str] = {
-    # reading
-    "open_ledger": "ledger.registry",
-    "setup_database": "ledger.registry",
-    "DEFAULT_CONNECT_TIMEOUT": "ledger.registry",
-    "has_password": "ledger.registry",
-    "list_operations": "_runtime.operator",
-    "show": "_runtime.operator",
-    "OperationView": "_runtime.operator",
-    "lease_status": "_runtime.operator",
-    "LeaseStatus": "_runtime.operator",
-    "allowed_verdicts": "_runtime.operator",
-    # resolving
-    "resolve": "_runtime.operator",
-    "resolve_report": "_runtime.operator",
-    "VerdictReport": "_runtime.operator",
-    "new_decision_id": "_runtime.operator",
-    "VERDICTS": "_runtime.operator",
-    # compensating
-    "compensate": "_runtime.compensation",
-    "compensations": "_runtime.compensation",
-    "finish_compensations": "_runtime.compensation",
-    "CompensationReport": "_runtime.undo",
-    # health
-    "stats": "_runtime.stats",
-    "LedgerStats": "_runtime.stats",
-    "PENDING_SCAN": "_runtime.stats",
-    "observe_ledger": "_runtime.gauges",
-    "LedgerGauges": "_runtime.gauges",
-    # keeping the ledger for years
-    "purge": "_runtime.lifecycle",
-    "PurgeReport": "_runtime.lifecycle",
-    "erase": "_runtime.lifecycle",
-    "ErasureReport": "_runtime.lifecycle",
-    "delete_thread_operations": "_runtime.lifecycle",
-    "forced_deletions": "_runtime.lifecycle",
-    "Deletion": "_runtime.lifecycle",
-    # recovering
-    "recover": "recovery",
-    "recover_sync": "recovery.sync",
-    "RecoveryReport": "recovery",
-    "ThreadReport": "recovery",
-    "OperationReport": "recovery",
-    # JSON
-    "operation_to_json": "_runtime.operator",
-    "operations_to_json": "_runtime.operator",
-    "audit_to_json": "_runtime.operator",
-    "compensations_to_json": "_runtime.compensation",
-    "json_schema": "_runtime.shapes",
-    "json_schemas": "_runtime.shapes",
-    "SHAPES": "_runtime.shapes",
-    **{
-        name: "_runtime.shapes"
-        for name in (
-            "ActionRequestJSON",
-            "AlertJSON",
-            "ApprovalEntryJSON",
-            "ApprovalRequestJSON",
-            "AuditEntryJSON",
-            "BudgetJSON",
-            "CircuitJSON",
-            "CompensationEntryJSON",
-            "CompensationJSON",
-            "CompensationListJSON",
-            "DeletedOperationJSON",
-            "DeletionJSON",
-            "DeletionListJSON",
-            "ErasureReportJSON",
-            "ErrorDetailJSON",
-            "ErrorJSON",
-            "OperationJSON",
-            "OperationListJSON",
-            "OperationReportJSON",
-            "OperationViewJSON",
-            "OwnerJSON",
-            "PurgeReportJSON",
-            "RecoveryReportJSON",
-            "VerdictReportJSON",
-            "ResultSummaryJSON",
-            "ReviewConfigJSON",
-            "ReviewEntryJSON",
-            "ReviewRequestJSON",
-            "StateAtJSON",
-            "StateCountJSON",
-            "StatsJSON",
-            "StatsOperationJSON",
-            "ThreadReportJSON",
-            "TransitionJSON",
-            "WaitingJSON",
-            "WaitingListJSON",
-        )
-    },
-}
-
 __all__ = [
     "ActionRequestJSON",
     "AlertJSON",
@@ -294,6 +199,62 @@ __all__ = [
     "show",
     "stats",
 ]
+
+#: Where each name lives (relative to the package); imported on first access.
+_EXPORTS: dict[str, str] = {
+    # reading
+    "open_ledger": "ledger.registry",
+    "setup_database": "ledger.registry",
+    "DEFAULT_CONNECT_TIMEOUT": "ledger.registry",
+    "has_password": "ledger.registry",
+    "list_operations": "_runtime.operator",
+    "show": "_runtime.operator",
+    "OperationView": "_runtime.operator",
+    "lease_status": "_runtime.operator",
+    "LeaseStatus": "_runtime.operator",
+    "allowed_verdicts": "_runtime.operator",
+    # resolving
+    "resolve": "_runtime.operator",
+    "resolve_report": "_runtime.operator",
+    "VerdictReport": "_runtime.operator",
+    "new_decision_id": "_runtime.operator",
+    "VERDICTS": "_runtime.operator",
+    # compensating
+    "compensate": "_runtime.compensation",
+    "compensations": "_runtime.compensation",
+    "finish_compensations": "_runtime.compensation",
+    "CompensationReport": "_runtime.undo",
+    # health
+    "stats": "_runtime.stats",
+    "LedgerStats": "_runtime.stats",
+    "PENDING_SCAN": "_runtime.stats",
+    "observe_ledger": "_runtime.gauges",
+    "LedgerGauges": "_runtime.gauges",
+    # keeping the ledger for years
+    "purge": "_runtime.lifecycle",
+    "PurgeReport": "_runtime.lifecycle",
+    "erase": "_runtime.lifecycle",
+    "ErasureReport": "_runtime.lifecycle",
+    "delete_thread_operations": "_runtime.lifecycle",
+    "forced_deletions": "_runtime.lifecycle",
+    "Deletion": "_runtime.lifecycle",
+    # recovering
+    "recover": "recovery",
+    "recover_sync": "recovery.sync",
+    "RecoveryReport": "recovery",
+    "ThreadReport": "recovery",
+    "OperationReport": "recovery",
+    # JSON
+    "operation_to_json": "_runtime.operator",
+    "operations_to_json": "_runtime.operator",
+    "audit_to_json": "_runtime.operator",
+    "compensations_to_json": "_runtime.compensation",
+    "json_schema": "_runtime.shapes",
+    "json_schemas": "_runtime.shapes",
+    "SHAPES": "_runtime.shapes",
+    # the JSON shapes' typed dicts: every name of __all__ that ends in JSON
+    **{name: "_runtime.shapes" for name in __all__ if name.endswith("JSON")},
+}
 
 
 def __getattr__(name: str) -> _typing.Any:

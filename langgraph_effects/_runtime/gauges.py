@@ -103,27 +103,21 @@ class LedgerGauges:
                 log.warning("ledger gauges: reading %s failed", self.ledger.where, exc_info=True)
 
     def _register(self) -> None:
-        meter = self._meter
-        meter.create_observable_gauge(
-            GAUGES["unresolved"], callbacks=[self._unresolved], unit="{operation}",
-            description="Unresolved operations, by state (as of the last reading)",
-        )
-        meter.create_observable_gauge(
-            GAUGES["oldest"], callbacks=[self._oldest], unit="s",
-            description="How long the least recently changed unresolved operation has been unchanged",
-        )
-        meter.create_observable_gauge(
-            GAUGES["waiting"], callbacks=[self._waiting], unit="{operation}",
-            description="Operations waiting for a human (a verdict or an approval)",
-        )
-        meter.create_observable_gauge(
-            GAUGES["circuits"], callbacks=[self._circuits], unit="{circuit}",
-            description="Circuit breakers open",
-        )
-        meter.create_observable_gauge(
-            GAUGES["budget"], callbacks=[self._budgets], unit="{send}",
-            description="Sends left in the scope of each budget that is closest to its limit",
-        )
+        for key, callback, unit, description in (
+            ("unresolved", self._unresolved, "{operation}",
+             "Unresolved operations, by state (as of the last reading)"),
+            ("oldest", self._oldest, "s",
+             "How long the least recently changed unresolved operation has been unchanged"),
+            ("waiting", self._waiting, "{operation}",
+             "Operations waiting for a human (a verdict or an approval)"),
+            ("circuits", self._circuits, "{circuit}",
+             "Circuit breakers open"),
+            ("budget", self._budgets, "{send}",
+             "Sends left in the scope of each budget that is closest to its limit"),
+        ):
+            self._meter.create_observable_gauge(
+                GAUGES[key], callbacks=[callback], unit=unit, description=description
+            )
         self._registered = True
 
     def _observations(self, values: Iterable[tuple[float, dict[str, str]]]) -> list[Any]:
