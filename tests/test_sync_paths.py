@@ -253,6 +253,27 @@ def test_a_sync_saver_in_an_async_run_names_the_async_saver(saver: Any, tmp_path
     assert list(saver.list(CONFIG)) == [] and ledger_states(saver) == []
 
 
+def test_every_async_method_of_a_sync_saver_is_refused_naming_itself(saver: Any) -> None:
+    checkpoint: Any = {"id": "1", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+    calls: dict[str, Any] = {
+        "aget_tuple": lambda: saver.aget_tuple(CONFIG),
+        "alist": lambda: saver.alist(CONFIG, limit=1),
+        "aput": lambda: saver.aput(CONFIG, checkpoint, {}, {}),
+        "aput_writes": lambda: saver.aput_writes(CONFIG, [("a", 1)], "task", task_path=""),
+        "adelete_thread": lambda: saver.adelete_thread("t1"),
+    }
+    if isinstance(saver, EffectPostgresSaver):
+        calls["aprune"] = lambda: saver.aprune(["t1"], strategy="delete")
+    for method, call in calls.items():
+        with pytest.raises(SyncMismatchError) as raised:
+            made = call()
+            if asyncio.iscoroutine(made):
+                asyncio.run(made)
+        assert raised.value.use == saver.async_name, method
+        assert str(raised.value).startswith(f"{type(saver).__name__}.{method}: "), method
+    assert list(saver.list(CONFIG)) == [] and ledger_states(saver) == []
+
+
 def threading_result(fn: Any) -> Any:
     """Run ``fn`` in a new thread; its result, or raise what it raised."""
     box: dict[str, Any] = {}

@@ -4,8 +4,8 @@ database, and one runner per thread (see `langgraph_effects.checkpoint._fence`).
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -297,20 +297,37 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
                 "saver's setup() (or `langgraph-effects --db DSN setup`) once after upgrading"
             ) from error
 
+    @contextmanager
+    def _saving(
+        self, saving: Coordinates, parent: str | None, check: bool, what: str
+    ) -> Iterator[list[Coordinates]]:
+        """Around LangGraph's statements of one save: `_cursor` tells the trigger how
+        to fence it (``saving``, ``check``: `_SAVING`, `_BRANCHING`), the trigger's
+        refusal of a child of ``parent`` is raised as ours (`_raise_refusal`), and what
+        the save's transaction tells the trigger to forget is collected in the list
+        yielded (`_FORGETTING`: only task results ever are)."""
+        thread_id, ns, _ = saving
+        forgotten: list[Coordinates] = []
+        saving_token = _SAVING.set(saving)
+        branching_token = _BRANCHING.set(not check)
+        forgetting_token = _FORGETTING.set(forgotten)
+        try:
+            yield forgotten
+        except psycopg.Error as error:
+            self._raise_refusal(error, thread_id, ns, parent, what)
+            raise
+        finally:
+            _SAVING.reset(saving_token)
+            _BRANCHING.reset(branching_token)
+            _FORGETTING.reset(forgetting_token)
+
     async def _put_fenced(self, put: Put) -> RunnableConfig:
         await self._check_fence()
         thread_id, ns, parent = _fence.coordinates(put.config)
-        saving, branching = _SAVING.set((thread_id, ns, "")), _BRANCHING.set(not put.check)
-        try:
+        with self._saving((thread_id, ns, ""), parent, put.check, "checkpoint"):
             saved: RunnableConfig = await AsyncPostgresSaver.aput(
                 self, put.config, put.checkpoint, put.metadata, put.new_versions
             )
-        except psycopg.Error as error:
-            self._raise_refusal(error, thread_id, ns, parent, "checkpoint")
-            raise
-        finally:
-            _SAVING.reset(saving)
-            _BRANCHING.reset(branching)
         if put.check and self._session_fenced:
             # Committed under the rule on this session: what its trigger now remembers.
             _LAST_SAVED[self.conn] = (thread_id, ns, parent or "")
@@ -322,18 +339,9 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
     ) -> None:
         await self._check_fence()
         thread_id, ns, checkpoint_id = _fence.coordinates(config)
-        saving, branching = _SAVING.set((thread_id, ns, str(checkpoint_id or ""))), _BRANCHING.set(not check)
-        forgotten: list[Coordinates] = []
-        forgetting = _FORGETTING.set(forgotten)
-        try:
+        saving = (thread_id, ns, str(checkpoint_id or ""))
+        with self._saving(saving, checkpoint_id, check, "task results") as forgotten:
             await AsyncPostgresSaver.aput_writes(self, config, writes, task_id, task_path)
-        except psycopg.Error as error:
-            self._raise_refusal(error, thread_id, ns, checkpoint_id, "task results")
-            raise
-        finally:
-            _SAVING.reset(saving)
-            _BRANCHING.reset(branching)
-            _FORGETTING.reset(forgetting)
         if forgotten and _LAST_SAVED.get(self.conn) == forgotten[-1]:
             del _LAST_SAVED[self.conn]
 
@@ -440,7 +448,8 @@ _FORGET_SAVED_SQL = f"SELECT set_config('{_SAVED}', '', false)"
 #: Per checkpoint connection: what its session's trigger remembers (see ``_SAVED``).
 #: Changed only once the transaction that changes the trigger's memory has committed.
 _LAST_SAVED: weakref.WeakKeyDictionary[Any, Coordinates] = weakref.WeakKeyDictionary()
-#: Inside ``aput_writes``: what its transaction tells the trigger to forget.
+#: Inside a fenced save (``_saving``): what its transaction tells the trigger to forget
+#: (only a save of task results ever does, see ``_tell_fence``).
 _FORGETTING: ContextVar[list[Coordinates] | None] = ContextVar("langgraph_effects_forgetting", default=None)
 #: Inside a fenced save: it branches on purpose (the trigger only takes the lock).
 _BRANCHING: ContextVar[bool] = ContextVar("langgraph_effects_branching", default=False)

@@ -151,43 +151,24 @@ class SyncEffectSaver(BaseCheckpointSaver[Any]):
         found: CheckpointTuple | None = self.saver.saved_header(thread_id, ns, checkpoint_id)
         return found
 
-    # -- the async interface: refused ---------------------------------------------------
+    # -- the async interface: refused, whatever the arguments --------------------------
 
     def _refuse(self, method: str) -> NoReturn:
         raise saver_mismatch(type(self).__name__, method, self.async_name, sync_run=False)
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    async def aget_tuple(self, *args: Any, **kwargs: Any) -> CheckpointTuple | None:
         self._refuse("aget_tuple")
 
-    def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
+    def alist(self, *args: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         self._refuse("alist")
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
         self._refuse("aput")
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
         self._refuse("aput_writes")
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(self, *args: Any, **kwargs: Any) -> None:
         self._refuse("adelete_thread")
 
     @classmethod
@@ -274,7 +255,7 @@ class EffectPostgresSaver(SyncEffectSaver):
         unresolved one is still listed and reported by recovery."""
         self._run(self.saver.aprune(thread_ids, strategy=strategy))
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    async def aprune(self, *args: Any, **kwargs: Any) -> None:
         self._refuse("aprune")
 
 
