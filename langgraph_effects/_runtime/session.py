@@ -454,10 +454,27 @@ def _round_steps(session: Session) -> _Steps[Any]:
         yield session.close()
 
 
+@dataclass(frozen=True)
+class _Done:
+    """What steps returned, once they are done."""
+
+    value: Any
+
+
+def _resumed(resume: Callable[[Any], Any], given: Any) -> Any:
+    """What the steps ask next once ``resume`` hands them ``given`` (``steps.send`` the
+    result of their last request, ``steps.throw`` the error it raised); `_Done` with
+    what they returned, when they return."""
+    try:
+        return resume(given)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
     """Run ``steps`` on the event loop: awaits the session's work in place."""
-    request = next(steps)
-    while True:
+    request = _resumed(steps.send, None)
+    while not isinstance(request, _Done):
         try:
             if request is _CALLER:
                 result = await caller()
@@ -466,22 +483,17 @@ async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -
             else:
                 result = await request
         except BaseException as error:
-            try:
-                request = steps.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            continue
-        try:
-            request = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            request = _resumed(steps.throw, error)
+        else:
+            request = _resumed(steps.send, result)
+    return request.value  # type: ignore[no-any-return]
 
 
 def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> R:
     """Run ``steps`` in sync code: the session's work through ``run`` (the portal), the
     caller's own work in the calling thread."""
-    request = next(steps)
-    while True:
+    request = _resumed(steps.send, None)
+    while not isinstance(request, _Done):
         try:
             if request is _CALLER:
                 result = caller()
@@ -490,15 +502,10 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
             else:
                 result = run(request)
         except BaseException as error:
-            try:
-                request = steps.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            continue
-        try:
-            request = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            request = _resumed(steps.throw, error)
+        else:
+            request = _resumed(steps.send, result)
+    return request.value  # type: ignore[no-any-return]
 
 
 async def _call(fn: Callable[[], Any]) -> Any:
