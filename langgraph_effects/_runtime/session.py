@@ -436,14 +436,15 @@ _CALLER = object()
 _Steps = Generator[Any, Any, R]
 
 
-def _round_steps(session: Session) -> _Steps[Any]:
+def _round_steps(session: Session, call_id: str | None = None) -> _Steps[Any]:
     """Rounds until nobody needs asking: after each, at most one ``interrupt()``
     (approvals first, then reviews), whose answer is written to the ledger at once.
-    Closes the session."""
+    A round is the caller's work (`_CALLER`) or, given ``call_id``, that one call
+    through the protocol (`Session.call_steps`). Closes the session."""
     try:
         round_no = 0
         while True:
-            output = yield _CALLER
+            output = (yield _CALLER) if call_id is None else (yield from session.call_steps(call_id))
             question = session.pending_interrupt(round_no)
             if question is None:
                 return output
@@ -532,6 +533,17 @@ async def run_rounds(session: Session, one_round: Callable[[], Awaitable[Any]]) 
 def run_rounds_sync(session: Session, one_round: Callable[[], Any], run: PortalRun) -> Any:
     """`run_rounds` for sync code."""
     return _steps_sync(_round_steps(session), one_round, run)
+
+
+async def run_call_rounds(session: Session, call_id: str, tool: Callable[[], Awaitable[Any]]) -> Any:
+    """`run_rounds` of a session whose one call is ``call_id``: each round runs it through
+    the protocol (`run_call`), ``tool`` running the tool once; closes the session."""
+    return await _steps_async(_round_steps(session, call_id), lambda: capture(tool))
+
+
+def run_call_rounds_sync(session: Session, call_id: str, tool: Callable[[], Any], run: PortalRun) -> Any:
+    """`run_call_rounds` for sync code."""
+    return _steps_sync(_round_steps(session, call_id), lambda: capture_sync(tool), run)
 
 
 async def capture(run: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
