@@ -275,7 +275,8 @@ class EffectMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, *, sync: bool
     ) -> ToolMessage | Coroutine[Any, Any, Session] | None:
         """The refusal of a call with no usable identity; ``None`` for a call run as it
-        is; else the opening of the call's session (to await)."""
+        is; else the opening of the call's session (to await). ``sync``: for
+        `wrap_tool_call`, which also refuses a tool with only an async implementation."""
         self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
