@@ -37,15 +37,7 @@ from .. import _private
 from .._runtime import portal as _portal
 from .._runtime.calls import Settings, check_ledger
 from .._runtime.lease import DEFAULT_LEASE_SECONDS
-from .._runtime.session import (
-    Session,
-    capture,
-    capture_sync,
-    run_call,
-    run_call_sync,
-    run_rounds,
-    run_rounds_sync,
-)
+from .._runtime.session import Session, run_call_rounds, run_call_rounds_sync
 from ..core import callorder, identity
 from ..core import options as o
 from ..core.callorder import Crossing, Placed
@@ -245,12 +237,7 @@ def effectful(
                 if task.crossing is not None:
                     raise await _refusal(task)
                 session: Session = await open_session(task, False)
-
-                async def one_round() -> Any:
-                    execute = lambda: capture(lambda: fn(*args, **kwargs))  # noqa: E731
-                    return await run_call(session, task.call["id"], execute)
-
-                result = await run_rounds(session, one_round)
+                result = await run_call_rounds(session, task.call["id"], lambda: fn(*args, **kwargs))
                 _leave_mark(task, session)
                 return result
 
@@ -263,12 +250,9 @@ def effectful(
                 if task.crossing is not None:
                     raise _portal.run(_refusal(task))
                 session: Session = _portal.run(open_session(task, True))
-
-                def one_round() -> Any:
-                    execute = lambda: capture_sync(lambda: fn(*args, **kwargs))  # noqa: E731
-                    return run_call_sync(session, task.call["id"], execute, _portal.run)
-
-                result = run_rounds_sync(session, one_round, _portal.run)
+                result = run_call_rounds_sync(
+                    session, task.call["id"], lambda: fn(*args, **kwargs), _portal.run
+                )
                 _leave_mark(task, session)
                 return result
 

@@ -18,7 +18,7 @@ of an ambiguous call goes through reconciliation instead of a blind re-send.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, cast
 
 from ..errors import MissingExtraError
@@ -52,14 +52,10 @@ from .._runtime.session import (
     approved_request,
     args_problem,
     args_valid,
-    capture,
-    capture_sync,
     effectful_calls,
     refusal,
-    run_call,
-    run_call_sync,
-    run_rounds,
-    run_rounds_sync,
+    run_call_rounds,
+    run_call_rounds_sync,
 )
 from ..checkpoint._sides import refuse_async_only_tool
 from ..core.contract import Effect
@@ -251,7 +247,9 @@ class EffectMiddleware(AgentMiddleware):
             return False
         return any(str(c.get("id") or "") == call_id for c in tracked)
 
-    def _open(self, request: ToolCallRequest, asking: AIMessage | None, *, sync: bool) -> Any:
+    def _open(
+        self, request: ToolCallRequest, asking: AIMessage | None, *, sync: bool
+    ) -> Coroutine[Any, Any, Session]:
         config = request.runtime.config
         ledger = self.ledger or ledger_of(_private.checkpointer(config))
         if ledger is None:
@@ -273,29 +271,39 @@ class EffectMiddleware(AgentMiddleware):
             check_args=lambda _, args: args_problem(request.tool, args),
         )
 
-    def wrap_tool_call(
-        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
-    ) -> ToolResult:
-        """Sync path (``agent.invoke``)."""
+    def _take(
+        self, request: ToolCallRequest, *, sync: bool
+    ) -> ToolMessage | Coroutine[Any, Any, Session] | None:
+        """The refusal of a call with no usable identity; ``None`` for a call run as it
+        is; else the opening of the call's session (to await). ``sync``: for
+        `wrap_tool_call`, which also refuses a tool with only an async implementation."""
         self._check_names(request.runtime.config, _names([request.tool]))
         asking = _asking(request.state, request.tool_call)
         tracked = self._tracked(request, asking)
         if tracked is None:
             return refusal(request.tool_call)
         if not tracked:
-            return handler(request)
+            return None
         effect = self._settings.effect_for(request.tool_call["name"])
         if effect.key_argument is not None:
             keys.check_request(request, effect)
-        refuse_async_only_tool(request.tool, "EffectMiddleware")
+        if sync:
+            refuse_async_only_tool(request.tool, "EffectMiddleware")
+        return self._open(request, asking, sync=sync)
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        """Sync path (``agent.invoke``)."""
+        taken = self._take(request, sync=True)
+        if taken is None:
+            return handler(request)
+        if isinstance(taken, ToolMessage):
+            return taken
         call_id = str(request.tool_call["id"])
-        session: Session = _portal.run(self._open(request, asking, sync=True))
-
-        def one_round() -> Any:
-            execute = lambda: capture_sync(lambda: handler(approved_request(request, session)))  # noqa: E731
-            return run_call_sync(session, call_id, execute, _portal.run)
-
-        return run_rounds_sync(session, one_round, _portal.run)  # type: ignore[no-any-return]
+        session: Session = _portal.run(taken)
+        tool = lambda: handler(approved_request(request, session))  # noqa: E731
+        return run_call_rounds_sync(session, call_id, tool, _portal.run)  # type: ignore[no-any-return]
 
     def awrap_tool_call(  # type: ignore[override]
         self,
@@ -311,21 +319,12 @@ class EffectMiddleware(AgentMiddleware):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        self._check_names(request.runtime.config, _names([request.tool]))
-        asking = _asking(request.state, request.tool_call)
-        tracked = self._tracked(request, asking)
-        if tracked is None:
-            return refusal(request.tool_call)
-        if not tracked:
+        taken = self._take(request, sync=False)
+        if taken is None:
             return await handler(request)
-        effect = self._settings.effect_for(request.tool_call["name"])
-        if effect.key_argument is not None:
-            keys.check_request(request, effect)
+        if isinstance(taken, ToolMessage):
+            return taken
         call_id = str(request.tool_call["id"])
-        session: Session = await self._open(request, asking, sync=False)
-
-        async def one_round() -> Any:
-            execute = lambda: capture(lambda: handler(approved_request(request, session)))  # noqa: E731
-            return await run_call(session, call_id, execute)
-
-        return await run_rounds(session, one_round)  # type: ignore[no-any-return]
+        session: Session = await taken
+        tool = lambda: handler(approved_request(request, session))  # noqa: E731
+        return await run_call_rounds(session, call_id, tool)  # type: ignore[no-any-return]

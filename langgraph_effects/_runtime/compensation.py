@@ -27,7 +27,7 @@ from .lease import DEFAULT_LEASE_SECONDS, owner_alive_async
 from .operator import operation_to_json
 from .session import run_undo
 from .shapes import CompensationListJSON
-from .undo import TO_FINISH, CompensationReport, compensate_with, undo_for
+from .undo import TO_FINISH, CompensationReport, request_compensation, run_requested, undo_for
 
 
 async def compensate(
@@ -70,11 +70,12 @@ async def compensate(
     """
     key = hash_key if hash_key is not None else identity.hash_key_from_env()
     with telemetry.acting("compensate", channel=channel) as told:
-        report = await compensate_with(
-            partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds),
+        requested = await request_compensation(
             ledger, op_id, effects=effects, actor=actor, reason=reason, channel=channel,
             tenant=tenant, hash_key=key,
         )
+        run = partial(run_undo, ledger, hash_key=key, lease_seconds=lease_seconds)
+        report = await run_requested(run, requested, effects)
         told.operation(report.operation)
         told.attributes(state_after=report.operation.state.value)
         told.result = report.verdict

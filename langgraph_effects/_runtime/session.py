@@ -436,14 +436,15 @@ _CALLER = object()
 _Steps = Generator[Any, Any, R]
 
 
-def _round_steps(session: Session) -> _Steps[Any]:
+def _round_steps(session: Session, call_id: str | None = None) -> _Steps[Any]:
     """Rounds until nobody needs asking: after each, at most one ``interrupt()``
     (approvals first, then reviews), whose answer is written to the ledger at once.
-    Closes the session."""
+    A round is the caller's work (`_CALLER`) or, given ``call_id``, that one call
+    through the protocol (`Session.call_steps`). Closes the session."""
     try:
         round_no = 0
         while True:
-            output = yield _CALLER
+            output = (yield _CALLER) if call_id is None else (yield from session.call_steps(call_id))
             question = session.pending_interrupt(round_no)
             if question is None:
                 return output
@@ -454,10 +455,27 @@ def _round_steps(session: Session) -> _Steps[Any]:
         yield session.close()
 
 
+@dataclass(frozen=True)
+class _Done:
+    """What steps returned, once they are done."""
+
+    value: Any
+
+
+def _resumed(resume: Callable[[Any], Any], given: Any) -> Any:
+    """What the steps ask next once ``resume`` hands them ``given`` (``steps.send`` the
+    result of their last request, ``steps.throw`` the error it raised); `_Done` with
+    what they returned, when they return."""
+    try:
+        return resume(given)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
 async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -> R:
     """Run ``steps`` on the event loop: awaits the session's work in place."""
-    request = next(steps)
-    while True:
+    request = _resumed(steps.send, None)
+    while not isinstance(request, _Done):
         try:
             if request is _CALLER:
                 result = await caller()
@@ -466,22 +484,17 @@ async def _steps_async(steps: _Steps[R], caller: Callable[[], Awaitable[Any]]) -
             else:
                 result = await request
         except BaseException as error:
-            try:
-                request = steps.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            continue
-        try:
-            request = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            request = _resumed(steps.throw, error)
+        else:
+            request = _resumed(steps.send, result)
+    return request.value  # type: ignore[no-any-return]
 
 
 def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> R:
     """Run ``steps`` in sync code: the session's work through ``run`` (the portal), the
     caller's own work in the calling thread."""
-    request = next(steps)
-    while True:
+    request = _resumed(steps.send, None)
+    while not isinstance(request, _Done):
         try:
             if request is _CALLER:
                 result = caller()
@@ -490,15 +503,10 @@ def _steps_sync(steps: _Steps[R], caller: Callable[[], Any], run: PortalRun) -> 
             else:
                 result = run(request)
         except BaseException as error:
-            try:
-                request = steps.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            continue
-        try:
-            request = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            request = _resumed(steps.throw, error)
+        else:
+            request = _resumed(steps.send, result)
+    return request.value  # type: ignore[no-any-return]
 
 
 async def _call(fn: Callable[[], Any]) -> Any:
@@ -525,6 +533,17 @@ async def run_rounds(session: Session, one_round: Callable[[], Awaitable[Any]]) 
 def run_rounds_sync(session: Session, one_round: Callable[[], Any], run: PortalRun) -> Any:
     """`run_rounds` for sync code."""
     return _steps_sync(_round_steps(session), one_round, run)
+
+
+async def run_call_rounds(session: Session, call_id: str, tool: Callable[[], Awaitable[Any]]) -> Any:
+    """`run_rounds` of a session whose one call is ``call_id``: each round runs it through
+    the protocol (`run_call`), ``tool`` running the tool once; closes the session."""
+    return await _steps_async(_round_steps(session, call_id), lambda: capture(tool))
+
+
+def run_call_rounds_sync(session: Session, call_id: str, tool: Callable[[], Any], run: PortalRun) -> Any:
+    """`run_call_rounds` for sync code."""
+    return _steps_sync(_round_steps(session, call_id), lambda: capture_sync(tool), run)
 
 
 async def capture(run: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:

@@ -237,26 +237,12 @@ async def request_compensation(
     return CompensationReport(op, undo, decision.verdict, decision.reason)
 
 
-async def compensate_with(
-    run: RunUndo,
-    ledger: Ledger,
-    op_id: str,
-    *,
-    effects: Mapping[str, Effect],
-    actor: str = DEFAULT_ACTOR,
-    reason: str | None = None,
-    channel: str = "api",
-    tenant: str | None = None,
-    hash_key: bytes | None = None,
+async def run_requested(
+    run: RunUndo, report: CompensationReport, effects: Mapping[str, Effect]
 ) -> CompensationReport:
-    """Undo effect ``op_id`` exactly once: record the undo (`request_compensation`),
-    then ``run`` it unless it is settled or in review. What
-    [`compensate`][langgraph_effects.compensate] does, with its arguments."""
-    key = hash_key if hash_key is not None else identity.hash_key_from_env()
-    report = await request_compensation(
-        ledger, op_id, effects=effects, actor=actor, channel=channel, reason=reason,
-        hash_key=key, tenant=tenant,
-    )
+    """``run`` the undo a request recorded (`request_compensation`'s ``report``) unless it
+    is settled or in review: the report with the undo as stored afterwards, and what it
+    raised (if it did)."""
     undo = undo_for(report.operation, effects)
     if report.undo is None or undo is None or report.undo.state not in TO_FINISH:
         return report
@@ -290,8 +276,7 @@ async def finish_ordered(
         if found is not None and found.state not in TO_FINISH:
             return CompensationReport(op, found, "requested", "already settled")
     evidence = op.evidence or {}  # who ordered it: the verdict's (or the mark's) actor
-    return await compensate_with(
-        run,
+    report = await request_compensation(
         ledger,
         op.op_id,
         effects=effects,
@@ -299,6 +284,7 @@ async def finish_ordered(
         channel=str(evidence.get("channel") or "api"),
         hash_key=hash_key,
     )
+    return await run_requested(run, report, effects)
 
 
 @dataclass(frozen=True)
@@ -340,12 +326,11 @@ async def run_saga(
     reason = f"saga {saga}: {failed.tool} ({failed.op_id}) failed definitively"
     for op in (*plan.undo, *plan.done):
         try:
-            reports.append(
-                await compensate_with(
-                    run, ledger, op.op_id, effects=effects, actor="saga", channel="saga",
-                    reason=reason, hash_key=hash_key,
-                )
+            report = await request_compensation(
+                ledger, op.op_id, effects=effects, actor="saga", channel="saga", reason=reason,
+                hash_key=hash_key,
             )
+            reports.append(await run_requested(run, report, effects))
         except CompensationError as error:  # moved since it was read: reported, not raised
             reports.append(CompensationReport(op, None, error.verdict, error.reason))
     for op in plan.unsettled:
