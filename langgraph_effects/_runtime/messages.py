@@ -70,12 +70,12 @@ def bounded(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     return text[:limit] + f"… [cut: {len(text):,} characters in all]"
 
 
-def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
-    """What the model sees of a receipt or an evidence text: at most ``limit`` characters."""
+def preview(value: Any) -> str:
+    """What the model sees of a receipt or an evidence text: at most `PREVIEW_CHARS` characters."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    if len(text) <= limit:
+    if len(text) <= PREVIEW_CHARS:
         return text
-    return text[:limit] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
+    return text[:PREVIEW_CHARS] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
 
 ToolOutput = ToolMessage | Command  # type: ignore[type-arg]
 
