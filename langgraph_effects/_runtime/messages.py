@@ -35,17 +35,12 @@ MAX_EVIDENCE_CHARS = 4096
 PREVIEW_CHARS = 300
 
 
-def receipt_bytes(receipt: Any) -> int:
-    """The size a receipt is measured by: its canonical JSON in UTF-8 bytes."""
-    return len(canonical_json(receipt).encode("utf-8"))
-
-
 def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
     """``receipt`` if within `MAX_RECEIPT_BYTES`, else
     [`OversizedError`][langgraph_effects.errors.OversizedError]."""
     if receipt is None:
         return receipt
-    size = receipt_bytes(receipt)
+    size = len(canonical_json(receipt).encode("utf-8"))  # its canonical JSON in UTF-8 bytes
     if size > MAX_RECEIPT_BYTES:
         raise OversizedError(
             what, size, MAX_RECEIPT_BYTES, "bytes",
