@@ -503,7 +503,3 @@ class Scope:
 
     tenant: str = ""
     policy_version: str | None = None
-
-
-if __name__ == "__main__":  # pragma: no cover - documentation helper
-    print(mermaid())
