@@ -13,7 +13,6 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.types import Command
 
 from ..core.controls import Refusal
 from ..core.identity import canonical_json
@@ -71,8 +70,6 @@ def preview(value: Any) -> str:
     if len(text) <= PREVIEW_CHARS:
         return text
     return text[:PREVIEW_CHARS] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
-
-ToolOutput = ToolMessage | Command  # type: ignore[type-arg]
 
 #: The artifact key a review placeholder carries (never reaches the model).
 PENDING_REVIEW = "langgraph_effects_pending_review"
