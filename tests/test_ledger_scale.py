@@ -23,7 +23,8 @@ from langgraph_effects.ledger import sqlite as sqlite_ledger
 from langgraph_effects.ledger.base import OperationQuery, cursor
 from langgraph_effects.ledger.query import listing_sql
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.recovery import DEFAULT_VERDICTS_WITHIN, _candidate_threads, observe
+from langgraph_effects.recovery import DEFAULT_VERDICTS_WITHIN, observe
+from langgraph_effects.recovery.observe import _candidate_threads
 from tests.helpers import run_console
 
 from .test_operator import make_op, new_ledger_file, seed, seeded_ledger_file

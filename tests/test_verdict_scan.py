@@ -16,7 +16,8 @@ from langgraph_effects._runtime.operator import resolve
 from langgraph_effects.core.operation import Operation, State
 from langgraph_effects.ledger.base import OperationQuery
 from langgraph_effects.ledger.sqlite import SqliteLedger
-from langgraph_effects.recovery import DEFAULT_VERDICTS_WITHIN, _candidate_threads
+from langgraph_effects.recovery import DEFAULT_VERDICTS_WITHIN
+from langgraph_effects.recovery.observe import _candidate_threads
 
 from .test_operator import make_op, new_ledger_file, seed
 

@@ -63,7 +63,8 @@ from langgraph_effects.checkpoint.postgres import AsyncEffectPostgresSaver
 from langgraph_effects.core.operation import Change, Event, Operation, State
 from langgraph_effects.ledger.base import COLUMNS, Ledger, to_row
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.recovery import _candidate_threads, recover
+from langgraph_effects.recovery import recover
+from langgraph_effects.recovery.observe import _candidate_threads
 from scenarios import opt, section
 from scenarios.turn import build_graph, run_once
 

@@ -237,7 +237,6 @@ __all__ = [
     "HEADER",
     "META_KEY",
     "EffectKeyInterceptor",
-    "call_tool",
     "hide_key_arguments",
     "mcp_lookup",
     "require_contracts",

@@ -49,7 +49,6 @@ class OperationInfo:
 #: [`current_operation`][langgraph_effects.current_operation] makes the
 #: [`OperationInfo`][langgraph_effects.OperationInfo] a tool asks for.
 CURRENT_OPERATION: ContextVar[Operation | None] = ContextVar("langgraph_effects_operation", default=None)
-_CURRENT = CURRENT_OPERATION
 
 
 def current_operation() -> OperationInfo:
@@ -58,7 +57,7 @@ def current_operation() -> OperationInfo:
     Raises ``RuntimeError`` outside one (a read-only tool, or code not run by
     ``EffectToolNode`` / ``EffectMiddleware``).
     """
-    op = _CURRENT.get()
+    op = CURRENT_OPERATION.get()
     if op is None:
         raise RuntimeError(
             "current_operation() is only available inside an effectful tool call run by "
@@ -82,15 +81,15 @@ def maybe_current_operation() -> OperationInfo | None:
     never run
     unprotected.
     """
-    op = _CURRENT.get()
+    op = CURRENT_OPERATION.get()
     return None if op is None else OperationInfo.of(op)
 
 
 @contextmanager
 def running(op: Operation) -> Iterator[None]:
     """``op`` is the operation of the call running now, inside the block."""
-    token = _CURRENT.set(op)
+    token = CURRENT_OPERATION.set(op)
     try:
         yield
     finally:
-        _CURRENT.reset(token)
+        CURRENT_OPERATION.reset(token)

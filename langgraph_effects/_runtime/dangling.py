@@ -84,7 +84,6 @@ class _Finder:
     loop_ns: str
     saver: Any
     sync: bool
-    messages_key: str
     saved_by_id: dict[str, Any] = field(default_factory=dict)
     fingerprints: list[str] = field(default_factory=list)
 
@@ -109,7 +108,7 @@ class _Finder:
 
     def from_this_turn(self, index: int, saved: Any) -> bool:
         """Whether ``saved`` holds this history up to the AIMessage at ``index``."""
-        before = history_of(saved.checkpoint.get("channel_values") or {}, self.messages_key)
+        before = history_of(saved.checkpoint.get("channel_values") or {})
         return len(before) > index and [_fingerprint(m) for m in before[: index + 1]] == self.prefix(
             index
         )
@@ -144,7 +143,6 @@ async def find_answers(
     settings: Settings,
     config: Mapping[str, Any],
     context: Any = None,
-    messages_key: str = "messages",
     checkpointer: Any = None,
     sync_checkpointer: bool = False,
 ) -> list[DanglingAnswer]:
@@ -172,7 +170,6 @@ async def find_answers(
         loop_ns=loop[0] if loop else "",
         saver=checkpointer if checkpointer is not None else _private.checkpointer(config),
         sync=sync_checkpointer,
-        messages_key=messages_key,
     )
     effectful = [
         (index, call) for index, call in dangling if not settings.effect_for(call["name"]).read_only_tool

@@ -18,21 +18,20 @@ POINTS = ("after_intent", "before_outcome")
 
 #: point -> hook; empty in production, so the dispatcher checks it before calling `fire`.
 installed: dict[str, Hook] = {}
-_hooks = installed
 
 
 def install(point: str, hook: Hook) -> None:
     """Call ``hook(point, operation)`` whenever the dispatcher reaches ``point``."""
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; choose one of {POINTS}")
-    _hooks[point] = hook
+    installed[point] = hook
 
 
 def clear() -> None:
-    _hooks.clear()
+    installed.clear()
 
 
 def fire(point: str, op: Operation) -> None:
-    hook = _hooks.get(point)
+    hook = installed.get(point)
     if hook is not None:
         hook(point, op)

@@ -27,7 +27,7 @@ try:  # the ``otel`` extra
 except ImportError:  # pragma: no cover - the tests run with the extra
     otel_metrics = None  # type: ignore[assignment]
 
-__all__ = ["GAUGES", "LedgerGauges", "observe_ledger"]
+__all__ = ["LedgerGauges", "observe_ledger"]
 
 log = logging.getLogger("langgraph_effects")
 

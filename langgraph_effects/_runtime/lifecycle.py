@@ -30,19 +30,12 @@ log = logging.getLogger("langgraph_effects.lifecycle")
 DEFAULT_BATCH = 500
 
 
-def dedup_window_of(op: Operation) -> float | None:
-    """The dedup window recorded at the operation's intent (``extra["dedup_window"]``,
-    seconds), or ``None`` (its provider does not deduplicate, or it was recorded by a
-    version that did not keep it)."""
-    window = op.extra.get("dedup_window")
-    return float(window) if isinstance(window, int | float) else None
-
-
 def in_dedup_window(op: Operation, now: float) -> bool:
-    """Whether the provider may still honour ``op``'s key at ``now`` (the window runs
-    from the intent, as reconciliation counts it)."""
-    window = dedup_window_of(op)
-    return window is not None and now - op.created_at <= window
+    """Whether the provider may still honour ``op``'s key at ``now``: the dedup window
+    recorded at the operation's intent (``extra["dedup_window"]``, seconds; none when
+    its provider does not deduplicate) runs from the intent, as reconciliation counts it."""
+    window = op.extra.get("dedup_window")
+    return isinstance(window, int | float) and now - op.created_at <= window
 
 
 @dataclass

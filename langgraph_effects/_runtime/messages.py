@@ -13,7 +13,6 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.types import Command
 
 from ..core.controls import Refusal
 from ..core.identity import canonical_json
@@ -35,17 +34,12 @@ MAX_EVIDENCE_CHARS = 4096
 PREVIEW_CHARS = 300
 
 
-def receipt_bytes(receipt: Any) -> int:
-    """The size a receipt is measured by: its canonical JSON in UTF-8 bytes."""
-    return len(canonical_json(receipt).encode("utf-8"))
-
-
 def check_receipt(receipt: Any, *, what: str = "receipt") -> Any:
     """``receipt`` if within `MAX_RECEIPT_BYTES`, else
     [`OversizedError`][langgraph_effects.errors.OversizedError]."""
     if receipt is None:
         return receipt
-    size = receipt_bytes(receipt)
+    size = len(canonical_json(receipt).encode("utf-8"))  # its canonical JSON in UTF-8 bytes
     if size > MAX_RECEIPT_BYTES:
         raise OversizedError(
             what, size, MAX_RECEIPT_BYTES, "bytes",
@@ -70,14 +64,12 @@ def bounded(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
     return text[:limit] + f"… [cut: {len(text):,} characters in all]"
 
 
-def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
-    """What the model sees of a receipt or an evidence text: at most ``limit`` characters."""
+def preview(value: Any) -> str:
+    """What the model sees of a receipt or an evidence text: at most `PREVIEW_CHARS` characters."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    if len(text) <= limit:
+    if len(text) <= PREVIEW_CHARS:
         return text
-    return text[:limit] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
-
-ToolOutput = ToolMessage | Command  # type: ignore[type-arg]
+    return text[:PREVIEW_CHARS] + f"… ({len(text):,} characters in all; the whole is in the artifact)"
 
 #: The artifact key a review placeholder carries (never reaches the model).
 PENDING_REVIEW = "langgraph_effects_pending_review"

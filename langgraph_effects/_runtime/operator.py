@@ -70,9 +70,6 @@ __all__ = [
 #: The verdicts an operator can give, in the order the console offers them.
 VERDICTS: tuple[str, ...] = ("landed", "not_landed", "abandon")
 
-#: States an operator may give a verdict on (plus ``dispatched`` once its lease expired).
-RESOLVABLE: frozenset[State] = DECIDABLE  # the state machine says which states take a verdict
-
 LeaseStatus = Literal["live", "expired", "owner_dead"]
 """A ``dispatched`` operation's lease: someone is sending it (``live``), or its sender
 is gone (``expired`` by time, or ``owner_dead``: its process is provably dead)."""

@@ -47,8 +47,7 @@ def _forget_in_child() -> None:
     _loop, _lock = None, threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _portal_loop() -> asyncio.AbstractEventLoop:

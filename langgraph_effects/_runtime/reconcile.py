@@ -26,7 +26,7 @@ from ..core.reconcile import (
 from ..errors import OversizedError
 from .messages import MAX_EVIDENCE_CHARS, bounded, check_receipt
 
-__all__ = ["Sleep", "reconcile"]
+__all__ = ["reconcile"]
 
 Sleep = Callable[[float], Awaitable[None]]
 

@@ -32,7 +32,7 @@ from .shapes import (
     WaitingJSON,
 )
 
-__all__ = ["PENDING_SCAN", "LedgerStats", "controls_json", "stats"]
+__all__ = ["PENDING_SCAN", "LedgerStats", "stats"]
 
 #: How many ``pending`` operations (least recently changed first) `stats` looks at
 #: for the calls waiting for an approval.

@@ -243,7 +243,7 @@ def not_opened(calls: Iterable[CallRecord], error: BaseException) -> None:
 
 def call_started(c: CallRecord, config: Mapping[str, Any]) -> None:
     """A call's round begins: open its span and its LangChain run (``c.trace``)."""
-    run = _run_started(c, config)
+    run = _run_started(config)
     if not ENABLED and run is None:
         return
     # A call the session's open recorded and dispatched at once was an intent a moment ago.
@@ -556,7 +556,7 @@ def answered(ops: list[tuple[Operation, float | None]], *, count: int) -> None:
 # -- LangChain runs (LangSmith) ---------------------------------------------------------
 
 
-def _run_started(c: CallRecord, config: Mapping[str, Any]) -> Any:
+def _run_started(config: Mapping[str, Any]) -> Any:
     """The node's callbacks, when a handler listens (else ``None``): the call's run is
     made through them once the call knows what it did (`_run_ended`)."""
     callbacks = config.get("callbacks")

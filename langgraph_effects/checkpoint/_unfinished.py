@@ -28,8 +28,9 @@ read and left out.
 from __future__ import annotations
 
 #: Channels whose write means the run stopped there on purpose (an interrupt) or
-#: raised to its caller (an error): not a crash.
-_ENDED = ("__interrupt__", "__error__")
+#: raised to its caller (an error): not a crash. The statements below take them as
+#: their parameters.
+PARAMS: tuple[str, ...] = ("__interrupt__", "__error__")
 
 #: The threads that may be unfinished (created by the savers' ``setup()``).
 OPEN_TABLE = "effect_open_threads"
@@ -42,7 +43,7 @@ def unfinished_sql(
     among those `OPEN_TABLE` lists (``every``: among all threads, what fills it).
 
     ``source``: the backend's expression for ``c.metadata``'s ``source``; ``mark``: its
-    parameter placeholder (the statement takes the two channels of `_ENDED`);
+    parameter placeholder (the statement takes the two channels of `PARAMS`);
     ``barrier``: what keeps the backend's planner from merging the newest-checkpoint
     subquery into the filter (Postgres: ``OFFSET 0``; without it Postgres tests every
     checkpoint's metadata, not only each thread's newest). The writes are counted per
@@ -78,9 +79,6 @@ def unfinished_sql(
         "WHERE (x.source = 'input' OR x.written > 0) AND x.ended = 0 "
         "ORDER BY x.checkpoint_id"
     )
-
-
-PARAMS: tuple[str, ...] = _ENDED
 
 
 def fill_sql(writes_table: str, source: str, mark: str, barrier: str = "") -> str:

@@ -105,16 +105,12 @@ from . import passthrough  # lab, crashtest
 # isort: split
 from . import mcptools  # mcp-tools
 from .app import app
-from .failures import exit_code_for
 from .main import main
-from .target import Target
 
 __all__ = [
-    "Target",
     "app",
     "compensate",
     "controls",
-    "exit_code_for",
     "lifecycle",
     "listing",
     "main",

@@ -180,6 +180,3 @@ def _table(rows: list[Suggestion], declared: Mapping[str, Effect] | None) -> Tab
         cells += [row.contract or "(none: blind)", row.why]
         table.add_row(*cells)
     return table
-
-
-__all__ = ["connection_for", "describe", "mcp_tools_command", "suggestions"]

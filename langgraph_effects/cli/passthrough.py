@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.text import Text
 
 from .app import app
-from .failures import EXIT_INTERNAL, EXIT_OK
-from .render import print_argparse_help, stderr
+from .failures import EXIT_OK
+from .render import print_argparse_help
 
 
 @app.command(
@@ -17,11 +16,8 @@ from .render import print_argparse_help, stderr
 )
 def lab_command(ctx: typer.Context) -> None:
     """The crash lab: run crash experiments (`langgraph-effects lab --help` for its options)."""
-    try:
-        from ..lab import runner
-    except ImportError as error:
-        stderr().print(Text(f"error: the crash lab is not available in this installation ({error})."))
-        raise typer.Exit(EXIT_INTERNAL) from error
+    from ..lab import runner
+
     args = list(ctx.args)
     if ("--help" in args or "-h" in args) and hasattr(runner, "build_parser"):
         print_argparse_help(runner.build_parser(), "Usage: langgraph-effects lab [OPTIONS]")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import shlex
 import typing
 from collections.abc import AsyncIterator, Callable
@@ -31,8 +30,6 @@ class Target:
     schema: str | None
     timeout: float
     json: bool
-    from_env: bool
-    """``--db`` came from the environment, not the command line."""
 
     def command(self, *words: str) -> str:
         """``langgraph-effects --db ... WORDS``: a command the operator can paste as is.
@@ -82,13 +79,11 @@ def settings(
             use_json,
         )
     chosen_timeout = timeout if timeout is not None else root.get("timeout")
-    from_env = db is None and os.environ.get(ENV_DB) == value
     return Target(
         db=str(value),
         schema=chosen_schema,
         timeout=float(chosen_timeout) if chosen_timeout is not None else registry.DEFAULT_CONNECT_TIMEOUT,
         json=use_json,
-        from_env=from_env,
     )
 
 

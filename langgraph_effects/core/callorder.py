@@ -50,7 +50,6 @@ class Crossing:
 
     index: int
     recorded_tool: str
-    recorded_args_hash: str
     recorded_op_id: str | None
     called_tool: str | None
     called_args: Mapping[str, Any] | None
@@ -86,7 +85,6 @@ def crossed(placed: Sequence[Placed]) -> Crossing | None:
             return Crossing(
                 index=p.index,
                 recorded_tool=tool,
-                recorded_args_hash=digest,
                 recorded_op_id=str(op_id) if op_id is not None else None,
                 called_tool=p.tool,
                 called_args=p.args,

@@ -289,21 +289,20 @@ def admit(
     *,
     now: float,
     override: bool = False,
-    circuit: bool = True,
     keyed_at: float | None = None,
 ) -> Admission:
     """Whether a send of ``call`` may leave at ``now``, given the rows of
     `admit_keys` as stored (missing rows are empty).
 
     ``override``: an approver allowed this send over budget (it is still counted).
-    ``circuit``: whether the circuit breaker gates this send (a re-send that settles
-    an earlier, ambiguous send is not gated). An operation that already holds its
+    A re-send that settles an earlier, ambiguous send never comes here (it is not
+    gated: see `ledger.controls.CHARGING`). An operation that already holds its
     share (its hold row has charges) is not charged again. ``keyed_at``: the time
     `admit_keys` was asked at (the rows were locked then; default ``now``).
     """
     writes: list[ControlRow] = []
     breaker = controls.circuit
-    if breaker is not None and circuit:
+    if breaker is not None:
         row = _row(rows, breaker.key)
         status = circuit_status(breaker, row.state, now)
         if status in ("open", "probing"):

@@ -362,11 +362,6 @@ def decision_digest(decision: Mapping[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def next_state(state: State, event: Event) -> State | None:
-    """The state ``event`` leads to from ``state``, or ``None`` if it is not allowed."""
-    return TRANSITIONS.get((state, event))
-
-
 def create(op: Operation, *, now: float, change: Change | None = None) -> Operation:
     """The first row of an operation: ``pending``, or ``dispatched`` when ``change``
     is a ``dispatch`` (intent and dispatch marker in one commit)."""
@@ -412,7 +407,7 @@ def advance(
         raise StaleVersionError(op.op_id, op.version, op.version)
     if decidable_only and op.state not in DECIDABLE:
         raise NotResolvableError(op, change.event)
-    target = next_state(op.state, change.event)
+    target = TRANSITIONS.get((op.state, change.event))
     if target is None:
         raise IllegalTransitionError(op.op_id, op.state.value, change.event.value)
 
@@ -508,7 +503,3 @@ class Scope:
 
     tenant: str = ""
     policy_version: str | None = None
-
-
-if __name__ == "__main__":  # pragma: no cover - documentation helper
-    print(mermaid())

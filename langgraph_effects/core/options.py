@@ -49,13 +49,13 @@ def written(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def shown(value: Any, limit: int = 80) -> str:
+def shown(value: Any) -> str:
     """A value as an error shows it: what it is and how it was written."""
     if value is None or isinstance(value, bool):
         return repr(value)
     if isinstance(value, type):
         return f"the class {value.__qualname__}"
-    return f"the {type(value).__name__} {written(value, limit)}"
+    return f"the {type(value).__name__} {written(value)}"
 
 
 def refuse(

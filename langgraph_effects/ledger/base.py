@@ -143,14 +143,11 @@ def record_plan(
     operations: Sequence[Operation],
     change: Change | None,
     actor: str,
-    changes: Mapping[str, Change | None] | None = None,
 ) -> Plan[list[Operation]]:
     """Insert every operation not stored yet (and audit it); the stored rows, in order.
 
-    Each new row is created with ``change`` (see `create`), or with its own
-    entry in ``changes`` (by op id) when given: one insert for rows created
-    ``pending`` and rows created ``dispatched``."""
-    insert = insert_step(operations, change, actor, changes)
+    Each new row is created with ``change`` (see `create`)."""
+    insert = insert_step(operations, change, actor)
     return (yield from recorded_plan(operations, insert, (yield insert)))
 
 
@@ -160,7 +157,9 @@ def insert_step(
     actor: str,
     changes: Mapping[str, Change | None] | None = None,
 ) -> InsertWithAudit:
-    """The insert of `record_plan` (for a plan that yields it inside another step)."""
+    """The insert of `record_plan` (for a plan that yields it inside another step).
+    A new row is created with its own entry in ``changes`` (by op id) when given, else
+    with ``change``: one insert for rows created ``pending`` and rows created ``dispatched``."""
     stamp = now()
     fresh: dict[str, Operation] = {}
     made: dict[str, Change | None] = {}

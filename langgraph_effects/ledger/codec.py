@@ -150,11 +150,6 @@ def origin_text(origin: str | None) -> str | None:
     return '"origin": ' + (_encode(stored_text(origin)) if "\\ud" in encoded else encoded)
 
 
-def encoded_extra(op: Operation) -> str:
-    """The ``extra`` column of ``op`` as stored (what `origin_text` is found in)."""
-    return _dumps(dict(op.extra)) or "{}"
-
-
 def to_row(op: Operation) -> dict[str, Any]:
     """An operation as column values (JSON as text, result as bytes; every text
     through `stored_text`)."""
@@ -172,7 +167,7 @@ def to_row(op: Operation) -> dict[str, Any]:
         "provider_key": stored_text(op.provider_key),
         "contract": stored_text(op.contract),
         "policy_version": _text(op.policy_version),
-        "extra": encoded_extra(op),
+        "extra": _dumps(dict(op.extra)) or "{}",  # what `origin_text` is found in
         "created_at": op.created_at,
         **mutable_row(op),
     }

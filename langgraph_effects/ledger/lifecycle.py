@@ -17,14 +17,12 @@ import time
 from collections.abc import Collection, Generator, Mapping, Sequence
 from typing import Any
 
-from ..core.operation import TERMINAL, Operation, State
+from ..core.operation import Operation, State
 from .codec import erased_evidence, read_text, stored_text
 from .steps import Erase, Forget, LedgerStep, ListDeletions, Lock, RecordDeletion
 
 #: The audit event of an erasure (not a transition: the state stays where it was).
 ERASE_EVENT = "erase"
-#: What every settled state is, as the `Forget` step names states.
-SETTLED_STATES: tuple[str, ...] = tuple(sorted(state.value for state in TERMINAL))
 
 
 def is_erased(op: Operation) -> bool:

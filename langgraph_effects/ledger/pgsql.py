@@ -155,7 +155,7 @@ def unnest(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
 
 
 def one_row(columns: Sequence[str], types: Sequence[str], alias: str) -> str:
-    """One row from one typed scalar per column (the parameters of `scalars`)."""
+    """One row from one typed scalar per column (the parameters `scalar_reader` reads)."""
     values = ", ".join(f"%b::{t}" for t in types)
     return f"SELECT * FROM (VALUES ({values})) AS {alias} ({', '.join(columns)})"
 
@@ -235,14 +235,10 @@ def insert_params(step: base.InsertWithAudit) -> list[Any]:
     return [*as_arrays(rows, COLUMNS, OP_COLUMN_TYPES), *as_arrays(step.audit, AUDIT_COLUMNS, AUDIT_TYPES)]
 
 
-def scalars(row: Mapping[str, Any], columns: Sequence[str], types: Sequence[str]) -> list[Any]:
-    """The values of one row (for `one_row`), floats as for `as_arrays`."""
-    return scalar_reader(columns, types)(row)
-
-
 def scalar_reader(columns: Sequence[str], types: Sequence[str]) -> Callable[[Mapping[str, Any]], list[Any]]:
-    """`scalars` for these columns, made once: the values taken in one call
-    (``itemgetter``), then the numbers of the float columns made floats."""
+    """What reads the values of one row (for `one_row`), floats as for `as_arrays`:
+    the values taken in one call (``itemgetter``), then the numbers of the float
+    columns made floats."""
     take = itemgetter(*columns)
     floats = [i for i, kind in enumerate(types) if kind == "double precision"]
     one = len(columns) == 1  # then itemgetter gives the value, not a tuple

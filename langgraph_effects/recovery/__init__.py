@@ -65,7 +65,6 @@ each operation was settled, and `report` holds what is reported.
 """
 
 from .classify import Observation, Policy, ThreadDecision, classify
-from .observe import _candidate_threads as _candidate_threads  # tests scan with it
 from .report import OperationReport, RecoveryReport, Settlement, ThreadAction, ThreadReport, TransitionReport
 from .resume import DEFAULT_VERDICTS_WITHIN, recover
 

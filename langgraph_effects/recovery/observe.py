@@ -24,17 +24,16 @@ _OUR_INTERRUPTS = frozenset({REVIEW_TYPE, APPROVAL_TYPE})
 PAGE = 10_000
 
 
-async def every_operation(ledger: Ledger, query: OperationQuery, *, page: int = 0) -> list[Operation]:
+async def every_operation(ledger: Ledger, query: OperationQuery) -> list[Operation]:
     """Every operation matching ``query`` (its limit ignored), in listing order: read a
     page at a time, each starting after the last row of the one before (keyset), so
     no cap leaves rows unread and no page costs more than what it holds."""
-    size = page or PAGE
     found: list[Operation] = []
     after = None
     while True:
-        rows = await ledger.list_operations(dataclasses.replace(query, limit=size, after=after))
+        rows = await ledger.list_operations(dataclasses.replace(query, limit=PAGE, after=after))
         found += rows
-        if len(rows) < size:
+        if len(rows) < PAGE:
             return found
         after = cursor(rows[-1])
 
