@@ -312,3 +312,20 @@ def test_compare_prints_each_row_for_both_sides_and_the_change(tmp_path: Path) -
     assert re.search(r"\d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\]", before)
     assert re.search(r"[+-]\d+\.\d%", after) and "ms/call" in after
     assert "round 1/1, before" in out.stderr
+
+
+def test_turn_profile_splits_a_turn_by_thread_and_compares_with_a_saved_run(tmp_path: Path) -> None:
+    """``benchmarks/turn_profile.py``: this checkout, SQLite, tiny counts, saved then
+    compared with itself."""
+    saved = tmp_path / "profile.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "turn_profile.py"), str(ROOT), "sqlite", "node", "2",
+               "--turns", "10", "--threads", "--top", "3"]
+    first = subprocess.run([*command, "--save", str(saved)], capture_output=True, text=True, check=True,
+                           timeout=600)
+    assert re.search(r"CPU per turn: plain \d+\.\d\d ms, ours \d+\.\d\d ms, ratio \d\.\d{3}", first.stdout)
+    assert "ours by thread (ms per turn): MainThread" in first.stdout
+    found = json.loads(saved.read_text())
+    assert "event loop" in found and any("langgraph_effects/" in name for name in found["event loop"])
+    again = subprocess.run([*command, "--against", str(saved)], capture_output=True, text=True, check=True,
+                           timeout=600)
+    assert "saved      now   change" in again.stdout

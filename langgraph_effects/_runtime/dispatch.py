@@ -160,18 +160,15 @@ class Dispatcher:
     """Drives one call at a time through the protocol, for a
     `Session`.
 
-    ``closed`` tells whether the session is over (checked between awaits);
-    ``leased`` lists the session's calls, for the one shared read of their rows."""
+    ``closed`` tells whether the session is over (checked between awaits)."""
 
     ledger: Ledger
     settings: Settings
     scope: Scope
     leases: Leases
     closed: Callable[[], bool]
-    leased: Callable[[], Iterable[CallRecord]]
     run_id: str | None = None
     """The run's id, for budgets counted per run."""
-    _reading: asyncio.Future[dict[str, Operation]] | None = field(default=None, init=False)
 
     # -- per call --------------------------------------------------------------------
 
@@ -502,9 +499,7 @@ class Dispatcher:
             # pause since, SIGSTOP included, shows as less lease left): nobody can
             # take a lease over before it expires, so the ledger would say the same.
             return True
-        found = (await self._shared_read()).get(c.op.op_id)
-        if found is None or not protocol.ours(found, c.owner.token):
-            found = await self.reload(c)  # the shared read may predate our own dispatch
+        found = await self.reload(c)
         ok = protocol.ours(found, c.owner.token)
         if ok:
             c.op = found
@@ -518,25 +513,6 @@ class Dispatcher:
             self.leases.release(c)
             c.op = await self.reload(c)
         return ok
-
-    async def _shared_read(self) -> dict[str, Operation]:
-        """The leased rows of this session, read once for every call that reaches its
-        last check while the read is in flight: parallel calls leave together instead
-        of queueing one ledger read each. A snapshot taken a moment earlier is
-        as good: a lease can only be extended by its holder, so "ours, with half a
-        lease to spare" still holds."""
-        pending = self._reading
-        if pending is None:
-            ids = sorted(c.op.op_id for c in self.leased() if c.owner is not None)
-            pending = asyncio.ensure_future(self.ledger.get_many(ids))
-            self._reading = pending
-
-            def done(_: object, mine: asyncio.Future[dict[str, Operation]] = pending) -> None:
-                if self._reading is mine:
-                    self._reading = None
-
-            pending.add_done_callback(done)
-        return await asyncio.shield(pending)
 
 
 def _not_run(c: CallRecord) -> Reply:

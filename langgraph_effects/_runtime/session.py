@@ -114,7 +114,6 @@ class Session:
             scope=self.scope,
             leases=self._leases,
             closed=lambda: self._closed,
-            leased=self._calls.values,
             run_id=_run_id(config),
         )
         self._check_args = check_args

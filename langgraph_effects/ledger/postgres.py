@@ -11,9 +11,10 @@
 * A new intent is one statement (rows and audit rows), a read is one; a plan that
   needs a transaction opens it lazily in pipeline mode (``BEGIN`` travels with its
   first statement, ``COMMIT`` with the final sync). Writes arriving while one is
-  in flight are group-committed (`group_commit`). The pool of its own checks each
-  connection on checkout (``AsyncConnectionPool.check_connection``), so one a server
-  restart or a failover closed is replaced before use.
+  in flight are group-committed (`group_commit`). The pool of its own checks a
+  connection on checkout when the server has closed it or spoken on it while it sat
+  idle (`_check_if_spoken`), so one a server restart or a terminated backend
+  closed is replaced before use.
 * ``synchronous_commit`` is left at the server's setting (never turned off): a
   commit that returned is durable.
 * Schema migrations are an ordered list recorded in ``effect_migrations``;
@@ -33,6 +34,7 @@ import contextlib
 import hashlib
 import random
 import re
+import select
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -87,6 +89,21 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 async def _read_only_session(conn: psycopg.AsyncConnection[Any]) -> None:
     """Every transaction on this connection is read-only: the server refuses any write."""
     await conn.execute("SET default_transaction_read_only = on")
+
+
+async def _check_if_spoken(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check on checkout. An idle connection hears nothing from the server
+    unless the server is closing it: a restart, a terminated backend or an idle
+    timeout sends the reason and closes the socket, which then reads as ready. Such a
+    connection (or a closed one) gets psycopg_pool's own check, an empty query, which
+    fails and has the pool replace it; a quiet one is handed out as it is."""
+    if conn.closed:
+        await AsyncConnectionPool.check_connection(conn)
+        return
+    ready = select.poll()
+    ready.register(conn.fileno(), select.POLLIN)
+    if ready.poll(0):
+        await AsyncConnectionPool.check_connection(conn)
 
 
 def _quote_ident(name: str) -> str:
@@ -164,8 +181,6 @@ class PostgresLedger(Ledger):
         self._ops, self._audit, self._migrations_table = sql.ops, sql.audit, sql.migrations
         self._renew_sql, self._controls_sql = sql.renew, sql.controls
         self._steps_sql = sql.steps
-        #: The steps made for the connection used last (see ``_steps``).
-        self._hot: _Steps | None = None
 
     @classmethod
     @asynccontextmanager
@@ -202,7 +217,7 @@ class PostgresLedger(Ledger):
             kwargs["connect_timeout"] = max(2, round(self._connect_timeout))
         return AsyncConnectionPool(
             self._dsn,
-            check=AsyncConnectionPool.check_connection,
+            check=_check_if_spoken,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
@@ -298,16 +313,6 @@ class PostgresLedger(Ledger):
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
 
-    def _steps(self, conn: psycopg.AsyncConnection[Any]) -> _Steps:
-        """The steps on ``conn``: the ones made for it last time when ``conn`` is the
-        connection used last (their cursors are reused). Never shared: a checked-out
-        connection has one user."""
-        hot = self._hot
-        if hot is not None and hot.cur.connection is conn and not conn.closed:
-            return hot
-        steps = self._hot = _Steps(self, conn)
-        return steps
-
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         async with self._connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -365,7 +370,7 @@ class PostgresLedger(Ledger):
         Anything else opens a transaction lazily, in pipeline mode, so ``BEGIN``
         travels with the first statement and ``COMMIT`` with the final sync.
         """
-        steps = self._steps(conn)
+        steps = _Steps(self, conn)
         tx: Transaction | None = None  # made when the plan needs a transaction
         autocommitted = False
         run = _Run(plan)  # (adrive_plan, with the transaction opened on the way)
@@ -393,7 +398,7 @@ class PostgresLedger(Ledger):
 
     async def _read(self, plan: base.Plan[T]) -> T:
         async with self._connection() as conn:
-            steps = self._steps(conn)
+            steps = _Steps(self, conn)
             result, _ = await adrive_plan(plan, lambda step: answer(steps, step))
         return result
 

@@ -272,7 +272,7 @@ async def test_postgres_round_trips_per_plan(
     traced: tuple[PostgresLedger, PgTrace], make_op: OpFactory
 ) -> None:
     ledger, trace = traced
-    check = 1  # every checkout starts with the pool's check (an empty query)
+    check = 0  # the pool checks a connection on checkout only when the server spoke on it
     trace.take()
     [op] = await ledger.record_intents([make_op()], change=dispatch())
     assert trace.take() == (check + 1, 1)  # insert and audit: one statement, its own transaction
@@ -311,10 +311,10 @@ async def test_postgres_optimistic_outcomes_share_one_commit(
         ledger.transition(ops[7].op_id, succeed(), expected_version=3, before=ops[7]),
         return_exceptions=True,
     )
-    # One transaction: the pool's check, the seven compare-and-sets one by one (BEGIN
-    # rides with the first), the locking read of the eighth (its row is not at the
-    # version it expects: it fails alone), COMMIT.
-    assert trace.take() == (1 + 7 + 1 + 1, 1)
+    # One transaction: the seven compare-and-sets one by one (BEGIN rides with the
+    # first), the locking read of the eighth (its row is not at the version it expects:
+    # it fails alone), COMMIT.
+    assert trace.take() == (7 + 1 + 1, 1)
     assert isinstance(results[7], StaleVersionError)
     assert all(isinstance(r, Operation) and r.state is State.CONFIRMED for r in results[:7])
 
@@ -323,7 +323,7 @@ async def test_postgres_optimistic_outcomes_share_one_commit(
 async def test_a_terminated_connection_is_replaced_before_a_write(
     pg_schema: str, make_op: OpFactory
 ) -> None:
-    # The pool's check on checkout finds it gone and hands out a new one.
+    # The pool's check on checkout finds it closed by the server and hands out a new one.
     dsn = require_postgres()
     async with PostgresLedger.from_conn_string(dsn, schema=pg_schema, min_size=1, max_size=1) as ledger:
         await ledger.setup()
