@@ -40,6 +40,7 @@ from typing import Any
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, maybe_current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel
 
+# isort: split
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -78,7 +79,9 @@ def _crash_if_asked() -> None:
 def open_ticket(customer: str, subject: str, config: RunnableConfig) -> str:
     """Open a helpdesk ticket for a customer."""
     thread = config["configurable"]["thread_id"]
-    receipt = helpdesk.apply({"operation": "ticket", "customer": customer, "subject": subject, "thread": thread})
+    receipt = helpdesk.apply(
+        {"operation": "ticket", "customer": customer, "subject": subject, "thread": thread}
+    )
     _crash_if_asked()
     return f"ticket {receipt.effect_id} opened"
 
@@ -166,7 +169,9 @@ def crash() -> int:
 
 def count() -> int:
     """Print what the providers hold; exit 1 unless each holds exactly one effect."""
-    tickets, invoices = (sum(e.payload.get("thread") in THREADS for e in p.effects()) for p in (helpdesk, billing))
+    tickets, invoices = (
+        sum(e.payload.get("thread") in THREADS for e in p.effects()) for p in (helpdesk, billing)
+    )
     print(f"helpdesk: {tickets} ticket(s); billing: {invoices} invoice(s)")
     return 0 if tickets == invoices == 1 else 1
 

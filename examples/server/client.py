@@ -45,7 +45,8 @@ async def main(url: str, request: str, landed: str | None, thread_id: str | None
     if thread_id is None:
         thread_id = (await client.threads.create())["thread_id"]
         print(f"thread {thread_id} on {url}")
-        state = await run_and_wait(client, thread_id, input={"messages": [{"role": "user", "content": request}]})
+        message = {"role": "user", "content": request}
+        state = await run_and_wait(client, thread_id, input={"messages": [message]})
     else:
         state = await client.threads.get_state(thread_id)
     if state["interrupts"]:
@@ -67,6 +68,8 @@ if __name__ == "__main__":
     parser.add_argument("--url", default="http://127.0.0.1:2024", help="the server (default: %(default)s)")
     parser.add_argument("--request", default="Acme wants a refund for order 1042.", help="the user's message")
     parser.add_argument("--thread", metavar="ID", help="an existing thread: answer its review")
-    parser.add_argument("--landed", metavar="RECEIPT", help="answer a review: the ticket exists (JSON receipt)")
+    parser.add_argument(
+        "--landed", metavar="RECEIPT", help="answer a review: the ticket exists (JSON receipt)"
+    )
     args = parser.parse_args()
     sys.exit(asyncio.run(main(args.url, args.request, args.landed, args.thread)))
