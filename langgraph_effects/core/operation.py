@@ -3,8 +3,8 @@
 Every allowed transition is one row of `TRANSITIONS` ("Rule 1": if it is not
 in the table, it cannot happen). Backends never decide anything: they load an
 [`Operation`][langgraph_effects.Operation], call `advance`, and store what it returns under a
-compare-and-set on [`Operation.version`][langgraph_effects.Operation.version]. The README's state diagram is
-generated from the same table (``python -m langgraph_effects.core.operation``).
+compare-and-set on [`Operation.version`][langgraph_effects.Operation.version]. The docs' state diagram
+(``docs/states.md``) is generated from the same table by `mermaid`.
 """
 
 from __future__ import annotations
