@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import socket
 from typing import Annotated, Any
 
 import typer
@@ -70,6 +72,20 @@ TenantOption = Annotated[
     str | None,
     typer.Option("--tenant", help="Only operations of this tenant (others count as missing)."),
 ]
+
+ActorOption = Annotated[
+    str | None,
+    typer.Option("--actor", help="Who acts, for the audit trail. Default: user@host."),
+]
+
+
+def default_actor() -> str:
+    """``user@host``: who acts when ``--actor`` is not given."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "operator"
+    return f"{user}@{socket.gethostname()}"
 
 
 def installed_version() -> str:

@@ -22,10 +22,10 @@ from ..operator import (
     new_decision_id,
     resolve_report,
 )
-from .app import OperationArgument, TenantOption
+from .app import ActorOption, OperationArgument, TenantOption, default_actor
 from .failures import EXIT_NEEDS_OPERATOR, BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
-from .resolve import ActorOption, ReceiptOption, _default_actor, _verdict
+from .resolve import ReceiptOption, verdict_from_flags
 from .target import Target, ledger_command, open_target
 
 EffectsOption = Annotated[
@@ -90,7 +90,7 @@ def compensate_command(
         verdict = _landed_verdict(landed, receipt, expected_version)
     except BadInput as error:
         fail(error, use_json)
-    who = actor or _default_actor()
+    who = actor or default_actor()
 
     async def work() -> CompensationReport:
         async with open_target(target, read_only=False) as ledger:
@@ -120,7 +120,7 @@ def _landed_verdict(landed: bool, receipt: str | None, version: int | None) -> d
         return None
     if version is None:
         raise BadInput("--landed needs --expected-version (the version `show` printed).")
-    verdict = _verdict(True, receipt, False, False, None)
+    verdict = verdict_from_flags(True, receipt, False, False, None)
     return {**verdict, "undo": True}
 
 

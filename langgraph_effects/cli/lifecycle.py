@@ -14,9 +14,9 @@ import typer
 from rich.text import Text
 
 from ..operator import erase, forced_deletions, purge
+from .app import ActorOption, default_actor
 from .failures import BadInput, fail, run
 from .render import print_json, stdout, when
-from .resolve import ActorOption, _default_actor
 from .target import Target, ledger_command, open_target, parse_duration
 
 YesOption = Annotated[
@@ -96,7 +96,7 @@ def erase_command(
     if (tenant is None) == (thread is None):
         usage = BadInput("give exactly one of --tenant T and --thread ID (whose data to erase).")
         fail(usage, target.json, target)
-    who = actor or _default_actor()
+    who = actor or default_actor()
 
     async def work() -> Any:
         async with open_target(target, read_only=not yes) as ledger:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import shlex
-import socket
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
 from ..operator import VerdictReport, lease_status, new_decision_id, resolve_report
-from .app import OperationArgument, TenantOption
+from .app import ActorOption, OperationArgument, TenantOption, default_actor
 from .failures import BadInput, fail, run
 from .render import STATE_STYLES, print_json, stdout
 from .target import Target, ledger_command, open_target
@@ -30,14 +28,6 @@ _WHAT_NEXT = {
 
 
 # -- resolve ------------------------------------------------------------------------
-
-
-def _default_actor() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "operator"
-    return f"{user}@{socket.gethostname()}"
 
 
 ExpectedVersionOption = Annotated[
@@ -68,10 +58,6 @@ DecisionIdOption = Annotated[
         "Default: a fresh one (printed).",
     ),
 ]
-ActorOption = Annotated[
-    str | None,
-    typer.Option("--actor", help="Who gives the verdict, for the audit trail. Default: user@host."),
-]
 
 
 @ledger_command("resolve")
@@ -91,11 +77,11 @@ def resolve_command(
     """Record a verdict: --landed [--receipt JSON] | --not-landed | --abandon --reason TEXT."""
     use_json = target.json
     try:
-        verdict = _verdict(landed, receipt, not_landed, abandon, reason)
+        verdict = verdict_from_flags(landed, receipt, not_landed, abandon, reason)
     except BadInput as error:
         fail(error, use_json)
     did = decision_id or new_decision_id()
-    who = actor or _default_actor()
+    who = actor or default_actor()
 
     async def work() -> VerdictReport:
         async with open_target(target, read_only=False) as ledger:
@@ -117,7 +103,7 @@ def resolve_command(
     _render_verdict_report(report, verdict, target)
 
 
-def _verdict(
+def verdict_from_flags(
     landed: bool, receipt: str | None, not_landed: bool, abandon: bool, reason: str | None
 ) -> dict[str, Any]:
     chosen = [
