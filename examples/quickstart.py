@@ -21,7 +21,6 @@ from pathlib import Path
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
 
-# isort: split
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool

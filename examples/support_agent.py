@@ -40,7 +40,6 @@ from typing import Any
 from langgraph_effects import AsyncEffectSqliteSaver, Effect, EffectMiddleware, maybe_current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel
 
-# isort: split
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig

@@ -24,7 +24,6 @@ from pathlib import Path
 from langgraph_effects import Effect, EffectMiddleware, EffectSqliteSaver, current_operation
 from langgraph_effects.testing import Provider, ScriptedChatModel, call_each_then_finish
 
-# isort: split
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
