@@ -30,23 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
 from bench_common import DEFAULT_PG_DSN, fresh_pg_database
+from proc_cpu import stat_cpu
 from scenarios import turn
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def backend_cpu(pids: list[int]) -> float:
     """CPU seconds used so far by the server processes ``pids`` (gone ones count 0)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICK
+    return sum(stat_cpu(f"/proc/{pid}/stat") for pid in pids)
 
 
 async def pids_of(admin: psycopg.AsyncConnection[Any], dbname: str) -> list[int]:

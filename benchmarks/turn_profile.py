@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-_TICK = os.sysconf("SC_CLK_TCK")
+from proc_cpu import stat_cpu
+
 _profiles: list[tuple[str, cProfile.Profile]] = []
 
 
@@ -65,13 +66,7 @@ def thread_cpu() -> collections.Counter[str]:
     names = {t.native_id: _thread_name(t.name) for t in threading.enumerate()}
     out: collections.Counter[str] = collections.Counter()
     for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        out[names.get(int(tid), "other")] += (int(fields[11]) + int(fields[12])) / _TICK
+        out[names.get(int(tid), "other")] += stat_cpu(f"/proc/self/task/{tid}/stat")
     return out
 
 
