@@ -333,15 +333,15 @@ class PostgresLedger(Ledger):
                     raise  # it may have landed: everyone must read again, none may rerun
                 except (Regroup, psycopg.Error):
                     pass  # rolled back: run each on its own so one cannot fail the others
-            outcomes: list[PlanResult[Any]] = []
+            results: list[PlanResult[Any]] = []
             for make in makers:
                 try:
-                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
+                    results.append(PlanResult(value=await self._run_alone(conn, make)))
                 except psycopg.Error as error:
-                    outcomes.append(PlanResult(error=ledger_error(error, self.where)))
+                    results.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
-                    outcomes.append(PlanResult(error=error))
-            return outcomes
+                    results.append(PlanResult(error=error))
+            return results
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
         finally:
