@@ -611,15 +611,12 @@ class _Steps(AsyncStepDefaults):
     async def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
         where = "" if step.thread_id is None else " WHERE thread_id = %s"
         params = [] if step.thread_id is None else [step.thread_id]
-        await self.plain.execute(
+        await self.cur.execute(
             f"SELECT thread_id, at, actor, operations FROM {self.ledger._sql.prefix}effect_deletions"
             f"{where} ORDER BY at",
             params,
         )
-        return [
-            {"thread_id": r[0], "at": r[1], "actor": r[2], "operations": r[3]}
-            for r in await self.plain.fetchall()
-        ]
+        return await self.cur.fetchall()
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(
