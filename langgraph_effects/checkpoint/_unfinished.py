@@ -87,7 +87,9 @@ def fill_sql(writes_table: str, source: str, mark: str, barrier: str = "") -> st
     every = unfinished_sql(writes_table, source, mark, barrier, every=True)
     return f"INSERT INTO {OPEN_TABLE} (thread_id) SELECT thread_id FROM ({every}) unfinished"
 
-#: (``json_valid`` first: metadata that is not JSON never fails the save.)
+
+#: SQLite: the ``source`` of the checkpoint a trigger sees saved (``json_valid`` first:
+#: metadata that is not JSON never fails the save).
 _SQLITE_SOURCE = (
     "CASE WHEN json_valid(CAST(NEW.metadata AS TEXT)) "
     "THEN json_extract(CAST(NEW.metadata AS TEXT), '$.source') END"

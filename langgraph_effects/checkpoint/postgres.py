@@ -148,9 +148,7 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
         it (it was set up by another) can still run setup.
         """
         async with postgres_connection(self.conn) as conn, conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
-            )
+            await conn.execute(_SETUP_LOCK_SQL)
             await conn.execute(_fence.INDEX_SQL)
             schema = await self._checkpoints_schema(conn)
             for name, body, create in _functions(schema):
@@ -166,9 +164,7 @@ class AsyncEffectPostgresSaver(_sides.AsyncOnly, _fence.FencedSaver, AsyncPostgr
         after the triggers, whose creation waits for the saves in flight and holds off
         new ones until the fill commits)."""
         async with postgres_connection(self.conn) as conn, conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
-            )
+            await conn.execute(_SETUP_LOCK_SQL)
             schema = await self._checkpoints_schema(conn)
             function = sql.Identifier(schema, _OPEN_FUNCTION)
             table = sql.Identifier(schema, _unfinished.OPEN_TABLE)
@@ -535,6 +531,9 @@ BEGIN
 END
 """
 _FENCE_PARAMETERS = "p_lock_key text, p_what text, p_thread text, p_ns text, p_parent text, p_own text"
+#: Taken by every setup transaction of the triggers and their functions (the fence's
+#: and `_unfinished.OPEN_TABLE`'s): one at a time, until the transaction ends.
+_SETUP_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-effects/fence-setup', 0))"
 _FUNCTION_BODY_SQL = (
     "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
     "WHERE p.proname = %s AND n.nspname = %s"

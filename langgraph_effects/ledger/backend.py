@@ -1,5 +1,6 @@
 """What a ledger backend is: the options it is opened with, its factory and hooks
-(`Backend`), and the two checks every opener shares (`check_schema`, `redact_url`).
+(`Backend`), and what every backend's factory may share: the schema version check
+(`check_schema`) and a URL's password starred out (`redact_url`).
 
 The registry (`registry`) maps URL schemes to these; the built-in backends
 (`builtin`) and other packages' backends are written against them.

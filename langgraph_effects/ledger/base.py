@@ -396,17 +396,17 @@ class Ledger(abc.ABC):
         return await group.submit(make)  # type: ignore[no-any-return]
 
     async def _transact_group(self, makers: Sequence[Callable[[], Plan[Any]]]) -> list[PlanResult[Any]]:
-        """Run several plans in one transaction, an outcome each, each as if alone.
+        """Run several plans in one transaction, a result each, each as if alone.
 
         This default gives each its own transaction; the SQL backends override it.
         """
-        outcomes: list[PlanResult[Any]] = []
+        results: list[PlanResult[Any]] = []
         for make in makers:
             try:
-                outcomes.append(PlanResult(value=await self._transact(make())))
+                results.append(PlanResult(value=await self._transact(make())))
             except Exception as error:
-                outcomes.append(PlanResult(error=error))
-        return outcomes
+                results.append(PlanResult(error=error))
+        return results
 
     async def transact(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make()`` builds (a generator of this module's steps, e.g.

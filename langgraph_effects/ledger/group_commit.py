@@ -44,7 +44,7 @@ class Regroup(Exception):
     plan run on its own (never seen by callers)."""
 
 
-#: Runs plan makers as one transaction, one outcome per maker, in order.
+#: Runs plan makers as one transaction, one result per maker, in order.
 RunGroup = Callable[[Sequence[Callable[[], Any]]], Awaitable[list[PlanResult[Any]]]]
 
 
@@ -79,7 +79,7 @@ class GroupCommit:
                 if not batch:
                     continue
                 try:
-                    outcomes = await self._run([make for make, _ in batch])
+                    results = await self._run([make for make, _ in batch])
                 except BaseException as error:  # e.g. the ledger is closed: all of them hear it
                     for _, fut in batch:
                         if not fut.done():
@@ -87,9 +87,9 @@ class GroupCommit:
                     if not isinstance(error, Exception):
                         raise
                     continue
-                for (_, fut), outcome in zip(batch, outcomes, strict=True):
+                for (_, fut), result in zip(batch, results, strict=True):
                     if not fut.done():
-                        fut.set_result(outcome)
+                        fut.set_result(result)
         finally:
             self._task = None
             for _, fut in self._queue:  # only left behind if the loop is going away

@@ -11,10 +11,10 @@ from .group_commit import PlanResult, Regroup
 
 
 def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[PlanResult[Any]]]:
-    """Several plans as one plan (one transaction): the outcome of each. A plan that
-    raised before writing gets its error as its outcome; one that raised after
+    """Several plans as one plan (one transaction): the result of each. A plan that
+    raised before writing gets its error as its result; one that raised after
     writing raises `Regroup`, so the backend rolls back and runs them one by one."""
-    outcomes: list[PlanResult[Any]] = []
+    results: list[PlanResult[Any]] = []
     for make in makers:
         run = _Run(make())
         reply: Any = None
@@ -24,7 +24,7 @@ def group_plan(makers: Sequence[Callable[[], Plan[Any]]]) -> Plan[list[PlanResul
         except Exception as error:
             if run.wrote:
                 raise Regroup() from error
-            outcomes.append(PlanResult(error=error))
+            results.append(PlanResult(error=error))
             continue
-        outcomes.append(PlanResult(value=run.result))
-    return outcomes
+        results.append(PlanResult(value=run.result))
+    return results

@@ -333,15 +333,15 @@ class PostgresLedger(Ledger):
                     raise  # it may have landed: everyone must read again, none may rerun
                 except (Regroup, psycopg.Error):
                     pass  # rolled back: run each on its own so one cannot fail the others
-            outcomes: list[PlanResult[Any]] = []
+            results: list[PlanResult[Any]] = []
             for make in makers:
                 try:
-                    outcomes.append(PlanResult(value=await self._run_alone(conn, make)))
+                    results.append(PlanResult(value=await self._run_alone(conn, make)))
                 except psycopg.Error as error:
-                    outcomes.append(PlanResult(error=ledger_error(error, self.where)))
+                    results.append(PlanResult(error=ledger_error(error, self.where)))
                 except Exception as error:
-                    outcomes.append(PlanResult(error=error))
-            return outcomes
+                    results.append(PlanResult(error=error))
+            return results
         except psycopg.Error as error:
             raise ledger_error(error, self.where) from error
         finally:
@@ -611,15 +611,12 @@ class _Steps(AsyncStepDefaults):
     async def list_deletions(self, step: ListDeletions) -> list[dict[str, Any]]:
         where = "" if step.thread_id is None else " WHERE thread_id = %s"
         params = [] if step.thread_id is None else [step.thread_id]
-        await self.plain.execute(
+        await self.cur.execute(
             f"SELECT thread_id, at, actor, operations FROM {self.ledger._sql.prefix}effect_deletions"
             f"{where} ORDER BY at",
             params,
         )
-        return [
-            {"thread_id": r[0], "at": r[1], "actor": r[2], "operations": r[3]}
-            for r in await self.plain.fetchall()
-        ]
+        return await self.cur.fetchall()
 
     async def our_tables(self, step: base.OurTables) -> set[str]:
         await self.cur.execute(

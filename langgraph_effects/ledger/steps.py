@@ -90,9 +90,9 @@ class CasWithAudit:
 
 @dataclass(frozen=True)
 class CasEach:
-    """Several `CasWithAudit` on distinct operations, as one step (what group
-    commit asks for the outcomes that arrive together); answered with whether each was
-    written, in order. Each is atomic on its own, as alone."""
+    """Several `CasWithAudit` on distinct operations, as one step (for a plan that
+    moves several rows at once); answered with whether each was written, in order.
+    Each is atomic on its own, as alone."""
 
     items: tuple[CasWithAudit, ...]
     writes: ClassVar[bool] = True
