@@ -55,3 +55,13 @@ def test_a_private_module_offers_only_what_it_defines() -> None:
         imported = _imported_names(source or "")
         offered_elsewhere += [f"{name} offers {n}, which it imports" for n in exported if n in imported]
     assert not offered_elsewhere, "\n".join(offered_elsewhere)
+
+
+def test_the_check_sees_an_imported_name_offered_again() -> None:
+    source = (
+        "from .core.operation import Operation, State as S\n"
+        "import json\n"
+        "def own() -> None: ...\n"
+        "__all__ = ['Operation', 'S', 'own']\n"
+    )
+    assert _imported_names(source) == {"Operation", "S", "json"}
