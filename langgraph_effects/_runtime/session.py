@@ -26,9 +26,9 @@ the session files what they return.
 
 The caller (node, middleware, ``@effectful``) runs the tool itself, so sync and async
 tools, ``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as
-without us. The loops callers share (`run_call`, `run_rounds` and their sync
-twins) are written once, as generators of the session's work, and driven by one async
-and one sync driver. The per-call decisions themselves are pure code in
+without us. The loops callers share (`run_call`, `run_rounds`, `run_call_rounds` and
+their sync twins) are written once, as generators of the session's work, and driven
+by one async and one sync driver. The per-call decisions themselves are pure code in
 `langgraph_effects.core.protocol`. See ``docs/architecture.md``.
 """
 
@@ -141,7 +141,7 @@ class Session:
 
         ``call_keys`` maps a call id to the key that tells it apart within its turn,
         when the call id itself is not stable (a Functional API task's id is not).
-        ``check_args`` checks an approver's edit against the tool's schema (see asking).
+        ``check_args`` checks an approver's edit against the tool's schema (see `ArgsCheck`).
         """
         thread_id = _private.thread_id(config)
         if thread_id is None:
@@ -280,8 +280,9 @@ class Session:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables,
         `_OnLoop`) and `_CALLER` for the tool, which answers
-        ``(output, exception)``; returns what the call returns. Driven by
-        `run_call` / `run_call_sync`."""
+        ``(output, exception)``; runs the undos its outcome orders; returns what the
+        call returns. Driven by `run_call` / `run_call_sync`, and round by round by
+        `run_call_rounds` / `run_call_rounds_sync`."""
         c = self._calls[call_id]
         telemetry.call_started(c, self.config)
         try:
