@@ -360,7 +360,7 @@ def dispatch_change() -> Change:
 
 
 def succeed_change(tool_call_id: str) -> Change:
-    """The outcome ``Session.finish`` records for a successful call (a dumped ToolMessage)."""
+    """The outcome ``Dispatcher.finish`` records for a successful call (a dumped ToolMessage)."""
     kind, blob = messages.dump(
         ToolMessage(content="sent msg_0123456789", name="send_email", tool_call_id=tool_call_id)
     )

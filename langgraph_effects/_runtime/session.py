@@ -6,10 +6,11 @@ One `Session` serves one node execution (one LangGraph task). It
    coordinates, or found again in the ledger (resume, retry, second worker,
    re-planned duplicate), and records the new ones in one commit before anything
    is sent (after the checkpoint holding the call is durable);
-2. answers each call by its state (`Session.begin`): replay a recorded
+2. answers each call by its state (`Session.call_steps`, through
+   `Dispatcher.begin`): replay a recorded
    outcome, execute under a dispatch lease, wait for a live lease held by
    someone else, reconcile ``unknown``, or report that it needs review;
-3. records each outcome (`Session.finish`): a result confirms, a definite
+3. records each outcome (`Dispatcher.finish`): a result confirms, a definite
    error fails, anything else is ``unknown`` and goes straight to reconciliation;
    the undos a settled call orders (`Due`: its own, or its saga's) are run before it
    answers, each as the one call of a session of its own (`run_undo`);
@@ -26,9 +27,9 @@ the session files what they return.
 
 The caller (node, middleware, ``@effectful``) runs the tool itself, so sync and async
 tools, ``wrap_tool_call`` wrappers and ToolNode's error handling behave exactly as
-without us. The loops callers share (`run_call`, `run_rounds` and their sync
-twins) are written once, as generators of the session's work, and driven by one async
-and one sync driver. The per-call decisions themselves are pure code in
+without us. The loops callers share (`run_call`, `run_rounds`, `run_call_rounds` and
+their sync twins) are written once, as generators of the session's work, and driven
+by one async and one sync driver. The per-call decisions themselves are pure code in
 `langgraph_effects.core.protocol`. See ``docs/architecture.md``.
 """
 
@@ -141,7 +142,7 @@ class Session:
 
         ``call_keys`` maps a call id to the key that tells it apart within its turn,
         when the call id itself is not stable (a Functional API task's id is not).
-        ``check_args`` checks an approver's edit against the tool's schema (see asking).
+        ``check_args`` checks an approver's edit against the tool's schema (see `ArgsCheck`).
         """
         thread_id = _private.thread_id(config)
         if thread_id is None:
@@ -221,24 +222,6 @@ class Session:
 
     # -- per call ----------------------------------------------------------------------
 
-    async def begin(self, call_id: str) -> Directive:
-        """What the call should do now, moving its operation as evidence allows (a
-        settled call's undos are run before it answers)."""
-        return await self._answered(call_id, await self._dispatcher.begin(self._calls[call_id]))
-
-    async def finish(self, call_id: str, output: Any, error: BaseException | None) -> Directive:
-        """Record what the dispatched call did, then settle or reconcile it (and run the
-        undos its outcome orders)."""
-        return await self._answered(
-            call_id, await self._dispatcher.finish(self._calls[call_id], output, error)
-        )
-
-    async def _answered(self, call_id: str, directive: Directive) -> Directive:
-        directive = self._filed(call_id, directive)
-        if isinstance(directive, Reply) and directive.due is not None:
-            return await self._compensate(self._calls[call_id], directive)
-        return directive
-
     def _filed(self, call_id: str, directive: Directive) -> Directive:
         """Note who waits for a human after ``directive``: a replay waits for nobody."""
         if isinstance(directive, Reply) and self._calls[call_id].conflict is None and not self._closed:
@@ -247,22 +230,6 @@ class Session:
             else:
                 self._waits_for[call_id] = directive.waits_for
         return directive
-
-    def start_heartbeat(self, call_id: str) -> None:
-        """Keep the lease of a running call alive (call on the session's event loop)."""
-        self._leases.start_heartbeat(self._calls[call_id])
-
-    async def withdraw(self, call_id: str) -> None:
-        """The tool paused itself with ``interrupt()``; it will run again on resume."""
-        await self._dispatcher.withdraw(self._calls[call_id])
-
-    def abort(self, call_id: str) -> None:
-        """The call was cancelled or crashed in-process: leave it ``dispatched``.
-
-        Its lease owner is released, so a resumer in this process sees it dead at
-        once, marks it ``unknown`` and reconciles it.
-        """
-        self._dispatcher.abort(self._calls[call_id])
 
     async def close(self) -> None:
         """Release the leases of calls that are not running (leaving the rows as they are).
@@ -280,8 +247,9 @@ class Session:
         """One call through the protocol: begin, execute under a lease, finish, repeat
         while reconciliation allows a re-send. Yields the session's work (awaitables,
         `_OnLoop`) and `_CALLER` for the tool, which answers
-        ``(output, exception)``; returns what the call returns. Driven by
-        `run_call` / `run_call_sync`."""
+        ``(output, exception)``; runs the undos its outcome orders; returns what the
+        call returns. Driven by `run_call` / `run_call_sync`, and round by round by
+        `run_call_rounds` / `run_call_rounds_sync`."""
         c = self._calls[call_id]
         telemetry.call_started(c, self.config)
         try:

@@ -299,7 +299,6 @@ class SagaReport:
     """Earlier confirmed effects that declare no undo: reported, never guessed at."""
 
 
-
 async def run_saga(
     run: RunUndo,
     ledger: Ledger,
