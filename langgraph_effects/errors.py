@@ -81,7 +81,8 @@ class EffectsError(Exception):
 def _restore(cls: type[EffectsError], args: tuple[Any, ...], fields: dict[str, Any]) -> EffectsError:
     error = cls.__new__(cls, *args)
     error.args = args
-    error.__dict__.update(fields)
+    for name, value in fields.items():
+        setattr(error, name, value)
     return error
 
 
@@ -135,6 +136,11 @@ class MissingExtraError(ConfigurationError, ModuleNotFoundError):
             extra=extra,
         )
         self.name = module
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ImportError keeps ``name`` outside ``__dict__``, which EffectsError's pickle takes.
+        restore, (cls, args, fields) = super().__reduce__()
+        return (restore, (cls, args, {**fields, "name": self.name}))
 
 
 class TargetNotFoundError(ConfigurationError):

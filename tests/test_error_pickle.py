@@ -79,5 +79,6 @@ def test_an_error_comes_back_from_pickle_as_it_was(error: EffectsError) -> None:
     assert type(back) is type(error)
     assert str(back) == str(error) and back.args == error.args
     assert repr(vars(back)) == repr(vars(error))  # (exceptions in them compare by identity)
+    assert getattr(back, "name", None) == getattr(error, "name", None)  # ImportError's, not in vars
     with pytest.raises(type(error)):
         raise back

@@ -106,6 +106,8 @@ def resolve_command(
 def verdict_from_flags(
     landed: bool, receipt: str | None, not_landed: bool, abandon: bool, reason: str | None
 ) -> dict[str, Any]:
+    """The verdict ``resolve``'s flags give, as `resolve_report` takes it (also ``compensate
+    --landed``'s); `BadInput` for flags that give none or more than one."""
     chosen = [
         name
         for name, on in (("--landed", landed), ("--not-landed", not_landed), ("--abandon", abandon))

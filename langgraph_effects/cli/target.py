@@ -37,7 +37,7 @@ class Target:
         A DSN holding a password is shown with the password starred out (it is never
         printed): give the password to libpq through ``PGPASSWORD`` or ``~/.pgpass``.
         """
-        db = registry.redact(self.db) if registry.has_password(self.db) else self.db
+        db = registry.redact(self.db)
         parts = ["langgraph-effects", "--db", shlex.quote(db)]
         if self.schema:
             parts += ["--schema", shlex.quote(self.schema)]
