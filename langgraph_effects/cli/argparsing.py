@@ -1,5 +1,6 @@
-"""What the argparse programs (``lab``, ``crashtest``) share: parsing their arguments
-and reporting a usage error with the console's exit code."""
+"""Parsing an argparse program's arguments (``crashtest``) and reporting a usage error
+with the console's exit code. The lab parses its own (``lab/runner.py``): its usage
+errors print as argparse words them, unwrapped."""
 
 from __future__ import annotations
 
